@@ -1,0 +1,45 @@
+# Shared target conventions so every folder's CMakeLists stays a few lines.
+
+set(HEADROOM_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion)
+if(HEADROOM_WERROR)
+  list(APPEND HEADROOM_WARNINGS -Werror)
+endif()
+
+# headroom_library(<target> EXPORT_NAME <name> SOURCES ... HEADERS ...
+#                  [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
+# Declares a compiled library exported as headroom::<name>. Headers are
+# included by their path from the repository root ("graph/gpu_catalog.h") both
+# in the tree and after installation (under include/headroom).
+function(headroom_library target)
+  cmake_parse_arguments(ARG "" "EXPORT_NAME" "SOURCES;HEADERS;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${target} ${ARG_SOURCES})
+  add_library(headroom::${ARG_EXPORT_NAME} ALIAS ${target})
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${ARG_EXPORT_NAME} POSITION_INDEPENDENT_CODE ON)
+  target_sources(${target} PUBLIC FILE_SET HEADERS BASE_DIRS ${PROJECT_SOURCE_DIR} FILES ${ARG_HEADERS})
+  target_compile_options(${target} PRIVATE ${HEADROOM_WARNINGS})
+  target_compile_features(${target} PUBLIC cxx_std_20)
+  target_link_libraries(${target} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  install(TARGETS ${target} EXPORT headroomTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+    FILE_SET HEADERS DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/headroom)
+endfunction()
+
+# headroom_embed_files(<output.cc> <namespace-qualified function> FILES ...)
+# Generates a C++ source whose function returns the files' contents keyed by
+# file name, so data (the GPU catalog, model presets) ships inside the library
+# and installed binaries need no data directory.
+function(headroom_embed_files output function)
+  cmake_parse_arguments(ARG "" "" "FILES" ${ARGN})
+  set(entries "")
+  foreach(file IN LISTS ARG_FILES)
+    get_filename_component(name ${file} NAME)
+    file(READ ${file} contents)
+    string(APPEND entries "      {\"${name}\", R\"headroom_embed(${contents})headroom_embed\"},\n")
+  endforeach()
+  set(HEADROOM_EMBED_FUNCTION ${function})
+  set(HEADROOM_EMBED_ENTRIES "${entries}")
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/embedded_files.cc.in ${output} @ONLY)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${ARG_FILES})
+endfunction()

@@ -1,0 +1,36 @@
+// Bytes of optimizer state that each trainable parameter carries.
+//
+//   OptimizerStateBytesPerParam(Optimizer::kAdamW)   -> 8  (fp32 exp_avg + exp_avg_sq)
+//   OptimizerStateBytesPerParam(Optimizer::kAdam8bit) -> 2 (two 8-bit moments; block
+//                                                          quantization constants are
+//                                                          counted separately)
+// Adafactor factors its second moment per matrix, so its state is not a
+// per-parameter constant: AdafactorStateBytes() takes the matrix shape.
+#ifndef HEADROOM_ESTIMATORS_OPTIMIZER_STATE_H_
+#define HEADROOM_ESTIMATORS_OPTIMIZER_STATE_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace headroom {
+
+enum class Optimizer { kAdamW, kAdam8bit, kSgdMomentum, kSgd, kAdafactor, kLion };
+
+std::string_view OptimizerName(Optimizer optimizer);
+// Accepts "adamw", "adam", "adam8bit" ("adamw-8bit"), "sgd-momentum", "sgd", "adafactor", "lion".
+absl::StatusOr<Optimizer> ParseOptimizer(std::string_view name);
+
+// State bytes per trainable parameter for optimizers whose state is
+// elementwise; Adafactor answers with its factored cost for a vector (4 bytes).
+uint64_t OptimizerStateBytesPerParam(Optimizer optimizer);
+
+// Adafactor without momentum keeps fp32 row and column statistics of the
+// squared gradient for a matrix (rows + cols floats) and a full fp32 second
+// moment for vectors (Shazeer & Stern 2018, Algorithm 4/5).
+uint64_t AdafactorStateBytes(uint64_t rows, uint64_t cols);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_ESTIMATORS_OPTIMIZER_STATE_H_
