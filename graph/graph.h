@@ -1,0 +1,142 @@
+// Operator-level IR of one training or inference step.
+//
+// A Graph holds tensors and the ops that produce and consume them, in
+// program order. Builders (graph/builders.h) emit the forward pass of a model;
+// graph/training_step.h derives backward, the optimizer step, checkpointing
+// and tensor lifetimes from it; estimators and the planner read the result.
+//
+//   Graph g("mlp");
+//   TensorId x = g.AddTensor({.name = "x", .shape = {8, 1024}, .dtype = DType::kBF16,
+//                             .role = TensorRole::kInput});
+//   TensorId w = g.AddTensor({.name = "fc.weight", .shape = {4096, 1024},
+//                             .dtype = DType::kBF16, .role = TensorRole::kParameter});
+//   TensorId y = g.AddTensor({.name = "fc.out", .shape = {8, 4096}, .dtype = DType::kBF16,
+//                             .role = TensorRole::kActivation});
+//   g.AddOp({.kind = "linear", .name = "fc", .inputs = {x, w}, .outputs = {y},
+//            .saved = {x}, .flops = 2.0 * 8 * 1024 * 4096});
+//
+// Invariants (checked by Validate()):
+//  - tensor and op ids are dense indices in insertion order;
+//  - every op input is a parameter, buffer or input, or was produced by an
+//    earlier op; every tensor is produced by at most one op;
+//  - saved tensors are inputs or outputs of the op that saves them;
+//  - a view (view_of >= 0) aliases an earlier, non-view tensor of at least
+//    its size and allocates nothing; in-place ops write into their first input.
+#ifndef HEADROOM_GRAPH_GRAPH_H_
+#define HEADROOM_GRAPH_GRAPH_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "graph/gpu_catalog.h"
+
+namespace headroom {
+
+enum class DType : uint8_t {
+  kF64, kF32, kBF16, kF16, kF8E4M3, kF8E5M2, kI64, kI32, kI8, kU8, kBool,
+  kNF4,  // 4-bit NormalFloat (QLoRA), two values per byte
+};
+
+std::string_view DTypeName(DType dtype);  // "f32", "bf16", "nf4", ...
+// Accepts our names and PyTorch/HF spellings: "float32", "torch.bfloat16", "fp16", "half".
+absl::StatusOr<DType> ParseDType(std::string_view name);
+// Storage bytes of `elements` values (NF4 rounds up to whole bytes).
+uint64_t DTypeBytes(DType dtype, uint64_t elements);
+// The math mode a matmul in this dtype runs in (f32 -> kFp32 unless tf32 is on).
+MathMode MathModeFor(DType dtype, bool allow_tf32 = false);
+
+enum class TensorRole : uint8_t {
+  kParameter,       // weights and biases
+  kBuffer,          // non-trainable state kept with the model (e.g. rotary tables)
+  kInput,           // batch data: token ids, images, labels
+  kActivation,      // produced in forward (or recomputed), may be saved for backward
+  kGradient,        // gradients of activations and parameters
+  kOptimizerState,  // moments, master weights
+  kTemporary,       // workspaces that live within one op
+};
+std::string_view TensorRoleName(TensorRole role);
+absl::StatusOr<TensorRole> ParseTensorRole(std::string_view name);
+
+using TensorId = int32_t;
+using OpId = int32_t;
+inline constexpr int32_t kNone = -1;
+
+struct Tensor {
+  TensorId id = kNone;  // assigned by Graph::AddTensor
+  std::string name;     // "layers.3.self_attn.q_proj.weight", "layers.3.attn.probs"
+  std::vector<int64_t> shape;
+  DType dtype = DType::kF32;
+  TensorRole role = TensorRole::kActivation;
+  int layer = -1;          // repeated block index (transformer layer, ResNet stage block); -1 outside
+  bool trainable = true;   // parameters only: frozen ones get no gradient or optimizer state
+  TensorId view_of = kNone;
+
+  uint64_t elements() const;  // product of shape (1 for a scalar)
+  uint64_t bytes() const;     // 0 for views
+};
+
+enum class Phase : uint8_t { kForward, kLoss, kBackward, kOptimizer };
+std::string_view PhaseName(Phase phase);
+
+struct Op {
+  OpId id = kNone;   // assigned by Graph::AddOp
+  std::string kind;  // "linear", "layer_norm", "sdpa_flash", "softmax", "dropout", ...
+  std::string name;  // "layers.3.self_attn.q_proj"
+  std::vector<TensorId> inputs;
+  std::vector<TensorId> outputs;
+  // What autograd keeps alive for this op's backward, following PyTorch's
+  // choices (see graph/autograd.h). Extra saved values an op creates (mean and
+  // rstd of layer_norm, a dropout mask, logsumexp) are listed among outputs.
+  std::vector<TensorId> saved;
+  double flops = 0;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  DType compute_dtype = DType::kF32;
+  Phase phase = Phase::kForward;
+  int layer = -1;
+  bool inplace = false;       // writes into inputs[0]; outputs[0] is a view of it
+  OpId forward_of = kNone;    // backward/recompute ops: the forward op they derive from
+  bool recompute = false;     // a forward op replayed during backward (checkpointing)
+};
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "") : name_(std::move(name)) {}
+
+  TensorId AddTensor(Tensor tensor);
+  OpId AddOp(Op op);
+
+  const std::string& name() const { return name_; }
+  const Tensor& tensor(TensorId id) const { return tensors_[static_cast<size_t>(id)]; }
+  Tensor& mutable_tensor(TensorId id) { return tensors_[static_cast<size_t>(id)]; }
+  const Op& op(OpId id) const { return ops_[static_cast<size_t>(id)]; }
+  std::span<const Tensor> tensors() const { return tensors_; }
+  std::span<const Op> ops() const { return ops_; }
+  size_t num_tensors() const { return tensors_.size(); }
+  size_t num_ops() const { return ops_.size(); }
+
+  // The op that produces `id`, or kNone for parameters, buffers and inputs.
+  OpId producer(TensorId id) const { return producer_[static_cast<size_t>(id)]; }
+
+  // Parameter elements, all or trainable only.
+  uint64_t ParameterCount(bool trainable_only = false) const;
+
+  // Checks the invariants in the header comment; the message names the
+  // offending op or tensor.
+  absl::Status Validate() const;
+
+ private:
+  std::string name_;
+  std::vector<Tensor> tensors_;
+  std::vector<Op> ops_;
+  std::vector<OpId> producer_;
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_GRAPH_GRAPH_H_
