@@ -102,6 +102,10 @@ struct Op {
   bool inplace = false;       // writes into inputs[0]; outputs[0] is a view of it
   OpId forward_of = kNone;    // backward/recompute ops: the forward op they derive from
   bool recompute = false;     // a forward op replayed during backward (checkpointing)
+  // A cost measured outside Headroom, in the source's own units (node-link
+  // graphs' profiled cost_cpu); 0 when unknown. Planners may weigh
+  // recomputation by it; the roofline cost model ignores it.
+  double measured_cost = 0;
 };
 
 class Graph {

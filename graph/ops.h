@@ -1,0 +1,175 @@
+// Op emitters: append one forward op to a Graph with its FLOPs, bytes, output
+// dtypes and the tensors PyTorch autograd saves for its backward.
+//
+// Builders (graph/builders.h) are written in terms of these, and tests may
+// use them to hand-build graphs. Each emitter returns the id of the op's main
+// output tensor.
+//
+//   Graph g("mlp");
+//   OpEmitter e(g, {.compute_dtype = DType::kBF16, .training = true});
+//   TensorId x = e.Input("x", {8, 1024}, DType::kBF16);
+//   TensorId w = e.Parameter("fc.weight", {4096, 1024}, DType::kBF16);
+//   TensorId y = e.Linear("fc", x, w);        // saves x (w needs a gradient)
+//   TensorId z = e.Activation("act", ActivationKind::kGelu, y);  // saves y
+//
+// Op kinds, their inputs (in order), outputs and saved sets. "saves X if Y"
+// is Note [Saved tensors follow requires_grad] in builders.h. FLOPs count a
+// multiply-add as 2; bytes are the tensors' storage read and written.
+//   embedding      (ids, table) -> out                 saves ids
+//   linear         (x, weight[, bias][, x_shard]) -> y  saves x if weight
+//                  requires grad (x_shard instead under sequence parallel,
+//                  see Note [Sequence-parallel linear]); flops 2*rows*in*out.
+//                  weight is [out, in] (nn.Linear) or [in, out] (GPT-2 Conv1D,
+//                  the op's attribute is implied by the shape it reads).
+//   matmul         (a, b) -> c, batched a[..., m, k] @ b[..., k, n]
+//                  saves a if b requires grad, b if a does; flops 2*batch*m*n*k
+//   cast           (x) -> y in another dtype            saves nothing
+//   layer_norm     (x, weight[, bias]) -> (y, mean, rstd)  saves x, mean, rstd
+//   rms_norm       (x, weight) -> (y, rstd)             saves x, rstd
+//   batch_norm     (x, weight, bias) -> (y, save_mean, save_invstd)
+//                  saves x, save_mean, save_invstd (running stats are buffers)
+//   gelu, gelu_tanh, silu, tanh (x) -> y                 saves x
+//   relu           (x) -> y                             saves y (threshold_backward)
+//   mul            (a, b) -> c                          saves b if a requires grad, a if b does
+//   add            (a, b) -> c                          saves nothing
+//   scale          (x) -> y, multiply by a constant     saves nothing
+//   masked_scale   (scores) -> y, scale + causal/padding mask   saves nothing
+//   softmax        (x) -> y                             saves y
+//   dropout        (x) -> (y, mask u8)                  saves mask
+//   rotary         (x, cos, sin) -> y                   saves nothing (cos/sin are buffers)
+//   sdpa_flash     (q, k, v) -> (out, logsumexp f32)    saves q, k, v, out, logsumexp
+//                  (dropout inside the kernel keeps only an RNG seed)
+//   conv2d         (x, weight[, bias]) -> y             saves x (if weight requires grad), weight
+//   max_pool2d     (x) -> (y, indices i64)              saves x, indices
+//   adaptive_avg_pool2d (x) -> y                        saves nothing but the shape
+//   gather_rows    (x) -> y, a row subset (MoE dispatch) saves nothing (indices are ints)
+//   index_add      (acc, src) -> acc (in place)         saves nothing
+//   router_topk    (logits) -> (weights, indices i64)   saves weights' softmax (output 0)
+//   cross_entropy  (logits, labels) -> (loss, log_probs)  saves log_probs (log_softmax
+//                  output), labels
+//   dequantize_nf4 (weight nf4, absmax[, nested_absmax, quant_map, nested_quant_map])
+//                  -> w temporary in compute dtype      saves nothing; QLoRA's
+//                  backward dequantizes again (bitsandbytes MatMul4Bit)
+//   all_reduce     (x) -> x in place                    saves nothing, flops 0
+//   all_gather     (x_shard) -> x                       saves nothing
+//   reduce_scatter (x) -> x_shard                       saves nothing
+//   view           (x) -> view of x                     allocates nothing
+//
+// Note [Sequence-parallel linear]
+// With sequence parallelism the input of a column-parallel linear is
+// all-gathered from sequence shards. Megatron-LM saves the shard, not the
+// gathered tensor, and re-gathers it in backward (Korthikanti et al. 2022,
+// Section 4.2.2). The linear therefore lists the shard as an extra last
+// input and saves it; the gathered tensor is a kTemporary freed after its
+// last forward use.
+#ifndef HEADROOM_GRAPH_OPS_H_
+#define HEADROOM_GRAPH_OPS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "graph/model_config.h"
+
+namespace headroom {
+
+struct EmitterOptions {
+  DType compute_dtype = DType::kF32;
+  // Under autocast (Note [Mixed precision is autocast] in builders.h)
+  // matmul operands are cast to compute_dtype and norms/softmax/loss run f32.
+  bool autocast = false;
+  bool training = true;  // dropout is identity (no op) when false
+};
+
+class OpEmitter {
+ public:
+  OpEmitter(Graph& graph, EmitterOptions options) : graph_(graph), options_(options) {}
+
+  // Block index stamped on the ops and tensors emitted next (-1: none).
+  void set_layer(int layer) { layer_ = layer; }
+  int layer() const { return layer_; }
+  void set_phase(Phase phase) { phase_ = phase; }
+  // Marks the ops emitted next as eager attention's core (Op::attention_core).
+  void set_attention_core(bool on) { attention_core_ = on; }
+  const EmitterOptions& options() const { return options_; }
+  Graph& graph() { return graph_; }
+
+  // Leaf tensors.
+  TensorId Parameter(std::string name, std::vector<int64_t> shape, DType dtype,
+                     bool trainable = true);
+  TensorId Buffer(std::string name, std::vector<int64_t> shape, DType dtype);
+  TensorId Input(std::string name, std::vector<int64_t> shape, DType dtype);
+
+  // Whether a gradient flows to `id` (Note [Saved tensors follow requires_grad]).
+  bool RequiresGrad(TensorId id) const;
+
+  TensorId Embedding(const std::string& name, TensorId ids, TensorId table);
+  // `bias` may be kNone. `x_shard`: Note [Sequence-parallel linear].
+  TensorId Linear(const std::string& name, TensorId x, TensorId weight, TensorId bias = kNone,
+                  TensorId x_shard = kNone);
+  // a[..., m, k] @ b[..., k, n]; `b_transposed` reads b as [..., n, k].
+  TensorId MatMul(const std::string& name, TensorId a, TensorId b, bool b_transposed = false);
+  // No-op (returns x) when x already has `dtype`.
+  TensorId Cast(const std::string& name, TensorId x, DType dtype);
+  // Autocast's cast of a matmul operand: Cast to compute_dtype under autocast.
+  TensorId ToCompute(const std::string& name, TensorId x);
+  TensorId LayerNorm(const std::string& name, TensorId x, TensorId weight, TensorId bias);
+  TensorId RmsNorm(const std::string& name, TensorId x, TensorId weight);
+  TensorId BatchNorm(const std::string& name, TensorId x, TensorId weight, TensorId bias);
+  TensorId Activation(const std::string& name, ActivationKind kind, TensorId x);
+  TensorId Mul(const std::string& name, TensorId a, TensorId b);
+  TensorId Add(const std::string& name, TensorId a, TensorId b);
+  TensorId Scale(const std::string& name, TensorId x);
+  TensorId MaskedScale(const std::string& name, TensorId scores);
+  TensorId Softmax(const std::string& name, TensorId x);
+  // Identity (returns x, emits nothing) when not training or p == 0.
+  TensorId Dropout(const std::string& name, TensorId x, double p);
+  TensorId Rotary(const std::string& name, TensorId x, TensorId cos, TensorId sin,
+                  int64_t rotary_dims);
+  // q [b, heads, s, d], k/v [b, kv_heads, s, d] -> out [b, heads, s, d].
+  TensorId FlashAttention(const std::string& name, TensorId q, TensorId k, TensorId v,
+                          bool causal);
+  // x [n, c, h, w], weight [out, c/groups, kh, kw].
+  TensorId Conv2d(const std::string& name, TensorId x, TensorId weight, TensorId bias,
+                  int64_t stride, int64_t padding);
+  TensorId MaxPool2d(const std::string& name, TensorId x, int64_t kernel, int64_t stride,
+                     int64_t padding);
+  TensorId AdaptiveAvgPool2d(const std::string& name, TensorId x, int64_t out_h, int64_t out_w);
+  TensorId GatherRows(const std::string& name, TensorId x, int64_t rows);
+  // acc += src scattered by row (in place): returns the new view of acc.
+  TensorId IndexAdd(const std::string& name, TensorId acc, TensorId src);
+  struct Routing {
+    TensorId weights;  // [tokens, k] f32
+    TensorId indices;  // [tokens, k] i64
+  };
+  Routing RouterTopK(const std::string& name, TensorId logits, int64_t k);
+  // logits [n, classes]; returns the scalar loss (phase kLoss).
+  TensorId CrossEntropy(const std::string& name, TensorId logits, TensorId labels);
+  TensorId DequantizeNf4(const std::string& name, TensorId weight,
+                         const std::vector<TensorId>& constants, std::vector<int64_t> shape);
+  // Collectives over the tensor-parallel group of size `group`.
+  TensorId AllReduce(const std::string& name, TensorId x, int group);
+  TensorId AllGather(const std::string& name, TensorId x_shard, int dim, int group);
+  TensorId ReduceScatter(const std::string& name, TensorId x, int dim, int group);
+  // A view with a new shape (same elements) or a slice (fewer elements).
+  TensorId View(const std::string& name, TensorId x, std::vector<int64_t> shape);
+
+ private:
+  TensorId NewTensor(std::string name, std::vector<int64_t> shape, DType dtype,
+                     TensorRole role = TensorRole::kActivation);
+  OpId Emit(Op op, bool requires_grad);
+  // The wider of two floating dtypes (type promotion of elementwise ops).
+  static DType Promote(DType a, DType b);
+
+  Graph& graph_;
+  EmitterOptions options_;
+  int layer_ = -1;
+  Phase phase_ = Phase::kForward;
+  bool attention_core_ = false;
+  std::vector<bool> requires_grad_;  // by tensor id
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_GRAPH_OPS_H_
