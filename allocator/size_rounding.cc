@@ -16,4 +16,10 @@ uint64_t RoundSize(uint64_t size, const RoundingOptions& options) {
   return (size + step - 1) / step * step;
 }
 
+uint64_t SegmentSizeFor(uint64_t rounded_size) {
+  if (IsSmallRequest(rounded_size)) return kSmallBuffer;
+  if (rounded_size < kMinLargeAlloc) return kLargeBuffer;
+  return (rounded_size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+}
+
 }  // namespace headroom

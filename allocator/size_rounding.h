@@ -18,6 +18,25 @@ namespace headroom {
 
 inline constexpr uint64_t kMinBlockSize = 512;
 
+// Pool and segment sizes. The figures are PyTorch's (c10/cuda/
+// CUDACachingAllocator.cpp: kSmallSize, kSmallBuffer, kMinLargeAlloc,
+// kLargeBuffer, kRoundLarge) so that replaying a PyTorch trace predicts what
+// PyTorch reserves.
+inline constexpr uint64_t kSmallSize = uint64_t{1} << 20;       // largest "small" request
+inline constexpr uint64_t kSmallBuffer = uint64_t{2} << 20;     // segment of the small pool
+inline constexpr uint64_t kMinLargeAlloc = uint64_t{10} << 20;  // below: a kLargeBuffer segment
+inline constexpr uint64_t kLargeBuffer = uint64_t{20} << 20;
+inline constexpr uint64_t kRoundLarge = uint64_t{2} << 20;      // large segments are multiples
+
+// Requests at or below kSmallSize (after rounding) are served from the small
+// pool, the rest from the large pool; the two never share a segment.
+inline constexpr bool IsSmallRequest(uint64_t rounded_size) { return rounded_size <= kSmallSize; }
+
+// The size of the segment allocated from the device when no cached block
+// fits a (rounded) request: a 2 MiB small-pool buffer, a 20 MiB large buffer
+// for requests below 10 MiB, otherwise the request rounded up to 2 MiB.
+uint64_t SegmentSizeFor(uint64_t rounded_size);
+
 struct RoundingOptions {
   // 0 or 1: plain 512-byte rounding. Otherwise a power of two: the number of
   // equal steps each power-of-two interval is cut into.

@@ -1,0 +1,46 @@
+// What the caching allocator can be told. Policy code reads only this
+// struct (never the environment); ParseAllocConf (alloc_conf.h) builds one
+// from a HEADROOM_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF-style string.
+//
+//   AllocatorOptions options{.max_split_size = 512 * kMiB, .expandable_segments = true};
+//
+// Defaults reproduce PyTorch's native caching allocator with an empty
+// PYTORCH_CUDA_ALLOC_CONF.
+#ifndef HEADROOM_ALLOCATOR_ALLOCATOR_OPTIONS_H_
+#define HEADROOM_ALLOCATOR_ALLOCATOR_OPTIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "allocator/size_rounding.h"
+
+namespace headroom {
+
+inline constexpr uint64_t kUnlimitedSplitSize = std::numeric_limits<uint64_t>::max();
+
+struct AllocatorOptions {
+  RoundingOptions rounding;
+  // Cached blocks at least this large are never split, and serve only
+  // requests at least this large (and within kLargeBuffer of their size).
+  // Bounds fragmentation by huge blocks; PyTorch's max_split_size_mb.
+  uint64_t max_split_size = kUnlimitedSplitSize;
+  // In (0, 1): once reserved memory exceeds this fraction of the allowed
+  // memory, the oldest unused cached segments are released before the device
+  // is asked for more. 0: off.
+  double garbage_collection_threshold = 0.0;
+  // Note [Expandable segments] in caching_allocator.h.
+  bool expandable_segments = false;
+  // Fraction of the device's total memory this allocator may reserve.
+  double memory_fraction = 1.0;
+  // Absolute cap on reserved bytes; 0: none. The stricter of the two applies.
+  uint64_t hard_limit_bytes = 0;
+  // Note [Cross-stream reuse] in caching_allocator.h. Off as in PyTorch.
+  bool cross_stream_reuse = false;
+  // Entries kept in the history ring buffer (0: not recorded).
+  size_t history_entries = 0;
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_ALLOCATOR_ALLOCATOR_OPTIONS_H_

@@ -1,0 +1,89 @@
+// Blocks and segments: the caching allocator's view of device memory.
+//
+// A Segment is one range obtained from the device: a Malloc, or (expandable
+// segments) one address reservation whose pages are mapped on demand. Its
+// blocks partition it exactly, in address order, linked by prev/next:
+//
+//   segment [0x1000 ...................................................)
+//           | block A: allocated | block B: free | block C: unmapped ... |
+//
+// A block is allocated (handed to a caller), pending (freed by the caller
+// but still in use by another stream; see Note [Stream-ordered frees]),
+// free (cached in its pool) or, only in an expandable segment, unmapped.
+// Invariants (CachingAllocator::Validate):
+//  - blocks tile their segment; sizes and addresses are multiples of 512
+//    (unmapped blocks: of the map granularity);
+//  - a free block is in exactly one BlockPool and no two free, mapped
+//    neighbours with the same stream exist (they are coalesced at free);
+//  - mapped blocks of an expandable segment lie in mapped pages only.
+#ifndef HEADROOM_ALLOCATOR_BLOCK_H_
+#define HEADROOM_ALLOCATOR_BLOCK_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/btree_set.h"
+#include "allocator/device_backend.h"
+
+namespace headroom::internal {
+
+enum class PoolKind : uint8_t { kSmall, kLarge };
+
+struct Segment;
+
+struct Block {
+  DeviceAddress address = 0;
+  uint64_t size = 0;
+  uint64_t requested_size = 0;  // caller's size while allocated
+  StreamHandle stream;          // the stream this block is reused on
+  PoolKind pool = PoolKind::kLarge;
+  bool allocated = false;
+  bool mapped = true;
+  // Counted in inactive_split stats while cached (see CachingAllocator::PoolInsert).
+  bool counted_inactive_split = false;
+  int pending_events = 0;  // > 0: freed, waiting for other streams
+  Block* prev = nullptr;
+  Block* next = nullptr;
+  Segment* segment = nullptr;
+  // Streams other than `stream` that used the block (RecordStream).
+  std::vector<StreamHandle> stream_uses;
+  // Value of the pool's lookup counter when the block was cached; the
+  // difference to the current value is its age for garbage collection.
+  uint64_t cached_at = 0;
+
+  bool is_free() const { return !allocated && pending_events == 0 && mapped; }
+  bool is_split() const { return prev != nullptr || next != nullptr; }
+};
+
+// Order of a BlockPool: by stream, then size, then address, so that
+// lower_bound({stream, size, 0}) is the best fit on that stream.
+struct BlockBySize {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return a->address < b->address;
+  }
+};
+
+struct BlockByAddress {
+  bool operator()(const Block* a, const Block* b) const { return a->address < b->address; }
+};
+
+struct Segment {
+  DeviceAddress address = 0;
+  uint64_t size = 0;  // bytes Malloc'ed, or bytes reserved when expandable
+  StreamHandle stream;
+  PoolKind pool = PoolKind::kLarge;
+  bool expandable = false;
+  Block* first = nullptr;
+  // Expandable segments only (Note [Expandable segments]): one physical
+  // handle per granularity page, value 0 where unmapped; and the unmapped
+  // blocks in address order.
+  std::vector<PhysicalHandle> pages;
+  uint64_t mapped_bytes = 0;
+  absl::btree_set<Block*, BlockByAddress> unmapped;
+};
+
+}  // namespace headroom::internal
+
+#endif  // HEADROOM_ALLOCATOR_BLOCK_H_

@@ -1,0 +1,723 @@
+// The caching policy: allocate, free, stream-ordered reuse, statistics,
+// validation. Segment growth and the out-of-memory path are in
+// caching_allocator_segments.cc, expandable segments in
+// caching_allocator_expandable.cc.
+#include "allocator/caching_allocator.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "common/units.h"
+
+namespace headroom {
+
+absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(DeviceBackend* backend,
+                                                                          AllocatorOptions options) {
+  if (backend == nullptr) return absl::InvalidArgumentError("caching allocator: no device backend");
+  if (!(options.memory_fraction > 0.0 && options.memory_fraction <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("caching allocator: memory_fraction %g is not in (0, 1]", options.memory_fraction));
+  }
+  if (!(options.garbage_collection_threshold >= 0.0 && options.garbage_collection_threshold < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "caching allocator: garbage_collection_threshold %g is not in [0, 1)", options.garbage_collection_threshold));
+  }
+  if (options.max_split_size != kUnlimitedSplitSize && options.max_split_size <= kLargeBuffer) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "caching allocator: max_split_size %s must be larger than %s", FormatBytes(options.max_split_size),
+        FormatBytes(kLargeBuffer)));
+  }
+  const uint32_t divisions = options.rounding.power2_divisions;
+  if (divisions > 1 && !std::has_single_bit(divisions)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("caching allocator: power2 divisions %d is not a power of two", divisions));
+  }
+  const DeviceProperties& props = backend->properties();
+  if (options.expandable_segments && !props.supports_virtual_memory) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "caching allocator: expandable_segments needs the virtual memory API, which device '%s' lacks", props.name));
+  }
+  if (props.total_bytes == 0 || props.map_granularity == 0 || props.map_granularity % kMinBlockSize != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("caching allocator: device '%s' reports no memory or a bad granularity", props.name));
+  }
+  return std::unique_ptr<CachingAllocator>(new CachingAllocator(backend, options));
+}
+
+CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions options)
+    : backend_(backend),
+      options_(options),
+      granularity_(backend->properties().map_granularity),
+      total_bytes_(backend->properties().total_bytes),
+      memory_fraction_(options.memory_fraction),
+      history_(options.history_entries) {
+  stats_.max_split_size = options_.max_split_size == kUnlimitedSplitSize ? 0 : options_.max_split_size;
+}
+
+CachingAllocator::~CachingAllocator() {
+  absl::MutexLock lock(&mu_);
+  // Teardown: best effort, errors have nowhere to go.
+  for (const PendingFree& pending : pending_frees_) free_events_.push_back(pending.event);
+  for (EventHandle event : free_events_) (void)backend_->DestroyEvent(event);
+  for (auto& [address, segment] : segments_) {
+    if (segment->expandable) {
+      for (size_t i = 0; i < segment->pages.size(); ++i) {
+        if (segment->pages[i].value == 0) continue;
+        (void)backend_->Unmap(segment->address + i * granularity_, granularity_);
+        (void)backend_->ReleasePhysical(segment->pages[i]);
+      }
+      (void)backend_->ReleaseAddressRange(segment->address, segment->size);
+    } else {
+      (void)backend_->Free(segment->address);
+    }
+    for (Block* b = segment->first; b != nullptr;) {
+      Block* next = b->next;
+      delete b;
+      b = next;
+    }
+    delete segment;
+  }
+  for (Block* b : spare_blocks_) delete b;
+}
+
+uint64_t CachingAllocator::AllowedBytes() const {
+  absl::MutexLock lock(&mu_);
+  return AllowedBytesLocked();
+}
+
+uint64_t CachingAllocator::AllowedBytesLocked() const {
+  uint64_t allowed = static_cast<uint64_t>(std::floor(static_cast<double>(total_bytes_) * memory_fraction_));
+  if (options_.hard_limit_bytes != 0) allowed = std::min(allowed, options_.hard_limit_bytes);
+  return allowed;
+}
+
+// --- Blocks ------------------------------------------------------------------
+
+CachingAllocator::Block* CachingAllocator::NewBlock() {
+  if (spare_blocks_.empty()) return new Block();
+  Block* block = spare_blocks_.back();
+  spare_blocks_.pop_back();
+  *block = Block();
+  return block;
+}
+
+void CachingAllocator::DeleteBlock(Block* block) {
+  block->stream_uses.clear();
+  spare_blocks_.push_back(block);
+}
+
+// Keeps inactive_split stats exact: a cached block counts while it is in a
+// pool, and whether it counted is remembered, because its neighbours (and so
+// is_split()) change only while it is out of the pool.
+void CachingAllocator::PoolInsert(Block* block) {
+  block->cached_at = PoolOf(block->pool).lookups;
+  PoolOf(block->pool).Insert(block);
+  block->counted_inactive_split = block->is_split();
+  if (block->counted_inactive_split) {
+    const int64_t bytes = static_cast<int64_t>(block->size);
+    for (size_t i : {size_t{kAllPools}, StatOf(block->pool)}) {
+      stats_.inactive_split[i].Increase(1);
+      stats_.inactive_split_bytes[i].Increase(bytes);
+    }
+  }
+}
+
+void CachingAllocator::PoolErase(Block* block) {
+  PoolOf(block->pool).Erase(block);
+  if (block->counted_inactive_split) {
+    const int64_t bytes = static_cast<int64_t>(block->size);
+    for (size_t i : {size_t{kAllPools}, StatOf(block->pool)}) {
+      stats_.inactive_split[i].Decrease(1);
+      stats_.inactive_split_bytes[i].Decrease(bytes);
+    }
+    block->counted_inactive_split = false;
+  }
+}
+
+void CachingAllocator::Record(TraceAction action, DeviceAddress address, uint64_t size, StreamHandle stream) {
+  if (!history_.enabled()) return;
+  history_.Add({.action = action,
+                .address = address,
+                .size = size,
+                .stream = stream,
+                .time_ns = backend_->NowNanoseconds()});
+}
+
+absl::StatusOr<DeviceAddress> CachingAllocator::Allocate(uint64_t size, StreamHandle stream) {
+  if (size == 0) return DeviceAddress{0};
+  if (size > kMaxRequest) {
+    return absl::InvalidArgumentError(absl::StrFormat("allocate: %d bytes is beyond any device", size));
+  }
+  const uint64_t rounded = RoundSize(size, options_.rounding);
+  absl::MutexLock lock(&mu_);
+  HEADROOM_ASSIGN_OR_RETURN(Block * block, AllocateBlock(size, rounded, stream));
+  pointers_.Insert(block->address, block);
+  return block->address;
+}
+
+CachingAllocator::Block* CachingAllocator::TakeCachedBlock(PoolKind kind, StreamHandle stream, uint64_t size) {
+  BlockPool& pool = PoolOf(kind);
+  Block* block = pool.BestFit(stream, size);
+  if (block == nullptr) return nullptr;
+  const uint64_t max_split = options_.max_split_size;
+  // Oversize blocks are kept whole for oversize requests, and an oversize
+  // request does not take a block much larger than itself.
+  if (size < max_split && block->size >= max_split) return nullptr;
+  if (size >= max_split && block->size >= size + kLargeBuffer) return nullptr;
+  PoolErase(block);
+  return block;
+}
+
+absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlock(uint64_t size, uint64_t rounded,
+                                                                         StreamHandle stream) {
+  if (!pending_frees_.empty()) HEADROOM_RETURN_IF_ERROR(ProcessPendingFrees());
+  const PoolKind kind = IsSmallRequest(rounded) ? PoolKind::kSmall : PoolKind::kLarge;
+  Block* block = TakeCachedBlock(kind, stream, rounded);
+  if (block == nullptr) {
+    HEADROOM_ASSIGN_OR_RETURN(block, AllocateBlockSlow(kind, size, rounded, stream));
+  }
+  if (ShouldSplit(block, rounded)) Split(block, rounded);
+  block->allocated = true;
+  block->requested_size = size;
+  const int64_t bytes = static_cast<int64_t>(block->size);
+  for (size_t i : {size_t{kAllPools}, StatOf(kind)}) {
+    stats_.allocation[i].Increase(1);
+    stats_.allocated_bytes[i].Increase(bytes);
+    stats_.requested_bytes[i].Increase(static_cast<int64_t>(size));
+    stats_.active[i].Increase(1);
+    stats_.active_bytes[i].Increase(bytes);
+  }
+  if (block->size >= options_.max_split_size) stats_.oversize_allocations.Increase(1);
+  UpdatePeakTracking();
+  Record(TraceAction::kAlloc, block->address, block->size, stream);
+  return block;
+}
+
+// The out-of-line path: no cached block on this stream fits.
+absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlockSlow(PoolKind kind, uint64_t size,
+                                                                             uint64_t rounded,
+                                                                             StreamHandle stream) {
+  ++PoolOf(kind).lookups;
+  if (options_.garbage_collection_threshold > 0.0) HEADROOM_RETURN_IF_ERROR(GarbageCollect());
+  if (options_.cross_stream_reuse) {
+    HEADROOM_ASSIGN_OR_RETURN(Block * reused, TakeOtherStreamBlock(kind, stream, rounded));
+    if (reused != nullptr) return reused;
+  }
+  absl::StatusOr<Block*> grown = GrowPool(kind, stream, rounded);
+  if (grown.ok() || !absl::IsResourceExhausted(grown.status())) return grown;
+
+  // Note [Out of memory]
+  ++stats_.num_alloc_retries;
+  const uint64_t needed = options_.expandable_segments ? rounded : SegmentSizeFor(rounded);
+  HEADROOM_ASSIGN_OR_RETURN(bool released, ReleaseAvailableCache(kind, needed));
+  if (released) {
+    grown = GrowPool(kind, stream, rounded);
+    if (grown.ok() || !absl::IsResourceExhausted(grown.status())) return grown;
+  }
+  if (!pending_frees_.empty()) {
+    HEADROOM_RETURN_IF_ERROR(WaitForPendingFrees());
+    if (Block* block = TakeCachedBlock(kind, stream, rounded)) return block;
+  }
+  HEADROOM_RETURN_IF_ERROR(ReleaseAllCache());
+  grown = GrowPool(kind, stream, rounded);
+  if (grown.ok() || !absl::IsResourceExhausted(grown.status())) return grown;
+  return OutOfMemory(size, rounded, stream, grown.status());
+}
+
+// Note [Cross-stream reuse]
+absl::StatusOr<CachingAllocator::Block*> CachingAllocator::TakeOtherStreamBlock(PoolKind kind, StreamHandle stream,
+                                                                                uint64_t size) {
+  BlockPool& pool = PoolOf(kind);
+  Block* best = nullptr;
+  // The pool is ordered by stream first: visit each other stream's best fit.
+  auto it = pool.blocks().begin();
+  while (it != pool.blocks().end()) {
+    const StreamHandle other = (*it)->stream;
+    if (other != stream) {
+      Block* fit = pool.BestFit(other, size);
+      const bool oversize_mismatch =
+          fit != nullptr && ((size < options_.max_split_size && fit->size >= options_.max_split_size) ||
+                             (size >= options_.max_split_size && fit->size >= size + kLargeBuffer));
+      if (fit != nullptr && !oversize_mismatch && (best == nullptr || fit->size < best->size)) best = fit;
+    }
+    Block key;
+    key.stream = StreamHandle{other.value + 1};
+    if (other.value == UINT64_MAX) break;
+    it = pool.blocks().lower_bound(&key);
+  }
+  if (best == nullptr) return nullptr;
+  HEADROOM_ASSIGN_OR_RETURN(EventHandle event, TakeEvent());
+  absl::Status status = backend_->RecordEvent(event, best->stream);
+  if (status.ok()) status = backend_->StreamWaitEvent(stream, event);
+  free_events_.push_back(event);  // reusable once the wait is enqueued
+  if (!status.ok()) return status;
+  PoolErase(best);
+  best->stream = stream;
+  return best;
+}
+
+bool CachingAllocator::ShouldSplit(const Block* block, uint64_t size) const {
+  const uint64_t remaining = block->size - size;
+  if (block->pool == PoolKind::kSmall || block->segment->expandable) return remaining >= kMinBlockSize;
+  return size < options_.max_split_size && remaining > kSmallSize;
+}
+
+void CachingAllocator::Split(Block* block, uint64_t size) {
+  Block* rest = NewBlock();
+  rest->address = block->address + size;
+  rest->size = block->size - size;
+  rest->stream = block->stream;
+  rest->pool = block->pool;
+  rest->segment = block->segment;
+  rest->prev = block;
+  rest->next = block->next;
+  if (block->next != nullptr) block->next->prev = rest;
+  block->next = rest;
+  block->size = size;
+  // `block` was coalesced, so `rest` has no free neighbour to merge with.
+  PoolInsert(rest);
+}
+
+CachingAllocator::Block* CachingAllocator::CacheFreeBlock(Block* block) {
+  block->allocated = false;
+  block->requested_size = 0;
+  auto mergeable = [block](const Block* n) { return n != nullptr && n->is_free() && n->stream == block->stream; };
+  if (Block* prev = block->prev; mergeable(prev)) {
+    PoolErase(prev);
+    block->address = prev->address;
+    block->size += prev->size;
+    block->prev = prev->prev;
+    if (block->prev != nullptr) {
+      block->prev->next = block;
+    } else {
+      block->segment->first = block;
+    }
+    DeleteBlock(prev);
+  }
+  if (Block* next = block->next; mergeable(next)) {
+    PoolErase(next);
+    block->size += next->size;
+    block->next = next->next;
+    if (block->next != nullptr) block->next->prev = block;
+    DeleteBlock(next);
+  }
+  PoolInsert(block);
+  return block;
+}
+
+void CachingAllocator::CompleteFree(Block* block) {
+  const int64_t bytes = static_cast<int64_t>(block->size);
+  for (size_t i : {size_t{kAllPools}, StatOf(block->pool)}) {
+    stats_.active[i].Decrease(1);
+    stats_.active_bytes[i].Decrease(bytes);
+  }
+  Record(TraceAction::kFreeCompleted, block->address, block->size, block->stream);
+  CacheFreeBlock(block);
+}
+
+absl::Status CachingAllocator::FreeAllocatedBlock(Block* block) {
+  const int64_t bytes = static_cast<int64_t>(block->size);
+  for (size_t i : {size_t{kAllPools}, StatOf(block->pool)}) {
+    stats_.allocation[i].Decrease(1);
+    stats_.allocated_bytes[i].Decrease(bytes);
+    stats_.requested_bytes[i].Decrease(static_cast<int64_t>(block->requested_size));
+  }
+  if (block->size >= options_.max_split_size) stats_.oversize_allocations.Decrease(1);
+  Record(TraceAction::kFreeRequested, block->address, block->size, block->stream);
+  block->allocated = false;
+  block->requested_size = 0;
+  if (block->stream_uses.empty()) {
+    CompleteFree(block);
+    return absl::OkStatus();
+  }
+  // Note [Stream-ordered frees]
+  std::vector<StreamHandle> uses;
+  uses.swap(block->stream_uses);
+  absl::Status first_error;
+  for (StreamHandle use : uses) {
+    absl::StatusOr<EventHandle> event = TakeEvent();
+    absl::Status status = event.status();
+    if (status.ok()) status = backend_->RecordEvent(*event, use);
+    if (status.ok()) {
+      pending_frees_.push_back({*event, block});
+      ++block->pending_events;
+      continue;
+    }
+    if (event.ok()) free_events_.push_back(*event);
+    // No event: wait for the stream on the host instead; correct, only slower.
+    if (absl::Status sync = backend_->SynchronizeStream(use); !sync.ok() && first_error.ok()) first_error = sync;
+  }
+  if (block->pending_events == 0) {
+    if (!first_error.ok()) {
+      // Neither an event nor a host wait worked: the block cannot be proven
+      // idle, so it stays out of the pool (counted active) rather than risk
+      // handing out memory a kernel may still write.
+      return first_error;
+    }
+    CompleteFree(block);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EventHandle> CachingAllocator::TakeEvent() {
+  if (!free_events_.empty()) {
+    EventHandle event = free_events_.back();
+    free_events_.pop_back();
+    return event;
+  }
+  return backend_->CreateEvent();
+}
+
+absl::Status CachingAllocator::ProcessPendingFrees() {
+  std::deque<PendingFree> waiting;
+  absl::Status result;
+  while (!pending_frees_.empty()) {
+    PendingFree pending = pending_frees_.front();
+    pending_frees_.pop_front();
+    absl::StatusOr<bool> done = backend_->QueryEvent(pending.event);
+    if (!done.ok() || !*done) {
+      if (!done.ok() && result.ok()) result = done.status();
+      waiting.push_back(pending);
+      continue;
+    }
+    free_events_.push_back(pending.event);
+    if (--pending.block->pending_events == 0) CompleteFree(pending.block);
+  }
+  pending_frees_.swap(waiting);
+  return result;
+}
+
+absl::Status CachingAllocator::WaitForPendingFrees() {
+  ++stats_.num_sync_all_streams;
+  for (const PendingFree& pending : pending_frees_) {
+    HEADROOM_RETURN_IF_ERROR(backend_->SynchronizeEvent(pending.event));
+  }
+  return ProcessPendingFrees();
+}
+
+absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_t> expected_size) {
+  if (address == 0) return absl::OkStatus();
+  Block* block = pointers_.Remove(address);  // Note [Sharded pointer map]
+  absl::MutexLock lock(&mu_);
+  if (block == nullptr) return absl::InvalidArgumentError(DescribeBadFree(address));
+  if (expected_size.has_value() && *expected_size != block->requested_size) {
+    pointers_.Insert(address, block);
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "free of 0x%x with size %d, but it was allocated with size %d (not freed)", address, *expected_size,
+        block->requested_size));
+  }
+  return FreeAllocatedBlock(block);
+}
+
+std::string CachingAllocator::DescribeBadFree(DeviceAddress address) {
+  auto it = segments_.upper_bound(address);
+  if (it != segments_.begin()) {
+    const Segment* segment = std::prev(it)->second;
+    if (address < segment->address + segment->size) {
+      for (const Block* b = segment->first; b != nullptr; b = b->next) {
+        if (address < b->address || address >= b->address + b->size) continue;
+        if (b->address != address) {
+          return absl::StrFormat(
+              "free of 0x%x, which points inside the block [0x%x, +%d): pass the address Allocate returned", address,
+              b->address, b->size);
+        }
+        return absl::StrFormat("double free of 0x%x: the block was already freed%s", address,
+                               b->pending_events > 0 ? " (and still waits for other streams)" : "");
+      }
+    }
+  }
+  return absl::StrFormat("free of 0x%x, which this allocator did not allocate (foreign pointer)", address);
+}
+
+absl::Status CachingAllocator::RecordStream(DeviceAddress address, StreamHandle stream) {
+  absl::MutexLock lock(&mu_);
+  return pointers_.With(address, [&](Block* block) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+    if (block == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("record_stream on 0x%x, which is not an allocated block", address));
+    }
+    if (stream != block->stream &&
+        std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) == block->stream_uses.end()) {
+      block->stream_uses.push_back(stream);
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<BlockInfo> CachingAllocator::Lookup(DeviceAddress address) const {
+  // Fields of an allocated block change only while it is out of the map, so
+  // the shard lock is enough (Note [Sharded pointer map]).
+  return const_cast<internal::PointerMap&>(pointers_).With(address, [&](Block* block) -> absl::StatusOr<BlockInfo> {
+    if (block == nullptr) {
+      return absl::NotFoundError(absl::StrFormat("0x%x is not an allocated block", address));
+    }
+    return BlockInfo{.address = block->address,
+                     .size = block->size,
+                     .requested_size = block->requested_size,
+                     .stream = block->stream};
+  });
+}
+
+// --- Statistics ------------------------------------------------------------------
+
+void CachingAllocator::UpdatePeakTracking() {
+  const Stat& allocated = stats_.allocated_bytes[kAllPools];
+  if (allocated.current >= allocated.peak) {
+    stats_.reserved_bytes_at_peak_allocated = stats_.reserved_bytes[kAllPools].current;
+  }
+}
+
+void CachingAllocator::ResetPeakStats() {
+  absl::MutexLock lock(&mu_);
+  for (StatArray* array : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
+                           &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
+                           &stats_.inactive_split_bytes, &stats_.requested_bytes}) {
+    for (Stat& stat : *array) stat.ResetPeak();
+  }
+  stats_.oversize_allocations.ResetPeak();
+  stats_.oversize_segments.ResetPeak();
+  stats_.reserved_bytes_at_peak_allocated = stats_.reserved_bytes[kAllPools].current;
+}
+
+void CachingAllocator::ResetAccumulatedStats() {
+  absl::MutexLock lock(&mu_);
+  for (StatArray* array : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
+                           &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
+                           &stats_.inactive_split_bytes, &stats_.requested_bytes}) {
+    for (Stat& stat : *array) stat.ResetAccumulated();
+  }
+  stats_.oversize_allocations.ResetAccumulated();
+  stats_.oversize_segments.ResetAccumulated();
+  stats_.num_alloc_retries = 0;
+  stats_.num_ooms = 0;
+  stats_.num_sync_all_streams = 0;
+  stats_.num_device_alloc = 0;
+  stats_.num_device_free = 0;
+}
+
+MemoryStats CachingAllocator::GetStats() const {
+  absl::MutexLock lock(&mu_);
+  MemoryStats stats = stats_;
+  uint64_t largest = 0;
+  for (const BlockPool* pool : {&small_pool_, &large_pool_}) {
+    for (const Block* block : pool->blocks()) largest = std::max(largest, block->size);
+  }
+  stats.largest_free_block_bytes = largest;
+  stats.total_free_bytes =
+      static_cast<uint64_t>(stats.reserved_bytes[kAllPools].current - stats.active_bytes[kAllPools].current);
+  stats.external_fragmentation =
+      stats.total_free_bytes == 0 ? 0.0
+                                  : 1.0 - static_cast<double>(largest) / static_cast<double>(stats.total_free_bytes);
+  const int64_t peak = stats.allocated_bytes[kAllPools].peak;
+  stats.reserved_to_allocated_at_peak =
+      peak == 0 ? 0.0 : static_cast<double>(stats.reserved_bytes_at_peak_allocated) / static_cast<double>(peak);
+  return stats;
+}
+
+void CachingAllocator::SetHistoryCapacity(size_t entries) {
+  absl::MutexLock lock(&mu_);
+  history_.SetCapacity(entries);
+}
+
+absl::Status CachingAllocator::SetMemoryFraction(double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrFormat("memory fraction %g is not in (0, 1]", fraction));
+  }
+  absl::MutexLock lock(&mu_);
+  memory_fraction_ = fraction;
+  return absl::OkStatus();
+}
+
+AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
+  absl::MutexLock lock(&mu_);
+  AllocatorSnapshot snapshot;
+  snapshot.device = backend_->properties().ordinal;
+  for (const auto& [address, segment] : segments_) {
+    SegmentSnapshot current;
+    auto flush = [&] {
+      if (!current.blocks.empty()) snapshot.segments.push_back(std::move(current));
+      current = SegmentSnapshot();
+    };
+    for (const Block* b = segment->first; b != nullptr; b = b->next) {
+      if (!b->mapped) {  // expandable: one snapshot segment per mapped run
+        flush();
+        continue;
+      }
+      if (current.blocks.empty()) {
+        current.address = b->address;
+        current.stream = segment->stream;
+        current.small_pool = segment->pool == PoolKind::kSmall;
+        current.expandable = segment->expandable;
+      }
+      BlockSnapshot block{.address = b->address, .size = b->size, .requested_size = b->requested_size};
+      if (b->allocated) {
+        block.state = BlockState::kActiveAllocated;
+        current.allocated_size += b->size;
+        current.active_size += b->size;
+        current.requested_size += b->requested_size;
+      } else if (b->pending_events > 0) {
+        block.state = BlockState::kActivePendingFree;
+        current.active_size += b->size;
+      }
+      current.total_size += b->size;
+      current.blocks.push_back(block);
+    }
+    flush();
+  }
+  snapshot.trace = history_.Entries();
+  snapshot.settings = {{"max_split_size", stats_.max_split_size},
+                       {"expandable_segments", options_.expandable_segments},
+                       {"garbage_collection_threshold", options_.garbage_collection_threshold},
+                       {"roundup_power2_divisions", options_.rounding.power2_divisions},
+                       {"memory_fraction", memory_fraction_},
+                       {"cross_stream_reuse", options_.cross_stream_reuse}};
+  return snapshot;
+}
+
+// --- Validation ------------------------------------------------------------------
+
+absl::Status CachingAllocator::Validate() const {
+  absl::MutexLock lock(&mu_);
+  auto fail = [](auto&&... args) { return absl::InternalError(absl::StrFormat(args...)); };
+  StatArray allocation{}, allocated_bytes{}, active{}, active_bytes{}, reserved{}, inactive{}, inactive_bytes{},
+      segment_count{}, requested{};
+  size_t free_blocks = 0;
+  size_t pending_blocks_events = 0;
+  for (const auto& [address, segment] : segments_) {
+    if (segment->address != address) return fail("segment 0x%x filed under 0x%x", segment->address, address);
+    const size_t pool_stat = StatOf(segment->pool);
+    for (size_t i : {size_t{kAllPools}, pool_stat}) {
+      segment_count[i].current += 1;
+      reserved[i].current += static_cast<int64_t>(segment->expandable ? segment->mapped_bytes : segment->size);
+    }
+    uint64_t expected = segment->address;
+    uint64_t mapped_pages = 0;
+    const Block* prev = nullptr;
+    size_t unmapped_blocks = 0;
+    for (const Block* b = segment->first; b != nullptr; b = b->next) {
+      if (b->prev != prev) return fail("block 0x%x: broken prev link", b->address);
+      if (b->segment != segment) return fail("block 0x%x: wrong segment", b->address);
+      if (b->address != expected) return fail("block 0x%x: gap or overlap, expected 0x%x", b->address, expected);
+      if (b->size == 0 || b->size % kMinBlockSize != 0 || b->address % kMinBlockSize != 0) {
+        return fail("block 0x%x: size %d or address not a multiple of 512", b->address, b->size);
+      }
+      if (b->pool != segment->pool) return fail("block 0x%x: pool differs from its segment", b->address);
+      if (b->allocated && b->pending_events > 0) return fail("block 0x%x: allocated and pending", b->address);
+      if (!b->mapped) {
+        if (!segment->expandable) return fail("block 0x%x: unmapped in a plain segment", b->address);
+        if (b->allocated || b->pending_events > 0) return fail("block 0x%x: unmapped but in use", b->address);
+        if ((b->address - segment->address) % granularity_ != 0 || b->size % granularity_ != 0) {
+          return fail("unmapped block 0x%x: not page aligned", b->address);
+        }
+        if (!segment->unmapped.contains(const_cast<Block*>(b))) {
+          return fail("unmapped block 0x%x missing from its segment's set", b->address);
+        }
+        if (prev != nullptr && !prev->mapped) return fail("adjacent unmapped blocks at 0x%x", b->address);
+        ++unmapped_blocks;
+      }
+      if (segment->expandable) {
+        const uint64_t first = (b->address - segment->address) / granularity_;
+        const uint64_t last = (b->address + b->size - 1 - segment->address) / granularity_;
+        for (uint64_t p = first; p <= last; ++p) {
+          const bool page_mapped = segment->pages[p].value != 0;
+          if (b->mapped && !page_mapped) return fail("mapped block 0x%x lies on an unmapped page", b->address);
+          if (!b->mapped && page_mapped) return fail("unmapped block 0x%x lies on a mapped page", b->address);
+        }
+      }
+      const bool in_pool = PoolOf(b->pool).Contains(const_cast<Block*>(b));
+      if (b->is_free() != in_pool) {
+        return fail("block 0x%x: free=%d but in pool=%d", b->address, b->is_free(), in_pool);
+      }
+      if (b->is_free()) {
+        ++free_blocks;
+        if (prev != nullptr && prev->is_free() && prev->stream == b->stream) {
+          return fail("free blocks 0x%x and 0x%x were not coalesced", prev->address, b->address);
+        }
+        if (b->counted_inactive_split != b->is_split()) {
+          return fail("block 0x%x: inactive_split accounting is stale", b->address);
+        }
+        if (b->counted_inactive_split) {
+          for (size_t i : {size_t{kAllPools}, pool_stat}) {
+            inactive[i].current += 1;
+            inactive_bytes[i].current += static_cast<int64_t>(b->size);
+          }
+        }
+      }
+      if (b->allocated) {
+        for (size_t i : {size_t{kAllPools}, pool_stat}) {
+          allocation[i].current += 1;
+          allocated_bytes[i].current += static_cast<int64_t>(b->size);
+          requested[i].current += static_cast<int64_t>(b->requested_size);
+        }
+      }
+      if (b->allocated || b->pending_events > 0) {
+        for (size_t i : {size_t{kAllPools}, pool_stat}) {
+          active[i].current += 1;
+          active_bytes[i].current += static_cast<int64_t>(b->size);
+        }
+      }
+      pending_blocks_events += static_cast<size_t>(b->pending_events);
+      expected += b->size;
+      prev = b;
+    }
+    if (expected != segment->address + segment->size) {
+      return fail("segment 0x%x: blocks cover %d of %d bytes", segment->address, expected - segment->address,
+                  segment->size);
+    }
+    if (segment->expandable) {
+      for (PhysicalHandle page : segment->pages) mapped_pages += page.value != 0 ? 1 : 0;
+      if (mapped_pages * granularity_ != segment->mapped_bytes) {
+        return fail("segment 0x%x: %d pages mapped but mapped_bytes %d", segment->address, mapped_pages,
+                    segment->mapped_bytes);
+      }
+      if (unmapped_blocks != segment->unmapped.size()) {
+        return fail("segment 0x%x: unmapped set holds stale blocks", segment->address);
+      }
+    }
+  }
+  if (free_blocks != small_pool_.size() + large_pool_.size()) {
+    return fail("pools hold %d blocks but %d blocks are free", small_pool_.size() + large_pool_.size(), free_blocks);
+  }
+  if (pending_blocks_events != pending_frees_.size()) {
+    return fail("%d pending events recorded on blocks, %d in the queue", pending_blocks_events,
+                pending_frees_.size());
+  }
+  if (pointers_.Size() != static_cast<size_t>(allocation[kAllPools].current)) {
+    return fail("pointer map holds %d entries for %d allocated blocks", pointers_.Size(),
+                allocation[kAllPools].current);
+  }
+  struct Check {
+    const char* name;
+    const StatArray& expected;
+    const StatArray& actual;
+  };
+  for (const Check& check : {Check{"allocation", allocation, stats_.allocation},
+                             Check{"allocated_bytes", allocated_bytes, stats_.allocated_bytes},
+                             Check{"requested_bytes", requested, stats_.requested_bytes},
+                             Check{"active", active, stats_.active},
+                             Check{"active_bytes", active_bytes, stats_.active_bytes},
+                             Check{"reserved_bytes", reserved, stats_.reserved_bytes},
+                             Check{"segment", segment_count, stats_.segment},
+                             Check{"inactive_split", inactive, stats_.inactive_split},
+                             Check{"inactive_split_bytes", inactive_bytes, stats_.inactive_split_bytes}}) {
+    for (size_t i = 0; i < kStatIndexCount; ++i) {
+      const Stat& s = check.actual[i];
+      if (s.current != check.expected[i].current) {
+        return fail("stat %s[%d]: current %d, recomputed %d", check.name, i, s.current, check.expected[i].current);
+      }
+      if (s.peak < s.current || s.current != s.allocated - s.freed) {
+        // allocated - freed == current only holds until ResetAccumulatedStats.
+        if (s.peak < s.current) return fail("stat %s[%d]: peak %d below current %d", check.name, i, s.peak, s.current);
+      }
+    }
+  }
+  if (stats_.allocated_bytes[kAllPools].current > stats_.active_bytes[kAllPools].current ||
+      stats_.active_bytes[kAllPools].current > stats_.reserved_bytes[kAllPools].current) {
+    return fail("allocated <= active <= reserved does not hold");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace headroom

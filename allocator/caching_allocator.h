@@ -1,0 +1,225 @@
+// A caching device-memory allocator: the policy of PyTorch's CUDA caching
+// allocator (rounding, small/large pools, best-fit splitting, coalescing,
+// max_split_size, expandable segments, stream-ordered reuse) over an injected
+// DeviceBackend, so the same code serves a real GPU (CudaBackend) and the
+// simulated one used by tests and `headroom replay`.
+//
+//   HEADROOM_ASSIGN_OR_RETURN(auto backend, SimulatedBackend::Create({.capacity_bytes = 80 * kGiB}));
+//   HEADROOM_ASSIGN_OR_RETURN(auto allocator,
+//                             CachingAllocator::Create(backend.get(), {.expandable_segments = true}));
+//   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress p, allocator->Allocate(4 * kMiB, stream));
+//   HEADROOM_RETURN_IF_ERROR(allocator->Free(p));   // cached for `stream`
+//   MemoryStats stats = allocator->GetStats();
+//
+// The backend is not owned and must outlive the allocator. All methods are
+// thread-safe. Validate() checks every invariant of block.h and the stats;
+// the stress tests call it after each operation.
+//
+// Note [Stream-ordered frees]
+// A block belongs to the stream it was allocated on. Work on one stream runs
+// in order, so a block freed by the host can be handed to the next request on
+// the same stream at once: the new user's kernels queue behind the old ones.
+// If other streams used the block (RecordStream), an event is recorded on each
+// of them at free time and the block is cached only when all have completed
+// (polled without blocking at each Allocate). Events come from a pool.
+//
+// Note [Cross-stream reuse]
+// Off by default (PyTorch never moves blocks between streams). With
+// `cross_stream_reuse`, a request on stream S that finds no block cached for S
+// may take a cached block of stream T before asking the device for more: an
+// event is recorded on T and S is made to wait on it (StreamWaitEvent). The
+// host never blocks; the cost is a device-side dependency from S on T's work
+// queued so far. The block then belongs to S; it is not coalesced with
+// neighbours of other streams.
+//
+// Note [Out of memory]
+// When the device refuses a segment the allocator, in order: releases cached
+// whole segments of the pool (the smallest one large enough, else largest
+// first) and retries; then waits for all pending frees, releases every cached
+// segment and unmaps every free expandable page, and retries once more
+// (num_alloc_retries). Only then is kResourceExhausted returned, stating the
+// request, capacity, device free, allocated and reserved-but-unallocated
+// bytes and which option would help. A limit set by memory_fraction or
+// hard_limit_bytes counts as the device refusing.
+//
+// Note [Expandable segments]
+// Instead of one Malloc per segment, each (stream, pool) gets one virtual
+// address reservation as large as the device, and physical pages of the map
+// granularity are created and mapped at its end as it grows. A request that
+// fits no cached block maps just enough pages behind the last free block, so
+// consecutive growing requests stay contiguous and the reserved-to-allocated
+// overhead is bounded by one page per (stream, pool) instead of by the
+// segment-size rounding and splitting rules. EmptyCache and the OOM path
+// unmap and release the pages wholly inside free blocks (after synchronizing
+// the owning stream: kernels queued there may still touch them); the holes
+// they leave are refilled, lowest address first, before the end grows.
+#ifndef HEADROOM_ALLOCATOR_CACHING_ALLOCATOR_H_
+#define HEADROOM_ALLOCATOR_CACHING_ALLOCATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "allocator/allocator_options.h"
+#include "allocator/block.h"
+#include "allocator/block_pool.h"
+#include "allocator/device_backend.h"
+#include "allocator/history.h"
+#include "allocator/memory_stats.h"
+#include "allocator/pointer_map.h"
+#include "allocator/snapshot.h"
+
+namespace headroom {
+
+// What Lookup() reports about an allocated pointer.
+struct BlockInfo {
+  DeviceAddress address = 0;
+  uint64_t size = 0;            // after rounding
+  uint64_t requested_size = 0;  // as asked
+  StreamHandle stream;
+};
+
+class CachingAllocator {
+ public:
+  // Requests above this are rejected as InvalidArgument before rounding.
+  static constexpr uint64_t kMaxRequest = uint64_t{1} << 62;
+
+  static absl::StatusOr<std::unique_ptr<CachingAllocator>> Create(DeviceBackend* backend,
+                                                                  AllocatorOptions options);
+  // Returns all device memory it holds, including blocks still allocated.
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // 0 bytes yields address 0 (which Free accepts).
+  absl::StatusOr<DeviceAddress> Allocate(uint64_t size, StreamHandle stream = kDefaultStream);
+  // `expected_size`, when given, must equal the size passed to Allocate.
+  absl::Status Free(DeviceAddress address, std::optional<uint64_t> expected_size = std::nullopt);
+  // `stream` used the block: its free waits for the work queued on `stream`.
+  absl::Status RecordStream(DeviceAddress address, StreamHandle stream);
+  absl::StatusOr<BlockInfo> Lookup(DeviceAddress address) const;
+
+  // Returns every cached segment (and free expandable page) to the device.
+  absl::Status EmptyCache();
+  absl::Status SetMemoryFraction(double fraction);
+  void ResetPeakStats();
+  void ResetAccumulatedStats();
+  // 0 turns recording off and drops the recorded history.
+  void SetHistoryCapacity(size_t entries);
+
+  MemoryStats GetStats() const;
+  AllocatorSnapshot TakeSnapshot() const;
+  absl::Status Validate() const;
+
+  const AllocatorOptions& options() const { return options_; }
+  DeviceBackend& backend() const { return *backend_; }
+  // The reservation limit in force (memory_fraction, hard_limit_bytes).
+  uint64_t AllowedBytes() const;
+
+ private:
+  using Block = internal::Block;
+  using Segment = internal::Segment;
+  using PoolKind = internal::PoolKind;
+  using BlockPool = internal::BlockPool;
+
+  CachingAllocator(DeviceBackend* backend, AllocatorOptions options);
+
+  BlockPool& PoolOf(PoolKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return kind == PoolKind::kSmall ? small_pool_ : large_pool_;
+  }
+  const BlockPool& PoolOf(PoolKind kind) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return kind == PoolKind::kSmall ? small_pool_ : large_pool_;
+  }
+  uint64_t AllowedBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static size_t StatOf(PoolKind kind) {
+    return kind == PoolKind::kSmall ? kSmallPoolStat : kLargePoolStat;
+  }
+
+  // --- Blocks (caching_allocator.cc) ---
+  Block* NewBlock() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeleteBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PoolInsert(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PoolErase(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Block*> AllocateBlock(uint64_t size, uint64_t rounded, StreamHandle stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Block*> AllocateBlockSlow(PoolKind kind, uint64_t size, uint64_t rounded, StreamHandle stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Block* TakeCachedBlock(PoolKind kind, StreamHandle stream, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Block*> TakeOtherStreamBlock(PoolKind kind, StreamHandle stream, uint64_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ShouldSplit(const Block* block, uint64_t size) const;
+  void Split(Block* block, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Merges a block that became free with free neighbours and caches it.
+  Block* CacheFreeBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A block no stream uses any more becomes inactive and is cached.
+  void CompleteFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FreeAllocatedBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ProcessPendingFrees() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WaitForPendingFrees() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<EventHandle> TakeEvent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DescribeBadFree(DeviceAddress address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Record(TraceAction action, DeviceAddress address, uint64_t size, StreamHandle stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Segments and the OOM path (caching_allocator_segments.cc) ---
+  // The device refusing (or a limit) is reported as kResourceExhausted.
+  absl::StatusOr<Block*> GrowPool(PoolKind kind, StreamHandle stream, uint64_t rounded)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Block*> MallocSegment(PoolKind kind, StreamHandle stream, uint64_t rounded)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReleaseSegment(Segment* segment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases cached whole segments (and free expandable pages) until at least
+  // `bytes` were released; false if it could not.
+  absl::StatusOr<bool> ReleaseAvailableCache(PoolKind kind, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReleaseAllCache() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status GarbageCollect() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status OutOfMemory(uint64_t size, uint64_t rounded, StreamHandle stream, const absl::Status& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdatePeakTracking() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Expandable segments (caching_allocator_expandable.cc) ---
+  absl::StatusOr<Segment*> ExpandableSegmentFor(PoolKind kind, StreamHandle stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Block*> GrowExpandable(PoolKind kind, StreamHandle stream, uint64_t rounded)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status MapPages(Segment* segment, uint64_t first_page, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps the pages wholly inside the free block, first synchronizing its
+  // stream unless `synchronized`; returns the bytes released.
+  absl::StatusOr<uint64_t> UnmapFreePages(Block* block, bool synchronized) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint64_t> TrimExpandable(Segment* segment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  DeviceBackend* const backend_;
+  const AllocatorOptions options_;
+  const uint64_t granularity_;
+  const uint64_t total_bytes_;
+
+  mutable absl::Mutex mu_;
+  double memory_fraction_ ABSL_GUARDED_BY(mu_);
+  BlockPool small_pool_ ABSL_GUARDED_BY(mu_);
+  BlockPool large_pool_ ABSL_GUARDED_BY(mu_);
+  absl::btree_map<DeviceAddress, Segment*> segments_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::pair<StreamHandle, PoolKind>, Segment*> expandable_ ABSL_GUARDED_BY(mu_);
+  struct PendingFree {
+    EventHandle event;
+    Block* block;
+  };
+  std::deque<PendingFree> pending_frees_ ABSL_GUARDED_BY(mu_);
+  std::vector<EventHandle> free_events_ ABSL_GUARDED_BY(mu_);
+  std::vector<Block*> spare_blocks_ ABSL_GUARDED_BY(mu_);
+  MemoryStats stats_ ABSL_GUARDED_BY(mu_);
+  HistoryRing history_ ABSL_GUARDED_BY(mu_);
+  internal::PointerMap pointers_;
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_ALLOCATOR_CACHING_ALLOCATOR_H_

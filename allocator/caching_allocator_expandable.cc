@@ -1,0 +1,239 @@
+// Expandable segments: one address reservation per (stream, pool) whose
+// pages are mapped as it grows and unmapped when trimmed. See
+// Note [Expandable segments] in caching_allocator.h.
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "allocator/caching_allocator.h"
+#include "common/status_macros.h"
+#include "common/units.h"
+
+namespace headroom {
+
+absl::StatusOr<CachingAllocator::Segment*> CachingAllocator::ExpandableSegmentFor(PoolKind kind,
+                                                                                 StreamHandle stream) {
+  if (auto it = expandable_.find({stream, kind}); it != expandable_.end()) return it->second;
+  // As large as the device: the reservation costs address space only, and a
+  // segment that never has to move is what keeps growth contiguous.
+  const uint64_t size = (total_bytes_ + granularity_ - 1) / granularity_ * granularity_;
+  HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->ReserveAddressRange(size));
+  auto* segment = new Segment();
+  segment->address = address;
+  segment->size = size;
+  segment->stream = stream;
+  segment->pool = kind;
+  segment->expandable = true;
+  segment->pages.resize(size / granularity_);
+  Block* block = NewBlock();
+  block->address = address;
+  block->size = size;
+  block->stream = stream;
+  block->pool = kind;
+  block->mapped = false;
+  block->segment = segment;
+  segment->first = block;
+  segment->unmapped.insert(block);
+  segments_[address] = segment;
+  expandable_[{stream, kind}] = segment;
+  for (size_t i : {size_t{kAllPools}, StatOf(kind)}) stats_.segment[i].Increase(1);
+  return segment;
+}
+
+absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, uint64_t count) {
+  const DeviceAddress start = segment->address + first_page * granularity_;
+  std::vector<PhysicalHandle> created;
+  absl::Status status;
+  for (uint64_t i = 0; i < count && status.ok(); ++i) {
+    absl::StatusOr<PhysicalHandle> handle = backend_->CreatePhysical(granularity_);
+    if (!handle.ok()) {
+      status = handle.status();
+      break;
+    }
+    status = backend_->Map(start + i * granularity_, granularity_, *handle);
+    if (!status.ok()) {
+      (void)backend_->ReleasePhysical(*handle);
+      break;
+    }
+    created.push_back(*handle);
+  }
+  if (status.ok()) status = backend_->SetAccess(start, count * granularity_);
+  if (!status.ok()) {
+    // Undo this call's pages so the segment is as before.
+    for (size_t i = 0; i < created.size(); ++i) {
+      (void)backend_->Unmap(start + i * granularity_, granularity_);
+      (void)backend_->ReleasePhysical(created[i]);
+    }
+    return status;
+  }
+  for (uint64_t i = 0; i < count; ++i) segment->pages[first_page + i] = created[i];
+  segment->mapped_bytes += count * granularity_;
+  stats_.num_device_alloc += static_cast<int64_t>(count);
+  for (size_t i : {size_t{kAllPools}, StatOf(segment->pool)}) {
+    stats_.reserved_bytes[i].Increase(static_cast<int64_t>(count * granularity_));
+  }
+  Record(TraceAction::kSegmentMap, start, count * granularity_, segment->stream);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKind kind, StreamHandle stream,
+                                                                          uint64_t rounded) {
+  HEADROOM_ASSIGN_OR_RETURN(Segment * segment, ExpandableSegmentFor(kind, stream));
+  // Holes left by trimming come first in address order, then the tail: the
+  // lowest unmapped range that, with the free block before it (and, if it is
+  // mapped whole, the one after it), holds the request.
+  Block* chosen = nullptr;
+  uint64_t map_bytes = 0;
+  for (Block* hole : segment->unmapped) {
+    auto free_size = [&](const Block* b) { return b != nullptr && b->is_free() && b->stream == stream ? b->size : 0; };
+    const uint64_t before = free_size(hole->prev);
+    if (before >= rounded) continue;  // declined by the oversize rules; mapping more would not help
+    if (before + hole->size >= rounded) {
+      map_bytes = (rounded - before + granularity_ - 1) / granularity_ * granularity_;
+    } else if (before + hole->size + free_size(hole->next) >= rounded) {
+      map_bytes = hole->size;
+    } else {
+      continue;
+    }
+    chosen = hole;
+    break;
+  }
+  if (chosen == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "no unmapped range of the %s expandable segment can hold %s", FormatBytes(segment->size), FormatBytes(rounded)));
+  }
+  const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes[kAllPools].current);
+  const uint64_t allowed = AllowedBytesLocked();
+  if (map_bytes > allowed || reserved > allowed - map_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("mapping %s more would exceed the limit of %s", FormatBytes(map_bytes), FormatBytes(allowed)));
+  }
+  HEADROOM_RETURN_IF_ERROR(MapPages(segment, (chosen->address - segment->address) / granularity_,
+                                    map_bytes / granularity_));
+  segment->unmapped.erase(chosen);
+  Block* mapped = chosen;
+  if (map_bytes < chosen->size) {
+    mapped = NewBlock();
+    mapped->address = chosen->address;
+    mapped->size = map_bytes;
+    mapped->stream = stream;
+    mapped->pool = kind;
+    mapped->segment = segment;
+    mapped->prev = chosen->prev;
+    mapped->next = chosen;
+    if (chosen->prev != nullptr) {
+      chosen->prev->next = mapped;
+    } else {
+      segment->first = mapped;
+    }
+    chosen->prev = mapped;
+    chosen->address += map_bytes;
+    chosen->size -= map_bytes;
+    segment->unmapped.insert(chosen);
+  }
+  mapped->mapped = true;
+  mapped->stream = stream;
+  Block* block = CacheFreeBlock(mapped);
+  PoolErase(block);
+  return block;
+}
+
+absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool synchronized) {
+  Segment* segment = block->segment;
+  const DeviceAddress start =
+      segment->address + (block->address - segment->address + granularity_ - 1) / granularity_ * granularity_;
+  const DeviceAddress end = segment->address + (block->address + block->size - segment->address) / granularity_ *
+                                                   granularity_;
+  if (end <= start) return 0;
+  // Kernels queued on the owning stream before the free may still touch the
+  // pages; the driver does not order unmapping after them.
+  if (!synchronized) HEADROOM_RETURN_IF_ERROR(backend_->SynchronizeStream(segment->stream));
+  HEADROOM_RETURN_IF_ERROR(backend_->Unmap(start, end - start));
+  const uint64_t first_page = (start - segment->address) / granularity_;
+  const uint64_t pages = (end - start) / granularity_;
+  absl::Status release_error;
+  for (uint64_t p = first_page; p < first_page + pages; ++p) {
+    absl::Status status = backend_->ReleasePhysical(segment->pages[p]);
+    if (!status.ok() && release_error.ok()) release_error = status;
+    segment->pages[p] = PhysicalHandle{};
+  }
+  segment->mapped_bytes -= end - start;
+  stats_.num_device_free += static_cast<int64_t>(pages);
+  for (size_t i : {size_t{kAllPools}, StatOf(segment->pool)}) {
+    stats_.reserved_bytes[i].Decrease(static_cast<int64_t>(end - start));
+  }
+  Record(TraceAction::kSegmentUnmap, start, end - start, segment->stream);
+
+  // [head: still mapped, free][middle: unmapped][tail: still mapped, free]
+  PoolErase(block);
+  auto carve = [&](DeviceAddress address, uint64_t size, Block* prev, Block* next) {
+    Block* piece = NewBlock();
+    piece->address = address;
+    piece->size = size;
+    piece->stream = block->stream;
+    piece->pool = block->pool;
+    piece->segment = segment;
+    piece->prev = prev;
+    piece->next = next;
+    return piece;
+  };
+  if (start > block->address) {
+    Block* head = carve(block->address, start - block->address, block->prev, block);
+    if (head->prev != nullptr) {
+      head->prev->next = head;
+    } else {
+      segment->first = head;
+    }
+    block->prev = head;
+    PoolInsert(head);
+  }
+  if (end < block->address + block->size) {
+    Block* tail = carve(end, block->address + block->size - end, block, block->next);
+    if (tail->next != nullptr) tail->next->prev = tail;
+    block->next = tail;
+    PoolInsert(tail);
+  }
+  block->address = start;
+  block->size = end - start;
+  block->mapped = false;
+  block->stream = segment->stream;
+  // Merge with unmapped neighbours so that holes stay maximal.
+  if (Block* prev = block->prev; prev != nullptr && !prev->mapped) {
+    segment->unmapped.erase(prev);
+    block->address = prev->address;
+    block->size += prev->size;
+    block->prev = prev->prev;
+    if (block->prev != nullptr) {
+      block->prev->next = block;
+    } else {
+      segment->first = block;
+    }
+    DeleteBlock(prev);
+  }
+  if (Block* next = block->next; next != nullptr && !next->mapped) {
+    segment->unmapped.erase(next);
+    block->size += next->size;
+    block->next = next->next;
+    if (block->next != nullptr) block->next->prev = block;
+    DeleteBlock(next);
+  }
+  segment->unmapped.insert(block);
+  if (!release_error.ok()) return release_error;
+  return end - start;
+}
+
+absl::StatusOr<uint64_t> CachingAllocator::TrimExpandable(Segment* segment) {
+  std::vector<Block*> free_blocks;
+  for (Block* b = segment->first; b != nullptr; b = b->next) {
+    if (b->is_free()) free_blocks.push_back(b);
+  }
+  if (free_blocks.empty()) return 0;
+  HEADROOM_RETURN_IF_ERROR(backend_->SynchronizeStream(segment->stream));
+  uint64_t released = 0;
+  for (Block* block : free_blocks) {
+    HEADROOM_ASSIGN_OR_RETURN(uint64_t bytes, UnmapFreePages(block, /*synchronized=*/true));
+    released += bytes;
+  }
+  return released;
+}
+
+}  // namespace headroom
