@@ -75,6 +75,9 @@ struct Tensor {
   int layer = -1;          // repeated block index (transformer layer, ResNet stage block); -1 outside
   bool trainable = true;   // parameters only: frozen ones get no gradient or optimizer state
   TensorId view_of = kNone;
+  // Gradients made by graph/autograd.h: the tensor (activation or parameter)
+  // this is the gradient of; kNone for every other tensor.
+  TensorId grad_of = kNone;
 
   uint64_t elements() const;  // product of shape (1 for a scalar)
   uint64_t bytes() const;     // 0 for views
@@ -106,6 +109,10 @@ struct Op {
   // graphs' profiled cost_cpu); 0 when unknown. Planners may weigh
   // recomputation by it; the roofline cost model ignores it.
   double measured_cost = 0;
+  // Eager attention's core (QK^T, scale/mask, softmax, dropout on the
+  // probabilities, probs @ V): what selective activation recomputation
+  // replays (graph/training_step.h, CheckpointMode::kSelective). Builders set it.
+  bool attention_core = false;
 };
 
 class Graph {
