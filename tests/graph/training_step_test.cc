@@ -1,0 +1,317 @@
+// Backward derivation, the step schedule and checkpointing on hand-built
+// graphs whose peaks are worked out by hand in the comments.
+#include "graph/training_step.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "graph/autograd.h"
+#include "graph/liveness.h"
+#include "gtest/gtest.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+TensorId Find(const Graph& g, const std::string& name) {
+  for (const Tensor& t : g.tensors()) {
+    if (t.name == name) return t.id;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return kNone;
+}
+
+// x[4,8] -> linear1(W1[16,8]) -> h[4,16] -> relu -> a -> linear2(W2[4,16]) -> y[4,4]
+// -> mse_loss(y, target) -> loss. All f32.
+struct Mlp {
+  Graph g{"mlp"};
+  TensorId x, target, w1, w2, h, a, y, loss;
+  Mlp() {
+    x = g.AddTensor({.name = "x", .shape = {4, 8}, .role = TensorRole::kInput});
+    target = g.AddTensor({.name = "target", .shape = {4, 4}, .role = TensorRole::kInput});
+    w1 = g.AddTensor({.name = "w1", .shape = {16, 8}, .role = TensorRole::kParameter, .layer = 0});
+    w2 = g.AddTensor({.name = "w2", .shape = {4, 16}, .role = TensorRole::kParameter, .layer = 0});
+    h = g.AddTensor({.name = "h", .shape = {4, 16}, .layer = 0});
+    a = g.AddTensor({.name = "a", .shape = {4, 16}, .layer = 0});
+    y = g.AddTensor({.name = "y", .shape = {4, 4}, .layer = 0});
+    loss = g.AddTensor({.name = "loss", .shape = {}});
+    g.AddOp({.kind = "linear", .name = "fc1", .inputs = {x, w1}, .outputs = {h}, .saved = {x},
+              .flops = 2.0 * 4 * 8 * 16, .layer = 0});
+    g.AddOp({.kind = "relu", .name = "relu", .inputs = {h}, .outputs = {a}, .saved = {a},
+              .flops = 64, .layer = 0});
+    g.AddOp({.kind = "linear", .name = "fc2", .inputs = {a, w2}, .outputs = {y}, .saved = {a},
+              .flops = 2.0 * 4 * 16 * 4, .layer = 0});
+    g.AddOp({.kind = "mse_loss", .name = "loss", .inputs = {y, target}, .outputs = {loss},
+              .saved = {y, target}, .flops = 48, .phase = Phase::kLoss});
+  }
+};
+
+TEST(TrainingStep, MlpScheduleAndExactPeak) {
+  Mlp m;
+  absl::StatusOr<Graph> step = BuildTrainingStep(m.g, {});
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_TRUE(step->Validate().ok()) << step->Validate();
+  // 4 forward/loss ops, 4 backward ops, 2 optimizer ops.
+  ASSERT_EQ(step->num_ops(), 10u);
+  EXPECT_EQ(step->op(4).kind, "mse_loss_backward");
+  EXPECT_EQ(step->op(5).kind, "linear_backward");
+  EXPECT_EQ(step->op(6).kind, "relu_backward");
+  EXPECT_EQ(step->op(7).kind, "linear_backward");
+  EXPECT_EQ(step->op(8).phase, Phase::kOptimizer);
+  EXPECT_EQ(step->op(5).forward_of, 2);
+  // fc1 has a trainable weight but x needs no gradient: one GEMM (grad W1).
+  EXPECT_DOUBLE_EQ(step->op(7).flops, 2.0 * 4 * 8 * 16);
+  // fc2: grad a and grad W2, two GEMMs.
+  EXPECT_DOUBLE_EQ(step->op(5).flops, 2 * 2.0 * 4 * 16 * 4);
+  const TensorId w1_grad = Find(*step, "w1.grad");
+  EXPECT_EQ(step->tensor(w1_grad).grad_of, m.w1);
+  EXPECT_EQ(step->tensor(w1_grad).role, TensorRole::kGradient);
+
+  // Lifetimes (op index ranges), bytes: x 128 + target 64 live throughout;
+  // h 256 [0,1]; a 256 [1,6]; y 64 [2,4]; loss 4 [3,3]; y.grad 64 [4,5];
+  // a.grad 256 [5,6]; w2.grad 256 [5,9]; h.grad 256 [6,7]; w1.grad 512 [7,8].
+  // Live per op: 448 704 512 516 576 1024 1216 1216 960 448.
+  const MemoryProfile p = ProfileMemory(*step);
+  const std::vector<uint64_t> expected = {448, 704, 512, 516, 576, 1024, 1216, 1216, 960, 448};
+  EXPECT_EQ(p.live_bytes, expected);
+  EXPECT_EQ(p.peak_bytes, 1216u);
+  EXPECT_EQ(p.peak_op, 6);
+  EXPECT_EQ(p.bytes_by_role_at_peak.at(TensorRole::kInput), 192u);
+  EXPECT_EQ(p.bytes_by_role_at_peak.at(TensorRole::kActivation), 256u);
+  EXPECT_EQ(p.bytes_by_role_at_peak.at(TensorRole::kGradient), 768u);
+  EXPECT_EQ(p.parameter_gradient_bytes_at_peak, 256u);
+  EXPECT_EQ(p.activation_gradient_bytes_at_peak, 512u);
+  ASSERT_GE(p.live_at_peak.size(), 2u);
+  EXPECT_EQ(step->tensor(p.live_at_peak[0]).name, "a");  // 256 B ties break by id
+  EXPECT_EQ(p.bytes_at_end_of_forward, 192u + 256 + 64);
+  ASSERT_EQ(p.saved_bytes_by_layer.size(), 1u);
+  EXPECT_EQ(p.saved_bytes_by_layer[0], 256u);  // a, freed by relu_backward
+  EXPECT_EQ(p.saved_bytes_outside_layers, 64u);  // y, freed by the loss backward
+  EXPECT_EQ(p.peak_bytes_by_phase.at(Phase::kForward), 704u);
+
+  // Without parameter gradients in the count the peak moves.
+  const MemoryProfile q = ProfileMemory(*step, {.count_parameter_gradients = false});
+  EXPECT_EQ(q.peak_bytes, 960u);  // op 6: 192 + a + a.grad + h.grad
+  EXPECT_EQ(q.parameter_gradient_bytes_at_peak, 0u);
+}
+
+TEST(TrainingStep, FrozenWeightsNeitherGetGradientsNorKeepInputs) {
+  Mlp m;
+  m.g.mutable_tensor(m.w1).trainable = false;
+  absl::StatusOr<Graph> step = BuildTrainingStep(m.g, {});
+  ASSERT_TRUE(step.ok()) << step.status();
+  // fc1: nothing upstream needs a gradient, so no backward op reads x or makes w1.grad.
+  for (const Op& op : step->ops()) EXPECT_NE(op.name, "fc1.backward");
+  for (const Tensor& t : step->tensors()) EXPECT_NE(t.name, "w1.grad");
+  // h.grad is not needed either: relu's backward is skipped as well.
+  for (const Tensor& t : step->tensors()) EXPECT_NE(t.name, "h.grad");
+  // Freeze w2 instead: fc2 still backpropagates to a but does not read a for
+  // it (mm's backward needs only w2 for grad a); relu still saves a.
+  Mlp n;
+  n.g.mutable_tensor(n.w2).trainable = false;
+  std::vector<bool> rg = RequiresGrad(n.g);
+  EXPECT_FALSE(BackwardReadsSaved(n.g, n.g.op(2), n.a, rg));
+  EXPECT_TRUE(BackwardReadsSaved(n.g, n.g.op(0), n.x, rg));
+}
+
+TEST(TrainingStep, GradientsOfSharedInputsAccumulate) {
+  // x -> linear(w) twice (two consumers of x and of w): w.grad is made by the
+  // first contribution; the second adds a temporary into it.
+  Graph g("shared");
+  TensorId x = g.AddTensor({.name = "x", .shape = {4}, .role = TensorRole::kInput});
+  TensorId w = g.AddTensor({.name = "w", .shape = {4, 4}, .role = TensorRole::kParameter});
+  TensorId y1 = g.AddTensor({.name = "y1", .shape = {4}});
+  TensorId y2 = g.AddTensor({.name = "y2", .shape = {4}});
+  TensorId s = g.AddTensor({.name = "s", .shape = {4}});
+  TensorId loss = g.AddTensor({.name = "loss", .shape = {}});
+  g.AddOp({.kind = "linear", .name = "l1", .inputs = {x, w}, .outputs = {y1}, .saved = {x}});
+  g.AddOp({.kind = "linear", .name = "l2", .inputs = {y1, w}, .outputs = {y2}, .saved = {y1, w}});
+  g.AddOp({.kind = "add", .name = "res", .inputs = {y1, y2}, .outputs = {s}});
+  g.AddOp({.kind = "sum", .name = "loss", .inputs = {s}, .outputs = {loss}, .phase = Phase::kLoss});
+  absl::StatusOr<Graph> step = BuildTrainingStep(g, {.optimizer_step = false});
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_TRUE(step->Validate().ok()) << step->Validate();
+  // Backward: loss, add (aliases s.grad for both y1 and y2), l2, l1.
+  const TensorId s_grad = Find(*step, "s.grad");
+  const TensorId y1_grad = Find(*step, "y1.grad");
+  const TensorId y2_grad = Find(*step, "y2.grad");
+  EXPECT_EQ(step->tensor(y1_grad).view_of, s_grad);
+  EXPECT_EQ(step->tensor(y2_grad).view_of, s_grad);
+  EXPECT_EQ(step->tensor(y1_grad).bytes(), 0u);
+  const Op& l2_back = step->op(6);
+  EXPECT_EQ(l2_back.name, "l2.backward");
+  // l2 contributes to y1.grad (existing): reads it, writes a temporary.
+  EXPECT_THAT(l2_back.inputs, ::testing::Contains(y1_grad));
+  EXPECT_EQ(step->tensor(l2_back.outputs.front()).role, TensorRole::kTemporary);
+  const Op& l1_back = step->op(7);
+  EXPECT_EQ(l1_back.name, "l1.backward");
+  EXPECT_THAT(l1_back.inputs, ::testing::Contains(Find(*step, "w.grad")));
+}
+
+TEST(TrainingStep, GradientsPreexistLiveFromTheStart) {
+  Mlp m;
+  absl::StatusOr<Graph> step = BuildTrainingStep(m.g, {.gradients_preexist = true});
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_TRUE(step->Validate().ok()) << step->Validate();
+  EXPECT_EQ(step->op(0).kind, "gradient_buffers");
+  const MemoryProfile p = ProfileMemory(*step);
+  // w1.grad 512 + w2.grad 256 live from op 0 on.
+  EXPECT_EQ(p.live_bytes[0], 192u + 768);
+}
+
+TEST(TrainingStep, InferenceDropsLossAndKeepsNothing) {
+  Mlp m;
+  absl::StatusOr<Graph> step = BuildTrainingStep(m.g, {.training = false});
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(step->num_ops(), 3u);
+  const MemoryProfile p = ProfileMemory(*step);
+  EXPECT_EQ(p.peak_bytes, 192u + 256 + 256);  // x, target, h, a during relu
+}
+
+TEST(TrainingStep, RejectsBadInput) {
+  Mlp m;
+  EXPECT_THAT(BuildTrainingStep(m.g, {.checkpoint = CheckpointMode::kEveryK, .checkpoint_every = 0})
+                  .status()
+                  .message(),
+              HasSubstr("checkpoint_every must be at least 1"));
+  Graph no_loss("noloss");
+  TensorId x = no_loss.AddTensor({.name = "x", .shape = {4}, .role = TensorRole::kInput});
+  TensorId w = no_loss.AddTensor({.name = "w", .shape = {4}, .role = TensorRole::kParameter});
+  TensorId y = no_loss.AddTensor({.name = "y", .shape = {4}});
+  no_loss.AddOp({.kind = "mul", .name = "m", .inputs = {x, w}, .outputs = {y}});
+  EXPECT_THAT(BuildTrainingStep(no_loss, {}).status().message(), HasSubstr("has no loss op"));
+  absl::StatusOr<Graph> step = BuildTrainingStep(m.g, {});
+  ASSERT_TRUE(step.ok());
+  EXPECT_THAT(BuildTrainingStep(*step, {}).status().message(), HasSubstr("expects a forward graph"));
+  EXPECT_EQ(*ParseCheckpointMode("Every_K"), CheckpointMode::kEveryK);
+  EXPECT_THAT(ParseCheckpointMode("sometimes").status().message(),
+              HasSubstr("unknown checkpoint mode 'sometimes'"));
+}
+
+// `layers` blocks of: h = linear(x, w) [saves x]; a = gelu(h) [saves h];
+// q,k,v projections and an eager attention core when `attention`; output a.
+// Dimensions: tokens 8, width 16, f32 (x, h, a: 512 B each).
+struct Stack {
+  Graph g{"stack"};
+  std::vector<TensorId> layer_inputs;
+  explicit Stack(int layers, bool attention = false) {
+    TensorId x = g.AddTensor({.name = "x", .shape = {8, 16}, .role = TensorRole::kInput});
+    for (int l = 0; l < layers; ++l) {
+      const std::string p = "l" + std::to_string(l) + ".";
+      layer_inputs.push_back(x);
+      TensorId w = g.AddTensor({.name = p + "w", .shape = {16, 16}, .role = TensorRole::kParameter, .layer = l});
+      TensorId h = g.AddTensor({.name = p + "h", .shape = {8, 16}, .layer = l});
+      TensorId a = g.AddTensor({.name = p + "a", .shape = {8, 16}, .layer = l});
+      g.AddOp({.kind = "linear", .name = p + "fc", .inputs = {x, w}, .outputs = {h}, .saved = {x},
+               .flops = 2.0 * 8 * 16 * 16, .layer = l});
+      g.AddOp({.kind = "gelu", .name = p + "gelu", .inputs = {h}, .outputs = {a}, .saved = {h},
+               .flops = 8.0 * 128, .layer = l});
+      if (attention) {
+        TensorId wq = g.AddTensor({.name = p + "wq", .shape = {16, 16}, .role = TensorRole::kParameter, .layer = l});
+        TensorId q = g.AddTensor({.name = p + "q", .shape = {8, 16}, .layer = l});
+        TensorId scores = g.AddTensor({.name = p + "scores", .shape = {8, 8}, .layer = l});
+        TensorId probs = g.AddTensor({.name = p + "probs", .shape = {8, 8}, .layer = l});
+        TensorId mask = g.AddTensor({.name = p + "mask", .shape = {8, 8}, .dtype = DType::kU8, .layer = l});
+        TensorId dropped = g.AddTensor({.name = p + "dropped", .shape = {8, 8}, .layer = l});
+        TensorId ctx = g.AddTensor({.name = p + "ctx", .shape = {8, 16}, .layer = l});
+        g.AddOp({.kind = "linear", .name = p + "q_proj", .inputs = {a, wq}, .outputs = {q}, .saved = {a},
+                 .flops = 2.0 * 8 * 16 * 16, .layer = l});
+        g.AddOp({.kind = "matmul", .name = p + "qk", .inputs = {q, q}, .outputs = {scores},
+                 .saved = {q}, .flops = 2.0 * 8 * 8 * 16, .layer = l, .attention_core = true});
+        g.AddOp({.kind = "softmax", .name = p + "softmax", .inputs = {scores}, .outputs = {probs},
+                 .saved = {probs}, .flops = 5.0 * 64, .layer = l, .attention_core = true});
+        g.AddOp({.kind = "dropout", .name = p + "dropout", .inputs = {probs}, .outputs = {dropped, mask},
+                 .saved = {mask}, .flops = 64, .layer = l, .attention_core = true});
+        g.AddOp({.kind = "matmul", .name = p + "pv", .inputs = {dropped, q}, .outputs = {ctx},
+                 .saved = {dropped, q}, .flops = 2.0 * 8 * 8 * 16, .layer = l, .attention_core = true});
+        a = ctx;
+      }
+      x = a;
+    }
+    TensorId loss = g.AddTensor({.name = "loss", .shape = {}});
+    g.AddOp({.kind = "sum", .name = "loss", .inputs = {x}, .outputs = {loss}, .phase = Phase::kLoss});
+  }
+};
+
+MemoryProfile Profile(const Graph& forward, StepOptions options) {
+  absl::StatusOr<Graph> step = BuildTrainingStep(forward, options);
+  EXPECT_TRUE(step.ok()) << step.status();
+  EXPECT_TRUE(step->Validate().ok()) << step->Validate();
+  return ProfileMemory(*step);
+}
+
+TEST(Checkpointing, FullKeepsOnlyEachLayersInput) {
+  Stack s(4);
+  const MemoryProfile none = Profile(s.g, {});
+  const MemoryProfile full = Profile(s.g, {.checkpoint = CheckpointMode::kFull});
+  // No checkpointing: layer l keeps its input (512 B; layer 0's is the batch,
+  // an input) and h (512 B).
+  EXPECT_EQ(none.saved_bytes_by_layer, (std::vector<uint64_t>{512, 1024, 1024, 1024}));
+  // Full: only the layer input survives forward.
+  EXPECT_EQ(full.saved_bytes_by_layer, (std::vector<uint64_t>{0, 512, 512, 512}));
+  EXPECT_LT(full.bytes_at_end_of_forward, none.bytes_at_end_of_forward);
+  EXPECT_EQ(none.bytes_at_end_of_forward - full.bytes_at_end_of_forward, 4u * 512);
+
+  absl::StatusOr<Graph> step = BuildTrainingStep(s.g, {.checkpoint = CheckpointMode::kFull});
+  ASSERT_TRUE(step.ok());
+  int recomputed = 0;
+  double recompute_flops = 0;
+  for (const Op& op : step->ops()) {
+    if (!op.recompute) continue;
+    ++recomputed;
+    recompute_flops += op.flops;
+    EXPECT_EQ(op.phase, Phase::kBackward);
+  }
+  // gelu's output a is nobody's saved tensor, so only fc is replayed per layer.
+  EXPECT_EQ(recomputed, 4);
+  EXPECT_DOUBLE_EQ(recompute_flops, 4 * 2.0 * 8 * 16 * 16);
+  // Backward of gelu reads the replayed h.
+  for (const Op& op : step->ops()) {
+    if (op.name == "l2.gelu.backward") {
+      EXPECT_THAT(op.inputs, ::testing::Contains(Find(*step, "l2.h@recompute")));
+    }
+  }
+}
+
+TEST(Checkpointing, EveryKKeepsOneInputPerGroup) {
+  Stack s(4);
+  const MemoryProfile k2 = Profile(s.g, {.checkpoint = CheckpointMode::kEveryK, .checkpoint_every = 2});
+  // Groups {0,1} and {2,3}: kept inputs are the batch (uncounted) and layer
+  // 2's input, charged to layer 2 whose replay frees it; layer 1's input is
+  // recomputed inside group {0,1} and charged to no forward.
+  EXPECT_EQ(k2.saved_bytes_by_layer, (std::vector<uint64_t>{0, 0, 512}));
+  const MemoryProfile k1 = Profile(s.g, {.checkpoint = CheckpointMode::kEveryK, .checkpoint_every = 1});
+  const MemoryProfile full = Profile(s.g, {.checkpoint = CheckpointMode::kFull});
+  EXPECT_EQ(k1.live_bytes, full.live_bytes);
+}
+
+TEST(Checkpointing, SelectiveDropsOnlyTheAttentionCore) {
+  Stack s(2, /*attention=*/true);
+  const MemoryProfile none = Profile(s.g, {});
+  const MemoryProfile selective = Profile(s.g, {.checkpoint = CheckpointMode::kSelective});
+  // Core tensors saved only for the core's own backward: probs (256 B),
+  // mask (64 B), dropped (256 B) per layer; q stays (the core's input).
+  ASSERT_EQ(none.saved_bytes_by_layer.size(), 2u);
+  ASSERT_EQ(selective.saved_bytes_by_layer.size(), 2u);
+  for (size_t l = 0; l < 2; ++l) {
+    EXPECT_EQ(none.saved_bytes_by_layer[l] - selective.saved_bytes_by_layer[l], 256u + 64 + 256)
+        << "layer " << l;
+  }
+  absl::StatusOr<Graph> step = BuildTrainingStep(s.g, {.checkpoint = CheckpointMode::kSelective});
+  ASSERT_TRUE(step.ok());
+  std::vector<std::string> replayed;
+  for (const Op& op : step->ops()) {
+    if (op.recompute) replayed.push_back(op.name);
+  }
+  // pv's output (ctx) is saved by nobody inside the core: not replayed.
+  EXPECT_EQ(replayed, (std::vector<std::string>{"l1.qk", "l1.softmax", "l1.dropout", "l0.qk",
+                                                "l0.softmax", "l0.dropout"}));
+  std::vector<int32_t> seg = CheckpointSegments(s.g, {.checkpoint = CheckpointMode::kSelective});
+  EXPECT_EQ(seg[0], kNone);  // l0.fc
+  EXPECT_EQ(seg[3], 0);      // l0.qk
+  EXPECT_EQ(seg[6], 0);      // l0.pv
+}
+
+}  // namespace
+}  // namespace headroom
