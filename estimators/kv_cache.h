@@ -1,0 +1,52 @@
+// KV-cache bytes for inference, as a paged server such as vLLM allocates
+// them.
+//
+//   KvCacheOptions kv{.num_layers = 32, .num_kv_heads = 8, .head_dim = 128,
+//                     .dtype = DType::kBF16, .context_tokens = 8192, .batch = 4};
+//   KvCacheBytes(kv)       // 4 sequences x ceil(8192 / 16) blocks x block bytes
+//   KvBlockBytes(kv)       // 2 * 16 * 8 * 128 * 2 * 32 = 2 MiB
+//
+// Note [Paged KV blocks]
+// vLLM stores keys and values in fixed-size blocks of block_size tokens
+// (16 by default); a sequence holds ceil(tokens / block_size) blocks, so the
+// last block of each sequence is partly empty. One block of one layer holds
+// block_size tokens of keys and of values for every KV head: the cache
+// engine's block size is 2 * block_size * num_kv_heads * head_dim *
+// dtype_bytes * num_layers (vLLM vllm/worker/cache_engine.py,
+// CacheEngine.get_cache_block_size). With grouped-query attention only the
+// num_key_value_heads heads are cached. block_size 0 means contiguous
+// (HF transformers' DynamicCache): exactly context_tokens per sequence.
+// Under tensor parallelism each rank caches num_kv_heads / tp heads.
+#ifndef HEADROOM_ESTIMATORS_KV_CACHE_H_
+#define HEADROOM_ESTIMATORS_KV_CACHE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "graph/graph.h"
+
+namespace headroom {
+
+struct KvCacheOptions {
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;  // this rank's share under tensor parallelism
+  int64_t head_dim = 0;
+  DType dtype = DType::kBF16;
+  int64_t context_tokens = 0;  // prompt + generated tokens per sequence
+  int64_t batch = 1;           // concurrent sequences
+  int64_t block_size = 16;     // tokens per block; 0: contiguous, no paging
+};
+
+// InvalidArgument naming the field when a size is not positive.
+absl::Status ValidateKvCache(const KvCacheOptions& options);
+
+// Bytes of one paged block across all layers (keys and values).
+uint64_t KvBlockBytes(const KvCacheOptions& options);
+// Blocks one sequence of context_tokens occupies (rounded up).
+uint64_t KvBlocksPerSequence(const KvCacheOptions& options);
+// The whole cache: batch sequences of context_tokens, blocks rounded up.
+uint64_t KvCacheBytes(const KvCacheOptions& options);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_ESTIMATORS_KV_CACHE_H_

@@ -1,0 +1,46 @@
+// KV cache against vLLM's block size formula (CacheEngine.get_cache_block_size):
+// 2 * block_size * num_kv_heads * head_dim * dtype_bytes * num_layers.
+#include "estimators/kv_cache.h"
+
+#include "common/units.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace headroom {
+namespace {
+
+TEST(KvCache, VllmBlockBytes) {
+  // Llama-2-7B: 32 layers, 32 KV heads of 128, fp16: 8 MiB per 16-token block.
+  KvCacheOptions llama2{.num_layers = 32, .num_kv_heads = 32, .head_dim = 128, .dtype = DType::kF16,
+                        .context_tokens = 4096, .batch = 1};
+  EXPECT_EQ(KvBlockBytes(llama2), 2u * 16 * 32 * 128 * 2 * 32);
+  EXPECT_EQ(KvBlockBytes(llama2), 8 * kMiB);
+  // Llama-3-8B with GQA caches 8 KV heads only: a quarter of that.
+  KvCacheOptions llama3 = llama2;
+  llama3.num_kv_heads = 8;
+  llama3.dtype = DType::kBF16;
+  EXPECT_EQ(KvBlockBytes(llama3), 2 * kMiB);
+  // fp8 cache halves it again.
+  llama3.dtype = DType::kF8E4M3;
+  EXPECT_EQ(KvBlockBytes(llama3), 1 * kMiB);
+}
+
+TEST(KvCache, BlocksRoundUpPerSequence) {
+  KvCacheOptions kv{.num_layers = 2, .num_kv_heads = 1, .head_dim = 64, .dtype = DType::kBF16,
+                    .context_tokens = 100, .batch = 3, .block_size = 16};
+  EXPECT_EQ(KvBlocksPerSequence(kv), 7u);  // ceil(100 / 16)
+  EXPECT_EQ(KvCacheBytes(kv), 3u * 7 * KvBlockBytes(kv));
+  kv.block_size = 0;  // contiguous: exactly 100 tokens
+  EXPECT_EQ(KvCacheBytes(kv), 3u * 100 * 2 * 64 * 2 * 2);
+}
+
+TEST(KvCache, ZeroSizesNameTheField) {
+  KvCacheOptions kv{.num_layers = 2, .num_kv_heads = 0, .head_dim = 64, .context_tokens = 10};
+  EXPECT_THAT(std::string(ValidateKvCache(kv).message()), ::testing::HasSubstr("num_key_value_heads"));
+  kv.num_kv_heads = 1;
+  kv.context_tokens = -5;
+  EXPECT_THAT(std::string(ValidateKvCache(kv).message()), ::testing::HasSubstr("--context"));
+}
+
+}  // namespace
+}  // namespace headroom
