@@ -28,10 +28,11 @@
 //   rms_norm       (x, weight) -> (y, rstd)             saves x, rstd
 //   batch_norm     (x, weight, bias) -> (y, save_mean, save_invstd)
 //                  saves x, save_mean, save_invstd (running stats are buffers)
-//   gelu, gelu_tanh, silu, tanh (x) -> y                 saves x
-//   relu           (x) -> y                             saves y (threshold_backward)
+//   gelu, gelu_tanh, silu (x) -> y                       saves x
+//   relu, tanh     (x) -> y                             saves y (threshold_backward,
+//                  tanh_backward); torchvision's ReLU(inplace=True) is in place
 //   mul            (a, b) -> c                          saves b if a requires grad, a if b does
-//   add            (a, b) -> c                          saves nothing
+//   add            (a, b) -> c                          saves nothing (also in place)
 //   scale          (x) -> y, multiply by a constant     saves nothing
 //   masked_scale   (scores) -> y, scale + causal/padding mask   saves nothing
 //   softmax        (x) -> y                             saves y
@@ -41,10 +42,13 @@
 //                  (dropout inside the kernel keeps only an RNG seed)
 //   conv2d         (x, weight[, bias]) -> y             saves x (if weight requires grad), weight
 //   max_pool2d     (x) -> (y, indices i64)              saves x, indices
-//   adaptive_avg_pool2d (x) -> y                        saves nothing but the shape
+//   adaptive_avg_pool2d (x) -> y                        saves x
+//   repeat_kv      (x [b, kv, s, d]) -> [b, heads, s, d] copy (HF eager GQA)  saves nothing
+//   zeros          () -> y                              saves nothing
 //   gather_rows    (x) -> y, a row subset (MoE dispatch) saves nothing (indices are ints)
 //   index_add      (acc, src) -> acc (in place)         saves nothing
-//   router_topk    (logits) -> (weights, indices i64)   saves weights' softmax (output 0)
+//   router_topk    (logits) -> (probs f32, weights, indices i64), HF Mixtral's
+//                  softmax(f32) + topk + renormalize   saves probs, indices
 //   cross_entropy  (logits, labels) -> (loss, log_probs)  saves log_probs (log_softmax
 //                  output), labels
 //   dequantize_nf4 (weight nf4, absmax[, nested_absmax, quant_map, nested_quant_map])
@@ -54,6 +58,7 @@
 //   all_gather     (x_shard) -> x                       saves nothing
 //   reduce_scatter (x) -> x_shard                       saves nothing
 //   view           (x) -> view of x                     allocates nothing
+// Ops that read a "dequantize_nf4" output as their weight do not save it.
 //
 // Note [Sequence-parallel linear]
 // With sequence parallelism the input of a column-parallel linear is
@@ -79,6 +84,10 @@ struct EmitterOptions {
   // Under autocast (Note [Mixed precision is autocast] in builders.h)
   // matmul operands are cast to compute_dtype and norms/softmax/loss run f32.
   bool autocast = false;
+  // The dtype autocast runs its "fp32" ops (norms, softmax, loss) in: f32
+  // for torch.autocast over f32 weights; the weights' dtype for an fp8
+  // recipe over 16-bit weights (Transformer Engine style).
+  DType autocast_wide_dtype = DType::kF32;
   bool training = true;  // dropout is identity (no op) when false
 };
 
@@ -117,12 +126,19 @@ class OpEmitter {
   TensorId LayerNorm(const std::string& name, TensorId x, TensorId weight, TensorId bias);
   TensorId RmsNorm(const std::string& name, TensorId x, TensorId weight);
   TensorId BatchNorm(const std::string& name, TensorId x, TensorId weight, TensorId bias);
-  TensorId Activation(const std::string& name, ActivationKind kind, TensorId x);
+  TensorId Activation(const std::string& name, ActivationKind kind, TensorId x,
+                      bool inplace = false);
   TensorId Mul(const std::string& name, TensorId a, TensorId b);
   TensorId Add(const std::string& name, TensorId a, TensorId b);
+  // acc += other (torchvision's `out += identity`): a new view of acc's storage.
+  TensorId AddInplace(const std::string& name, TensorId acc, TensorId other);
   TensorId Scale(const std::string& name, TensorId x);
   TensorId MaskedScale(const std::string& name, TensorId scores);
-  TensorId Softmax(const std::string& name, TensorId x);
+  // Output dtype: x's, f32 under autocast, or `force_f32` (HF Llama's
+  // softmax(..., dtype=torch.float32)).
+  TensorId Softmax(const std::string& name, TensorId x, bool force_f32 = false);
+  TensorId RepeatKv(const std::string& name, TensorId x, int64_t heads);
+  TensorId Zeros(const std::string& name, std::vector<int64_t> shape, DType dtype);
   // Identity (returns x, emits nothing) when not training or p == 0.
   TensorId Dropout(const std::string& name, TensorId x, double p);
   TensorId Rotary(const std::string& name, TensorId x, TensorId cos, TensorId sin,
@@ -137,14 +153,15 @@ class OpEmitter {
                      int64_t padding);
   TensorId AdaptiveAvgPool2d(const std::string& name, TensorId x, int64_t out_h, int64_t out_w);
   TensorId GatherRows(const std::string& name, TensorId x, int64_t rows);
-  // acc += src scattered by row (in place): returns the new view of acc.
+  // acc += src scattered by row (in place): returns a new view of acc's storage.
   TensorId IndexAdd(const std::string& name, TensorId acc, TensorId src);
   struct Routing {
-    TensorId weights;  // [tokens, k] f32
+    TensorId weights;  // [tokens, k], in the logits' dtype
     TensorId indices;  // [tokens, k] i64
   };
   Routing RouterTopK(const std::string& name, TensorId logits, int64_t k);
-  // logits [n, classes]; returns the scalar loss (phase kLoss).
+  // logits [n, classes]; returns the scalar loss. Under autocast the logits
+  // are cast to f32 first.
   TensorId CrossEntropy(const std::string& name, TensorId logits, TensorId labels);
   TensorId DequantizeNf4(const std::string& name, TensorId weight,
                          const std::vector<TensorId>& constants, std::vector<int64_t> shape);
