@@ -75,6 +75,24 @@ absl::Status CheckJob(const JobSpec& job) {
 
 }  // namespace
 
+std::string_view OptimizerImplName(OptimizerImpl impl) {
+  switch (impl) {
+    case OptimizerImpl::kForeach: return "foreach";
+    case OptimizerImpl::kForLoop: return "for-loop";
+    case OptimizerImpl::kFused: return "fused";
+  }
+  return "foreach";
+}
+
+absl::StatusOr<OptimizerImpl> ParseOptimizerImpl(std::string_view name) {
+  for (OptimizerImpl impl : {OptimizerImpl::kForeach, OptimizerImpl::kForLoop, OptimizerImpl::kFused}) {
+    if (OptimizerImplName(impl) == name) return impl;
+  }
+  if (name == "single-tensor" || name == "loop") return OptimizerImpl::kForLoop;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown optimizer implementation '%s' (expected foreach, for-loop or fused)", name));
+}
+
 uint64_t MemoryEstimate::total_bytes() const {
   return weights + master_weights + gradients + optimizer_state + gathered_parameters +
          communication_buffers + fp8_weight_cache + activations + activation_gradients +
@@ -128,7 +146,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
     precision.master_weights = false;
   }
   const ParallelLayout& layout = job.layout;
-  const bool persistent_grads = job.grad_accum > 1 || framework == Framework::kDeepSpeed ||
+  const bool persistent_grads = job.grad_accum > 1 || job.keep_gradients || framework == Framework::kDeepSpeed ||
                                 framework == Framework::kFsdp || framework == Framework::kMegatron;
 
   MemoryEstimate out;
@@ -148,7 +166,13 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
                        .tensor_parallel = layout.tensor_parallel,
                        .sequence_parallel = layout.sequence_parallel,
                        .lora = job.lora};
-    HEADROOM_ASSIGN_OR_RETURN(forward, BuildModelGraph(*model.config, build));
+    ModelConfig config = *model.config;
+    if (job.encoder_head && config.family == ModelFamily::kEncoder) {
+      config.encoder_head = *job.encoder_head;
+      // BertForSequenceClassification pools; the masked-LM model does not.
+      config.encoder_pooler = config.encoder_head != EncoderHead::kMaskedLm && config.model_type == "bert";
+    }
+    HEADROOM_ASSIGN_OR_RETURN(forward, BuildModelGraph(config, build));
   } else if (model.graph) {
     forward = *model.graph;
     is_step = HasBackward(forward);
@@ -187,6 +211,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
   uint64_t temporaries = role_bytes(TensorRole::kTemporary);
   uint64_t autocast_copies = 0;
   uint64_t rounding = 0;
+  bool optimizer_peak = false;
   const OpId peak = profile.peak_op;
   if (peak != kNone) {
     for (const Tensor& t : step.tensors()) {
@@ -246,6 +271,39 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
     }
   }
 
+  // Note [Optimizer step transients]: the optimizer step may be the peak.
+  if (job.training && job.optimizer != Optimizer::kSgd && job.optimizer_impl != OptimizerImpl::kFused &&
+      !layout.offload_optimizer && framework != Framework::kDeepSpeed) {
+    const DType state_dtype = precision.master_weights ? DType::kF32 : precision.optimizer_state_dtype;
+    uint64_t step_transient = 0;
+    for (const Tensor& t : forward.tensors()) {
+      if (t.role != TensorRole::kParameter || !t.trainable) continue;
+      const uint64_t bytes = DTypeBytes(state_dtype, t.elements());
+      step_transient = job.optimizer_impl == OptimizerImpl::kForeach ? step_transient + bytes
+                                                                     : std::max(step_transient, bytes);
+    }
+    if (job.optimizer_impl == OptimizerImpl::kForeach) {
+      step_transient /= static_cast<uint64_t>(layout.shard_group()) * static_cast<uint64_t>(stages);
+    }
+    // All gradients are live during the step; persistent ones are in the states already.
+    uint64_t grads_all = 0;
+    if (!persistent_grads) {
+      for (const Tensor& t : forward.tensors()) {
+        if (t.role == TensorRole::kParameter && t.trainable) grads_all += DTypeBytes(t.dtype, t.elements());
+      }
+    }
+    const uint64_t fwd_bwd = activations + parameter_grads + activation_grads + temporaries;
+    if (grads_all + step_transient > fwd_bwd) {
+      activations = 0;
+      activation_grads = 0;
+      parameter_grads = grads_all;
+      temporaries = step_transient;
+      autocast_copies = 0;
+      rounding = 0;
+      optimizer_peak = true;
+    }
+  }
+
   out.weights = states.weights + states.buffers + autocast_copies;
   out.master_weights = states.master_weights;
   out.gradients = persistent_grads ? states.gradients : parameter_grads;
@@ -289,12 +347,16 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
       static_cast<uint64_t>(static_cast<double>(dynamic) * job.overheads.fragmentation_fraction);
   out.capacity = machine.capacity();
 
-  if (peak != kNone) {
+  if (optimizer_peak) {
+    out.peak_op = absl::StrFormat("optimizer step (%s %s)", OptimizerName(job.optimizer),
+                                  OptimizerImplName(job.optimizer_impl));
+    out.peak_phase = "optimizer";
+  } else if (peak != kNone) {
     const Op& op = step.op(peak);
     out.peak_op = op.name.empty() ? op.kind : op.name;
     out.peak_phase = std::string(PhaseName(op.phase));
   }
-  for (TensorId id : profile.live_at_peak) {
+  for (TensorId id : optimizer_peak ? std::vector<TensorId>{} : profile.live_at_peak) {
     const Tensor& t = step.tensor(id);
     out.largest_live.push_back({.name = t.name,
                                 .role = std::string(TensorRoleName(t.role)),

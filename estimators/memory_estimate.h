@@ -23,10 +23,11 @@
 // estimators/model_states.h. Both come to 18 bytes per parameter with AdamW.
 //
 // Note [Gradients: resident or by liveness]
-// A single micro-batch on plain PyTorch frees .grad at zero_grad(set_to_none)
-// and re-creates gradients during backward, so they are counted by liveness
-// (only those live at the peak). With gradient accumulation, ZeRO, FSDP or
-// Megatron they are a persistent buffer: counted whole, as model states.
+// A single micro-batch on plain PyTorch >= 2.0 frees .grad at zero_grad()
+// (set_to_none=True) and re-creates gradients during backward, so they are
+// counted by liveness (only those live at the peak). With gradient
+// accumulation, ZeRO, FSDP, Megatron or zero_grad(set_to_none=False)
+// (JobSpec::keep_gradients) they are a persistent buffer: counted whole.
 //
 // Note [Pipeline 1F1B]
 // Under 1F1B (Narayanan et al. 2021, PipeDream-Flush) stage s of p holds
@@ -59,6 +60,22 @@
 
 namespace headroom {
 
+// Note [Optimizer step transients]
+// torch.optim's multi-tensor ("foreach") AdamW, the CUDA default since
+// PyTorch 2.0, computes sqrt(exp_avg_sq) for the whole parameter group into a
+// new tensor list (torch/optim/adamw.py, _multi_tensor_adamw:
+// torch._foreach_sqrt): one state-sized fp32 copy of the trainable
+// parameters lives during the step. The single-tensor loop (and
+// transformers' old AdamW) allocates that per parameter: the largest
+// parameter's worth. Fused kernels (fused=True, DeepSpeed FusedAdam, apex)
+// allocate nothing. Momentum-free optimizers and 8-bit ones are charged the
+// same way on their state dtype. The step's peak is the larger of the
+// forward/backward peak and the optimizer step (all gradients live plus this
+// transient).
+enum class OptimizerImpl { kForeach, kForLoop, kFused };
+std::string_view OptimizerImplName(OptimizerImpl impl);
+absl::StatusOr<OptimizerImpl> ParseOptimizerImpl(std::string_view name);
+
 // What the user runs: everything but the model and the machine.
 struct JobSpec {
   bool training = true;
@@ -67,11 +84,19 @@ struct JobSpec {
   int64_t grad_accum = 1;       // micro-batches per optimizer step
   Precision precision = Precision::kBf16Mixed;
   Optimizer optimizer = Optimizer::kAdamW;
+  // How the optimizer step runs, which sets its transient memory (Note
+  // [Optimizer step transients]).
+  OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
   AttentionImpl attention = AttentionImpl::kFlash;
   CheckpointMode checkpoint = CheckpointMode::kOff;
   int checkpoint_every = 1;
   LoraOptions lora;
   ParallelLayout layout;
+  // Gradients stay allocated between steps: zero_grad(set_to_none=False),
+  // PyTorch's default before 2.0 (Note [Gradients: resident or by liveness]).
+  bool keep_gradients = false;
+  // Encoders only: the task head to train (default: the config's).
+  std::optional<EncoderHead> encoder_head;
   // Inference: KV cache for `context` tokens per sequence (0: no cache).
   int64_t context = 0;
   int64_t kv_block_size = 16;
