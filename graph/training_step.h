@@ -10,7 +10,9 @@
 // The result is one Graph in program order: the forward ops unchanged (ids
 // 0..n-1), then backward ops in reverse forward order, recompute ops placed
 // right before the backward of their segment, then one optimizer op per
-// trainable parameter. Tensors and ops of the forward keep their ids.
+// trainable parameter. Tensors of the forward keep their ids, and so do its
+// ops, except that with StepOptions::gradients_preexist a "gradient_buffers"
+// op comes first and shifts them by one.
 //
 // Note [Checkpoint segments]
 // A checkpointed segment is a contiguous run of forward ops (one layer for
@@ -39,6 +41,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
