@@ -276,7 +276,15 @@ void CachingAllocator::Split(Block* block, uint64_t size) {
   if (block->next != nullptr) block->next->prev = rest;
   block->next = rest;
   block->size = size;
-  // `block` was coalesced, so `rest` has no free neighbour to merge with.
+  // Usually `rest` has no free neighbour (`block` was coalesced), but after a
+  // cross-stream move it may now share a stream with the next block.
+  if (Block* next = rest->next; next != nullptr && next->is_free() && next->stream == rest->stream) {
+    PoolErase(next);
+    rest->size += next->size;
+    rest->next = next->next;
+    if (rest->next != nullptr) rest->next->prev = rest;
+    DeleteBlock(next);
+  }
   PoolInsert(rest);
 }
 

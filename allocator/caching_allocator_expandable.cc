@@ -146,7 +146,10 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
   if (end <= start) return 0;
   // Kernels queued on the owning stream before the free may still touch the
   // pages; the driver does not order unmapping after them.
-  if (!synchronized) HEADROOM_RETURN_IF_ERROR(backend_->SynchronizeStream(segment->stream));
+  if (!synchronized) {
+    HEADROOM_RETURN_IF_ERROR(backend_->SynchronizeStream(segment->stream));
+    if (block->stream != segment->stream) HEADROOM_RETURN_IF_ERROR(backend_->SynchronizeStream(block->stream));
+  }
   HEADROOM_RETURN_IF_ERROR(backend_->Unmap(start, end - start));
   const uint64_t first_page = (start - segment->address) / granularity_;
   const uint64_t pages = (end - start) / granularity_;
@@ -223,11 +226,32 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
 
 absl::StatusOr<uint64_t> CachingAllocator::TrimExpandable(Segment* segment) {
   std::vector<Block*> free_blocks;
+  std::vector<StreamHandle> streams = {segment->stream};
   for (Block* b = segment->first; b != nullptr; b = b->next) {
-    if (b->is_free()) free_blocks.push_back(b);
+    if (!b->is_free()) continue;
+    free_blocks.push_back(b);
+    // Cross-stream reuse may have moved the block to another stream.
+    if (std::find(streams.begin(), streams.end(), b->stream) == streams.end()) streams.push_back(b->stream);
   }
   if (free_blocks.empty()) return 0;
-  HEADROOM_RETURN_IF_ERROR(backend_->SynchronizeStream(segment->stream));
+  for (StreamHandle stream : streams) HEADROOM_RETURN_IF_ERROR(backend_->SynchronizeStream(stream));
+  if (streams.size() > 1) {
+    // With every stream idle, a free block's stream no longer matters: give
+    // them back to the segment's stream and coalesce, so that pages shared by
+    // neighbours of different streams can be unmapped too.
+    for (Block* b = segment->first; b != nullptr;) {
+      if (b->is_free() && b->stream != segment->stream) {
+        PoolErase(b);
+        b->stream = segment->stream;
+        b = CacheFreeBlock(b);
+      }
+      b = b->next;
+    }
+    free_blocks.clear();
+    for (Block* b = segment->first; b != nullptr; b = b->next) {
+      if (b->is_free()) free_blocks.push_back(b);
+    }
+  }
   uint64_t released = 0;
   for (Block* block : free_blocks) {
     HEADROOM_ASSIGN_OR_RETURN(uint64_t bytes, UnmapFreePages(block, /*synchronized=*/true));

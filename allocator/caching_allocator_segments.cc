@@ -49,11 +49,13 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::MallocSegment(PoolKin
   return block;
 }
 
+// The segment's blocks are all free: usually one coalesced block, several
+// when cross-stream reuse left neighbours of different streams. Free()
+// synchronizes the device (as cudaFree does), so their streams need no wait.
 absl::Status CachingAllocator::ReleaseSegment(Segment* segment) {
-  Block* block = segment->first;
-  PoolErase(block);
+  for (Block* b = segment->first; b != nullptr; b = b->next) PoolErase(b);
   if (absl::Status status = backend_->Free(segment->address); !status.ok()) {
-    PoolInsert(block);
+    for (Block* b = segment->first; b != nullptr; b = b->next) PoolInsert(b);
     return status;
   }
   ++stats_.num_device_free;
@@ -64,15 +66,25 @@ absl::Status CachingAllocator::ReleaseSegment(Segment* segment) {
   if (segment->size >= options_.max_split_size) stats_.oversize_segments.Decrease(1);
   Record(TraceAction::kSegmentFree, segment->address, segment->size, segment->stream);
   segments_.erase(segment->address);
-  DeleteBlock(block);
+  for (Block* b = segment->first; b != nullptr;) {
+    Block* next = b->next;
+    DeleteBlock(b);
+    b = next;
+  }
   delete segment;
   return absl::OkStatus();
 }
 
 namespace {
 
+// True for the first block of a plain segment whose blocks are all cached, so
+// that each releasable segment is found once while scanning a pool.
 bool IsWholeCachedSegment(const internal::Block* block) {
-  return !block->segment->expandable && !block->is_split() && block->is_free();
+  if (block->segment->expandable || block->prev != nullptr) return false;
+  for (const internal::Block* b = block; b != nullptr; b = b->next) {
+    if (!b->is_free()) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -82,17 +94,18 @@ absl::StatusOr<bool> CachingAllocator::ReleaseAvailableCache(PoolKind kind, uint
   for (Block* block : PoolOf(kind).blocks()) {
     if (IsWholeCachedSegment(block)) whole.push_back(block);
   }
-  std::sort(whole.begin(), whole.end(), [](const Block* a, const Block* b) { return a->size < b->size; });
+  std::sort(whole.begin(), whole.end(),
+            [](const Block* a, const Block* b) { return a->segment->size < b->segment->size; });
   // One segment large enough is the least cache thrown away.
   auto enough = std::lower_bound(whole.begin(), whole.end(), bytes,
-                                 [](const Block* b, uint64_t n) { return b->size < n; });
+                                 [](const Block* b, uint64_t n) { return b->segment->size < n; });
   if (enough != whole.end()) {
     HEADROOM_RETURN_IF_ERROR(ReleaseSegment((*enough)->segment));
     return true;
   }
   uint64_t released = 0;
   for (auto it = whole.rbegin(); it != whole.rend() && released < bytes; ++it) {
-    released += (*it)->size;
+    released += (*it)->segment->size;
     HEADROOM_RETURN_IF_ERROR(ReleaseSegment((*it)->segment));
   }
   if (released < bytes) {

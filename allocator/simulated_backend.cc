@@ -1,7 +1,6 @@
 #include "allocator/simulated_backend.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -93,7 +92,7 @@ absl::StatusOr<DeviceAddress> SimulatedBackend::Malloc(uint64_t bytes) {
   const DeviceAddress address = TakeAddresses(bytes);
   Range range{.bytes = bytes, .accessible = true};
   if (options_.host_backing) {
-    auto host = std::make_unique<std::byte[]>(bytes);
+    auto host = std::make_unique_for_overwrite<std::byte[]>(bytes);
     range.host = host.get();
     malloc_host_[address] = std::move(host);
   }
@@ -166,7 +165,7 @@ absl::StatusOr<PhysicalHandle> SimulatedBackend::CreatePhysical(uint64_t bytes) 
   const PhysicalHandle handle{next_handle_++};
   Physical& physical = physical_[handle.value];
   physical.bytes = bytes;
-  if (options_.host_backing) physical.host = std::make_unique<std::byte[]>(bytes);
+  if (options_.host_backing) physical.host = std::make_unique_for_overwrite<std::byte[]>(bytes);
   return handle;
 }
 
@@ -479,20 +478,29 @@ absl::StatusOr<std::vector<SimulatedBackend::HostSpan>> SimulatedBackend::HostSp
   return spans;
 }
 
-absl::Status SimulatedBackend::FillHost(DeviceAddress address, uint64_t bytes, uint8_t value) {
+absl::Status SimulatedBackend::FillHost(DeviceAddress address, uint64_t bytes, uint8_t value, uint64_t stride) {
   absl::MutexLock lock(&mu_);
+  if (stride == 0) return absl::InvalidArgumentError("simulated device: stride 0");
   HEADROOM_ASSIGN_OR_RETURN(std::vector<HostSpan> spans, HostSpans(address, bytes));
-  for (const HostSpan& span : spans) std::memset(span.data, value, span.bytes);
+  uint64_t offset = 0;  // of the span start within the range
+  for (const HostSpan& span : spans) {
+    for (uint64_t i = (stride - offset % stride) % stride; i < span.bytes; i += stride) span.data[i] = std::byte{value};
+    offset += span.bytes;
+  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> SimulatedBackend::HostEquals(DeviceAddress address, uint64_t bytes, uint8_t value) {
+absl::StatusOr<bool> SimulatedBackend::HostEquals(DeviceAddress address, uint64_t bytes, uint8_t value,
+                                                  uint64_t stride) {
   absl::MutexLock lock(&mu_);
+  if (stride == 0) return absl::InvalidArgumentError("simulated device: stride 0");
   HEADROOM_ASSIGN_OR_RETURN(std::vector<HostSpan> spans, HostSpans(address, bytes));
+  uint64_t offset = 0;
   for (const HostSpan& span : spans) {
-    for (uint64_t i = 0; i < span.bytes; ++i) {
+    for (uint64_t i = (stride - offset % stride) % stride; i < span.bytes; i += stride) {
       if (span.data[i] != std::byte{value}) return false;
     }
+    offset += span.bytes;
   }
   return true;
 }

@@ -140,11 +140,12 @@ class SimulatedBackend final : public DeviceBackend {
   size_t live_physical_handles() const;
   size_t live_reservations() const;
   size_t live_events() const;
-  // With host backing: write `value` into, or check that every byte equals
-  // `value` in, [address, address + bytes), which must lie inside one Malloc
-  // or a run of adjacent accessible mappings. Otherwise an error.
-  absl::Status FillHost(DeviceAddress address, uint64_t bytes, uint8_t value);
-  absl::StatusOr<bool> HostEquals(DeviceAddress address, uint64_t bytes, uint8_t value);
+  // With host backing: write `value` into, or check that it is in, every
+  // `stride`-th byte of [address, address + bytes), which must lie inside one
+  // Malloc or a run of adjacent accessible mappings. Otherwise an error.
+  // (A stride of 512 still catches any two overlapping allocator blocks.)
+  absl::Status FillHost(DeviceAddress address, uint64_t bytes, uint8_t value, uint64_t stride = 1);
+  absl::StatusOr<bool> HostEquals(DeviceAddress address, uint64_t bytes, uint8_t value, uint64_t stride = 1);
 
  private:
   struct StreamState {

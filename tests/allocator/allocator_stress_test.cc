@@ -1,0 +1,164 @@
+// Deterministic randomized stress: many seeds, every option combination,
+// Validate() after every operation, and host-backed memory with a byte
+// pattern per live allocation so that overlapping blocks are caught.
+#include <random>
+#include <thread>
+
+#include "allocator/caching_allocator.h"
+#include "common/units.h"
+#include "gtest/gtest.h"
+#include "tests/allocator/allocator_test_util.h"
+
+namespace headroom {
+namespace {
+
+using ::headroom::testing::MakeAllocator;
+
+struct StressCase {
+  const char* name;
+  AllocatorOptions options;
+};
+
+class AllocatorStress : public ::testing::TestWithParam<StressCase> {};
+
+uint64_t RandomSize(std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0: return 1 + rng() % kMiB;                   // small pool
+    case 1: return kMiB + rng() % (9 * kMiB);           // large, 20 MiB segments
+    case 2: return 10 * kMiB + rng() % (20 * kMiB);     // large, own segments
+    default: return 512 * (1 + rng() % 64);             // many equal small sizes
+  }
+}
+
+TEST_P(AllocatorStress, InvariantsHoldAfterEveryOperation) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    auto a = MakeAllocator({.capacity_bytes = 256 * kMiB, .auto_complete_events = false, .host_backing = true},
+                           GetParam().options);
+    std::mt19937_64 rng(seed);
+    std::vector<StreamHandle> streams = {kDefaultStream, *a.device->CreateStream(), *a.device->CreateStream()};
+    struct Live {
+      DeviceAddress address;
+      uint64_t size;
+      uint8_t pattern;
+    };
+    std::vector<Live> live;
+    int ooms = 0;
+    for (int step = 0; step < 500; ++step) {
+      const uint64_t op = rng() % 100;
+      if (op < 50 || live.empty()) {
+        const uint64_t size = RandomSize(rng);
+        const StreamHandle stream = streams[rng() % streams.size()];
+        absl::StatusOr<DeviceAddress> p = a->Allocate(size, stream);
+        if (!p.ok()) {
+          ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted) << p.status();
+          ++ooms;
+        } else {
+          const auto pattern = static_cast<uint8_t>(1 + rng() % 250);
+          ASSERT_TRUE(a.device->FillHost(*p, size, pattern, kMinBlockSize).ok());
+          live.push_back({*p, size, pattern});
+        }
+      } else if (op < 85) {
+        const size_t i = rng() % live.size();
+        // Nobody wrote over this block while it was live.
+        auto intact = a.device->HostEquals(live[i].address, live[i].size, live[i].pattern, kMinBlockSize);
+        ASSERT_TRUE(intact.ok()) << intact.status();
+        ASSERT_TRUE(*intact) << "allocation at 0x" << std::hex << live[i].address << " was overwritten";
+        if (rng() % 4 == 0) {
+          ASSERT_TRUE(a->RecordStream(live[i].address, streams[rng() % streams.size()]).ok());
+        }
+        ASSERT_TRUE(a->Free(live[i].address, live[i].size).ok());
+        live[i] = live.back();
+        live.pop_back();
+      } else if (op < 93) {
+        a.device->CompleteStream(streams[rng() % streams.size()]);
+      } else if (op < 96) {
+        ASSERT_TRUE(a->EmptyCache().ok());
+      } else if (op < 98) {
+        a->ResetPeakStats();
+      } else {
+        // A transient device error must leave everything consistent.
+        a.device->InjectFailure(rng() % 2 ? BackendCall::kMalloc : BackendCall::kMap,
+                                {.code = absl::StatusCode::kInternal});
+        const uint64_t size = RandomSize(rng);
+        absl::StatusOr<DeviceAddress> p = a->Allocate(size);
+        a.device->ClearFailures();
+        if (p.ok()) {  // served from the cache, no device call needed
+          ASSERT_TRUE(a.device->FillHost(*p, size, 255, kMinBlockSize).ok());
+          live.push_back({*p, size, 255});
+        }
+      }
+      const absl::Status valid = a->Validate();
+      ASSERT_TRUE(valid.ok()) << "step " << step << ": " << valid;
+    }
+    for (const Live& l : live) ASSERT_TRUE(a->Free(l.address).ok());
+    a.device->CompleteAll();
+    ASSERT_TRUE(a->EmptyCache().ok());
+    HEADROOM_EXPECT_VALID(a);
+    if (a->GetStats().reserved_bytes[kAllPools].current != 0) {
+      ADD_FAILURE() << SnapshotToJson(a->TakeSnapshot())["segments"].dump();
+    }
+    EXPECT_EQ(a->GetStats().reserved_bytes[kAllPools].current, 0);
+    EXPECT_EQ(a.device->used_bytes(), 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Options, AllocatorStress,
+    ::testing::Values(StressCase{"defaults", {}},
+                      StressCase{"max_split", {.max_split_size = 32 * kMiB}},
+                      StressCase{"power2", {.rounding = {.power2_divisions = 4}}},
+                      StressCase{"gc", {.garbage_collection_threshold = 0.6}},
+                      StressCase{"expandable", {.expandable_segments = true}},
+                      StressCase{"expandable_max_split", {.max_split_size = 32 * kMiB, .expandable_segments = true}},
+                      StressCase{"cross_stream", {.cross_stream_reuse = true}},
+                      StressCase{"cross_stream_expandable", {.expandable_segments = true, .cross_stream_reuse = true}},
+                      StressCase{"fraction_history", {.memory_fraction = 0.7, .history_entries = 64}}),
+    [](const ::testing::TestParamInfo<StressCase>& param) { return std::string(param.param.name); });
+
+TEST(AllocatorThreads, ConcurrentAllocateFreeStaysConsistent) {
+  for (bool expandable : {false, true}) {
+    auto a = MakeAllocator({.capacity_bytes = 4 * kGiB}, {.expandable_segments = expandable});
+    constexpr int kThreads = 4;
+    std::vector<StreamHandle> streams;
+    for (int t = 0; t < kThreads; ++t) streams.push_back(*a.device->CreateStream());
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937_64 rng(static_cast<uint64_t>(t) + 100);
+        std::vector<DeviceAddress> mine;
+        for (int i = 0; i < 3000; ++i) {
+          if (mine.empty() || rng() % 2 == 0) {
+            // Half the threads share the default stream.
+            const StreamHandle stream = t % 2 == 0 ? kDefaultStream : streams[static_cast<size_t>(t)];
+            auto p = a->Allocate(RandomSize(rng) / 8 + 1, stream);
+            if (p.ok()) {
+              mine.push_back(*p);
+            } else {
+              ++failures;
+            }
+          } else {
+            const size_t k = rng() % mine.size();
+            if (!a->Lookup(mine[k]).ok() || !a->Free(mine[k]).ok()) ++failures;
+            mine[k] = mine.back();
+            mine.pop_back();
+          }
+          if (i % 500 == 0) (void)a->GetStats();
+        }
+        for (DeviceAddress p : mine) {
+          if (!a->Free(p).ok()) ++failures;
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    EXPECT_EQ(failures.load(), 0);
+    HEADROOM_EXPECT_VALID(a);
+    EXPECT_EQ(a->GetStats().allocated_bytes[kAllPools].current, 0);
+    ASSERT_TRUE(a->EmptyCache().ok());
+    EXPECT_EQ(a.device->used_bytes(), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace headroom

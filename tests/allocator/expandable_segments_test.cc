@@ -1,0 +1,120 @@
+// Note [Expandable segments] on the simulated device.
+#include "allocator/caching_allocator.h"
+#include "common/units.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/allocator/allocator_test_util.h"
+
+namespace headroom {
+namespace {
+
+using ::headroom::testing::MakeAllocator;
+
+int64_t Reserved(const MemoryStats& s) { return s.reserved_bytes[kAllPools].current; }
+
+TEST(ExpandableSegments, GrowContiguouslyPageByPage) {
+  auto a = MakeAllocator({}, {.expandable_segments = true});
+  DeviceAddress x = *a->Allocate(5 * kMiB);
+  DeviceAddress y = *a->Allocate(5 * kMiB);
+  DeviceAddress z = *a->Allocate(5 * kMiB);
+  EXPECT_EQ(y, x + 5 * kMiB);
+  EXPECT_EQ(z, y + 5 * kMiB);
+  MemoryStats s = a->GetStats();
+  EXPECT_EQ(Reserved(s), static_cast<int64_t>(16 * kMiB));  // 8 pages for 15 MiB
+  EXPECT_EQ(s.segment[kAllPools].current, 1);
+  EXPECT_EQ(a.device->CallCount(BackendCall::kReserveAddressRange), 1u);
+  EXPECT_EQ(a.device->CallCount(BackendCall::kMalloc), 0u);
+  EXPECT_EQ(a.device->used_bytes(), 16 * kMiB);
+  HEADROOM_EXPECT_VALID(a);
+}
+
+TEST(ExpandableSegments, OneReservationPerStreamAndPool) {
+  auto a = MakeAllocator({}, {.expandable_segments = true});
+  StreamHandle s2 = *a.device->CreateStream();
+  ASSERT_TRUE(a->Allocate(kKiB).ok());
+  ASSERT_TRUE(a->Allocate(4 * kMiB).ok());
+  ASSERT_TRUE(a->Allocate(4 * kMiB, s2).ok());
+  ASSERT_TRUE(a->Allocate(kKiB).ok());
+  EXPECT_EQ(a.device->CallCount(BackendCall::kReserveAddressRange), 3u);
+  EXPECT_EQ(a->GetStats().segment[kAllPools].current, 3);
+  HEADROOM_EXPECT_VALID(a);
+}
+
+TEST(ExpandableSegments, TrimUnmapsFreePagesAndHolesAreRefilledFirst) {
+  auto a = MakeAllocator({}, {.expandable_segments = true});
+  DeviceAddress x = *a->Allocate(5 * kMiB);
+  DeviceAddress y = *a->Allocate(5 * kMiB);
+  DeviceAddress z = *a->Allocate(5 * kMiB);
+  (void)z;
+  ASSERT_TRUE(a->Free(y).ok());
+  const uint64_t syncs = a.device->HostSynchronizations();
+  ASSERT_TRUE(a->EmptyCache().ok());
+  EXPECT_GT(a.device->HostSynchronizations(), syncs);  // the owning stream first
+  // y = [5, 10) MiB; the pages [6, 8) and [8, 10) lie wholly inside it. The
+  // 1 MiB free tail past z shares its page with z and stays mapped.
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(12 * kMiB));
+  HEADROOM_EXPECT_VALID(a);
+  const uint64_t maps = a.device->CallCount(BackendCall::kMap);
+  // 2 MiB fits in [5, 6) + one page of the hole: mapped there, not at the end.
+  DeviceAddress w = *a->Allocate(2 * kMiB);
+  EXPECT_EQ(w, x + 5 * kMiB);
+  EXPECT_EQ(a.device->CallCount(BackendCall::kMap), maps + 1);
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(14 * kMiB));
+  HEADROOM_EXPECT_VALID(a);
+}
+
+TEST(ExpandableSegments, EmptyCacheReleasesUnusedReservations) {
+  auto a = MakeAllocator({}, {.expandable_segments = true});
+  DeviceAddress p = *a->Allocate(30 * kMiB);
+  ASSERT_TRUE(a->Free(p).ok());
+  ASSERT_TRUE(a->EmptyCache().ok());
+  EXPECT_EQ(Reserved(a->GetStats()), 0);
+  EXPECT_EQ(a->GetStats().segment[kAllPools].current, 0);
+  EXPECT_EQ(a.device->used_bytes(), 0u);
+  EXPECT_EQ(a.device->live_reservations(), 0u);
+  EXPECT_EQ(a.device->live_physical_handles(), 0u);
+  HEADROOM_EXPECT_VALID(a);
+  EXPECT_TRUE(a->Allocate(3 * kMiB).ok());
+  HEADROOM_EXPECT_VALID(a);
+}
+
+TEST(ExpandableSegments, OutOfMemoryUnmapsCachedPagesAndRetries) {
+  auto a = MakeAllocator({.capacity_bytes = 64 * kMiB}, {.expandable_segments = true});
+  StreamHandle s2 = *a.device->CreateStream();
+  DeviceAddress p = *a->Allocate(40 * kMiB);
+  ASSERT_TRUE(a->Free(p).ok());  // 40 MiB cached on the default stream
+  auto q = a->Allocate(40 * kMiB, s2);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(a->GetStats().num_alloc_retries, 1);
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(40 * kMiB));
+  HEADROOM_EXPECT_VALID(a);
+}
+
+TEST(ExpandableSegments, MapFailureLeavesTheSegmentUnchanged) {
+  auto a = MakeAllocator({}, {.expandable_segments = true});
+  ASSERT_TRUE(a->Allocate(4 * kMiB).ok());
+  a.device->InjectFailure(BackendCall::kMap, {.skip = 1, .code = absl::StatusCode::kInternal});
+  auto r = a->Allocate(6 * kMiB);  // needs 3 pages; the second Map fails
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(a.device->used_bytes(), 4 * kMiB);
+  HEADROOM_EXPECT_VALID(a);
+  EXPECT_TRUE(a->Allocate(6 * kMiB).ok());
+  HEADROOM_EXPECT_VALID(a);
+}
+
+TEST(ExpandableSegments, OverheadOnAGrowingSequenceIsOnePage) {
+  auto a = MakeAllocator({}, {.expandable_segments = true});
+  uint64_t total = 0;
+  std::vector<DeviceAddress> live;
+  for (uint64_t i = 1; i <= 40; ++i) {
+    const uint64_t size = i * 3 * kMiB + i * 1000;
+    total += RoundSize(size, {});
+    live.push_back(*a->Allocate(size));
+  }
+  MemoryStats s = a->GetStats();
+  EXPECT_LT(static_cast<uint64_t>(Reserved(s)), total + 2 * kMiB);
+  HEADROOM_EXPECT_VALID(a);
+}
+
+}  // namespace
+}  // namespace headroom
