@@ -13,6 +13,8 @@ namespace {
 
 using nlohmann::json;
 
+constexpr int64_t kMaxSize = int64_t{1} << 31;
+
 // HF configs write absent optional values as null ("n_inner": null).
 bool Present(const json& object, std::string_view key) {
   auto it = object.find(std::string(key));
@@ -43,6 +45,10 @@ absl::StatusOr<int64_t> PositiveInt(const json& object, std::string_view key,
   HEADROOM_ASSIGN_OR_RETURN(int64_t value, RequireInt(object, key, path));
   if (value <= 0) {
     return (path / key).Error(absl::StrFormat("must be positive, got %d", value));
+  }
+  // Builders multiply sizes together in int64; no real model comes close.
+  if (value > kMaxSize) {
+    return (path / key).Error(absl::StrFormat("implausibly large: %d (at most %d)", value, kMaxSize));
   }
   return value;
 }
@@ -234,8 +240,8 @@ absl::Status ParseBertLike(const json& doc, const JsonPath& path, ModelConfig& c
   HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
                             OptionalPositiveInt(doc, "max_position_embeddings", path, 512));
   HEADROOM_ASSIGN_OR_RETURN(c.type_vocab_size, OptionalInt(doc, "type_vocab_size", path, 2));
-  if (c.type_vocab_size < 0) {
-    return (path / "type_vocab_size").Error("must not be negative");
+  if (c.type_vocab_size < 0 || c.type_vocab_size > kMaxSize) {
+    return (path / "type_vocab_size").Error("must be between 0 and 2^31");
   }
   HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_eps", path, 1e-12));
   HEADROOM_ASSIGN_OR_RETURN(c.activation,
@@ -275,8 +281,8 @@ absl::Status ParseMlpChain(const json& doc, const JsonPath& path, ModelConfig& c
   }
   for (size_t i = 0; i < sizes->size(); ++i) {
     HEADROOM_ASSIGN_OR_RETURN(int64_t size, AsInt((*sizes)[i], path / "layer_sizes" / i));
-    if (size <= 0) {
-      return (path / "layer_sizes" / i).Error(absl::StrFormat("must be positive, got %d", size));
+    if (size <= 0 || size > kMaxSize) {
+      return (path / "layer_sizes" / i).Error(absl::StrFormat("must be between 1 and 2^31, got %d", size));
     }
     c.mlp_layer_sizes.push_back(size);
   }

@@ -123,7 +123,7 @@ TEST(BuildModelGraph, ParametersAreNamedAsTheStateDict) {
 }
 
 // Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-// Transformer Models", Section 4.1: a GPT layer in 16-bit with dropout stores
+// Transformer Models" (arXiv:2205.05198), Section 4.1: a GPT layer in 16-bit with dropout stores
 // s*b*h*(34 + 5*a*s/h) bytes. Our layer norms also keep mean and rstd in f32
 // (2 x 4 bytes per token each), which the paper neglects.
 TEST(BuildModelGraph, GptLayerSavesKorthikantiActivations) {

@@ -101,7 +101,7 @@ TEST(ParseHfConfig, MlpChain) {
                             "m.json")
                   .status()
                   .message(),
-              HasSubstr("m.json: layer_sizes[1]: must be positive"));
+              HasSubstr("m.json: layer_sizes[1]: must be between 1 and 2^31, got 0"));
 }
 
 TEST(LoadModel, PresetsFilesAndCloseNames) {

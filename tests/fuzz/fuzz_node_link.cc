@@ -1,0 +1,18 @@
+// Any byte string given to the node-link importer yields a valid graph with
+// one op per node, or an error.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "graph/node_link.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  absl::StatusOr<headroom::Graph> graph = headroom::ImportNodeLink(text, "fuzz");
+  if (!graph.ok()) return 0;
+  if (!graph->Validate().ok()) __builtin_trap();
+  for (const headroom::Op& op : graph->ops()) {
+    if (op.outputs.size() != 1) __builtin_trap();
+  }
+  return 0;
+}
