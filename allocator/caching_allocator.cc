@@ -29,10 +29,13 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
         "caching allocator: max_split_size %s must be larger than %s", FormatBytes(options.max_split_size),
         FormatBytes(kLargeBuffer)));
   }
-  const uint32_t divisions = options.rounding.power2_divisions;
-  if (divisions > 1 && !std::has_single_bit(divisions)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("caching allocator: power2 divisions %d is not a power of two", divisions));
+  std::vector<uint32_t> all_divisions = options.rounding.divisions_by_mib_interval;
+  all_divisions.push_back(options.rounding.power2_divisions);
+  for (uint32_t divisions : all_divisions) {
+    if (divisions > 1 && !std::has_single_bit(divisions)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("caching allocator: power2 divisions %d is not a power of two", divisions));
+    }
   }
   const DeviceProperties& props = backend->properties();
   if (options.expandable_segments && !props.supports_virtual_memory) {
@@ -578,7 +581,9 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
   snapshot.settings = {{"max_split_size", stats_.max_split_size},
                        {"expandable_segments", options_.expandable_segments},
                        {"garbage_collection_threshold", options_.garbage_collection_threshold},
-                       {"roundup_power2_divisions", options_.rounding.power2_divisions},
+                       {"roundup_power2_divisions", options_.rounding.divisions_by_mib_interval.empty()
+                                                        ? nlohmann::json(options_.rounding.power2_divisions)
+                                                        : nlohmann::json(options_.rounding.divisions_by_mib_interval)},
                        {"memory_fraction", memory_fraction_},
                        {"cross_stream_reuse", options_.cross_stream_reuse}};
   return snapshot;

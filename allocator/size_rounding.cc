@@ -1,13 +1,21 @@
 #include "allocator/size_rounding.h"
 
+#include <algorithm>
 #include <bit>
 
 namespace headroom {
 
+uint32_t RoundingOptions::DivisionsFor(uint64_t size) const {
+  if (divisions_by_mib_interval.empty()) return power2_divisions;
+  const uint64_t mib = size >> 20;
+  const size_t index = mib == 0 ? 0 : static_cast<size_t>(std::bit_width(mib) - 1);
+  return divisions_by_mib_interval[std::min(index, divisions_by_mib_interval.size() - 1)];
+}
+
 uint64_t RoundSize(uint64_t size, const RoundingOptions& options) {
   if (size <= kMinBlockSize) return kMinBlockSize;
   const uint64_t plain = (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
-  const uint32_t divisions = options.power2_divisions;
+  const uint32_t divisions = options.DivisionsFor(size);
   if (divisions <= 1) return plain;
   const uint64_t floor_pow2 = std::bit_floor(size);
   if (floor_pow2 == size) return size < kMinBlockSize ? kMinBlockSize : size;

@@ -13,6 +13,7 @@
 #define HEADROOM_ALLOCATOR_SIZE_ROUNDING_H_
 
 #include <cstdint>
+#include <vector>
 
 namespace headroom {
 
@@ -41,6 +42,12 @@ struct RoundingOptions {
   // 0 or 1: plain 512-byte rounding. Otherwise a power of two: the number of
   // equal steps each power-of-two interval is cut into.
   uint32_t power2_divisions = 0;
+  // Per-interval divisions (PyTorch's "[256:1,512:2,>:8]" form). Entry i
+  // applies to sizes in [2^i MiB, 2^(i+1) MiB); smaller sizes use entry 0,
+  // larger ones the last entry. When non-empty it replaces power2_divisions.
+  std::vector<uint32_t> divisions_by_mib_interval;
+
+  uint32_t DivisionsFor(uint64_t size) const;
 };
 
 // Rounds `size` up as described above. Sizes at or below kMinBlockSize become

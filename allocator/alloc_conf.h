@@ -1,0 +1,57 @@
+// HEADROOM_ALLOC_CONF: allocator options as a string, in the syntax of
+// PyTorch's PYTORCH_CUDA_ALLOC_CONF, so that a tuned PyTorch setting carries
+// over unchanged.
+//
+//   absl::StatusOr<AllocatorOptions> options =
+//       ParseAllocConf("expandable_segments:True,max_split_size_mb:512");
+//
+// Syntax: comma-separated `key:value` pairs; spaces around tokens ignored.
+// Keys (PyTorch's unless marked):
+//   max_split_size_mb:N             MiB, > 20; blocks this large are never split
+//   roundup_power2_divisions:N      N a power of two, or a list
+//                                   [256:1,512:2,>:8] (MiB interval start:
+//                                   divisions; ">" = every larger interval)
+//   garbage_collection_threshold:F  0 < F < 1
+//   expandable_segments:True|False
+//   backend:native                  (cudaMallocAsync is not supported)
+//   memory_fraction:F               Headroom: 0 < F <= 1
+//   hard_limit_mb:N                 Headroom: cap on reserved MiB
+//   cross_stream_reuse:True|False   Headroom: Note [Cross-stream reuse]
+//   history_entries:N               Headroom: trace ring buffer size
+// An unknown key, a repeated key or a bad value is an InvalidArgument error
+// naming the key and the value. The parser is a pure function: only the C ABI
+// and the CLI read the environment.
+//
+// Presets name common settings for `headroom replay --compare`:
+//   pytorch-default  (empty string), expandable, max-split-512, power2-4,
+//   gc-0.8.
+#ifndef HEADROOM_ALLOCATOR_ALLOC_CONF_H_
+#define HEADROOM_ALLOCATOR_ALLOC_CONF_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "allocator/allocator_options.h"
+
+namespace headroom {
+
+absl::StatusOr<AllocatorOptions> ParseAllocConf(std::string_view conf);
+
+// The canonical string for `options` (keys that differ from the defaults, in
+// the order listed above); ParseAllocConf(FormatAllocConf(o)) == o.
+std::string FormatAllocConf(const AllocatorOptions& options);
+
+struct AllocConfPreset {
+  std::string name;
+  std::string conf;
+};
+const std::vector<AllocConfPreset>& AllocConfPresets();
+
+// A preset's conf string if `text` names one, else `text` itself.
+std::string ResolveAllocConfPreset(std::string_view text);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_ALLOCATOR_ALLOC_CONF_H_

@@ -1,0 +1,100 @@
+#include "allocator/alloc_conf.h"
+
+#include "common/units.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Error(std::string_view conf) {
+  auto r = ParseAllocConf(conf);
+  EXPECT_FALSE(r.ok()) << conf;
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(r.status().message());
+}
+
+TEST(AllocConf, EmptyIsPyTorchDefault) {
+  auto o = ParseAllocConf("");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->max_split_size, kUnlimitedSplitSize);
+  EXPECT_FALSE(o->expandable_segments);
+  EXPECT_EQ(FormatAllocConf(*o), "");
+}
+
+TEST(AllocConf, PyTorchKeys) {
+  auto o = ParseAllocConf(
+      " max_split_size_mb:512, roundup_power2_divisions:4,garbage_collection_threshold:0.6,"
+      "expandable_segments:True,backend:native");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->max_split_size, 512 * kMiB);
+  EXPECT_EQ(o->rounding.power2_divisions, 4u);
+  EXPECT_DOUBLE_EQ(o->garbage_collection_threshold, 0.6);
+  EXPECT_TRUE(o->expandable_segments);
+}
+
+TEST(AllocConf, HeadroomKeys) {
+  auto o = ParseAllocConf("memory_fraction:0.5,hard_limit_mb:1024,cross_stream_reuse:True,history_entries:100");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_DOUBLE_EQ(o->memory_fraction, 0.5);
+  EXPECT_EQ(o->hard_limit_bytes, kGiB);
+  EXPECT_TRUE(o->cross_stream_reuse);
+  EXPECT_EQ(o->history_entries, 100u);
+}
+
+TEST(AllocConf, DivisionList) {
+  auto o = ParseAllocConf("roundup_power2_divisions:[256:1,512:2,1024:4,>:8],expandable_segments:False");
+  ASSERT_TRUE(o.ok()) << o.status();
+  const RoundingOptions& r = o->rounding;
+  EXPECT_EQ(r.DivisionsFor(3 * kMiB), 1u);
+  EXPECT_EQ(r.DivisionsFor(300 * kMiB), 1u);
+  EXPECT_EQ(r.DivisionsFor(600 * kMiB), 2u);
+  EXPECT_EQ(r.DivisionsFor(1500 * kMiB), 4u);
+  EXPECT_EQ(r.DivisionsFor(5000 * kMiB), 8u);
+  EXPECT_EQ(RoundSize(1500 * kMiB, r), 1536 * kMiB);  // [1, 2) GiB in 4 steps
+  EXPECT_EQ(FormatAllocConf(*o), "roundup_power2_divisions:[1:1,512:2,1024:4,2048:8]");
+  auto again = ParseAllocConf(FormatAllocConf(*o));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->rounding.divisions_by_mib_interval, r.divisions_by_mib_interval);
+}
+
+TEST(AllocConf, RoundTrip) {
+  const std::string conf =
+      "max_split_size_mb:256,roundup_power2_divisions:8,garbage_collection_threshold:0.75,expandable_segments:True,"
+      "memory_fraction:0.9,hard_limit_mb:2048,cross_stream_reuse:True,history_entries:10";
+  auto o = ParseAllocConf(conf);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(FormatAllocConf(*o), conf);
+}
+
+TEST(AllocConf, ErrorsNameKeyAndValue) {
+  EXPECT_THAT(Error("max_split_size_mb:10"), HasSubstr("max_split_size_mb:10: expected more than 20"));
+  EXPECT_THAT(Error("max_split_size_mb:abc"), HasSubstr("non-negative integer"));
+  EXPECT_THAT(Error("expandable_segments:yes"), HasSubstr("True or False"));
+  EXPECT_THAT(Error("garbage_collection_threshold:1.0"), HasSubstr("strictly between 0 and 1"));
+  EXPECT_THAT(Error("roundup_power2_divisions:3"), HasSubstr("power of two"));
+  EXPECT_THAT(Error("roundup_power2_divisions:[256:1,128:2]"), HasSubstr("increasing order"));
+  EXPECT_THAT(Error("roundup_power2_divisions:[300:1]"), HasSubstr("power-of-two interval"));
+  EXPECT_THAT(Error("roundup_power2_divisions:[256:1"), HasSubstr("unbalanced"));
+  EXPECT_THAT(Error("backend:cudaMallocAsync"), HasSubstr("native"));
+  EXPECT_THAT(Error("expandable_segment:True"), HasSubstr("unknown key 'expandable_segment'"));
+  EXPECT_THAT(Error("pinned_use_cuda_host_register:True"), HasSubstr("does not have"));
+  EXPECT_THAT(Error("expandable_segments"), HasSubstr("not key:value"));
+  EXPECT_THAT(Error("memory_fraction:0"), HasSubstr("(0, 1]"));
+  EXPECT_THAT(Error("expandable_segments:True,expandable_segments:False"), HasSubstr("given twice"));
+}
+
+TEST(AllocConf, Presets) {
+  EXPECT_EQ(ResolveAllocConfPreset("expandable"), "expandable_segments:True");
+  EXPECT_EQ(ResolveAllocConfPreset("pytorch-default"), "");
+  EXPECT_EQ(ResolveAllocConfPreset("max_split_size_mb:100"), "max_split_size_mb:100");
+  for (const AllocConfPreset& preset : AllocConfPresets()) {
+    EXPECT_TRUE(ParseAllocConf(preset.conf).ok()) << preset.name;
+  }
+}
+
+}  // namespace
+}  // namespace headroom
