@@ -35,6 +35,7 @@ struct Subcommand {
 int ExitCodeFor(const absl::Status& status);
 
 Subcommand AddGpusCommand(CLI::App& root);
+Subcommand AddEstimateCommand(CLI::App& root);
 
 }  // namespace headroom::cli
 

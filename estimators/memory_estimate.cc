@@ -341,8 +341,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
         job.overheads.cuda_context ? "--cuda-context" : CudaContextFor("").source;
   }
   out.overheads.allocator_rounding = rounding;
-  const uint64_t dynamic = out.activations + out.activation_gradients + out.temporaries +
-                           (persistent_grads ? 0 : out.gradients);
+  const uint64_t dynamic = out.activations + out.activation_gradients + out.temporaries;
   out.overheads.fragmentation_allowance =
       static_cast<uint64_t>(static_cast<double>(dynamic) * job.overheads.fragmentation_fraction);
   out.capacity = machine.capacity();

@@ -187,8 +187,10 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     out.optimizer_state = optimizer;
     out.fp8_weight_cache = part(5, false);
     out.host_bytes = host;
+    // Megatron (tensor/pipeline parallel) reduces from its contiguous
+    // main_grad buffer: no second copy.
     if (sharding == Sharding::kReplicated && layout.data_parallel() > 1 && options.training &&
-        !layout.deepspeed_stage0) {
+        !layout.deepspeed_stage0 && layout.tensor_parallel == 1 && layout.pipeline_parallel == 1) {
       out.communication_buffers = grad;
     }
     for (const auto& [module, elements] : st.modules) {

@@ -29,8 +29,7 @@
 // blocks) depends on the allocation order and is predicted by replaying the
 // schedule through the allocator (issue [5]); until then it is reported as a
 // separate, named allowance: a fraction of the peak's dynamic bytes
-// (activations, activation gradients, temporaries, gradients counted by
-// liveness). The default 25% is an empirical figure, not a derivation: in
+// (activations, activation gradients, temporaries). The default 25% is an empirical figure, not a derivation: in
 // Hugging Face's four bert-large V100 measurements (tests/estimators/
 // memory_estimate_test.cc) nvidia-smi exceeded everything else this
 // estimator counts by 27% (fp32, batch 4), 32% (batch 1) and 46% (fp16

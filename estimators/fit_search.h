@@ -1,0 +1,73 @@
+// What fits: the largest micro-batch and the longest sequence for a job on a
+// machine, and when the job does not fit, the changes that make it fit,
+// ranked.
+//
+//   absl::StatusOr<FitLimits> limits = FindLimits(model, job, machine);
+//   limits->max_micro_batch;   // 0 when not even one sample fits
+//   absl::StatusOr<std::vector<Fix>> fixes = RankFixes(model, job, machine, base);
+//
+// Note [Fit search]
+// Activation bytes grow monotonically with the micro-batch and the sequence
+// length, so both limits are found by doubling until the job stops fitting
+// and bisecting the last interval: O(log n) full estimates. Sequences are
+// searched in multiples of 64 tokens up to the model's
+// max_position_embeddings (the limit is reported as capped when everything
+// up to it fits).
+//
+// Note [Ranking fixes]
+// Each candidate is one change to the job (checkpointing mode, micro-batch
+// with gradient accumulation, ZeRO stage, CPU offload, 8-bit optimizer,
+// LoRA/QLoRA, more GPUs), estimated in full; those that fit are ranked by
+// (1) how much of the job they change: "exact" changes train the same model
+// the same way, "approximate" ones change numerics (8-bit optimizer
+// states), "different job" ones change what is trained (LoRA, QLoRA),
+// "more GPUs" ones change the hardware; then (2) by the roofline step time
+// (graph/cost_model.h) per sample relative to the original setup. Offload
+// is priced by the bytes it moves over the host link each step
+// (OffloadSeconds), without overlap: an upper bound.
+#ifndef HEADROOM_ESTIMATORS_FIT_SEARCH_H_
+#define HEADROOM_ESTIMATORS_FIT_SEARCH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "estimators/memory_estimate.h"
+
+namespace headroom {
+
+struct FitLimits {
+  int64_t max_micro_batch = 0;  // at the job's sequence length; 0: none fits
+  bool micro_batch_capped = false;  // the search stopped at its cap (1024)
+  int64_t max_seq_len = 0;      // at the job's micro-batch; 0: none fits or not a sequence model
+  bool seq_len_capped = false;  // everything up to max_position_embeddings fits
+  bool has_sequence = false;    // the model takes sequences at all
+};
+
+absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& job,
+                                     const Machine& machine);
+
+enum class FixKind { kExact, kApproximate, kDifferentJob, kMoreGpus };
+std::string_view FixKindName(FixKind kind);  // "exact", "approximate", "different job", "more GPUs"
+
+struct Fix {
+  std::string change;  // "full activation checkpointing"
+  std::string flags;   // the estimate flags that apply it: "--checkpoint full"
+  FixKind kind = FixKind::kExact;
+  JobSpec job;
+  MemoryEstimate estimate;
+  double step_seconds = 0;  // per optimizer step, with offload transfers
+  // Step time per sample relative to the original setup's (1.0: same speed).
+  double relative_time = 0;
+  std::string note;
+};
+
+// Candidates that fit, best first (Note [Ranking fixes]). `base` is the
+// estimate of `job` itself.
+absl::StatusOr<std::vector<Fix>> RankFixes(const LoadedModel& model, const JobSpec& job,
+                                           const Machine& machine, const MemoryEstimate& base);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_ESTIMATORS_FIT_SEARCH_H_

@@ -1,0 +1,144 @@
+// `headroom estimate`: the verdict, the JSON object, the emitted framework
+// settings and the error paths (one line naming the field, exit code 2).
+#include <algorithm>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/cli/run_command.h"
+
+namespace headroom {
+namespace {
+
+using ::headroom::testing::RunHeadroom;
+using ::headroom::testing::WriteTempFile;
+using ::testing::HasSubstr;
+
+size_t Lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+// The README's main job: Llama-3-8B full fine-tuning in bf16 mixed precision
+// with AdamW does not fit one H100 80GB (18+ bytes per parameter is 134 GiB
+// before activations); the fixes that do fit are listed with their flags.
+TEST(EstimateCli, Llama3FullFineTuneDoesNotFitOneH100) {
+  auto r = RunHeadroom({"estimate", "--model", "llama-3-8b", "--precision", "bf16-mixed", "--optimizer",
+                        "adamw", "--gpu", "H100-80GB"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("8.03 B parameters"));
+  EXPECT_THAT(r.out, HasSubstr("verdict: DOES NOT FIT: short by"));
+  EXPECT_THAT(r.out, HasSubstr("cheapest changes that make it fit"));
+  EXPECT_THAT(r.out, HasSubstr("--offload optimizer"));
+  EXPECT_THAT(r.out, HasSubstr("--lora-rank 16"));
+  EXPECT_THAT(r.out, HasSubstr("no micro-batch fits"));
+}
+
+TEST(EstimateCli, LoraFitsWithLimits) {
+  auto r = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "h100", "--lora-rank", "16"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("verdict: FITS with"));
+  EXPECT_THAT(r.out, HasSubstr("largest micro-batch"));
+  EXPECT_THAT(r.out, HasSubstr("longest sequence"));
+}
+
+TEST(EstimateCli, JsonIsTheDocumentedObject) {
+  auto r = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "H100-80GB", "--json", "--breakdown"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["schema_version"], 1);
+  EXPECT_FALSE(j["fits"].get<bool>());
+  EXPECT_EQ(j["capacity_bytes"], 85899345920ull);
+  uint64_t sum = 0;
+  for (const auto& [key, value] : j["bytes"].items()) sum += value.get<uint64_t>();
+  EXPECT_EQ(sum, j["total_bytes"].get<uint64_t>());
+  EXPECT_EQ(j["spare_bytes"].get<int64_t>(),
+            static_cast<int64_t>(j["capacity_bytes"].get<uint64_t>()) - static_cast<int64_t>(sum));
+  EXPECT_EQ(j["model"]["parameters"], 8030261248ull);
+  EXPECT_GT(j["fixes"].size(), 0u);
+  EXPECT_TRUE(j["fixes"][0].contains("flags"));
+  EXPECT_EQ(j["limits"]["max_micro_batch"], 0);
+  EXPECT_TRUE(j.contains("largest_live"));
+}
+
+TEST(EstimateCli, BreakdownNamesThePeak) {
+  auto r = RunHeadroom({"estimate", "--model", "gpt2", "--gpu", "a100", "--micro-batch", "8", "--seq", "1024",
+                        "--breakdown", "--no-search"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("largest tensors live at the peak"));
+  EXPECT_THAT(r.out, HasSubstr("activation"));
+}
+
+TEST(EstimateCli, BudgetInsteadOfGpu) {
+  auto r = RunHeadroom({"estimate", "--model", "gpt2", "--budget", "1GiB", "--no-search"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("budget 1.00 GiB"));
+  EXPECT_THAT(r.out, HasSubstr("DOES NOT FIT"));
+}
+
+TEST(EstimateCli, EmitDeepSpeedAndFsdp) {
+  auto ds = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "h100", "--gpus", "8", "--zero", "3",
+                         "--offload", "optimizer", "--emit", "deepspeed"});
+  ASSERT_EQ(ds.exit_code, 0) << ds.err;
+  const auto j = nlohmann::json::parse(ds.out);
+  EXPECT_EQ(j["zero_optimization"]["stage"], 3);
+  EXPECT_EQ(j["zero_optimization"]["offload_optimizer"]["device"], "cpu");
+  EXPECT_TRUE(j["bf16"]["enabled"].get<bool>());
+  auto fsdp = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "h100", "--gpus", "16", "--fsdp",
+                           "hybrid", "--emit", "fsdp"});
+  ASSERT_EQ(fsdp.exit_code, 0) << fsdp.err;
+  EXPECT_THAT(fsdp.out, HasSubstr("ShardingStrategy.HYBRID_SHARD"));
+  EXPECT_THAT(fsdp.out, HasSubstr("LlamaDecoderLayer"));
+  EXPECT_THAT(fsdp.out, HasSubstr("torchrun --nnodes=2 --nproc_per_node=8"));
+}
+
+TEST(EstimateCli, Zero3OnEightGpusFits) {
+  auto r = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "h100", "--gpus", "8", "--zero", "3",
+                        "--json", "--no-search"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  EXPECT_EQ(j["framework"], "deepspeed");
+  EXPECT_GT(j["bytes"]["gathered_parameters"].get<uint64_t>(), 0u);
+}
+
+struct BadInput {
+  std::vector<std::string> args;
+  const char* message;
+};
+
+TEST(EstimateCli, BadInputExitsTwoNamingTheField) {
+  const std::string bad_arch = WriteTempFile(
+      "bad_arch.json", R"({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5"})");
+  const std::string malformed = WriteTempFile("malformed.json", R"({"architectures": ["LlamaForCausalLM"], )");
+  const std::string incomplete = WriteTempFile(
+      "incomplete.json", R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000})");
+  const std::vector<BadInput> cases = {
+      {{"--model", bad_arch, "--gpu", "h100"}, "T5ForConditionalGeneration"},
+      {{"--model", malformed, "--gpu", "h100"}, "malformed.json"},
+      {{"--model", incomplete, "--gpu", "h100"}, "hidden_size"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--gpus", "3", "--tp", "3"}, "num_attention_heads"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--micro-batch", "0"}, "--micro-batch"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--micro-batch", "-2"}, "--micro-batch"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--seq", "-1"}, "--seq"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--grad-accum", "0"}, "--grad-accum"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--gpus", "0"}, "--gpus"},
+      {{"--model", "llama-3-8b", "--budget", "0"}, "--budget"},
+      {{"--model", "llama-3-8b", "--budget", "-5GiB"}, "--budget"},
+      {{"--model", "llama-3-8b"}, "--gpu or --budget"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--precision", "fp12"}, "precision 'fp12'"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--optimizer", "adagrad"}, "optimizer 'adagrad'"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--offload", "optimizer"}, "--offload"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--inference", "--context", "-3"}, "--context"},
+      {{"--model", "llama-3-7b", "--gpu", "h100"}, "llama-3-8b"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--emit", "megatron"}, "--emit"},
+  };
+  for (const BadInput& c : cases) {
+    std::vector<std::string> args = {"estimate"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = RunHeadroom(args);
+    EXPECT_EQ(r.exit_code, 2) << c.message << ": " << r.out;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_EQ(Lines(r.err), 1u) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace headroom
