@@ -527,6 +527,11 @@ MemoryStats CachingAllocator::GetStats() const {
   return stats;
 }
 
+int64_t CachingAllocator::PeakReservedBytes() const {
+  absl::MutexLock lock(&mu_);
+  return stats_.reserved_bytes[kAllPools].peak;
+}
+
 void CachingAllocator::SetHistoryCapacity(size_t entries) {
   absl::MutexLock lock(&mu_);
   history_.SetCapacity(entries);
