@@ -36,6 +36,7 @@ int ExitCodeFor(const absl::Status& status);
 
 Subcommand AddGpusCommand(CLI::App& root);
 Subcommand AddEstimateCommand(CLI::App& root);
+Subcommand AddReplayCommand(CLI::App& root);
 
 }  // namespace headroom::cli
 

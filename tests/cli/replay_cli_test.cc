@@ -1,0 +1,90 @@
+// `headroom replay`: trace formats, comparisons, strictness and errors.
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/cli/run_command.h"
+
+namespace headroom {
+namespace {
+
+using ::headroom::testing::RunHeadroom;
+using ::headroom::testing::WriteTempFile;
+using ::testing::HasSubstr;
+
+constexpr char kLog[] =
+    "Thread,Time,Action,Pointer,Size,Stream\n"
+    "1,0.1,allocate,0x10,4194304,0\n"
+    "1,0.2,allocate,0x20,40000000,0x5\n"
+    "1,0.3,free,0x10,4194304,0\n"
+    "1,0.4,free,0x99,64,0\n"
+    "1,0.5,allocate,0x30,3000000,0\n";
+
+TEST(ReplayCli, ComparesConfigurations) {
+  const std::string path = WriteTempFile("replay.csv", kLog);
+  auto r = RunHeadroom({"replay", path, "--capacity", "1GiB", "--compare", "pytorch-default", "--compare",
+                        "expandable"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("3 allocations, 1 frees"));
+  EXPECT_THAT(r.out, HasSubstr("pytorch-default"));
+  EXPECT_THAT(r.out, HasSubstr("expandable"));
+  EXPECT_THAT(r.out, HasSubstr("60.00 MiB"));  // default: 20 MiB + 40 MiB segments
+  EXPECT_THAT(r.out, HasSubstr("44.00 MiB"));  // expandable: mapped pages only
+  EXPECT_THAT(r.out, HasSubstr("replay.csv:5: free of 0x99"));
+}
+
+TEST(ReplayCli, JsonHasExactFigures) {
+  const std::string path = WriteTempFile("replay_json.csv", kLog);
+  auto r = RunHeadroom({"replay", path, "--conf", "expandable_segments:True", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["runs"].size(), 1u);
+  EXPECT_EQ(j["runs"][0]["conf"], "expandable_segments:True");
+  EXPECT_EQ(j["runs"][0]["peak_reserved_bytes"], 44u << 20);
+  EXPECT_EQ(j["runs"][0]["anomalies"], 1);
+  EXPECT_EQ(j["runs"][0]["memory_stats"]["num_ooms"], 0);
+  EXPECT_EQ(j["capacity_bytes"], 80ull << 30);
+}
+
+TEST(ReplayCli, StrictMakesAnomaliesFatal) {
+  const std::string path = WriteTempFile("replay_strict.csv", kLog);
+  auto r = RunHeadroom({"replay", path, "--strict"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("replay_strict.csv:5: free of 0x99"));
+}
+
+TEST(ReplayCli, ReportsOomsOnASmallDevice) {
+  const std::string path = WriteTempFile("replay_oom.csv", kLog);
+  auto r = RunHeadroom({"replay", path, "--capacity", "50MiB", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_GE(j["runs"][0]["ooms"], 1);
+}
+
+TEST(ReplayCli, ReadsPyTorchSnapshots) {
+  const std::string path = WriteTempFile("snap.json", R"({"segments": [], "device_traces": [[
+    {"action": "alloc", "addr": 1000, "size": 3145728, "stream": 0},
+    {"action": "free_requested", "addr": 1000, "size": 3145728, "stream": 0},
+    {"action": "free_completed", "addr": 1000, "size": 3145728, "stream": 0}]]})");
+  auto r = RunHeadroom({"replay", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("pytorch-snapshot"));
+  EXPECT_THAT(r.out, HasSubstr("1 allocations, 1 frees"));
+}
+
+TEST(ReplayCli, InputErrorsExitTwo) {
+  const std::string path = WriteTempFile("replay_err.csv", kLog);
+  auto bad_conf = RunHeadroom({"replay", path, "--conf", "expandable_segments:maybe"});
+  EXPECT_EQ(bad_conf.exit_code, 2);
+  EXPECT_THAT(bad_conf.err, HasSubstr("expandable_segments:maybe"));
+  auto bad_capacity = RunHeadroom({"replay", path, "--capacity", "lots"});
+  EXPECT_EQ(bad_capacity.exit_code, 2);
+  auto missing = RunHeadroom({"replay", "/nonexistent/trace.csv"});
+  EXPECT_EQ(missing.exit_code, 2);
+  const std::string broken = WriteTempFile("broken.csv", "Thread,Time,Action,Pointer,Size,Stream\n1,0.1,grab,0x1,2,0\n");
+  auto malformed = RunHeadroom({"replay", broken});
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_THAT(malformed.err, HasSubstr("broken.csv:2: unknown action 'grab'"));
+}
+
+}  // namespace
+}  // namespace headroom
