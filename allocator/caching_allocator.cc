@@ -596,15 +596,17 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
 
 // --- Validation ------------------------------------------------------------------
 
+// A macro, not a lambda, so that the format string stays a checked constant.
+#define HEADROOM_INVARIANT_ERROR(...) absl::InternalError(absl::StrFormat(__VA_ARGS__))
+
 absl::Status CachingAllocator::Validate() const {
   absl::MutexLock lock(&mu_);
-  auto fail = [](auto&&... args) { return absl::InternalError(absl::StrFormat(args...)); };
   StatArray allocation{}, allocated_bytes{}, active{}, active_bytes{}, reserved{}, inactive{}, inactive_bytes{},
       segment_count{}, requested{};
   size_t free_blocks = 0;
   size_t pending_blocks_events = 0;
   for (const auto& [address, segment] : segments_) {
-    if (segment->address != address) return fail("segment 0x%x filed under 0x%x", segment->address, address);
+    if (segment->address != address) return HEADROOM_INVARIANT_ERROR("segment 0x%x filed under 0x%x", segment->address, address);
     const size_t pool_stat = StatOf(segment->pool);
     for (size_t i : {size_t{kAllPools}, pool_stat}) {
       segment_count[i].current += 1;
@@ -615,24 +617,24 @@ absl::Status CachingAllocator::Validate() const {
     const Block* prev = nullptr;
     size_t unmapped_blocks = 0;
     for (const Block* b = segment->first; b != nullptr; b = b->next) {
-      if (b->prev != prev) return fail("block 0x%x: broken prev link", b->address);
-      if (b->segment != segment) return fail("block 0x%x: wrong segment", b->address);
-      if (b->address != expected) return fail("block 0x%x: gap or overlap, expected 0x%x", b->address, expected);
+      if (b->prev != prev) return HEADROOM_INVARIANT_ERROR("block 0x%x: broken prev link", b->address);
+      if (b->segment != segment) return HEADROOM_INVARIANT_ERROR("block 0x%x: wrong segment", b->address);
+      if (b->address != expected) return HEADROOM_INVARIANT_ERROR("block 0x%x: gap or overlap, expected 0x%x", b->address, expected);
       if (b->size == 0 || b->size % kMinBlockSize != 0 || b->address % kMinBlockSize != 0) {
-        return fail("block 0x%x: size %d or address not a multiple of 512", b->address, b->size);
+        return HEADROOM_INVARIANT_ERROR("block 0x%x: size %d or address not a multiple of 512", b->address, b->size);
       }
-      if (b->pool != segment->pool) return fail("block 0x%x: pool differs from its segment", b->address);
-      if (b->allocated && b->pending_events > 0) return fail("block 0x%x: allocated and pending", b->address);
+      if (b->pool != segment->pool) return HEADROOM_INVARIANT_ERROR("block 0x%x: pool differs from its segment", b->address);
+      if (b->allocated && b->pending_events > 0) return HEADROOM_INVARIANT_ERROR("block 0x%x: allocated and pending", b->address);
       if (!b->mapped) {
-        if (!segment->expandable) return fail("block 0x%x: unmapped in a plain segment", b->address);
-        if (b->allocated || b->pending_events > 0) return fail("block 0x%x: unmapped but in use", b->address);
+        if (!segment->expandable) return HEADROOM_INVARIANT_ERROR("block 0x%x: unmapped in a plain segment", b->address);
+        if (b->allocated || b->pending_events > 0) return HEADROOM_INVARIANT_ERROR("block 0x%x: unmapped but in use", b->address);
         if ((b->address - segment->address) % granularity_ != 0 || b->size % granularity_ != 0) {
-          return fail("unmapped block 0x%x: not page aligned", b->address);
+          return HEADROOM_INVARIANT_ERROR("unmapped block 0x%x: not page aligned", b->address);
         }
         if (!segment->unmapped.contains(const_cast<Block*>(b))) {
-          return fail("unmapped block 0x%x missing from its segment's set", b->address);
+          return HEADROOM_INVARIANT_ERROR("unmapped block 0x%x missing from its segment's set", b->address);
         }
-        if (prev != nullptr && !prev->mapped) return fail("adjacent unmapped blocks at 0x%x", b->address);
+        if (prev != nullptr && !prev->mapped) return HEADROOM_INVARIANT_ERROR("adjacent unmapped blocks at 0x%x", b->address);
         ++unmapped_blocks;
       }
       if (segment->expandable) {
@@ -640,21 +642,21 @@ absl::Status CachingAllocator::Validate() const {
         const uint64_t last = (b->address + b->size - 1 - segment->address) / granularity_;
         for (uint64_t p = first; p <= last; ++p) {
           const bool page_mapped = segment->pages[p].value != 0;
-          if (b->mapped && !page_mapped) return fail("mapped block 0x%x lies on an unmapped page", b->address);
-          if (!b->mapped && page_mapped) return fail("unmapped block 0x%x lies on a mapped page", b->address);
+          if (b->mapped && !page_mapped) return HEADROOM_INVARIANT_ERROR("mapped block 0x%x lies on an unmapped page", b->address);
+          if (!b->mapped && page_mapped) return HEADROOM_INVARIANT_ERROR("unmapped block 0x%x lies on a mapped page", b->address);
         }
       }
       const bool in_pool = PoolOf(b->pool).Contains(const_cast<Block*>(b));
       if (b->is_free() != in_pool) {
-        return fail("block 0x%x: free=%d but in pool=%d", b->address, b->is_free(), in_pool);
+        return HEADROOM_INVARIANT_ERROR("block 0x%x: free=%d but in pool=%d", b->address, b->is_free(), in_pool);
       }
       if (b->is_free()) {
         ++free_blocks;
         if (prev != nullptr && prev->is_free() && prev->stream == b->stream) {
-          return fail("free blocks 0x%x and 0x%x were not coalesced", prev->address, b->address);
+          return HEADROOM_INVARIANT_ERROR("free blocks 0x%x and 0x%x were not coalesced", prev->address, b->address);
         }
         if (b->counted_inactive_split != b->is_split()) {
-          return fail("block 0x%x: inactive_split accounting is stale", b->address);
+          return HEADROOM_INVARIANT_ERROR("block 0x%x: inactive_split accounting is stale", b->address);
         }
         if (b->counted_inactive_split) {
           for (size_t i : {size_t{kAllPools}, pool_stat}) {
@@ -681,29 +683,29 @@ absl::Status CachingAllocator::Validate() const {
       prev = b;
     }
     if (expected != segment->address + segment->size) {
-      return fail("segment 0x%x: blocks cover %d of %d bytes", segment->address, expected - segment->address,
+      return HEADROOM_INVARIANT_ERROR("segment 0x%x: blocks cover %d of %d bytes", segment->address, expected - segment->address,
                   segment->size);
     }
     if (segment->expandable) {
       for (PhysicalHandle page : segment->pages) mapped_pages += page.value != 0 ? 1 : 0;
       if (mapped_pages * granularity_ != segment->mapped_bytes) {
-        return fail("segment 0x%x: %d pages mapped but mapped_bytes %d", segment->address, mapped_pages,
+        return HEADROOM_INVARIANT_ERROR("segment 0x%x: %d pages mapped but mapped_bytes %d", segment->address, mapped_pages,
                     segment->mapped_bytes);
       }
       if (unmapped_blocks != segment->unmapped.size()) {
-        return fail("segment 0x%x: unmapped set holds stale blocks", segment->address);
+        return HEADROOM_INVARIANT_ERROR("segment 0x%x: unmapped set holds stale blocks", segment->address);
       }
     }
   }
   if (free_blocks != small_pool_.size() + large_pool_.size()) {
-    return fail("pools hold %d blocks but %d blocks are free", small_pool_.size() + large_pool_.size(), free_blocks);
+    return HEADROOM_INVARIANT_ERROR("pools hold %d blocks but %d blocks are free", small_pool_.size() + large_pool_.size(), free_blocks);
   }
   if (pending_blocks_events != pending_frees_.size()) {
-    return fail("%d pending events recorded on blocks, %d in the queue", pending_blocks_events,
+    return HEADROOM_INVARIANT_ERROR("%d pending events recorded on blocks, %d in the queue", pending_blocks_events,
                 pending_frees_.size());
   }
   if (pointers_.Size() != static_cast<size_t>(allocation[kAllPools].current)) {
-    return fail("pointer map holds %d entries for %d allocated blocks", pointers_.Size(),
+    return HEADROOM_INVARIANT_ERROR("pointer map holds %d entries for %d allocated blocks", pointers_.Size(),
                 allocation[kAllPools].current);
   }
   struct Check {
@@ -723,19 +725,21 @@ absl::Status CachingAllocator::Validate() const {
     for (size_t i = 0; i < kStatIndexCount; ++i) {
       const Stat& s = check.actual[i];
       if (s.current != check.expected[i].current) {
-        return fail("stat %s[%d]: current %d, recomputed %d", check.name, i, s.current, check.expected[i].current);
+        return HEADROOM_INVARIANT_ERROR("stat %s[%d]: current %d, recomputed %d", check.name, i, s.current, check.expected[i].current);
       }
       if (s.peak < s.current || s.current != s.allocated - s.freed) {
         // allocated - freed == current only holds until ResetAccumulatedStats.
-        if (s.peak < s.current) return fail("stat %s[%d]: peak %d below current %d", check.name, i, s.peak, s.current);
+        if (s.peak < s.current) return HEADROOM_INVARIANT_ERROR("stat %s[%d]: peak %d below current %d", check.name, i, s.peak, s.current);
       }
     }
   }
   if (stats_.allocated_bytes[kAllPools].current > stats_.active_bytes[kAllPools].current ||
       stats_.active_bytes[kAllPools].current > stats_.reserved_bytes[kAllPools].current) {
-    return fail("allocated <= active <= reserved does not hold");
+    return HEADROOM_INVARIANT_ERROR("allocated <= active <= reserved does not hold");
   }
   return absl::OkStatus();
 }
+
+#undef HEADROOM_INVARIANT_ERROR
 
 }  // namespace headroom

@@ -1,0 +1,25 @@
+// Any bytes given to the trace parsers (RMM CSV, PyTorch snapshot) yield a
+// trace or an error, never a crash; a parsed trace replays without crashing
+// (anomalies are counted, never fatal without --strict).
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "allocator/allocation_trace.h"
+#include "allocator/trace_replay.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  (void)headroom::ParseRmmLog(text, "fuzz.csv");
+  (void)headroom::ParsePyTorchSnapshot(text, "fuzz.json");
+  absl::StatusOr<headroom::AllocationTrace> trace = headroom::ParseAllocationTrace(text, "fuzz");
+  if (!trace.ok() || trace->events.size() > 2000) return 0;
+  // Small device so that huge recorded sizes exercise the OOM path quickly.
+  absl::StatusOr<headroom::ReplayResult> result =
+      headroom::ReplayTrace(*trace, {.capacity_bytes = uint64_t{1} << 30});
+  if (!result.ok() && result.status().code() != absl::StatusCode::kDataLoss) {
+    // Only --strict produces DataLoss; anything else is a replay bug.
+    if (result.status().code() != absl::StatusCode::kResourceExhausted) __builtin_trap();
+  }
+  return 0;
+}
