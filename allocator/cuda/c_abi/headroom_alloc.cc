@@ -1,0 +1,227 @@
+// The C ABI of allocator/cuda/c_abi/headroom_alloc.h: one CachingAllocator
+// over a CudaBackend per device, created on first use.
+#include "allocator/cuda/c_abi/headroom_alloc.h"
+
+#include <cublas_v2.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "allocator/alloc_conf.h"
+#include "allocator/caching_allocator.h"
+#include "allocator/cuda/cuda_backend.h"
+
+namespace headroom::cuda {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+struct DeviceState {
+  std::unique_ptr<CudaBackend> backend;
+  std::unique_ptr<CachingAllocator> allocator;
+};
+
+thread_local std::string last_error;
+
+int Fail(const absl::Status& status) {
+  last_error = std::string(status.message());
+  return -1;
+}
+
+absl::Mutex init_mu;
+std::array<std::atomic<DeviceState*>, kMaxDevices> states;  // never freed: lives as long as the process
+std::array<std::string, kMaxDevices> init_errors ABSL_GUARDED_BY(init_mu);
+
+absl::StatusOr<DeviceState*> CreateState(int device) {
+  const char* env = std::getenv("HEADROOM_ALLOC_CONF");
+  absl::StatusOr<AllocatorOptions> options = ParseAllocConf(env == nullptr ? "" : env);
+  if (!options.ok()) return options.status();
+  absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(device);
+  if (!backend.ok()) return backend.status();
+  auto state = std::make_unique<DeviceState>();
+  state->backend = *std::move(backend);
+  absl::StatusOr<std::unique_ptr<CachingAllocator>> allocator =
+      CachingAllocator::Create(state->backend.get(), *options);
+  if (!allocator.ok()) return allocator.status();
+  state->allocator = *std::move(allocator);
+  return state.release();
+}
+
+// The allocator of `device`, created on first use. A failed creation is
+// remembered: it is reported on every call rather than retried.
+absl::StatusOr<CachingAllocator*> AllocatorFor(int device) {
+  if (device < 0 || device >= kMaxDevices) {
+    return absl::InvalidArgumentError(absl::StrFormat("headroom: device %d out of range", device));
+  }
+  DeviceState* state = states[device].load(std::memory_order_acquire);
+  if (state != nullptr) return state->allocator.get();
+  absl::MutexLock lock(&init_mu);
+  state = states[device].load(std::memory_order_acquire);
+  if (state != nullptr) return state->allocator.get();
+  if (!init_errors[device].empty()) return absl::FailedPreconditionError(init_errors[device]);
+  absl::StatusOr<DeviceState*> created = CreateState(device);
+  if (!created.ok()) {
+    init_errors[device] = absl::StrFormat("headroom: cannot set up device %d: %s", device,
+                                          std::string(created.status().message()));
+    std::fprintf(stderr, "%s\n", init_errors[device].c_str());
+    return absl::FailedPreconditionError(init_errors[device]);
+  }
+  states[device].store(*created, std::memory_order_release);
+  return (*created)->allocator.get();
+}
+
+StreamHandle AsHandle(cudaStream_t stream) { return StreamHandle{reinterpret_cast<uintptr_t>(stream)}; }
+DeviceAddress AsAddress(void* ptr) { return reinterpret_cast<uintptr_t>(ptr); }
+
+}  // namespace
+}  // namespace headroom::cuda
+
+using headroom::CachingAllocator;
+using headroom::cuda::AllocatorFor;
+using headroom::cuda::AsAddress;
+using headroom::cuda::AsHandle;
+using headroom::cuda::Fail;
+
+extern "C" {
+
+void* headroom_malloc(ssize_t size, int device, cudaStream_t stream) {
+  if (size <= 0) return nullptr;
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) {
+    Fail(allocator.status());
+    return nullptr;
+  }
+  absl::StatusOr<headroom::DeviceAddress> address =
+      (*allocator)->Allocate(static_cast<uint64_t>(size), AsHandle(stream));
+  if (!address.ok()) {
+    Fail(address.status());
+    std::fprintf(stderr, "headroom: %s\n", headroom::cuda::last_error.c_str());
+    return nullptr;
+  }
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(*address));
+}
+
+void headroom_free(void* ptr, ssize_t size, int device, cudaStream_t stream) {
+  if (ptr == nullptr) return;
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) {
+    Fail(allocator.status());
+    return;
+  }
+  const headroom::DeviceAddress address = AsAddress(ptr);
+  absl::Status status;
+  absl::StatusOr<headroom::BlockInfo> info = (*allocator)->Lookup(address);
+  if (info.ok() && info->stream != AsHandle(stream)) status = (*allocator)->RecordStream(address, AsHandle(stream));
+  if (status.ok()) {
+    status = (*allocator)->Free(address, size > 0 ? std::optional<uint64_t>(static_cast<uint64_t>(size))
+                                                  : std::nullopt);
+  }
+  if (!status.ok()) {
+    Fail(status);
+    std::fprintf(stderr, "headroom: %s\n", headroom::cuda::last_error.c_str());
+  }
+}
+
+int headroom_get_stats(int device, headroom_stats* stats) {
+  if (stats == nullptr || stats->version != HEADROOM_STATS_VERSION ||
+      stats->struct_size < sizeof(headroom_stats)) {
+    return Fail(absl::InvalidArgumentError("headroom_get_stats: set version and struct_size"));
+  }
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) return Fail(allocator.status());
+  const headroom::MemoryStats s = (*allocator)->GetStats();
+  constexpr size_t kAll = headroom::kAllPools;
+  stats->allocated_bytes = s.allocated_bytes[kAll].current;
+  stats->allocated_bytes_peak = s.allocated_bytes[kAll].peak;
+  stats->reserved_bytes = s.reserved_bytes[kAll].current;
+  stats->reserved_bytes_peak = s.reserved_bytes[kAll].peak;
+  stats->active_bytes = s.active_bytes[kAll].current;
+  stats->requested_bytes = s.requested_bytes[kAll].current;
+  stats->inactive_split_bytes = s.inactive_split_bytes[kAll].current;
+  stats->allocations = s.allocation[kAll].current;
+  stats->segments = s.segment[kAll].current;
+  stats->num_alloc_retries = s.num_alloc_retries;
+  stats->num_ooms = s.num_ooms;
+  stats->num_device_alloc = s.num_device_alloc;
+  stats->num_device_free = s.num_device_free;
+  stats->largest_free_block_bytes = s.largest_free_block_bytes;
+  stats->external_fragmentation = s.external_fragmentation;
+  return 0;
+}
+
+ssize_t headroom_snapshot_json(int device, char* buffer, size_t capacity) {
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) return Fail(allocator.status());
+  const std::string json = headroom::SnapshotToJson((*allocator)->TakeSnapshot()).dump();
+  if (buffer != nullptr && capacity > 0) {
+    const size_t n = std::min(capacity - 1, json.size());
+    std::memcpy(buffer, json.data(), n);
+    buffer[n] = '\0';
+  }
+  return static_cast<ssize_t>(json.size());
+}
+
+int headroom_empty_cache(int device) {
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) return Fail(allocator.status());
+  const absl::Status status = (*allocator)->EmptyCache();
+  return status.ok() ? 0 : Fail(status);
+}
+
+int headroom_record_stream(void* ptr, int device, cudaStream_t stream) {
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) return Fail(allocator.status());
+  const absl::Status status = (*allocator)->RecordStream(AsAddress(ptr), AsHandle(stream));
+  return status.ok() ? 0 : Fail(status);
+}
+
+int headroom_set_memory_fraction(double fraction, int device) {
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) return Fail(allocator.status());
+  const absl::Status status = (*allocator)->SetMemoryFraction(fraction);
+  return status.ok() ? 0 : Fail(status);
+}
+
+int headroom_reset_peak_stats(int device) {
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) return Fail(allocator.status());
+  (*allocator)->ResetPeakStats();
+  return 0;
+}
+
+int headroom_record_history(int device, size_t max_entries) {
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) return Fail(allocator.status());
+  (*allocator)->SetHistoryCapacity(max_entries);
+  return 0;
+}
+
+int headroom_cublas_set_workspace(void* cublas_handle, size_t bytes, int device, cudaStream_t stream,
+                                  void** workspace) {
+  if (cublas_handle == nullptr || workspace == nullptr || bytes == 0) {
+    return Fail(absl::InvalidArgumentError("headroom_cublas_set_workspace: null handle/workspace or 0 bytes"));
+  }
+  void* ptr = headroom_malloc(static_cast<ssize_t>(bytes), device, stream);
+  if (ptr == nullptr) return -1;
+  const cublasStatus_t status = cublasSetWorkspace(static_cast<cublasHandle_t>(cublas_handle), ptr, bytes);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    headroom_free(ptr, static_cast<ssize_t>(bytes), device, stream);
+    return Fail(absl::InternalError(
+        absl::StrFormat("cublasSetWorkspace: %s", cublasGetStatusString(status))));
+  }
+  *workspace = ptr;
+  return 0;
+}
+
+const char* headroom_last_error(void) { return headroom::cuda::last_error.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,93 @@
+// The DeviceBackend conformance suite and the caching allocator on a real
+// GPU. Every test skips when no device is visible.
+#include "allocator/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/cuda/cuda_device.h"
+#include "common/units.h"
+#include "gtest/gtest.h"
+#include "tests/allocator/backend_conformance.h"
+
+namespace headroom::testing {
+namespace {
+
+struct CudaFactory {
+  static absl::StatusOr<std::unique_ptr<DeviceBackend>> Make() {
+    auto backend = cuda::CudaBackend::Create(0);
+    if (!backend.ok()) return backend.status();
+    return std::unique_ptr<DeviceBackend>(std::move(*backend));
+  }
+  static const char* SkipReason() { return cuda::CudaDeviceCount() == 0 ? "no CUDA device visible" : nullptr; }
+};
+INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, BackendConformance, CudaFactory);
+
+class CudaAllocator : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (cuda::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+    auto backend = cuda::CudaBackend::Create(0);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = *std::move(backend);
+    if (GetParam() && !backend_->properties().supports_virtual_memory) GTEST_SKIP() << "no VMM support";
+    auto allocator = CachingAllocator::Create(backend_.get(), {.expandable_segments = GetParam()});
+    ASSERT_TRUE(allocator.ok()) << allocator.status();
+    allocator_ = *std::move(allocator);
+  }
+  std::unique_ptr<cuda::CudaBackend> backend_;
+  std::unique_ptr<CachingAllocator> allocator_;
+};
+
+TEST_P(CudaAllocator, MemoryIsUsableAndDistinct) {
+  std::vector<DeviceAddress> blocks;
+  for (uint64_t size : {uint64_t{1000}, 3 * kMiB, 25 * kMiB, 512 * kKiB}) {
+    auto p = allocator_->Allocate(size);
+    ASSERT_TRUE(p.ok()) << p.status();
+    void* ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(*p));
+    ASSERT_EQ(cudaMemset(ptr, static_cast<int>(blocks.size() + 1), size), cudaSuccess);
+    blocks.push_back(*p);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  unsigned char first = 0;
+  ASSERT_EQ(cudaMemcpy(&first, reinterpret_cast<void*>(static_cast<uintptr_t>(blocks[1])), 1, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(first, 2);
+  ASSERT_TRUE(allocator_->Validate().ok());
+  for (DeviceAddress p : blocks) ASSERT_TRUE(allocator_->Free(p).ok());
+  ASSERT_TRUE(allocator_->EmptyCache().ok());
+  EXPECT_EQ(allocator_->GetStats().reserved_bytes[kAllPools].current, 0);
+}
+
+TEST_P(CudaAllocator, RecordStreamDefersReuse) {
+  auto stream = backend_->CreateStream();
+  ASSERT_TRUE(stream.ok());
+  auto p = allocator_->Allocate(4 * kMiB);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(allocator_->RecordStream(*p, *stream).ok());
+  ASSERT_TRUE(allocator_->Free(*p).ok());
+  ASSERT_TRUE(backend_->SynchronizeStream(*stream).ok());
+  auto q = allocator_->Allocate(4 * kMiB);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(*q, *p);  // the event completed, so the block was reused
+  ASSERT_TRUE(allocator_->Free(*q).ok());
+  ASSERT_TRUE(allocator_->Validate().ok());
+  allocator_.reset();
+  ASSERT_TRUE(backend_->DestroyStream(*stream).ok());
+}
+
+TEST_P(CudaAllocator, OutOfMemoryIsResourceExhausted) {
+  const uint64_t total = backend_->properties().total_bytes;
+  auto r = allocator_->Allocate(total * 2);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_TRUE(allocator_->Allocate(kMiB).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Segments, CudaAllocator, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "expandable" : "plain"; });
+
+}  // namespace
+}  // namespace headroom::testing
