@@ -41,7 +41,7 @@ struct EstimateFlags {
   std::string fsdp;
   int shard_group = 8;
   std::string offload = "none";
-  std::string precision = "bf16-mixed";
+  std::string precision;  // empty: bf16-mixed for training, bf16 for inference
   std::string optimizer = "adamw";
   std::string optimizer_impl = "foreach";
   int64_t micro_batch = 1;
@@ -78,10 +78,14 @@ absl::StatusOr<JobSpec> ToJob(const EstimateFlags& f) {
   if (f.micro_batch < 1) {
     return absl::InvalidArgumentError(absl::StrFormat("--micro-batch: must be at least 1, got %d", f.micro_batch));
   }
-  if (f.seq < 0 || (f.seq == 0 && false)) {
-    return absl::InvalidArgumentError(absl::StrFormat("--seq: must be positive, got %d", f.seq));
+  if (f.seq < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--seq: must be at least 1 (leave it out for the model's default), got %d", f.seq));
   }
-  HEADROOM_ASSIGN_OR_RETURN(job.precision, ParsePrecision(f.precision));
+  // Training defaults to autocast mixed precision; inference servers load
+  // 16-bit weights, so inference defaults to pure bf16.
+  const std::string precision = !f.precision.empty() ? f.precision : f.inference ? "bf16" : "bf16-mixed";
+  HEADROOM_ASSIGN_OR_RETURN(job.precision, ParsePrecision(precision));
   HEADROOM_ASSIGN_OR_RETURN(job.optimizer, ParseOptimizer(f.optimizer));
   HEADROOM_ASSIGN_OR_RETURN(job.optimizer_impl, ParseOptimizerImpl(f.optimizer_impl));
   if (f.attention == "flash" || f.attention == "sdpa") {
@@ -326,7 +330,12 @@ absl::Status RunEstimate(const EstimateFlags& flags, std::ostream& out) {
                          job.layout.tensor_parallel > 1 ? " per tensor-parallel rank" : "");
   if (job.training && e.trainable_parameters != e.parameters) out << ", " << Params(e.trainable_parameters) << " trainable";
   out << ")\n";
-  out << "setup:  " << SetupLine(job, e) << "\n";
+  if (model.config) {
+    out << "setup:  " << SetupLine(job, e) << "\n";
+  } else {
+    out << "setup:  a fixed graph: its tensors, dtypes and shapes are taken as given (precision, "
+           "batch and sequence flags do not apply)\n";
+  }
   out << "layout: " << job.layout.Describe() << " [" << e.framework << "]";
   if (job.layout.pipeline_parallel > 1) out << ", worst stage " << e.pipeline_stage;
   out << "\n";
@@ -427,7 +436,7 @@ Subcommand AddEstimateCommand(CLI::App& root) {
   app->add_option("--fsdp", f->fsdp, "FSDP sharding: full or hybrid");
   app->add_option("--shard-group", f->shard_group, "GPUs per FSDP hybrid shard group (default 8)");
   app->add_option("--offload", f->offload, "CPU offload: none, optimizer or all (parameters too)");
-  app->add_option("--precision", f->precision, "fp32, tf32, fp16-mixed, bf16-mixed (default), bf16, fp16, fp8");
+  app->add_option("--precision", f->precision, "fp32, tf32, fp16-mixed, bf16-mixed (training default), bf16 (inference default), fp16, fp8");
   app->add_option("--optimizer", f->optimizer, "adamw (default), adam8bit, sgd-momentum, sgd, adafactor, lion");
   app->add_option("--optimizer-impl", f->optimizer_impl, "foreach (PyTorch default), for-loop or fused");
   app->add_option("--micro-batch,--batch", f->micro_batch, "Samples per GPU per forward/backward (default 1)");

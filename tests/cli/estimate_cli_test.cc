@@ -39,6 +39,32 @@ TEST(EstimateCli, LoraFitsWithLimits) {
   EXPECT_THAT(r.out, HasSubstr("longest sequence"));
 }
 
+// Inference loads 16-bit weights unless told otherwise: 6.74 B parameters in
+// bf16 are 13.5 GB; the KV cache of 8 x 4096 tokens is 0.5 MiB per token.
+TEST(EstimateCli, InferenceDefaultsToBf16WeightsAndCountsTheKvCache) {
+  auto r = RunHeadroom({"estimate", "--model", "llama-2-7b", "--inference", "--context", "4096",
+                        "--micro-batch", "8", "--gpu", "L40S", "--no-search", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["setup"]["precision"], "bf16");
+  // Weights include the model's buffers: the rotary cos/sin tables, 2 MiB here.
+  EXPECT_EQ(doc["bytes"]["weights"], 2 * 6'738'415'616ull + 2 * 4096 * 128 * 2);
+  EXPECT_EQ(doc["bytes"]["kv_cache"], 8ull * 4096 * 512 * 1024);
+}
+
+// A node-link graph is taken as given; the report says the setup flags do not
+// reshape it.
+TEST(EstimateCli, FixedGraphSaysSetupFlagsDoNotApply) {
+  const std::string graph = WriteTempFile("tiny.nx.json", R"({"directed": true, "multigraph": false,
+    "graph": {}, "nodes": [{"id": 0, "name": "a", "backward": false, "cost_cpu": 1, "cost_ram": 1024},
+                            {"id": 1, "name": "a_grad", "backward": true, "cost_cpu": 1, "cost_ram": 2048}],
+    "links": [{"source": 0, "target": 1}]})");
+  auto r = RunHeadroom({"estimate", "--model", graph, "--budget", "1GiB", "--no-search"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("a fixed graph"));
+  EXPECT_THAT(r.out, HasSubstr("verdict: FITS"));
+}
+
 TEST(EstimateCli, JsonIsTheDocumentedObject) {
   auto r = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "H100-80GB", "--json", "--breakdown"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
