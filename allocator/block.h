@@ -55,16 +55,6 @@ struct Block {
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
-// Order of a BlockPool: by stream, then size, then address, so that
-// lower_bound({stream, size, 0}) is the best fit on that stream.
-struct BlockBySize {
-  bool operator()(const Block* a, const Block* b) const {
-    if (a->stream != b->stream) return a->stream < b->stream;
-    if (a->size != b->size) return a->size < b->size;
-    return a->address < b->address;
-  }
-};
-
 struct BlockByAddress {
   bool operator()(const Block* a, const Block* b) const { return a->address < b->address; }
 };

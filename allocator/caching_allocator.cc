@@ -60,7 +60,7 @@ CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions opti
 }
 
 CachingAllocator::~CachingAllocator() {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   // Teardown: best effort, errors have nowhere to go.
   for (const PendingFree& pending : pending_frees_) free_events_.push_back(pending.event);
   for (EventHandle event : free_events_) (void)backend_->DestroyEvent(event);
@@ -86,7 +86,7 @@ CachingAllocator::~CachingAllocator() {
 }
 
 uint64_t CachingAllocator::AllowedBytes() const {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   return AllowedBytesLocked();
 }
 
@@ -129,6 +129,10 @@ void CachingAllocator::PoolInsert(Block* block) {
 
 void CachingAllocator::PoolErase(Block* block) {
   PoolOf(block->pool).Erase(block);
+  UncountInactiveSplit(block);
+}
+
+void CachingAllocator::UncountInactiveSplit(Block* block) {
   if (block->counted_inactive_split) {
     const int64_t bytes = static_cast<int64_t>(block->size);
     for (size_t i : {size_t{kAllPools}, StatOf(block->pool)}) {
@@ -154,22 +158,21 @@ absl::StatusOr<DeviceAddress> CachingAllocator::Allocate(uint64_t size, StreamHa
     return absl::InvalidArgumentError(absl::StrFormat("allocate: %d bytes is beyond any device", size));
   }
   const uint64_t rounded = RoundSize(size, options_.rounding);
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   HEADROOM_ASSIGN_OR_RETURN(Block * block, AllocateBlock(size, rounded, stream));
   pointers_.Insert(block->address, block);
   return block->address;
 }
 
 CachingAllocator::Block* CachingAllocator::TakeCachedBlock(PoolKind kind, StreamHandle stream, uint64_t size) {
-  BlockPool& pool = PoolOf(kind);
-  Block* block = pool.BestFit(stream, size);
-  if (block == nullptr) return nullptr;
   const uint64_t max_split = options_.max_split_size;
-  // Oversize blocks are kept whole for oversize requests, and an oversize
-  // request does not take a block much larger than itself.
-  if (size < max_split && block->size >= max_split) return nullptr;
-  if (size >= max_split && block->size >= size + kLargeBuffer) return nullptr;
-  PoolErase(block);
+  Block* block = PoolOf(kind).TakeBestFit(stream, size, [&](const Block* fit) {
+    // Oversize blocks are kept whole for oversize requests, and an oversize
+    // request does not take a block much larger than itself.
+    if (size < max_split && fit->size >= max_split) return false;
+    return !(size >= max_split && fit->size >= size + kLargeBuffer);
+  });
+  if (block != nullptr) UncountInactiveSplit(block);
   return block;
 }
 
@@ -234,21 +237,13 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::TakeOtherStreamBlock(
                                                                                 uint64_t size) {
   BlockPool& pool = PoolOf(kind);
   Block* best = nullptr;
-  // The pool is ordered by stream first: visit each other stream's best fit.
-  auto it = pool.blocks().begin();
-  while (it != pool.blocks().end()) {
-    const StreamHandle other = (*it)->stream;
-    if (other != stream) {
-      Block* fit = pool.BestFit(other, size);
-      const bool oversize_mismatch =
-          fit != nullptr && ((size < options_.max_split_size && fit->size >= options_.max_split_size) ||
-                             (size >= options_.max_split_size && fit->size >= size + kLargeBuffer));
-      if (fit != nullptr && !oversize_mismatch && (best == nullptr || fit->size < best->size)) best = fit;
-    }
-    Block key;
-    key.stream = StreamHandle{other.value + 1};
-    if (other.value == UINT64_MAX) break;
-    it = pool.blocks().lower_bound(&key);
+  for (StreamHandle other : pool.Streams()) {
+    if (other == stream) continue;
+    Block* fit = pool.BestFit(other, size);
+    const bool oversize_mismatch =
+        fit != nullptr && ((size < options_.max_split_size && fit->size >= options_.max_split_size) ||
+                           (size >= options_.max_split_size && fit->size >= size + kLargeBuffer));
+    if (fit != nullptr && !oversize_mismatch && (best == nullptr || fit->size < best->size)) best = fit;
   }
   if (best == nullptr) return nullptr;
   HEADROOM_ASSIGN_OR_RETURN(EventHandle event, TakeEvent());
@@ -411,7 +406,7 @@ absl::Status CachingAllocator::WaitForPendingFrees() {
 absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_t> expected_size) {
   if (address == 0) return absl::OkStatus();
   Block* block = pointers_.Remove(address);  // Note [Sharded pointer map]
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   if (block == nullptr) return absl::InvalidArgumentError(DescribeBadFree(address));
   if (expected_size.has_value() && *expected_size != block->requested_size) {
     pointers_.Insert(address, block);
@@ -443,7 +438,7 @@ std::string CachingAllocator::DescribeBadFree(DeviceAddress address) {
 }
 
 absl::Status CachingAllocator::RecordStream(DeviceAddress address, StreamHandle stream) {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   return pointers_.With(address, [&](Block* block) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
     if (block == nullptr) {
       return absl::InvalidArgumentError(
@@ -481,7 +476,7 @@ void CachingAllocator::UpdatePeakTracking() {
 }
 
 void CachingAllocator::ResetPeakStats() {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   for (StatArray* array : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
                            &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
                            &stats_.inactive_split_bytes, &stats_.requested_bytes}) {
@@ -493,7 +488,7 @@ void CachingAllocator::ResetPeakStats() {
 }
 
 void CachingAllocator::ResetAccumulatedStats() {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   for (StatArray* array : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
                            &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
                            &stats_.inactive_split_bytes, &stats_.requested_bytes}) {
@@ -509,11 +504,11 @@ void CachingAllocator::ResetAccumulatedStats() {
 }
 
 MemoryStats CachingAllocator::GetStats() const {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   MemoryStats stats = stats_;
   uint64_t largest = 0;
   for (const BlockPool* pool : {&small_pool_, &large_pool_}) {
-    for (const Block* block : pool->blocks()) largest = std::max(largest, block->size);
+    largest = std::max(largest, pool->LargestSize());
   }
   stats.largest_free_block_bytes = largest;
   stats.total_free_bytes =
@@ -528,12 +523,12 @@ MemoryStats CachingAllocator::GetStats() const {
 }
 
 int64_t CachingAllocator::PeakReservedBytes() const {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   return stats_.reserved_bytes[kAllPools].peak;
 }
 
 void CachingAllocator::SetHistoryCapacity(size_t entries) {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   history_.SetCapacity(entries);
 }
 
@@ -541,13 +536,13 @@ absl::Status CachingAllocator::SetMemoryFraction(double fraction) {
   if (!(fraction > 0.0 && fraction <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrFormat("memory fraction %g is not in (0, 1]", fraction));
   }
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   memory_fraction_ = fraction;
   return absl::OkStatus();
 }
 
 AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   AllocatorSnapshot snapshot;
   snapshot.device = backend_->properties().ordinal;
   for (const auto& [address, segment] : segments_) {
@@ -600,7 +595,7 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
 #define HEADROOM_INVARIANT_ERROR(...) absl::InternalError(absl::StrFormat(__VA_ARGS__))
 
 absl::Status CachingAllocator::Validate() const {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   StatArray allocation{}, allocated_bytes{}, active{}, active_bytes{}, reserved{}, inactive{}, inactive_bytes{},
       segment_count{}, requested{};
   size_t free_blocks = 0;

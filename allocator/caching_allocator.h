@@ -68,8 +68,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "allocator/allocator_options.h"
+#include "allocator/annotated_mutex.h"
 #include "allocator/block.h"
 #include "allocator/block_pool.h"
 #include "allocator/device_backend.h"
@@ -151,6 +151,7 @@ class CachingAllocator {
   void DeleteBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PoolInsert(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PoolErase(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UncountInactiveSplit(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> AllocateBlock(uint64_t size, uint64_t rounded, StreamHandle stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> AllocateBlockSlow(PoolKind kind, uint64_t size, uint64_t rounded, StreamHandle stream)
@@ -204,7 +205,7 @@ class CachingAllocator {
   const uint64_t granularity_;
   const uint64_t total_bytes_;
 
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   double memory_fraction_ ABSL_GUARDED_BY(mu_);
   BlockPool small_pool_ ABSL_GUARDED_BY(mu_);
   BlockPool large_pool_ ABSL_GUARDED_BY(mu_);

@@ -168,7 +168,8 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
 
   // [head: still mapped, free][middle: unmapped][tail: still mapped, free]
   PoolErase(block);
-  auto carve = [&](DeviceAddress address, uint64_t size, Block* prev, Block* next) {
+  auto carve = [&](DeviceAddress address, uint64_t size, Block* prev,
+                   Block* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Block* piece = NewBlock();
     piece->address = address;
     piece->size = size;

@@ -91,9 +91,9 @@ bool IsWholeCachedSegment(const internal::Block* block) {
 
 absl::StatusOr<bool> CachingAllocator::ReleaseAvailableCache(PoolKind kind, uint64_t bytes) {
   std::vector<Block*> whole;
-  for (Block* block : PoolOf(kind).blocks()) {
+  PoolOf(kind).ForEach([&](Block* block) {
     if (IsWholeCachedSegment(block)) whole.push_back(block);
-  }
+  });
   std::sort(whole.begin(), whole.end(),
             [](const Block* a, const Block* b) { return a->segment->size < b->segment->size; });
   // One segment large enough is the least cache thrown away.
@@ -123,9 +123,9 @@ absl::Status CachingAllocator::ReleaseAllCache() {
   if (!pending_frees_.empty()) HEADROOM_RETURN_IF_ERROR(WaitForPendingFrees());
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
     std::vector<Block*> whole;
-    for (Block* block : pool->blocks()) {
+    pool->ForEach([&](Block* block) {
       if (IsWholeCachedSegment(block)) whole.push_back(block);
-    }
+    });
     for (Block* block : whole) HEADROOM_RETURN_IF_ERROR(ReleaseSegment(block->segment));
   }
   for (auto& [key, segment] : expandable_) {
@@ -136,7 +136,7 @@ absl::Status CachingAllocator::ReleaseAllCache() {
 }
 
 absl::Status CachingAllocator::EmptyCache() {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   HEADROOM_RETURN_IF_ERROR(ReleaseAllCache());
   // Reservations with nothing mapped go back too.
   std::vector<std::pair<StreamHandle, PoolKind>> empty;
@@ -166,9 +166,9 @@ absl::Status CachingAllocator::GarbageCollect() {
   };
   if (reserved() <= target) return absl::OkStatus();
   std::vector<Block*> candidates;
-  for (Block* block : large_pool_.blocks()) {
+  large_pool_.ForEach([&](Block* block) {
     if (IsWholeCachedSegment(block) || block->segment->expandable) candidates.push_back(block);
-  }
+  });
   std::sort(candidates.begin(), candidates.end(), [](const Block* a, const Block* b) {
     return a->cached_at < b->cached_at || (a->cached_at == b->cached_at && a->address < b->address);
   });
@@ -202,7 +202,7 @@ absl::Status CachingAllocator::OutOfMemory(uint64_t size, uint64_t rounded, Stre
   const uint64_t unallocated = reserved - allocated;
   uint64_t largest = 0;
   for (const BlockPool* pool : {&small_pool_, &large_pool_}) {
-    for (const Block* block : pool->blocks()) largest = std::max(largest, block->size);
+    largest = std::max(largest, pool->LargestSize());
   }
   const uint64_t allowed = AllowedBytesLocked();
   std::string limit;

@@ -21,7 +21,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "allocator/annotated_mutex.h"
 #include "allocator/block.h"
 
 namespace headroom::internal {
@@ -30,14 +30,14 @@ class PointerMap {
  public:
   void Insert(DeviceAddress address, Block* block) {
     Shard& shard = ShardFor(address);
-    absl::MutexLock lock(&shard.mu);
+    MutexLock lock(&shard.mu);
     shard.blocks[address] = block;
   }
 
   // Removes and returns the block at `address`, or nullptr.
   Block* Remove(DeviceAddress address) {
     Shard& shard = ShardFor(address);
-    absl::MutexLock lock(&shard.mu);
+    MutexLock lock(&shard.mu);
     auto it = shard.blocks.find(address);
     if (it == shard.blocks.end()) return nullptr;
     Block* block = it->second;
@@ -50,7 +50,7 @@ class PointerMap {
   template <typename Fn>
   auto With(DeviceAddress address, Fn&& fn) {
     Shard& shard = ShardFor(address);
-    absl::MutexLock lock(&shard.mu);
+    MutexLock lock(&shard.mu);
     auto it = shard.blocks.find(address);
     return fn(it == shard.blocks.end() ? nullptr : it->second);
   }
@@ -58,7 +58,7 @@ class PointerMap {
   size_t Size() const {
     size_t total = 0;
     for (const Shard& shard : shards_) {
-      absl::MutexLock lock(&shard.mu);
+      MutexLock lock(&shard.mu);
       total += shard.blocks.size();
     }
     return total;
@@ -66,7 +66,7 @@ class PointerMap {
 
   void ForEach(const std::function<void(DeviceAddress, Block*)>& fn) const {
     for (const Shard& shard : shards_) {
-      absl::MutexLock lock(&shard.mu);
+      MutexLock lock(&shard.mu);
       for (const auto& [address, block] : shard.blocks) fn(address, block);
     }
   }
@@ -74,7 +74,7 @@ class PointerMap {
  private:
   static constexpr size_t kShards = 64;
   struct alignas(64) Shard {
-    mutable absl::Mutex mu;
+    mutable Mutex mu;
     absl::flat_hash_map<DeviceAddress, Block*> blocks ABSL_GUARDED_BY(mu);
   };
 
