@@ -15,18 +15,6 @@ std::string_view StripBackwardSuffix(std::string_view kind) {
   return kind;
 }
 
-bool IsFloat(DType dtype) {
-  switch (dtype) {
-    case DType::kF64:
-    case DType::kF32:
-    case DType::kBF16:
-    case DType::kF16:
-    case DType::kF8E4M3:
-    case DType::kF8E5M2: return true;
-    default: return false;
-  }
-}
-
 // Bytes a tensor's values occupy whether or not it owns its storage (a view's
 // gradient is a full tensor of the view's shape).
 uint64_t NominalBytes(const Tensor& t) { return DTypeBytes(t.dtype, t.elements()); }
@@ -99,7 +87,7 @@ BackwardRule BackwardRuleFor(const Graph& graph, const Op& op) {
 std::vector<bool> RequiresGrad(const Graph& graph) {
   std::vector<bool> needs(graph.num_tensors(), false);
   for (const Tensor& t : graph.tensors()) {
-    if (t.role == TensorRole::kParameter && t.trainable && IsFloat(t.dtype)) needs[t.id] = true;
+    if (t.role == TensorRole::kParameter && t.trainable && IsFloatingPoint(t.dtype)) needs[t.id] = true;
   }
   for (const Op& op : graph.ops()) {
     if (op.phase == Phase::kBackward || op.phase == Phase::kOptimizer) continue;
@@ -107,7 +95,7 @@ std::vector<bool> RequiresGrad(const Graph& graph) {
                                  [&](TensorId in) { return needs[static_cast<size_t>(in)]; });
     if (!any) continue;
     for (TensorId out : op.outputs) {
-      if (IsFloat(graph.tensor(out).dtype)) needs[static_cast<size_t>(out)] = true;
+      if (IsFloatingPoint(graph.tensor(out).dtype)) needs[static_cast<size_t>(out)] = true;
     }
   }
   return needs;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/edit_distance.h"
 #include "common/json_fields.h"
 #include "common/status_macros.h"
 
@@ -28,20 +29,6 @@ constexpr std::pair<MathMode, std::string_view> kMathModeNames[] = {
     {MathMode::kInt8, "int8"},
 };
 
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
 
 absl::StatusOr<HostLink> ParseHostLink(const json& object, const JsonPath& path) {
   HostLink link;

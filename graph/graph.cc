@@ -70,6 +70,18 @@ uint64_t DTypeBytes(DType dtype, uint64_t elements) {
   return 0;
 }
 
+bool IsFloatingPoint(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+    case DType::kF32:
+    case DType::kBF16:
+    case DType::kF16:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2: return true;
+    default: return false;
+  }
+}
+
 MathMode MathModeFor(DType dtype, bool allow_tf32) {
   switch (dtype) {
     case DType::kF64: return MathMode::kFp64;

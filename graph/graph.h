@@ -47,6 +47,8 @@ std::string_view DTypeName(DType dtype);  // "f32", "bf16", "nf4", ...
 absl::StatusOr<DType> ParseDType(std::string_view name);
 // Storage bytes of `elements` values (NF4 rounds up to whole bytes).
 uint64_t DTypeBytes(DType dtype, uint64_t elements);
+// Floating-point dtypes (NF4 is a storage format, not a compute type).
+bool IsFloatingPoint(DType dtype);
 // The math mode a matmul in this dtype runs in (f32 -> kFp32 unless tf32 is on).
 MathMode MathModeFor(DType dtype, bool allow_tf32 = false);
 

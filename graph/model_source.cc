@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/edit_distance.h"
 #include "common/json_fields.h"
 #include "common/status_macros.h"
 #include "graph/graph_json.h"
@@ -29,20 +30,6 @@ std::string NormalizePresetName(std::string_view name) {
   return out;
 }
 
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
 
 std::vector<std::string> ClosePresetNames(const std::string& query) {
   std::vector<std::pair<size_t, std::string>> scored;

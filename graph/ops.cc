@@ -8,20 +8,6 @@
 namespace headroom {
 namespace {
 
-bool IsFloating(DType dtype) {
-  switch (dtype) {
-    case DType::kF64:
-    case DType::kF32:
-    case DType::kBF16:
-    case DType::kF16:
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-      return true;
-    default:
-      return false;
-  }
-}
-
 int FloatRank(DType dtype) {
   switch (dtype) {
     case DType::kF64: return 4;
@@ -43,8 +29,8 @@ int64_t Product(const std::vector<int64_t>& shape, size_t begin, size_t end) {
 }  // namespace
 
 DType OpEmitter::Promote(DType a, DType b) {
-  if (!IsFloating(a)) return b;
-  if (!IsFloating(b)) return a;
+  if (!IsFloatingPoint(a)) return b;
+  if (!IsFloatingPoint(b)) return a;
   return FloatRank(a) >= FloatRank(b) ? a : b;
 }
 
@@ -145,7 +131,7 @@ TensorId OpEmitter::Cast(const std::string& name, TensorId x, DType dtype) {
 TensorId OpEmitter::ToCompute(const std::string& name, TensorId x) {
   if (!options_.autocast || x == kNone) return x;
   const DType dtype = graph_.tensor(x).dtype;
-  if (!IsFloating(dtype) || dtype == options_.compute_dtype) return x;
+  if (!IsFloatingPoint(dtype) || dtype == options_.compute_dtype) return x;
   return Cast(name, x, options_.compute_dtype);
 }
 
