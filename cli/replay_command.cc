@@ -30,6 +30,7 @@ struct ReplayCommandOptions {
   std::vector<std::string> compare;
   bool strict = false;
   bool json = false;
+  bool summary = false;
   int device = -1;
 };
 
@@ -138,6 +139,11 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
   if (first.trace_failures > 0) {
     out << absl::StrFormat("the trace itself records %d failed allocations (not replayed)\n", first.trace_failures);
   }
+  if (options.summary) {
+    for (const Run& run : runs) {
+      out << "\n" << run.label << " at the end of the trace:\n" << MemorySummary(run.result.final_stats);
+    }
+  }
   if (first.anomalies > 0) {
     out << absl::StrFormat("%d trace anomalies skipped (use --strict to fail on them), e.g.:\n", first.anomalies);
     for (const std::string& example : first.anomaly_examples) out << "  " << example << "\n";
@@ -161,6 +167,7 @@ Subcommand AddReplayCommand(CLI::App& root) {
                   "expandable, max-split-512, power2-4, gc-0.8");
   app->add_flag("--strict", options->strict, "Fail on frees of unknown pointers and other trace anomalies");
   app->add_flag("--json", options->json, "Print exact figures as JSON");
+  app->add_flag("--summary", options->summary, "Also print each run's memory_summary()-style statistics table");
   app->add_option("--device", options->device, "Which device's trace to take from a PyTorch snapshot");
   return {app, [options](std::ostream& out) { return RunReplay(*options, out); }};
 }

@@ -32,6 +32,15 @@ TEST(ReplayCli, ComparesConfigurations) {
   EXPECT_THAT(r.out, HasSubstr("replay.csv:5: free of 0x99"));
 }
 
+TEST(ReplayCli, SummaryPrintsTheStatisticsTable) {
+  const std::string path = WriteTempFile("replay_summary.csv", kLog);
+  auto r = RunHeadroom({"replay", path, "--summary"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("pytorch-default at the end of the trace:"));
+  EXPECT_THAT(r.out, HasSubstr("reserved memory"));
+  EXPECT_THAT(r.out, HasSubstr("device allocs: 2"));
+}
+
 TEST(ReplayCli, JsonHasExactFigures) {
   const std::string path = WriteTempFile("replay_json.csv", kLog);
   auto r = RunHeadroom({"replay", path, "--conf", "expandable_segments:True", "--json"});

@@ -43,6 +43,9 @@ TEST_F(CAbi, MallocFreeStatsSnapshot) {
   nlohmann::json snap = nlohmann::json::parse(json);
   EXPECT_FALSE(snap["segments"].empty());
   EXPECT_EQ(snap["device_traces"][0].back()["action"], "alloc");
+  char summary[8192];
+  ASSERT_GT(headroom_memory_summary(0, summary, sizeof(summary)), 0);
+  EXPECT_NE(std::string(summary).find("reserved memory"), std::string::npos);
   headroom_free(p, 3 << 20, 0, nullptr);
   EXPECT_EQ(Stats().allocated_bytes, 0);
   EXPECT_EQ(headroom_empty_cache(0), 0);

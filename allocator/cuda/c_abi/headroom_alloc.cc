@@ -79,6 +79,17 @@ absl::StatusOr<CachingAllocator*> AllocatorFor(int device) {
   return (*created)->allocator.get();
 }
 
+// Copies `text` into a caller's buffer (truncated, NUL-terminated) and
+// returns its full length.
+ssize_t CopyOut(const std::string& text, char* buffer, size_t capacity) {
+  if (buffer != nullptr && capacity > 0) {
+    const size_t n = std::min(capacity - 1, text.size());
+    std::memcpy(buffer, text.data(), n);
+    buffer[n] = '\0';
+  }
+  return static_cast<ssize_t>(text.size());
+}
+
 StreamHandle AsHandle(cudaStream_t stream) { return StreamHandle{reinterpret_cast<uintptr_t>(stream)}; }
 DeviceAddress AsAddress(void* ptr) { return reinterpret_cast<uintptr_t>(ptr); }
 
@@ -161,13 +172,13 @@ int headroom_get_stats(int device, headroom_stats* stats) {
 ssize_t headroom_snapshot_json(int device, char* buffer, size_t capacity) {
   absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
   if (!allocator.ok()) return Fail(allocator.status());
-  const std::string json = headroom::SnapshotToJson((*allocator)->TakeSnapshot()).dump();
-  if (buffer != nullptr && capacity > 0) {
-    const size_t n = std::min(capacity - 1, json.size());
-    std::memcpy(buffer, json.data(), n);
-    buffer[n] = '\0';
-  }
-  return static_cast<ssize_t>(json.size());
+  return headroom::cuda::CopyOut(headroom::SnapshotToJson((*allocator)->TakeSnapshot()).dump(), buffer, capacity);
+}
+
+ssize_t headroom_memory_summary(int device, char* buffer, size_t capacity) {
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) return Fail(allocator.status());
+  return headroom::cuda::CopyOut(headroom::MemorySummary((*allocator)->GetStats()), buffer, capacity);
 }
 
 int headroom_empty_cache(int device) {

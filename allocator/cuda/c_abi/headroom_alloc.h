@@ -72,6 +72,10 @@ HEADROOM_C_API int headroom_get_stats(int device, headroom_stats* stats);
  * full length without it (call with capacity 0 to size the buffer), or -1. */
 HEADROOM_C_API ssize_t headroom_snapshot_json(int device, char* buffer, size_t capacity);
 
+/* A torch.cuda.memory_summary()-style table of the statistics; same buffer
+ * convention as headroom_snapshot_json. */
+HEADROOM_C_API ssize_t headroom_memory_summary(int device, char* buffer, size_t capacity);
+
 HEADROOM_C_API int headroom_empty_cache(int device);
 HEADROOM_C_API int headroom_record_stream(void* ptr, int device, cudaStream_t stream);
 HEADROOM_C_API int headroom_set_memory_fraction(double fraction, int device);
