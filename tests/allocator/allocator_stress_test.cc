@@ -19,6 +19,10 @@ struct StressCase {
   AllocatorOptions options;
 };
 
+// gtest lists parameters with the test names; print the case's name rather
+// than its bytes, which include a pointer and so differ from run to run.
+void PrintTo(const StressCase& c, std::ostream* os) { *os << c.name; }
+
 class AllocatorStress : public ::testing::TestWithParam<StressCase> {};
 
 uint64_t RandomSize(std::mt19937_64& rng) {

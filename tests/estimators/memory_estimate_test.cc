@@ -43,6 +43,10 @@ struct HfCase {
   double measured_mib;
 };
 
+// Listed by name: the default byte dump includes a pointer (see PrintTo in
+// tests/allocator/allocator_stress_test.cc).
+void PrintTo(const HfCase& c, std::ostream* os) { *os << c.name; }
+
 class HfAnatomy : public ::testing::TestWithParam<HfCase> {};
 
 TEST_P(HfAnatomy, WithinTenPercentOfNvidiaSmi) {
