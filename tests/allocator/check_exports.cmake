@@ -1,0 +1,31 @@
+# cmake -P script: fails unless every dynamic symbol LIBRARY defines is one of
+# its C functions (headroom_*), and the PyTorch entry points are among them.
+cmake_minimum_required(VERSION 3.25)
+execute_process(COMMAND nm -D --defined-only ${LIBRARY}
+  OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nm failed on ${LIBRARY}")
+endif()
+string(REPLACE "\n" ";" lines "${symbols}")
+set(exported "")
+foreach(line IN LISTS lines)
+  if(line MATCHES " [A-Za-z] ([^ ]+)$")
+    set(name ${CMAKE_MATCH_1})
+    # Version-node symbols (type A) name the script's node, not code.
+    if(line MATCHES " A ")
+      continue()
+    endif()
+    if(NOT name MATCHES "^headroom_")
+      message(FATAL_ERROR "${LIBRARY} exports '${name}', which is not part of the C ABI")
+    endif()
+    list(APPEND exported ${name})
+  endif()
+endforeach()
+foreach(required headroom_malloc headroom_free headroom_get_stats headroom_snapshot_json
+                 headroom_empty_cache headroom_record_stream headroom_set_memory_fraction)
+  if(NOT required IN_LIST exported)
+    message(FATAL_ERROR "${LIBRARY} does not export ${required}")
+  endif()
+endforeach()
+list(LENGTH exported count)
+message(STATUS "${count} C functions exported, nothing else")
