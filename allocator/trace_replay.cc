@@ -23,8 +23,10 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
     uint64_t size;
   };
   absl::flat_hash_map<uint64_t, Live> live;            // trace pointer -> replayed allocation
-  absl::flat_hash_set<uint64_t> failed;                // trace pointers whose allocation failed here
+  absl::flat_hash_map<uint64_t, uint64_t> failed;      // trace pointer -> size, its allocation failed here
   absl::flat_hash_map<uint64_t, StreamHandle> streams = {{0, kDefaultStream}};
+  // Bytes the trace itself holds live, whether or not this replay could
+  // serve them, so that peak_live_bytes describes the trace, not the run.
   uint64_t live_bytes = 0;
   int64_t peak_reserved_seen = -1;
 
@@ -62,22 +64,25 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
         if (event.size == 0) break;
         HEADROOM_ASSIGN_OR_RETURN(StreamHandle stream, stream_for(event.stream));
         absl::StatusOr<DeviceAddress> address = allocator->Allocate(event.size, stream);
-        if (!address.ok()) {
-          if (!absl::IsResourceExhausted(address.status())) return address.status();
-          failed.insert(event.pointer);
-          break;
-        }
-        failed.erase(event.pointer);
-        ++result.allocations;
-        live[event.pointer] = {*address, event.size};
         live_bytes += event.size;
         result.peak_live_bytes = std::max(result.peak_live_bytes, live_bytes);
+        if (!address.ok()) {
+          if (!absl::IsResourceExhausted(address.status())) return address.status();
+          failed[event.pointer] = event.size;
+          break;
+        }
+        ++result.allocations;
+        live[event.pointer] = {*address, event.size};
         break;
       }
       case TraceOp::kFree: {
         auto it = live.find(event.pointer);
         if (it == live.end()) {
-          if (failed.erase(event.pointer) > 0) break;  // its allocation failed in this replay
+          if (auto f = failed.find(event.pointer); f != failed.end()) {  // its allocation failed in this replay
+            live_bytes -= f->second;
+            failed.erase(f);
+            break;
+          }
           HEADROOM_RETURN_IF_ERROR(
               anomaly(event, absl::StrFormat("free of 0x%x, which the trace never allocated", event.pointer)));
           break;

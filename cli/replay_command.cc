@@ -119,9 +119,16 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
         << "\n";
     return absl::OkStatus();
   }
+  // The header describes the trace; what each run managed to replay is in
+  // its row (an allocation that ran out of memory counts as an OOM there).
   const ReplayResult& first = runs.front().result;
+  size_t allocations = 0, frees = 0;
+  for (const TraceEvent& event : trace.events) {
+    allocations += event.op == TraceOp::kAllocate ? 1 : 0;
+    frees += event.op == TraceOp::kFree ? 1 : 0;
+  }
   out << absl::StrFormat("trace %s (%s): %d events, %d allocations, %d frees, peak live %s; device %s\n",
-                         trace.source, trace.format, trace.events.size(), first.allocations, first.frees,
+                         trace.source, trace.format, trace.events.size(), allocations, frees,
                          FormatBytes(first.peak_live_bytes), FormatBytes(capacity));
   TextTable table({"configuration", "peak allocated", "peak reserved", "reserved/allocated", "reserved/live",
                    "fragmentation", "retries", "OOMs"},

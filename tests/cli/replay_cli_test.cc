@@ -24,7 +24,8 @@ TEST(ReplayCli, ComparesConfigurations) {
   auto r = RunHeadroom({"replay", path, "--capacity", "1GiB", "--compare", "pytorch-default", "--compare",
                         "expandable"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("3 allocations, 1 frees"));
+  // The header counts the trace's own events, the unknown free included.
+  EXPECT_THAT(r.out, HasSubstr("3 allocations, 2 frees"));
   EXPECT_THAT(r.out, HasSubstr("pytorch-default"));
   EXPECT_THAT(r.out, HasSubstr("expandable"));
   EXPECT_THAT(r.out, HasSubstr("60.00 MiB"));  // default: 20 MiB + 40 MiB segments
@@ -67,6 +68,35 @@ TEST(ReplayCli, ReportsOomsOnASmallDevice) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_GE(j["runs"][0]["ooms"], 1);
+}
+
+// The header and the live peak describe the trace: a run that runs out of
+// memory does not change them (its OOMs are in its own row).
+TEST(ReplayCli, TraceFiguresDoNotDependOnTheDevice) {
+  const std::string path = WriteTempFile("replay_header.csv", kLog);
+  auto big = RunHeadroom({"replay", path, "--capacity", "1GiB"});
+  auto small = RunHeadroom({"replay", path, "--capacity", "50MiB"});
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  ASSERT_EQ(small.exit_code, 0) << small.err;
+  auto header = [](const std::string& out) { return out.substr(0, out.find("; device")); };
+  EXPECT_EQ(header(big.out), header(small.out));
+  EXPECT_THAT(small.out, HasSubstr("peak live 42.15 MiB"));
+  auto j = nlohmann::json::parse(RunHeadroom({"replay", path, "--capacity", "50MiB", "--json"}).out);
+  EXPECT_GE(j["runs"][0]["ooms"], 1);
+  EXPECT_EQ(j["runs"][0]["peak_live_bytes"], 4194304 + 40000000);
+}
+
+// The bundled example (scripts/make-example-trace): on a 13 GiB device the
+// default cache runs out of memory, expandable segments do not.
+TEST(ReplayCli, ExampleTraceNeedsExpandableSegmentsOnA13GiBDevice) {
+  auto r = RunHeadroom({"replay", HEADROOM_SOURCE_DIR "/examples/traces/gpt2-medium-train.rmm.csv", "--capacity",
+                        "13GiB", "--compare", "pytorch-default", "--compare", "expandable", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_GE(j["runs"][0]["ooms"], 1);
+  EXPECT_EQ(j["runs"][1]["ooms"], 0);
+  EXPECT_LE(j["runs"][1]["reserved_to_live"], 1.05);
 }
 
 TEST(ReplayCli, ReadsPyTorchSnapshots) {
