@@ -117,6 +117,17 @@ void CachingAllocator::DeleteBlock(Block* block) {
 void CachingAllocator::PoolInsert(Block* block) {
   block->cached_at = PoolOf(block->pool).lookups;
   PoolOf(block->pool).Insert(block);
+  CountCached(block);
+}
+
+// `old`, cached and already uncounted, leaves the pool and `now` is cached.
+void CachingAllocator::PoolReplace(Block* old, Block* now) {
+  now->cached_at = PoolOf(now->pool).lookups;
+  PoolOf(now->pool).Replace(old, now);
+  CountCached(now);
+}
+
+void CachingAllocator::CountCached(Block* block) {
   block->counted_inactive_split = block->is_split();
   if (block->counted_inactive_split) {
     const int64_t bytes = static_cast<int64_t>(block->size);
@@ -164,14 +175,17 @@ absl::StatusOr<DeviceAddress> CachingAllocator::Allocate(uint64_t size, StreamHa
   return block->address;
 }
 
-CachingAllocator::Block* CachingAllocator::TakeCachedBlock(PoolKind kind, StreamHandle stream, uint64_t size) {
+bool CachingAllocator::Acceptable(const Block* fit, uint64_t size) const {
+  // Oversize blocks are kept whole for oversize requests, and an oversize
+  // request does not take a block much larger than itself.
   const uint64_t max_split = options_.max_split_size;
-  Block* block = PoolOf(kind).TakeBestFit(stream, size, [&](const Block* fit) {
-    // Oversize blocks are kept whole for oversize requests, and an oversize
-    // request does not take a block much larger than itself.
-    if (size < max_split && fit->size >= max_split) return false;
-    return !(size >= max_split && fit->size >= size + kLargeBuffer);
-  });
+  if (size < max_split && fit->size >= max_split) return false;
+  return !(size >= max_split && fit->size >= size + kLargeBuffer);
+}
+
+CachingAllocator::Block* CachingAllocator::TakeCachedBlock(PoolKind kind, StreamHandle stream, uint64_t size) {
+  Block* block =
+      PoolOf(kind).TakeBestFit(stream, size, [&](const Block* fit) { return Acceptable(fit, size); });
   if (block != nullptr) UncountInactiveSplit(block);
   return block;
 }
@@ -180,11 +194,21 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlock(uint64_
                                                                          StreamHandle stream) {
   if (!pending_frees_.empty()) HEADROOM_RETURN_IF_ERROR(ProcessPendingFrees());
   const PoolKind kind = IsSmallRequest(rounded) ? PoolKind::kSmall : PoolKind::kLarge;
-  Block* block = TakeCachedBlock(kind, stream, rounded);
-  if (block == nullptr) {
+  BlockPool& pool = PoolOf(kind);
+  Block* block = pool.BestFit(stream, rounded);
+  if (block != nullptr && Acceptable(block, rounded)) {
+    // Note [Pool position hint]: the remainder of a split takes the block's
+    // place in the pool.
+    UncountInactiveSplit(block);
+    if (ShouldSplit(block, rounded)) {
+      Split(block, rounded, /*in_pool=*/true);
+    } else {
+      pool.Erase(block);
+    }
+  } else {
     HEADROOM_ASSIGN_OR_RETURN(block, AllocateBlockSlow(kind, size, rounded, stream));
+    if (ShouldSplit(block, rounded)) Split(block, rounded, /*in_pool=*/false);
   }
-  if (ShouldSplit(block, rounded)) Split(block, rounded);
   block->allocated = true;
   block->requested_size = size;
   const int64_t bytes = static_cast<int64_t>(block->size);
@@ -262,7 +286,7 @@ bool CachingAllocator::ShouldSplit(const Block* block, uint64_t size) const {
   return size < options_.max_split_size && remaining > kSmallSize;
 }
 
-void CachingAllocator::Split(Block* block, uint64_t size) {
+void CachingAllocator::Split(Block* block, uint64_t size, bool in_pool) {
   Block* rest = NewBlock();
   rest->address = block->address + size;
   rest->size = block->size - size;
@@ -273,7 +297,6 @@ void CachingAllocator::Split(Block* block, uint64_t size) {
   rest->next = block->next;
   if (block->next != nullptr) block->next->prev = rest;
   block->next = rest;
-  block->size = size;
   // Usually `rest` has no free neighbour (`block` was coalesced), but after a
   // cross-stream move it may now share a stream with the next block.
   if (Block* next = rest->next; next != nullptr && next->is_free() && next->stream == rest->stream) {
@@ -283,15 +306,27 @@ void CachingAllocator::Split(Block* block, uint64_t size) {
     if (rest->next != nullptr) rest->next->prev = rest;
     DeleteBlock(next);
   }
-  PoolInsert(rest);
+  // While `block` is still cached its key (size) must not change.
+  if (in_pool) {
+    PoolReplace(block, rest);
+  } else {
+    PoolInsert(rest);
+  }
+  block->size = size;
 }
 
 CachingAllocator::Block* CachingAllocator::CacheFreeBlock(Block* block) {
   block->allocated = false;
   block->requested_size = 0;
   auto mergeable = [block](const Block* n) { return n != nullptr && n->is_free() && n->stream == block->stream; };
+  // A merged neighbour's pool entry is taken over by the block (Note [Pool
+  // position hint]); the neighbours are deleted once out of the pool.
+  Block* replaced = nullptr;
+  Block* merged_prev = nullptr;
+  Block* merged_next = nullptr;
   if (Block* prev = block->prev; mergeable(prev)) {
-    PoolErase(prev);
+    UncountInactiveSplit(prev);
+    replaced = merged_prev = prev;
     block->address = prev->address;
     block->size += prev->size;
     block->prev = prev->prev;
@@ -300,16 +335,26 @@ CachingAllocator::Block* CachingAllocator::CacheFreeBlock(Block* block) {
     } else {
       block->segment->first = block;
     }
-    DeleteBlock(prev);
   }
   if (Block* next = block->next; mergeable(next)) {
-    PoolErase(next);
+    if (replaced != nullptr) {
+      PoolErase(next);
+    } else {
+      UncountInactiveSplit(next);
+      replaced = next;
+    }
+    merged_next = next;
     block->size += next->size;
     block->next = next->next;
     if (block->next != nullptr) block->next->prev = block;
-    DeleteBlock(next);
   }
-  PoolInsert(block);
+  if (replaced != nullptr) {
+    PoolReplace(replaced, block);
+  } else {
+    PoolInsert(block);
+  }
+  if (merged_prev != nullptr) DeleteBlock(merged_prev);
+  if (merged_next != nullptr) DeleteBlock(merged_next);
   return block;
 }
 
