@@ -8,7 +8,8 @@
 // Note [Sharded pointer map]: free(), record_stream() and size queries start
 // from a bare pointer. Resolving it under the allocator's one lock would put
 // every thread's lookups in one queue; instead 64 shards, each a hash map
-// with its own mutex, are chosen by a hash of the address. Only the pool
+// with its own spin lock (held for one hash-table operation), are chosen by a
+// hash of the address. Only the pool
 // operations that follow take the allocator lock. Lock order: the allocator
 // lock may be held while a shard lock is taken, never the reverse.
 #ifndef HEADROOM_ALLOCATOR_POINTER_MAP_H_
@@ -30,14 +31,14 @@ class PointerMap {
  public:
   void Insert(DeviceAddress address, Block* block) {
     Shard& shard = ShardFor(address);
-    MutexLock lock(&shard.mu);
+    SpinLockHolder lock(&shard.mu);
     shard.blocks[address] = block;
   }
 
   // Removes and returns the block at `address`, or nullptr.
   Block* Remove(DeviceAddress address) {
     Shard& shard = ShardFor(address);
-    MutexLock lock(&shard.mu);
+    SpinLockHolder lock(&shard.mu);
     auto it = shard.blocks.find(address);
     if (it == shard.blocks.end()) return nullptr;
     Block* block = it->second;
@@ -50,7 +51,7 @@ class PointerMap {
   template <typename Fn>
   auto With(DeviceAddress address, Fn&& fn) {
     Shard& shard = ShardFor(address);
-    MutexLock lock(&shard.mu);
+    SpinLockHolder lock(&shard.mu);
     auto it = shard.blocks.find(address);
     return fn(it == shard.blocks.end() ? nullptr : it->second);
   }
@@ -58,7 +59,7 @@ class PointerMap {
   size_t Size() const {
     size_t total = 0;
     for (const Shard& shard : shards_) {
-      MutexLock lock(&shard.mu);
+      SpinLockHolder lock(&shard.mu);
       total += shard.blocks.size();
     }
     return total;
@@ -66,7 +67,7 @@ class PointerMap {
 
   void ForEach(const std::function<void(DeviceAddress, Block*)>& fn) const {
     for (const Shard& shard : shards_) {
-      MutexLock lock(&shard.mu);
+      SpinLockHolder lock(&shard.mu);
       for (const auto& [address, block] : shard.blocks) fn(address, block);
     }
   }
@@ -74,7 +75,7 @@ class PointerMap {
  private:
   static constexpr size_t kShards = 64;
   struct alignas(64) Shard {
-    mutable Mutex mu;
+    mutable SpinLock mu;
     absl::flat_hash_map<DeviceAddress, Block*> blocks ABSL_GUARDED_BY(mu);
   };
 
