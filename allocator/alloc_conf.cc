@@ -132,6 +132,10 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     HEADROOM_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, value));
     if (n > (uint64_t{1} << 32)) return Bad(key, value, "at most 2^32 entries");
     options.history_entries = static_cast<size_t>(n);
+  } else if (key == "expandable_page_mb") {
+    HEADROOM_ASSIGN_OR_RETURN(uint64_t mib, ParseUint(key, value));
+    if (mib == 0 || mib > (uint64_t{1} << 20)) return Bad(key, value, "a positive number of MiB");
+    options.expandable_large_page_bytes = mib * kMiB;
   } else if (key == "release_lock_on_cudamalloc" || key.starts_with("pinned_")) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "HEADROOM_ALLOC_CONF: key '%s' tunes a part of PyTorch's allocator that Headroom does not have "
@@ -140,7 +144,7 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     return absl::InvalidArgumentError(absl::StrFormat(
         "HEADROOM_ALLOC_CONF: unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
         "garbage_collection_threshold, expandable_segments, backend, memory_fraction, hard_limit_mb, "
-        "cross_stream_reuse, history_entries)", key));
+        "cross_stream_reuse, history_entries, expandable_page_mb)", key));
   }
   return absl::OkStatus();
 }
@@ -213,6 +217,9 @@ std::string FormatAllocConf(const AllocatorOptions& options) {
   if (options.hard_limit_bytes != 0) parts.push_back(absl::StrFormat("hard_limit_mb:%d", options.hard_limit_bytes / kMiB));
   if (options.cross_stream_reuse) parts.push_back("cross_stream_reuse:True");
   if (options.history_entries != 0) parts.push_back(absl::StrFormat("history_entries:%d", options.history_entries));
+  if (options.expandable_large_page_bytes != defaults.expandable_large_page_bytes) {
+    parts.push_back(absl::StrFormat("expandable_page_mb:%d", options.expandable_large_page_bytes / kMiB));
+  }
   return absl::StrJoin(parts, ",");
 }
 

@@ -18,6 +18,8 @@
 //   hard_limit_mb:N                 Headroom: cap on reserved MiB
 //   cross_stream_reuse:True|False   Headroom: Note [Cross-stream reuse]
 //   history_entries:N               Headroom: trace ring buffer size
+//   expandable_page_mb:N            Headroom: large-pool page of expandable
+//                                   segments (default 20; small pool: 2)
 // An unknown key, a repeated key or a bad value is an InvalidArgument error
 // naming the key and the value. The parser is a pure function: only the C ABI
 // and the CLI read the environment.

@@ -31,6 +31,11 @@ struct AllocatorOptions {
   double garbage_collection_threshold = 0.0;
   // Note [Expandable segments] in caching_allocator.h.
   bool expandable_segments = false;
+  // An expandable segment grows by whole pages of this size (rounded up to
+  // the device's map granularity): PyTorch's 2 MiB for the small pool and
+  // 20 MiB for the large one, so a large pool maps ten times fewer pages.
+  uint64_t expandable_small_page_bytes = uint64_t{2} << 20;
+  uint64_t expandable_large_page_bytes = uint64_t{20} << 20;
   // Fraction of the device's total memory this allocator may reserve.
   double memory_fraction = 1.0;
   // Absolute cap on reserved bytes; 0: none. The stricter of the two applies.

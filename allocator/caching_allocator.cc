@@ -37,6 +37,9 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
           absl::StrFormat("caching allocator: power2 divisions %d is not a power of two", divisions));
     }
   }
+  if (options.expandable_small_page_bytes == 0 || options.expandable_large_page_bytes == 0) {
+    return absl::InvalidArgumentError("caching allocator: expandable segment pages must not be empty");
+  }
   const DeviceProperties& props = backend->properties();
   if (options.expandable_segments && !props.supports_virtual_memory) {
     return absl::FailedPreconditionError(absl::StrFormat(

@@ -81,6 +81,11 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   // Holes left by trimming come first in address order, then the tail: the
   // lowest unmapped range that, with the free block before it (and, if it is
   // mapped whole, the one after it), holds the request.
+  // Grow by whole pool pages (AllocatorOptions::expandable_*_page_bytes),
+  // each a multiple of the device granularity; a hole is never overfilled.
+  const uint64_t page_option =
+      kind == PoolKind::kSmall ? options_.expandable_small_page_bytes : options_.expandable_large_page_bytes;
+  const uint64_t page = (std::max(page_option, granularity_) + granularity_ - 1) / granularity_ * granularity_;
   Block* chosen = nullptr;
   uint64_t map_bytes = 0;
   for (Block* hole : segment->unmapped) {
@@ -88,7 +93,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
     const uint64_t before = free_size(hole->prev);
     if (before >= rounded) continue;  // declined by the oversize rules; mapping more would not help
     if (before + hole->size >= rounded) {
-      map_bytes = (rounded - before + granularity_ - 1) / granularity_ * granularity_;
+      map_bytes = std::min((rounded - before + page - 1) / page * page, hole->size);
     } else if (before + hole->size + free_size(hole->next) >= rounded) {
       map_bytes = hole->size;
     } else {

@@ -64,7 +64,7 @@ TEST(AllocConf, DivisionList) {
 TEST(AllocConf, RoundTrip) {
   const std::string conf =
       "max_split_size_mb:256,roundup_power2_divisions:8,garbage_collection_threshold:0.75,expandable_segments:True,"
-      "memory_fraction:0.9,hard_limit_mb:2048,cross_stream_reuse:True,history_entries:10";
+      "memory_fraction:0.9,hard_limit_mb:2048,cross_stream_reuse:True,history_entries:10,expandable_page_mb:64";
   auto o = ParseAllocConf(conf);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(FormatAllocConf(*o), conf);

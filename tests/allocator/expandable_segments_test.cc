@@ -12,8 +12,13 @@ using ::headroom::testing::MakeAllocator;
 
 int64_t Reserved(const MemoryStats& s) { return s.reserved_bytes[kAllPools].current; }
 
+// Most tests follow the mapping page by page, so both pools grow by the
+// device's 2 MiB granularity here; the default 20 MiB large-pool page has
+// tests of its own below.
+constexpr AllocatorOptions kTwoMiBPages{.expandable_segments = true, .expandable_large_page_bytes = 2 * kMiB};
+
 TEST(ExpandableSegments, GrowContiguouslyPageByPage) {
-  auto a = MakeAllocator({}, {.expandable_segments = true});
+  auto a = MakeAllocator({}, kTwoMiBPages);
   DeviceAddress x = *a->Allocate(5 * kMiB);
   DeviceAddress y = *a->Allocate(5 * kMiB);
   DeviceAddress z = *a->Allocate(5 * kMiB);
@@ -41,7 +46,7 @@ TEST(ExpandableSegments, OneReservationPerStreamAndPool) {
 }
 
 TEST(ExpandableSegments, TrimUnmapsFreePagesAndHolesAreRefilledFirst) {
-  auto a = MakeAllocator({}, {.expandable_segments = true});
+  auto a = MakeAllocator({}, kTwoMiBPages);
   DeviceAddress x = *a->Allocate(5 * kMiB);
   DeviceAddress y = *a->Allocate(5 * kMiB);
   DeviceAddress z = *a->Allocate(5 * kMiB);
@@ -91,7 +96,7 @@ TEST(ExpandableSegments, OutOfMemoryUnmapsCachedPagesAndRetries) {
 }
 
 TEST(ExpandableSegments, MapFailureLeavesTheSegmentUnchanged) {
-  auto a = MakeAllocator({}, {.expandable_segments = true});
+  auto a = MakeAllocator({}, kTwoMiBPages);
   ASSERT_TRUE(a->Allocate(4 * kMiB).ok());
   a.device->InjectFailure(BackendCall::kMap, {.skip = 1, .code = absl::StatusCode::kInternal});
   auto r = a->Allocate(6 * kMiB);  // needs 3 pages; the second Map fails
@@ -103,7 +108,7 @@ TEST(ExpandableSegments, MapFailureLeavesTheSegmentUnchanged) {
 }
 
 TEST(ExpandableSegments, OverheadOnAGrowingSequenceIsOnePage) {
-  auto a = MakeAllocator({}, {.expandable_segments = true});
+  auto a = MakeAllocator({}, kTwoMiBPages);
   uint64_t total = 0;
   std::vector<DeviceAddress> live;
   for (uint64_t i = 1; i <= 40; ++i) {
@@ -114,6 +119,38 @@ TEST(ExpandableSegments, OverheadOnAGrowingSequenceIsOnePage) {
   MemoryStats s = a->GetStats();
   EXPECT_LT(static_cast<uint64_t>(Reserved(s)), total + 2 * kMiB);
   HEADROOM_EXPECT_VALID(a);
+}
+
+TEST(ExpandableSegments, LargePoolGrowsBy20MiBPagesByDefault) {
+  auto a = MakeAllocator({}, {.expandable_segments = true});
+  DeviceAddress x = *a->Allocate(5 * kMiB);
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(20 * kMiB));
+  // Three more fit in the first page: no further Map calls (10 per page).
+  const uint64_t maps = a.device->CallCount(BackendCall::kMap);
+  DeviceAddress last = 0;
+  for (int i = 0; i < 3; ++i) last = *a->Allocate(5 * kMiB);
+  EXPECT_EQ(last, x + 15 * kMiB);
+  EXPECT_EQ(a.device->CallCount(BackendCall::kMap), maps);
+  ASSERT_TRUE(a->Allocate(5 * kMiB).ok());
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(40 * kMiB));
+  HEADROOM_EXPECT_VALID(a);
+}
+
+TEST(ExpandableSegments, SmallPoolGrowsBy2MiBPages) {
+  auto a = MakeAllocator({}, {.expandable_segments = true});
+  ASSERT_TRUE(a->Allocate(kKiB).ok());
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(2 * kMiB));
+  HEADROOM_EXPECT_VALID(a);
+}
+
+TEST(ExpandableSegments, PageSizesRoundUpToTheGranularity) {
+  auto a = MakeAllocator({}, {.expandable_segments = true, .expandable_large_page_bytes = 3 * kMiB});
+  ASSERT_TRUE(a->Allocate(5 * kMiB).ok());
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(8 * kMiB));  // two 4 MiB pages
+  HEADROOM_EXPECT_VALID(a);
+  auto device = SimulatedBackend::Create({});
+  ASSERT_TRUE(device.ok());
+  EXPECT_FALSE(CachingAllocator::Create(device->get(), {.expandable_segments = true, .expandable_large_page_bytes = 0}).ok());
 }
 
 }  // namespace

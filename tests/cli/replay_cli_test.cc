@@ -22,14 +22,14 @@ constexpr char kLog[] =
 TEST(ReplayCli, ComparesConfigurations) {
   const std::string path = WriteTempFile("replay.csv", kLog);
   auto r = RunHeadroom({"replay", path, "--capacity", "1GiB", "--compare", "pytorch-default", "--compare",
-                        "expandable"});
+                        "expandable_segments:True,expandable_page_mb:2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // The header counts the trace's own events, the unknown free included.
   EXPECT_THAT(r.out, HasSubstr("3 allocations, 2 frees"));
   EXPECT_THAT(r.out, HasSubstr("pytorch-default"));
   EXPECT_THAT(r.out, HasSubstr("expandable"));
   EXPECT_THAT(r.out, HasSubstr("60.00 MiB"));  // default: 20 MiB + 40 MiB segments
-  EXPECT_THAT(r.out, HasSubstr("44.00 MiB"));  // expandable: mapped pages only
+  EXPECT_THAT(r.out, HasSubstr("44.00 MiB"));  // expandable, 2 MiB pages: mapped pages only
   EXPECT_THAT(r.out, HasSubstr("replay.csv:5: free of 0x99"));
 }
 
@@ -44,11 +44,11 @@ TEST(ReplayCli, SummaryPrintsTheStatisticsTable) {
 
 TEST(ReplayCli, JsonHasExactFigures) {
   const std::string path = WriteTempFile("replay_json.csv", kLog);
-  auto r = RunHeadroom({"replay", path, "--conf", "expandable_segments:True", "--json"});
+  auto r = RunHeadroom({"replay", path, "--conf", "expandable_segments:True,expandable_page_mb:2", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["runs"].size(), 1u);
-  EXPECT_EQ(j["runs"][0]["conf"], "expandable_segments:True");
+  EXPECT_EQ(j["runs"][0]["conf"], "expandable_segments:True,expandable_page_mb:2");
   EXPECT_EQ(j["runs"][0]["peak_reserved_bytes"], 44u << 20);
   EXPECT_EQ(j["runs"][0]["anomalies"], 1);
   EXPECT_EQ(j["runs"][0]["memory_stats"]["num_ooms"], 0);
