@@ -15,7 +15,12 @@
 //    the `device_traces` of one device; `alloc` -> allocate,
 //    `free_requested` -> free (`free_completed` only when no free_requested
 //    came first), `oom` -> allocate failure; segment events are the old
-//    allocator's own doing and are skipped.
+//    allocator's own doing and are skipped. The history is usually
+//    truncated (_record_memory_history(max_entries=...)), so allocations
+//    made before it began are restored at the start of the trace: one for
+//    each freed pointer the history never allocated (the free carries its
+//    size) and one for each block still active in `segments` that the
+//    history never mentions.
 // A malformed line is an InvalidArgument error naming the document and the
 // line number (CSV) or the JSON path (snapshot).
 #ifndef HEADROOM_ALLOCATOR_ALLOCATION_TRACE_H_

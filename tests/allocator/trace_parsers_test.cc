@@ -91,6 +91,47 @@ TEST(PyTorchSnapshotParser, TakesClientEventsOnly) {
   EXPECT_EQ(detected->format, "pytorch-snapshot");
 }
 
+// A history that began after the process allocated: a freed pointer the
+// history never allocated, and a block still active at the end that it never
+// mentions, are both restored as allocations before the first event.
+TEST(PyTorchSnapshotParser, RestoresAllocationsMadeBeforeTheHistory) {
+  constexpr char kTruncated[] = R"({
+    "segments": [
+      {"device": 0, "address": 4096, "total_size": 2097152, "stream": 0, "segment_type": "small",
+       "blocks": [{"size": 1024, "requested_size": 1000, "state": "active_allocated"},
+                  {"size": 2048, "state": "inactive"},
+                  {"size": 512, "state": "active_allocated"},
+                  {"size": 2093568, "state": "inactive"}]},
+      {"device": 1, "address": 999999, "total_size": 2097152, "stream": 0, "segment_type": "small",
+       "blocks": [{"size": 2097152, "state": "active_allocated"}]}
+    ],
+    "device_traces": [[
+      {"action": "free_requested", "addr": 77777, "size": 3000, "stream": 0},
+      {"action": "alloc", "addr": 7168, "size": 512, "stream": 0},
+      {"action": "alloc", "addr": 50000, "size": 700, "stream": 0},
+      {"action": "free_requested", "addr": 50000, "size": 700, "stream": 0}
+    ], []]
+  })";
+  auto trace = ParsePyTorchSnapshot(kTruncated, "t.json", 0);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->events.size(), 6u);
+  // Before the history: the freed pointer 77777, then the segment's first
+  // block (4096); the block at 7168 is allocated within the history.
+  EXPECT_EQ(trace->events[0].op, TraceOp::kAllocate);
+  EXPECT_EQ(trace->events[0].pointer, 77777u);
+  EXPECT_EQ(trace->events[0].size, 3000u);
+  EXPECT_EQ(trace->events[1].op, TraceOp::kAllocate);
+  EXPECT_EQ(trace->events[1].pointer, 4096u);
+  EXPECT_EQ(trace->events[1].size, 1000u);
+  EXPECT_EQ(trace->events[2].pointer, 77777u);
+  EXPECT_EQ(trace->events[2].op, TraceOp::kFree);
+
+  auto r = ReplayTrace(*trace, {.capacity_bytes = kGiB});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->anomalies, 0u);
+  EXPECT_EQ(r->peak_live_bytes, 3000u + 1000u);  // 77777 is freed before the later allocations
+}
+
 TEST(PyTorchSnapshotParser, ErrorsNameThePath) {
   auto err = [](std::string_view text) { return std::string(ParsePyTorchSnapshot(text, "s.json").status().message()); };
   EXPECT_THAT(err("{"), HasSubstr("s.json"));
