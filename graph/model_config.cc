@@ -139,17 +139,26 @@ absl::StatusOr<std::string> ArchitectureOf(const json& doc, const JsonPath& path
   return path.Error("field 'architectures' (or 'model_type') is required");
 }
 
-absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& c) {
+// The sizes every config with Hugging Face's standard key names has; heads
+// are not grouped unless the architecture's parser reads num_key_value_heads.
+absl::Status ParseStandardDims(const json& doc, const JsonPath& path, int64_t default_max_positions,
+                               ModelConfig& c) {
   HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
   HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "hidden_size", path));
   HEADROOM_ASSIGN_OR_RETURN(c.num_layers, PositiveInt(doc, "num_hidden_layers", path));
   HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_attention_heads", path));
+  c.num_kv_heads = c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "intermediate_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                            OptionalPositiveInt(doc, "max_position_embeddings", path, default_max_positions));
+  return absl::OkStatus();
+}
+
+absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 4096, c));
   HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads,
                             OptionalPositiveInt(doc, "num_key_value_heads", path, c.num_heads));
   HEADROOM_ASSIGN_OR_RETURN(c.head_dim, OptionalPositiveInt(doc, "head_dim", path, 0));
-  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "intermediate_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
-                            OptionalPositiveInt(doc, "max_position_embeddings", path, 4096));
   HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "rms_norm_eps", path, 1e-6));
   HEADROOM_ASSIGN_OR_RETURN(c.activation,
                             ParseActivation(doc, "hidden_act", path, ActivationKind::kSilu));
@@ -200,14 +209,7 @@ absl::Status ParseGpt2(const json& doc, const JsonPath& path, ModelConfig& c) {
 }
 
 absl::Status ParseGptNeox(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "hidden_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, PositiveInt(doc, "num_hidden_layers", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_attention_heads", path));
-  c.num_kv_heads = c.num_heads;
-  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "intermediate_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
-                            OptionalPositiveInt(doc, "max_position_embeddings", path, 2048));
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 2048, c));
   HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_eps", path, 1e-5));
   HEADROOM_ASSIGN_OR_RETURN(c.activation,
                             ParseActivation(doc, "hidden_act", path, ActivationKind::kGelu));
@@ -231,14 +233,7 @@ absl::Status ParseGptNeox(const json& doc, const JsonPath& path, ModelConfig& c)
 }
 
 absl::Status ParseBertLike(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "hidden_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, PositiveInt(doc, "num_hidden_layers", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_attention_heads", path));
-  c.num_kv_heads = c.num_heads;
-  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "intermediate_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
-                            OptionalPositiveInt(doc, "max_position_embeddings", path, 512));
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 512, c));
   HEADROOM_ASSIGN_OR_RETURN(c.type_vocab_size, OptionalInt(doc, "type_vocab_size", path, 2));
   if (c.type_vocab_size < 0 || c.type_vocab_size > kMaxSize) {
     return (path / "type_vocab_size").Error("must be between 0 and 2^31");
