@@ -184,6 +184,10 @@ class CachingAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> MallocSegment(PoolKind kind, StreamHandle stream, uint64_t rounded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registers a new segment over [address, address + size) whose one block
+  // spans it, and counts it in the segment stats.
+  Segment* AddSegment(DeviceAddress address, uint64_t size, PoolKind kind, StreamHandle stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReleaseSegment(Segment* segment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases cached whole segments (and free expandable pages) until at least
   // `bytes` were released; false if it could not.

@@ -17,25 +17,13 @@ absl::StatusOr<CachingAllocator::Segment*> CachingAllocator::ExpandableSegmentFo
   // segment that never has to move is what keeps growth contiguous.
   const uint64_t size = (total_bytes_ + granularity_ - 1) / granularity_ * granularity_;
   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->ReserveAddressRange(size));
-  auto* segment = new Segment();
-  segment->address = address;
-  segment->size = size;
-  segment->stream = stream;
-  segment->pool = kind;
+  Segment* segment = AddSegment(address, size, kind, stream);
+  // Nothing is mapped yet: the whole reservation is one unmapped block.
   segment->expandable = true;
   segment->pages.resize(size / granularity_);
-  Block* block = NewBlock();
-  block->address = address;
-  block->size = size;
-  block->stream = stream;
-  block->pool = kind;
-  block->mapped = false;
-  block->segment = segment;
-  segment->first = block;
-  segment->unmapped.insert(block);
-  segments_[address] = segment;
+  segment->first->mapped = false;
+  segment->unmapped.insert(segment->first);
   expandable_[{stream, kind}] = segment;
-  for (size_t i : {size_t{kAllPools}, StatOf(kind)}) stats_.segment[i].Increase(1);
   return segment;
 }
 

@@ -27,6 +27,17 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::MallocSegment(PoolKin
   }
   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->Malloc(size));
   ++stats_.num_device_alloc;
+  Segment* segment = AddSegment(address, size, kind, stream);
+  for (size_t i : {size_t{kAllPools}, StatOf(kind)}) {
+    stats_.reserved_bytes[i].Increase(static_cast<int64_t>(size));
+  }
+  if (size >= options_.max_split_size) stats_.oversize_segments.Increase(1);
+  Record(TraceAction::kSegmentAlloc, address, size, stream);
+  return segment->first;
+}
+
+CachingAllocator::Segment* CachingAllocator::AddSegment(DeviceAddress address, uint64_t size, PoolKind kind,
+                                                        StreamHandle stream) {
   auto* segment = new Segment();
   segment->address = address;
   segment->size = size;
@@ -40,13 +51,8 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::MallocSegment(PoolKin
   block->segment = segment;
   segment->first = block;
   segments_[address] = segment;
-  for (size_t i : {size_t{kAllPools}, StatOf(kind)}) {
-    stats_.segment[i].Increase(1);
-    stats_.reserved_bytes[i].Increase(static_cast<int64_t>(size));
-  }
-  if (size >= options_.max_split_size) stats_.oversize_segments.Increase(1);
-  Record(TraceAction::kSegmentAlloc, address, size, stream);
-  return block;
+  for (size_t i : {size_t{kAllPools}, StatOf(kind)}) stats_.segment[i].Increase(1);
+  return segment;
 }
 
 // The segment's blocks are all free: usually one coalesced block, several
