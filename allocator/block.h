@@ -24,12 +24,18 @@
 
 #include "absl/container/btree_set.h"
 #include "allocator/device_backend.h"
+#include "boost/intrusive/set_hook.hpp"
 
 namespace headroom::internal {
 
 enum class PoolKind : uint8_t { kSmall, kLarge };
 
 struct Segment;
+
+// Links a cached block into its BlockPool's trees (Note [Size bins]). Safe
+// mode: unlinking resets the links, and debug builds assert that no block is
+// destroyed while still cached.
+using PoolHook = boost::intrusive::set_member_hook<boost::intrusive::optimize_size<true>>;
 
 struct Block {
   DeviceAddress address = 0;
@@ -50,6 +56,7 @@ struct Block {
   // Value of the pool's lookup counter when the block was cached; the
   // difference to the current value is its age for garbage collection.
   uint64_t cached_at = 0;
+  PoolHook pool_hook;  // copying a Block leaves the copy unlinked
 
   bool is_free() const { return !allocated && pending_events == 0 && mapped; }
   bool is_split() const { return prev != nullptr || next != nullptr; }

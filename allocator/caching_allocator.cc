@@ -64,6 +64,8 @@ CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions opti
 
 CachingAllocator::~CachingAllocator() {
   internal::MutexLock lock(&mu_);
+  small_pool_.Clear();  // the pools link blocks deleted below
+  large_pool_.Clear();
   // Teardown: best effort, errors have nowhere to go.
   for (const PendingFree& pending : pending_frees_) free_events_.push_back(pending.event);
   for (EventHandle event : free_events_) (void)backend_->DestroyEvent(event);
@@ -121,13 +123,6 @@ void CachingAllocator::PoolInsert(Block* block) {
   block->cached_at = PoolOf(block->pool).lookups;
   PoolOf(block->pool).Insert(block);
   CountCached(block);
-}
-
-// `old`, cached and already uncounted, leaves the pool and `now` is cached.
-void CachingAllocator::PoolReplace(Block* old, Block* now) {
-  now->cached_at = PoolOf(now->pool).lookups;
-  PoolOf(now->pool).Replace(old, now);
-  CountCached(now);
 }
 
 void CachingAllocator::CountCached(Block* block) {
@@ -200,18 +195,11 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlock(uint64_
   BlockPool& pool = PoolOf(kind);
   Block* block = pool.BestFit(stream, rounded);
   if (block != nullptr && Acceptable(block, rounded)) {
-    // Note [Pool position hint]: the remainder of a split takes the block's
-    // place in the pool.
-    UncountInactiveSplit(block);
-    if (ShouldSplit(block, rounded)) {
-      Split(block, rounded, /*in_pool=*/true);
-    } else {
-      pool.Erase(block);
-    }
+    PoolErase(block);
   } else {
     HEADROOM_ASSIGN_OR_RETURN(block, AllocateBlockSlow(kind, size, rounded, stream));
-    if (ShouldSplit(block, rounded)) Split(block, rounded, /*in_pool=*/false);
   }
+  if (ShouldSplit(block, rounded)) Split(block, rounded);
   block->allocated = true;
   block->requested_size = size;
   const int64_t bytes = static_cast<int64_t>(block->size);
@@ -289,7 +277,7 @@ bool CachingAllocator::ShouldSplit(const Block* block, uint64_t size) const {
   return size < options_.max_split_size && remaining > kSmallSize;
 }
 
-void CachingAllocator::Split(Block* block, uint64_t size, bool in_pool) {
+void CachingAllocator::Split(Block* block, uint64_t size) {
   Block* rest = NewBlock();
   rest->address = block->address + size;
   rest->size = block->size - size;
@@ -309,12 +297,7 @@ void CachingAllocator::Split(Block* block, uint64_t size, bool in_pool) {
     if (rest->next != nullptr) rest->next->prev = rest;
     DeleteBlock(next);
   }
-  // While `block` is still cached its key (size) must not change.
-  if (in_pool) {
-    PoolReplace(block, rest);
-  } else {
-    PoolInsert(rest);
-  }
+  PoolInsert(rest);
   block->size = size;
 }
 
@@ -322,14 +305,8 @@ CachingAllocator::Block* CachingAllocator::CacheFreeBlock(Block* block) {
   block->allocated = false;
   block->requested_size = 0;
   auto mergeable = [block](const Block* n) { return n != nullptr && n->is_free() && n->stream == block->stream; };
-  // A merged neighbour's pool entry is taken over by the block (Note [Pool
-  // position hint]); the neighbours are deleted once out of the pool.
-  Block* replaced = nullptr;
-  Block* merged_prev = nullptr;
-  Block* merged_next = nullptr;
   if (Block* prev = block->prev; mergeable(prev)) {
-    UncountInactiveSplit(prev);
-    replaced = merged_prev = prev;
+    PoolErase(prev);
     block->address = prev->address;
     block->size += prev->size;
     block->prev = prev->prev;
@@ -338,26 +315,16 @@ CachingAllocator::Block* CachingAllocator::CacheFreeBlock(Block* block) {
     } else {
       block->segment->first = block;
     }
+    DeleteBlock(prev);
   }
   if (Block* next = block->next; mergeable(next)) {
-    if (replaced != nullptr) {
-      PoolErase(next);
-    } else {
-      UncountInactiveSplit(next);
-      replaced = next;
-    }
-    merged_next = next;
+    PoolErase(next);
     block->size += next->size;
     block->next = next->next;
     if (block->next != nullptr) block->next->prev = block;
+    DeleteBlock(next);
   }
-  if (replaced != nullptr) {
-    PoolReplace(replaced, block);
-  } else {
-    PoolInsert(block);
-  }
-  if (merged_prev != nullptr) DeleteBlock(merged_prev);
-  if (merged_next != nullptr) DeleteBlock(merged_next);
+  PoolInsert(block);
   return block;
 }
 

@@ -151,7 +151,6 @@ class CachingAllocator {
   void DeleteBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PoolInsert(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PoolErase(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PoolReplace(Block* old, Block* now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountCached(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UncountInactiveSplit(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> AllocateBlock(uint64_t size, uint64_t rounded, StreamHandle stream)
@@ -164,8 +163,8 @@ class CachingAllocator {
   // Whether a best fit may serve `size` (the oversize rules).
   bool Acceptable(const Block* fit, uint64_t size) const;
   bool ShouldSplit(const Block* block, uint64_t size) const;
-  // `in_pool`: the block is still cached (uncounted); its remainder replaces it.
-  void Split(Block* block, uint64_t size, bool in_pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Caches the remainder of `block` beyond `size` as a block of its own.
+  void Split(Block* block, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Merges a block that became free with free neighbours and caches it.
   Block* CacheFreeBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A block no stream uses any more becomes inactive and is cached.
