@@ -7,43 +7,134 @@
 //
 // Note [Sharded pointer map]: free(), record_stream() and size queries start
 // from a bare pointer. Resolving it under the allocator's one lock would put
-// every thread's lookups in one queue; instead 64 shards, each a hash map
-// with its own spin lock (held for one hash-table operation), are chosen by a
-// hash of the address. Only the pool
-// operations that follow take the allocator lock. Lock order: the allocator
-// lock may be held while a shard lock is taken, never the reverse.
+// every thread's lookups in one queue; instead 64 shards, each a hash table
+// with its own spin lock (held for one table operation), are chosen by a
+// hash of the address, and lookups (Lookup, the size and stream queries of
+// the C ABI) never take the allocator lock. Allocate and Free change the map
+// while holding the allocator lock, which they need for the pool anyway: a
+// shard lock taken right after it is cheaper than one taken on its own (its
+// memory fence has little left to drain). Lock order: the allocator lock may
+// be held while a shard lock is taken, never the reverse.
+//
+// Each shard is an open-addressing table with linear probing and
+// backward-shift deletion rather than absl::flat_hash_map: an allocate+free
+// pair inserts and removes the same few addresses over and over, and
+// SwissTable's erase leaves tombstones that later inserts probe past and
+// that force periodic rehashes; here a removal closes its gap at once, so
+// the table never degrades (bench/allocator_bench.cc, BM_CachedPair).
 #ifndef HEADROOM_ALLOCATOR_POINTER_MAP_H_
 #define HEADROOM_ALLOCATOR_POINTER_MAP_H_
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "allocator/annotated_mutex.h"
 #include "allocator/block.h"
 
 namespace headroom::internal {
+
+// Address -> Block*, open addressing with linear probing. Address 0 marks an
+// empty slot (the allocator never hands it out). Not thread-safe.
+class AddressTable {
+ public:
+  AddressTable() : slots_(kInitialSlots), shift_(64 - std::countr_zero(kInitialSlots)) {}
+
+  // Maps `address` to `block`, replacing any previous mapping.
+  void Insert(DeviceAddress address, Block* block) {
+    if (2 * (count_ + 1) > slots_.size()) Grow();
+    size_t i = Home(address);
+    while (slots_[i].address != 0 && slots_[i].address != address) i = Next(i);
+    if (slots_[i].address == 0) ++count_;
+    slots_[i] = {address, block};
+  }
+
+  Block* Find(DeviceAddress address) const {
+    for (size_t i = Home(address);; i = Next(i)) {
+      if (slots_[i].address == address) return slots_[i].block;
+      if (slots_[i].address == 0) return nullptr;
+    }
+  }
+
+  // Removes and returns the block at `address`, or nullptr.
+  Block* Remove(DeviceAddress address) {
+    size_t hole = Home(address);
+    while (slots_[hole].address != address) {
+      if (slots_[hole].address == 0) return nullptr;
+      hole = Next(hole);
+    }
+    Block* block = slots_[hole].block;
+    // Backward shift: move later entries of the probe run into the hole
+    // unless that would put them before their home slot.
+    for (size_t i = Next(hole); slots_[i].address != 0; i = Next(i)) {
+      const size_t home = Home(slots_[i].address);
+      const bool home_in_gap = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
+      if (!home_in_gap) {
+        slots_[hole] = slots_[i];
+        hole = i;
+      }
+    }
+    slots_[hole] = {};
+    --count_;
+    return block;
+  }
+
+  size_t size() const { return count_; }
+
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const Slot& slot : slots_) {
+      if (slot.address != 0) fn(slot.address, slot.block);
+    }
+  }
+
+  // Blocks are 512-byte aligned: drop those bits, then multiply (Fibonacci
+  // hashing); the table and the shard choice take different high bits.
+  static uint64_t Hash(DeviceAddress address) { return (address >> 9) * 0x9E3779B97F4A7C15ull; }
+
+ private:
+  static constexpr size_t kInitialSlots = 64;
+  struct Slot {
+    DeviceAddress address = 0;
+    Block* block = nullptr;
+  };
+
+  // Bits below the top six (which pick the shard) pick the slot.
+  size_t Home(DeviceAddress address) const { return static_cast<size_t>((Hash(address) << 6) >> shift_); }
+  size_t Next(size_t i) const { return (i + 1) & (slots_.size() - 1); }
+
+  void Grow() {
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    --shift_;
+    count_ = 0;
+    for (const Slot& slot : old) {
+      if (slot.address != 0) Insert(slot.address, slot.block);
+    }
+  }
+
+  std::vector<Slot> slots_;  // a power of two, at most half full
+  int shift_;                // 64 - log2(slots_.size())
+  size_t count_ = 0;
+};
 
 class PointerMap {
  public:
   void Insert(DeviceAddress address, Block* block) {
     Shard& shard = ShardFor(address);
     SpinLockHolder lock(&shard.mu);
-    shard.blocks[address] = block;
+    shard.table.Insert(address, block);
   }
 
   // Removes and returns the block at `address`, or nullptr.
   Block* Remove(DeviceAddress address) {
     Shard& shard = ShardFor(address);
     SpinLockHolder lock(&shard.mu);
-    auto it = shard.blocks.find(address);
-    if (it == shard.blocks.end()) return nullptr;
-    Block* block = it->second;
-    shard.blocks.erase(it);
-    return block;
+    return shard.table.Remove(address);
   }
 
   // Calls `fn` with the block at `address` (nullptr if none) under the shard
@@ -52,15 +143,14 @@ class PointerMap {
   auto With(DeviceAddress address, Fn&& fn) {
     Shard& shard = ShardFor(address);
     SpinLockHolder lock(&shard.mu);
-    auto it = shard.blocks.find(address);
-    return fn(it == shard.blocks.end() ? nullptr : it->second);
+    return fn(shard.table.Find(address));
   }
 
   size_t Size() const {
     size_t total = 0;
     for (const Shard& shard : shards_) {
       SpinLockHolder lock(&shard.mu);
-      total += shard.blocks.size();
+      total += shard.table.size();
     }
     return total;
   }
@@ -68,7 +158,7 @@ class PointerMap {
   void ForEach(const std::function<void(DeviceAddress, Block*)>& fn) const {
     for (const Shard& shard : shards_) {
       SpinLockHolder lock(&shard.mu);
-      for (const auto& [address, block] : shard.blocks) fn(address, block);
+      shard.table.ForEach(fn);
     }
   }
 
@@ -76,14 +166,10 @@ class PointerMap {
   static constexpr size_t kShards = 64;
   struct alignas(64) Shard {
     mutable SpinLock mu;
-    absl::flat_hash_map<DeviceAddress, Block*> blocks ABSL_GUARDED_BY(mu);
+    AddressTable table ABSL_GUARDED_BY(mu);
   };
 
-  Shard& ShardFor(DeviceAddress address) {
-    // Blocks are 512-byte aligned: drop those bits, then mix.
-    const uint64_t h = (address >> 9) * 0x9E3779B97F4A7C15ull;
-    return shards_[h >> 58];
-  }
+  Shard& ShardFor(DeviceAddress address) { return shards_[AddressTable::Hash(address) >> 58]; }
 
   std::array<Shard, kShards> shards_;
 };
