@@ -58,9 +58,7 @@ CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions opti
       granularity_(backend->properties().map_granularity),
       total_bytes_(backend->properties().total_bytes),
       memory_fraction_(options.memory_fraction),
-      history_(options.history_entries) {
-  stats_.max_split_size = options_.max_split_size == kUnlimitedSplitSize ? 0 : options_.max_split_size;
-}
+      history_(options.history_entries) {}
 
 CachingAllocator::~CachingAllocator() {
   internal::MutexLock lock(&mu_);
@@ -129,10 +127,8 @@ void CachingAllocator::CountCached(Block* block) {
   block->counted_inactive_split = block->is_split();
   if (block->counted_inactive_split) {
     const int64_t bytes = static_cast<int64_t>(block->size);
-    for (size_t i : {size_t{kAllPools}, StatOf(block->pool)}) {
-      stats_.inactive_split[i].Increase(1);
-      stats_.inactive_split_bytes[i].Increase(bytes);
-    }
+    stats_.inactive_split.Increase(StatOf(block->pool), 1);
+    stats_.inactive_split_bytes.Increase(StatOf(block->pool), bytes);
   }
 }
 
@@ -144,10 +140,8 @@ void CachingAllocator::PoolErase(Block* block) {
 void CachingAllocator::UncountInactiveSplit(Block* block) {
   if (block->counted_inactive_split) {
     const int64_t bytes = static_cast<int64_t>(block->size);
-    for (size_t i : {size_t{kAllPools}, StatOf(block->pool)}) {
-      stats_.inactive_split[i].Decrease(1);
-      stats_.inactive_split_bytes[i].Decrease(bytes);
-    }
+    stats_.inactive_split.Decrease(StatOf(block->pool), 1);
+    stats_.inactive_split_bytes.Decrease(StatOf(block->pool), bytes);
     block->counted_inactive_split = false;
   }
 }
@@ -203,13 +197,12 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlock(uint64_
   block->allocated = true;
   block->requested_size = size;
   const int64_t bytes = static_cast<int64_t>(block->size);
-  for (size_t i : {size_t{kAllPools}, StatOf(kind)}) {
-    stats_.allocation[i].Increase(1);
-    stats_.allocated_bytes[i].Increase(bytes);
-    stats_.requested_bytes[i].Increase(static_cast<int64_t>(size));
-    stats_.active[i].Increase(1);
-    stats_.active_bytes[i].Increase(bytes);
-  }
+  const StatIndex pool_stat = StatOf(kind);
+  stats_.allocation.Increase(pool_stat, 1);
+  stats_.allocated_bytes.Increase(pool_stat, bytes);
+  stats_.requested_bytes.Increase(pool_stat, static_cast<int64_t>(size));
+  stats_.active.Increase(pool_stat, 1);
+  stats_.active_bytes.Increase(pool_stat, bytes);
   if (block->size >= options_.max_split_size) stats_.oversize_allocations.Increase(1);
   UpdatePeakTracking();
   Record(TraceAction::kAlloc, block->address, block->size, stream);
@@ -330,21 +323,18 @@ CachingAllocator::Block* CachingAllocator::CacheFreeBlock(Block* block) {
 
 void CachingAllocator::CompleteFree(Block* block) {
   const int64_t bytes = static_cast<int64_t>(block->size);
-  for (size_t i : {size_t{kAllPools}, StatOf(block->pool)}) {
-    stats_.active[i].Decrease(1);
-    stats_.active_bytes[i].Decrease(bytes);
-  }
+  stats_.active.Decrease(StatOf(block->pool), 1);
+  stats_.active_bytes.Decrease(StatOf(block->pool), bytes);
   Record(TraceAction::kFreeCompleted, block->address, block->size, block->stream);
   CacheFreeBlock(block);
 }
 
 absl::Status CachingAllocator::FreeAllocatedBlock(Block* block) {
   const int64_t bytes = static_cast<int64_t>(block->size);
-  for (size_t i : {size_t{kAllPools}, StatOf(block->pool)}) {
-    stats_.allocation[i].Decrease(1);
-    stats_.allocated_bytes[i].Decrease(bytes);
-    stats_.requested_bytes[i].Decrease(static_cast<int64_t>(block->requested_size));
-  }
+  const StatIndex pool_stat = StatOf(block->pool);
+  stats_.allocation.Decrease(pool_stat, 1);
+  stats_.allocated_bytes.Decrease(pool_stat, bytes);
+  stats_.requested_bytes.Decrease(pool_stat, static_cast<int64_t>(block->requested_size));
   if (block->size >= options_.max_split_size) stats_.oversize_allocations.Decrease(1);
   Record(TraceAction::kFreeRequested, block->address, block->size, block->stream);
   block->allocated = false;
@@ -487,43 +477,25 @@ absl::StatusOr<BlockInfo> CachingAllocator::Lookup(DeviceAddress address) const 
 // --- Statistics ------------------------------------------------------------------
 
 void CachingAllocator::UpdatePeakTracking() {
-  const Stat& allocated = stats_.allocated_bytes[kAllPools];
-  if (allocated.current >= allocated.peak) {
-    stats_.reserved_bytes_at_peak_allocated = stats_.reserved_bytes[kAllPools].current;
+  if (stats_.allocated_bytes.current() >= stats_.allocated_bytes.peak()) {
+    stats_.reserved_bytes_at_peak_allocated = stats_.reserved_bytes.current();
   }
 }
 
 void CachingAllocator::ResetPeakStats() {
   internal::MutexLock lock(&mu_);
-  for (StatArray* array : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
-                           &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
-                           &stats_.inactive_split_bytes, &stats_.requested_bytes}) {
-    for (Stat& stat : *array) stat.ResetPeak();
-  }
-  stats_.oversize_allocations.ResetPeak();
-  stats_.oversize_segments.ResetPeak();
-  stats_.reserved_bytes_at_peak_allocated = stats_.reserved_bytes[kAllPools].current;
+  stats_.ResetPeaks();
 }
 
 void CachingAllocator::ResetAccumulatedStats() {
   internal::MutexLock lock(&mu_);
-  for (StatArray* array : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
-                           &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
-                           &stats_.inactive_split_bytes, &stats_.requested_bytes}) {
-    for (Stat& stat : *array) stat.ResetAccumulated();
-  }
-  stats_.oversize_allocations.ResetAccumulated();
-  stats_.oversize_segments.ResetAccumulated();
-  stats_.num_alloc_retries = 0;
-  stats_.num_ooms = 0;
-  stats_.num_sync_all_streams = 0;
-  stats_.num_device_alloc = 0;
-  stats_.num_device_free = 0;
+  stats_.ResetAccumulated();
 }
 
 MemoryStats CachingAllocator::GetStats() const {
   internal::MutexLock lock(&mu_);
-  MemoryStats stats = stats_;
+  MemoryStats stats = stats_.ToMemoryStats();
+  stats.max_split_size = ReportedMaxSplitSize();
   uint64_t largest = 0;
   for (const BlockPool* pool : {&small_pool_, &large_pool_}) {
     largest = std::max(largest, pool->LargestSize());
@@ -542,7 +514,7 @@ MemoryStats CachingAllocator::GetStats() const {
 
 int64_t CachingAllocator::PeakReservedBytes() const {
   internal::MutexLock lock(&mu_);
-  return stats_.reserved_bytes[kAllPools].peak;
+  return stats_.reserved_bytes.peak();
 }
 
 void CachingAllocator::SetHistoryCapacity(size_t entries) {
@@ -596,7 +568,7 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
     flush();
   }
   snapshot.trace = history_.Entries();
-  snapshot.settings = {{"max_split_size", stats_.max_split_size},
+  snapshot.settings = {{"max_split_size", ReportedMaxSplitSize()},
                        {"expandable_segments", options_.expandable_segments},
                        {"garbage_collection_threshold", options_.garbage_collection_threshold},
                        {"roundup_power2_divisions", options_.rounding.divisions_by_mib_interval.empty()
@@ -724,30 +696,29 @@ absl::Status CachingAllocator::Validate() const {
   struct Check {
     const char* name;
     const StatArray& expected;
-    const StatArray& actual;
+    StatArray actual;
   };
-  for (const Check& check : {Check{"allocation", allocation, stats_.allocation},
-                             Check{"allocated_bytes", allocated_bytes, stats_.allocated_bytes},
-                             Check{"requested_bytes", requested, stats_.requested_bytes},
-                             Check{"active", active, stats_.active},
-                             Check{"active_bytes", active_bytes, stats_.active_bytes},
-                             Check{"reserved_bytes", reserved, stats_.reserved_bytes},
-                             Check{"segment", segment_count, stats_.segment},
-                             Check{"inactive_split", inactive, stats_.inactive_split},
-                             Check{"inactive_split_bytes", inactive_bytes, stats_.inactive_split_bytes}}) {
+  for (const Check& check : {Check{"allocation", allocation, stats_.allocation.ToArray()},
+                             Check{"allocated_bytes", allocated_bytes, stats_.allocated_bytes.ToArray()},
+                             Check{"requested_bytes", requested, stats_.requested_bytes.ToArray()},
+                             Check{"active", active, stats_.active.ToArray()},
+                             Check{"active_bytes", active_bytes, stats_.active_bytes.ToArray()},
+                             Check{"reserved_bytes", reserved, stats_.reserved_bytes.ToArray()},
+                             Check{"segment", segment_count, stats_.segment.ToArray()},
+                             Check{"inactive_split", inactive, stats_.inactive_split.ToArray()},
+                             Check{"inactive_split_bytes", inactive_bytes, stats_.inactive_split_bytes.ToArray()}}) {
     for (size_t i = 0; i < kStatIndexCount; ++i) {
       const Stat& s = check.actual[i];
       if (s.current != check.expected[i].current) {
         return HEADROOM_INVARIANT_ERROR("stat %s[%d]: current %d, recomputed %d", check.name, i, s.current, check.expected[i].current);
       }
-      if (s.peak < s.current || s.current != s.allocated - s.freed) {
-        // allocated - freed == current only holds until ResetAccumulatedStats.
-        if (s.peak < s.current) return HEADROOM_INVARIANT_ERROR("stat %s[%d]: peak %d below current %d", check.name, i, s.peak, s.current);
+      if (s.peak < s.current) {
+        return HEADROOM_INVARIANT_ERROR("stat %s[%d]: peak %d below current %d", check.name, i, s.peak, s.current);
       }
     }
   }
-  if (stats_.allocated_bytes[kAllPools].current > stats_.active_bytes[kAllPools].current ||
-      stats_.active_bytes[kAllPools].current > stats_.reserved_bytes[kAllPools].current) {
+  if (stats_.allocated_bytes.current() > stats_.active_bytes.current() ||
+      stats_.active_bytes.current() > stats_.reserved_bytes.current()) {
     return HEADROOM_INVARIANT_ERROR("allocated <= active <= reserved does not hold");
   }
   return absl::OkStatus();

@@ -76,6 +76,7 @@
 #include "allocator/history.h"
 #include "allocator/memory_stats.h"
 #include "allocator/pointer_map.h"
+#include "allocator/pool_stats.h"
 #include "allocator/snapshot.h"
 
 namespace headroom {
@@ -142,7 +143,11 @@ class CachingAllocator {
     return kind == PoolKind::kSmall ? small_pool_ : large_pool_;
   }
   uint64_t AllowedBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static size_t StatOf(PoolKind kind) {
+  // max_split_size as PyTorch reports it: 0 when unlimited.
+  uint64_t ReportedMaxSplitSize() const {
+    return options_.max_split_size == kUnlimitedSplitSize ? 0 : options_.max_split_size;
+  }
+  static StatIndex StatOf(PoolKind kind) {
     return kind == PoolKind::kSmall ? kSmallPoolStat : kLargePoolStat;
   }
 
@@ -226,7 +231,7 @@ class CachingAllocator {
   std::deque<PendingFree> pending_frees_ ABSL_GUARDED_BY(mu_);
   std::vector<EventHandle> free_events_ ABSL_GUARDED_BY(mu_);
   std::vector<Block*> spare_blocks_ ABSL_GUARDED_BY(mu_);
-  MemoryStats stats_ ABSL_GUARDED_BY(mu_);
+  internal::PoolStats stats_ ABSL_GUARDED_BY(mu_);
   HistoryRing history_ ABSL_GUARDED_BY(mu_);
   internal::PointerMap pointers_;
 };

@@ -56,9 +56,7 @@ absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, u
   for (uint64_t i = 0; i < count; ++i) segment->pages[first_page + i] = created[i];
   segment->mapped_bytes += count * granularity_;
   stats_.num_device_alloc += static_cast<int64_t>(count);
-  for (size_t i : {size_t{kAllPools}, StatOf(segment->pool)}) {
-    stats_.reserved_bytes[i].Increase(static_cast<int64_t>(count * granularity_));
-  }
+  stats_.reserved_bytes.Increase(StatOf(segment->pool), static_cast<int64_t>(count * granularity_));
   Record(TraceAction::kSegmentMap, start, count * granularity_, segment->stream);
   return absl::OkStatus();
 }
@@ -94,7 +92,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
     return absl::ResourceExhaustedError(absl::StrFormat(
         "no unmapped range of the %s expandable segment can hold %s", FormatBytes(segment->size), FormatBytes(rounded)));
   }
-  const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes[kAllPools].current);
+  const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
   const uint64_t allowed = AllowedBytesLocked();
   if (map_bytes > allowed || reserved > allowed - map_bytes) {
     return absl::ResourceExhaustedError(
@@ -154,9 +152,7 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
   }
   segment->mapped_bytes -= end - start;
   stats_.num_device_free += static_cast<int64_t>(pages);
-  for (size_t i : {size_t{kAllPools}, StatOf(segment->pool)}) {
-    stats_.reserved_bytes[i].Decrease(static_cast<int64_t>(end - start));
-  }
+  stats_.reserved_bytes.Decrease(StatOf(segment->pool), static_cast<int64_t>(end - start));
   Record(TraceAction::kSegmentUnmap, start, end - start, segment->stream);
 
   // [head: still mapped, free][middle: unmapped][tail: still mapped, free]

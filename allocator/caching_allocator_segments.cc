@@ -19,7 +19,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowPool(PoolKind kin
 absl::StatusOr<CachingAllocator::Block*> CachingAllocator::MallocSegment(PoolKind kind, StreamHandle stream,
                                                                          uint64_t rounded) {
   const uint64_t size = SegmentSizeFor(rounded);
-  const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes[kAllPools].current);
+  const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
   const uint64_t allowed = AllowedBytesLocked();
   if (size > allowed || reserved > allowed - size) {
     return absl::ResourceExhaustedError(
@@ -28,9 +28,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::MallocSegment(PoolKin
   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->Malloc(size));
   ++stats_.num_device_alloc;
   Segment* segment = AddSegment(address, size, kind, stream);
-  for (size_t i : {size_t{kAllPools}, StatOf(kind)}) {
-    stats_.reserved_bytes[i].Increase(static_cast<int64_t>(size));
-  }
+  stats_.reserved_bytes.Increase(StatOf(kind), static_cast<int64_t>(size));
   if (size >= options_.max_split_size) stats_.oversize_segments.Increase(1);
   Record(TraceAction::kSegmentAlloc, address, size, stream);
   return segment->first;
@@ -51,7 +49,7 @@ CachingAllocator::Segment* CachingAllocator::AddSegment(DeviceAddress address, u
   block->segment = segment;
   segment->first = block;
   segments_[address] = segment;
-  for (size_t i : {size_t{kAllPools}, StatOf(kind)}) stats_.segment[i].Increase(1);
+  stats_.segment.Increase(StatOf(kind), 1);
   return segment;
 }
 
@@ -65,10 +63,8 @@ absl::Status CachingAllocator::ReleaseSegment(Segment* segment) {
     return status;
   }
   ++stats_.num_device_free;
-  for (size_t i : {size_t{kAllPools}, StatOf(segment->pool)}) {
-    stats_.segment[i].Decrease(1);
-    stats_.reserved_bytes[i].Decrease(static_cast<int64_t>(segment->size));
-  }
+  stats_.segment.Decrease(StatOf(segment->pool), 1);
+  stats_.reserved_bytes.Decrease(StatOf(segment->pool), static_cast<int64_t>(segment->size));
   if (segment->size >= options_.max_split_size) stats_.oversize_segments.Decrease(1);
   Record(TraceAction::kSegmentFree, segment->address, segment->size, segment->stream);
   segments_.erase(segment->address);
@@ -152,7 +148,7 @@ absl::Status CachingAllocator::EmptyCache() {
   for (const auto& key : empty) {
     Segment* segment = expandable_[key];
     HEADROOM_RETURN_IF_ERROR(backend_->ReleaseAddressRange(segment->address, segment->size));
-    for (size_t i : {size_t{kAllPools}, StatOf(segment->pool)}) stats_.segment[i].Decrease(1);
+    stats_.segment.Decrease(StatOf(segment->pool), 1);
     segments_.erase(segment->address);
     expandable_.erase(key);
     DeleteBlock(segment->first);
@@ -168,7 +164,7 @@ absl::Status CachingAllocator::GarbageCollect() {
   const auto target = static_cast<uint64_t>(options_.garbage_collection_threshold *
                                             static_cast<double>(AllowedBytesLocked()));
   auto reserved = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return static_cast<uint64_t>(stats_.reserved_bytes[kAllPools].current);
+    return static_cast<uint64_t>(stats_.reserved_bytes.current());
   };
   if (reserved() <= target) return absl::OkStatus();
   std::vector<Block*> candidates;
@@ -203,8 +199,8 @@ absl::Status CachingAllocator::OutOfMemory(uint64_t size, uint64_t rounded, Stre
                   .time_ns = backend_->NowNanoseconds(),
                   .device_free = device_free});
   }
-  const auto reserved = static_cast<uint64_t>(stats_.reserved_bytes[kAllPools].current);
-  const auto allocated = static_cast<uint64_t>(stats_.allocated_bytes[kAllPools].current);
+  const auto reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
+  const auto allocated = static_cast<uint64_t>(stats_.allocated_bytes.current());
   const uint64_t unallocated = reserved - allocated;
   uint64_t largest = 0;
   for (const BlockPool* pool : {&small_pool_, &large_pool_}) {
