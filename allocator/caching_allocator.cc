@@ -410,11 +410,8 @@ absl::Status CachingAllocator::WaitForPendingFrees() {
 
 absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_t> expected_size) {
   if (address == 0) return absl::OkStatus();
+  Block* block = pointers_.Remove(address);  // Note [Sharded pointer map]
   internal::MutexLock lock(&mu_);
-  // Removed under the allocator lock: the free that follows needs it anyway,
-  // and taking the shard lock right after it costs less than a separate
-  // acquisition (Note [Sharded pointer map]).
-  Block* block = pointers_.Remove(address);
   if (block == nullptr) return absl::InvalidArgumentError(DescribeBadFree(address));
   if (expected_size.has_value() && *expected_size != block->requested_size) {
     pointers_.Insert(address, block);

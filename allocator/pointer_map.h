@@ -9,12 +9,11 @@
 // from a bare pointer. Resolving it under the allocator's one lock would put
 // every thread's lookups in one queue; instead 64 shards, each a hash table
 // with its own spin lock (held for one table operation), are chosen by a
-// hash of the address, and lookups (Lookup, the size and stream queries of
-// the C ABI) never take the allocator lock. Allocate and Free change the map
-// while holding the allocator lock, which they need for the pool anyway: a
-// shard lock taken right after it is cheaper than one taken on its own (its
-// memory fence has little left to drain). Lock order: the allocator lock may
-// be held while a shard lock is taken, never the reverse.
+// hash of the address. Free resolves its pointer before it takes the
+// allocator lock, and Lookup never takes it; only the pool operations that
+// follow a lookup are serialized. (Resolving under the allocator lock
+// measured no faster single-threaded.) Lock order: the allocator lock may be
+// held while a shard lock is taken, never the reverse.
 //
 // Each shard is an open-addressing table with linear probing and
 // backward-shift deletion rather than absl::flat_hash_map: an allocate+free
