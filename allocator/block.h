@@ -9,7 +9,8 @@
 //
 // A block is allocated (handed to a caller), pending (freed by the caller
 // but still in use by another stream; see Note [Stream-ordered frees]),
-// free (cached in its pool) or, only in an expandable segment, unmapped.
+// quarantined (its free could not be ordered after those streams), free
+// (cached in its pool) or, only in an expandable segment, unmapped.
 // Invariants (CachingAllocator::Validate):
 //  - blocks tile their segment; sizes and addresses are multiples of 512
 //    (unmapped blocks: of the map granularity);
@@ -48,6 +49,10 @@ struct Block {
   // Counted in inactive_split stats while cached (see CachingAllocator::PoolInsert).
   bool counted_inactive_split = false;
   int pending_events = 0;  // > 0: freed, waiting for other streams
+  // Freed, but neither an event nor a host wait could show that the streams
+  // that used it are done: kept out of use for good (counted active), since
+  // a kernel may still write it (CachingAllocator::FreeAllocatedBlock).
+  bool quarantined = false;
   Block* prev = nullptr;
   Block* next = nullptr;
   Segment* segment = nullptr;
@@ -58,7 +63,9 @@ struct Block {
   uint64_t cached_at = 0;
   PoolHook pool_hook;  // copying a Block leaves the copy unlinked
 
-  bool is_free() const { return !allocated && pending_events == 0 && mapped; }
+  bool is_free() const { return !allocated && pending_events == 0 && !quarantined && mapped; }
+  // Allocated, or freed but possibly still used by a stream.
+  bool is_active() const { return allocated || pending_events > 0 || quarantined; }
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 

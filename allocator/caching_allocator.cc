@@ -363,9 +363,13 @@ absl::Status CachingAllocator::FreeAllocatedBlock(Block* block) {
   if (block->pending_events == 0) {
     if (!first_error.ok()) {
       // Neither an event nor a host wait worked: the block cannot be proven
-      // idle, so it stays out of the pool (counted active) rather than risk
-      // handing out memory a kernel may still write.
-      return first_error;
+      // idle, so it is quarantined rather than risk handing out memory a
+      // kernel may still write.
+      block->quarantined = true;
+      return absl::Status(first_error.code(),
+                          absl::StrFormat("free of 0x%x: cannot order it after the streams that used the block (%s); "
+                                          "the block is kept out of use",
+                                          block->address, std::string(first_error.message())));
     }
     CompleteFree(block);
   }
@@ -435,7 +439,9 @@ std::string CachingAllocator::DescribeBadFree(DeviceAddress address) {
               b->address, b->size);
         }
         return absl::StrFormat("double free of 0x%x: the block was already freed%s", address,
-                               b->pending_events > 0 ? " (and still waits for other streams)" : "");
+                               b->pending_events > 0 ? " (and still waits for other streams)"
+                               : b->quarantined      ? " (and is quarantined: its first free failed)"
+                                                     : "");
       }
     }
   }
@@ -555,7 +561,7 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
         current.allocated_size += b->size;
         current.active_size += b->size;
         current.requested_size += b->requested_size;
-      } else if (b->pending_events > 0) {
+      } else if (b->is_active()) {
         block.state = BlockState::kActivePendingFree;
         current.active_size += b->size;
       }
@@ -609,7 +615,7 @@ absl::Status CachingAllocator::Validate() const {
       if (b->allocated && b->pending_events > 0) return HEADROOM_INVARIANT_ERROR("block 0x%x: allocated and pending", b->address);
       if (!b->mapped) {
         if (!segment->expandable) return HEADROOM_INVARIANT_ERROR("block 0x%x: unmapped in a plain segment", b->address);
-        if (b->allocated || b->pending_events > 0) return HEADROOM_INVARIANT_ERROR("block 0x%x: unmapped but in use", b->address);
+        if (b->is_active()) return HEADROOM_INVARIANT_ERROR("block 0x%x: unmapped but in use", b->address);
         if ((b->address - segment->address) % granularity_ != 0 || b->size % granularity_ != 0) {
           return HEADROOM_INVARIANT_ERROR("unmapped block 0x%x: not page aligned", b->address);
         }
@@ -654,7 +660,7 @@ absl::Status CachingAllocator::Validate() const {
           requested[i].current += static_cast<int64_t>(b->requested_size);
         }
       }
-      if (b->allocated || b->pending_events > 0) {
+      if (b->is_active()) {
         for (size_t i : {size_t{kAllPools}, pool_stat}) {
           active[i].current += 1;
           active_bytes[i].current += static_cast<int64_t>(b->size);

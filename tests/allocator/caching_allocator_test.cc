@@ -308,6 +308,36 @@ TEST(CachingAllocator, RecordStreamDefersReuseUntilTheOtherStreamIsDone) {
   HEADROOM_EXPECT_VALID(a);
 }
 
+// Neither an event nor a host wait can order the free after the other
+// stream: the free fails, and the block is kept out of use for good rather
+// than handed out or merged with its free neighbours.
+TEST(CachingAllocator, AFreeThatCannotWaitForTheOtherStreamQuarantinesTheBlock) {
+  auto a = MakeAllocator({.auto_complete_events = false});
+  StreamHandle s1 = *a.device->CreateStream(), s2 = *a.device->CreateStream();
+  DeviceAddress before = *a->Allocate(4096, s1);
+  DeviceAddress p = *a->Allocate(4096, s1);
+  DeviceAddress after = *a->Allocate(4096, s1);
+  ASSERT_TRUE(a->RecordStream(p, s2).ok());
+  a.device->InjectFailure(BackendCall::kRecordEvent, {.count = 1});
+  a.device->InjectFailure(BackendCall::kSynchronizeStream, {.count = 1});
+  absl::Status freed = a->Free(p);
+  EXPECT_FALSE(freed.ok());
+  EXPECT_THAT(freed.message(), HasSubstr("kept out of use"));
+  HEADROOM_EXPECT_VALID(a);
+  MemoryStats s = a->GetStats();
+  EXPECT_EQ(Allocated(s), 2 * 4096);
+  EXPECT_EQ(s.active_bytes[kAllPools].current, 3 * 4096);
+  // Its neighbours free and coalesce around it; it is never handed out again.
+  ASSERT_TRUE(a->Free(before).ok());
+  ASSERT_TRUE(a->Free(after).ok());
+  HEADROOM_EXPECT_VALID(a);
+  a.device->CompleteAll();
+  for (int i = 0; i < 4; ++i) EXPECT_NE(*a->Allocate(4096, s1), p);
+  EXPECT_THAT(a->Free(p).message(), HasSubstr("quarantined"));
+  ASSERT_TRUE(a->EmptyCache().ok());
+  HEADROOM_EXPECT_VALID(a);
+}
+
 TEST(CachingAllocator, BlocksStayOnTheirStreamByDefault) {
   auto a = MakeAllocator({});
   StreamHandle s1 = *a.device->CreateStream(), s2 = *a.device->CreateStream();
