@@ -1,8 +1,8 @@
 // The C ABI of allocator/cuda/c_abi/headroom_alloc.h: one CachingAllocator
-// over a CudaBackend per device, created on first use.
+// per device, created on first use over the backend that
+// CreateDeviceBackend returns (device_backend_factory.h). Nothing here calls
+// CUDA, so the CPU tests run this file over simulated devices.
 #include "allocator/cuda/c_abi/headroom_alloc.h"
-
-#include <cublas_v2.h>
 
 #include <array>
 #include <atomic>
@@ -18,17 +18,9 @@
 #include "absl/synchronization/mutex.h"
 #include "allocator/alloc_conf.h"
 #include "allocator/caching_allocator.h"
-#include "allocator/cuda/cuda_backend.h"
+#include "allocator/cuda/c_abi/c_abi_internal.h"
 
-namespace headroom::cuda {
-namespace {
-
-constexpr int kMaxDevices = 64;
-
-struct DeviceState {
-  std::unique_ptr<CudaBackend> backend;
-  std::unique_ptr<CachingAllocator> allocator;
-};
+namespace headroom::c_abi {
 
 thread_local std::string last_error;
 
@@ -36,6 +28,15 @@ int Fail(const absl::Status& status) {
   last_error = std::string(status.message());
   return -1;
 }
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+struct DeviceState {
+  std::unique_ptr<DeviceBackend> backend;
+  std::unique_ptr<CachingAllocator> allocator;
+};
 
 absl::Mutex init_mu;
 std::array<std::atomic<DeviceState*>, kMaxDevices> states;  // never freed: lives as long as the process
@@ -45,7 +46,7 @@ absl::StatusOr<DeviceState*> CreateState(int device) {
   const char* env = std::getenv("HEADROOM_ALLOC_CONF");
   absl::StatusOr<AllocatorOptions> options = ParseAllocConf(env == nullptr ? "" : env);
   if (!options.ok()) return options.status();
-  absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(device);
+  absl::StatusOr<std::unique_ptr<DeviceBackend>> backend = CreateDeviceBackend(device);
   if (!backend.ok()) return backend.status();
   auto state = std::make_unique<DeviceState>();
   state->backend = *std::move(backend);
@@ -94,13 +95,13 @@ StreamHandle AsHandle(cudaStream_t stream) { return StreamHandle{reinterpret_cas
 DeviceAddress AsAddress(void* ptr) { return reinterpret_cast<uintptr_t>(ptr); }
 
 }  // namespace
-}  // namespace headroom::cuda
+}  // namespace headroom::c_abi
 
 using headroom::CachingAllocator;
-using headroom::cuda::AllocatorFor;
-using headroom::cuda::AsAddress;
-using headroom::cuda::AsHandle;
-using headroom::cuda::Fail;
+using headroom::c_abi::AllocatorFor;
+using headroom::c_abi::AsAddress;
+using headroom::c_abi::AsHandle;
+using headroom::c_abi::Fail;
 
 extern "C" {
 
@@ -115,7 +116,7 @@ void* headroom_malloc(ssize_t size, int device, cudaStream_t stream) {
       (*allocator)->Allocate(static_cast<uint64_t>(size), AsHandle(stream));
   if (!address.ok()) {
     Fail(address.status());
-    std::fprintf(stderr, "headroom: %s\n", headroom::cuda::last_error.c_str());
+    std::fprintf(stderr, "headroom: %s\n", headroom::c_abi::last_error.c_str());
     return nullptr;
   }
   return reinterpret_cast<void*>(static_cast<uintptr_t>(*address));
@@ -138,7 +139,7 @@ void headroom_free(void* ptr, ssize_t size, int device, cudaStream_t stream) {
   }
   if (!status.ok()) {
     Fail(status);
-    std::fprintf(stderr, "headroom: %s\n", headroom::cuda::last_error.c_str());
+    std::fprintf(stderr, "headroom: %s\n", headroom::c_abi::last_error.c_str());
   }
 }
 
@@ -172,13 +173,13 @@ int headroom_get_stats(int device, headroom_stats* stats) {
 ssize_t headroom_snapshot_json(int device, char* buffer, size_t capacity) {
   absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
   if (!allocator.ok()) return Fail(allocator.status());
-  return headroom::cuda::CopyOut(headroom::SnapshotToJson((*allocator)->TakeSnapshot()).dump(), buffer, capacity);
+  return headroom::c_abi::CopyOut(headroom::SnapshotToJson((*allocator)->TakeSnapshot()).dump(), buffer, capacity);
 }
 
 ssize_t headroom_memory_summary(int device, char* buffer, size_t capacity) {
   absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
   if (!allocator.ok()) return Fail(allocator.status());
-  return headroom::cuda::CopyOut(headroom::MemorySummary((*allocator)->GetStats()), buffer, capacity);
+  return headroom::c_abi::CopyOut(headroom::MemorySummary((*allocator)->GetStats()), buffer, capacity);
 }
 
 int headroom_empty_cache(int device) {
@@ -216,23 +217,6 @@ int headroom_record_history(int device, size_t max_entries) {
   return 0;
 }
 
-int headroom_cublas_set_workspace(void* cublas_handle, size_t bytes, int device, cudaStream_t stream,
-                                  void** workspace) {
-  if (cublas_handle == nullptr || workspace == nullptr || bytes == 0) {
-    return Fail(absl::InvalidArgumentError("headroom_cublas_set_workspace: null handle/workspace or 0 bytes"));
-  }
-  void* ptr = headroom_malloc(static_cast<ssize_t>(bytes), device, stream);
-  if (ptr == nullptr) return -1;
-  const cublasStatus_t status = cublasSetWorkspace(static_cast<cublasHandle_t>(cublas_handle), ptr, bytes);
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    headroom_free(ptr, static_cast<ssize_t>(bytes), device, stream);
-    return Fail(absl::InternalError(
-        absl::StrFormat("cublasSetWorkspace: %s", cublasGetStatusString(status))));
-  }
-  *workspace = ptr;
-  return 0;
-}
-
-const char* headroom_last_error(void) { return headroom::cuda::last_error.c_str(); }
+const char* headroom_last_error(void) { return headroom::c_abi::last_error.c_str(); }
 
 }  // extern "C"

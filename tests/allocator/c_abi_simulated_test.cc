@@ -1,0 +1,202 @@
+// The C ABI of libheadroom_cuda_alloc.so (allocator/cuda/c_abi), run over
+// simulated devices: headroom_alloc.cc makes no CUDA call, and this file
+// supplies the backend factory the library otherwise gets from CUDA.
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "allocator/cuda/c_abi/c_abi_internal.h"
+#include "allocator/cuda/c_abi/headroom_alloc.h"
+#include "allocator/simulated_backend.h"
+#include "common/units.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+// Devices 0-7 are simulated 1 GiB devices whose stream events wait for the
+// test; device 9 cannot be set up.
+namespace headroom::c_abi {
+
+SimulatedBackend* simulated[8] = {};
+
+absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateDeviceBackend(int device) {
+  if (device >= 8) return absl::NotFoundError("no such simulated device");
+  absl::StatusOr<std::unique_ptr<SimulatedBackend>> backend =
+      SimulatedBackend::Create({.capacity_bytes = kGiB, .auto_complete_events = false});
+  if (!backend.ok()) return backend.status();
+  simulated[device] = backend->get();
+  return std::unique_ptr<DeviceBackend>(*std::move(backend));
+}
+
+}  // namespace headroom::c_abi
+
+namespace {
+
+using headroom::kGiB;
+using headroom::kMiB;
+
+cudaStream_t Stream(uintptr_t id) { return reinterpret_cast<cudaStream_t>(id); }
+
+headroom_stats Stats(int device) {
+  headroom_stats s{};
+  s.version = HEADROOM_STATS_VERSION;
+  s.struct_size = sizeof(headroom_stats);
+  EXPECT_EQ(headroom_get_stats(device, &s), 0) << headroom_last_error();
+  return s;
+}
+
+std::string Snapshot(int device) {
+  const ssize_t n = headroom_snapshot_json(device, nullptr, 0);
+  EXPECT_GT(n, 0);
+  std::string json(static_cast<size_t>(n) + 1, '\0');
+  EXPECT_EQ(headroom_snapshot_json(device, json.data(), json.size()), n);
+  json.resize(static_cast<size_t>(n));
+  return json;
+}
+
+TEST(CAbi, MallocFreeStatsSnapshotSummary) {
+  ASSERT_EQ(headroom_record_history(0, 100), 0);
+  void* p = headroom_malloc(3 * kMiB, 0, nullptr);
+  ASSERT_NE(p, nullptr) << headroom_last_error();
+  headroom_stats s = Stats(0);
+  EXPECT_EQ(s.allocated_bytes, 3 * kMiB);
+  EXPECT_EQ(s.requested_bytes, 3 * kMiB);
+  EXPECT_EQ(s.allocations, 1);
+  EXPECT_EQ(s.segments, 1);
+  EXPECT_GE(s.reserved_bytes, 3 * kMiB);
+  EXPECT_EQ(s.num_device_alloc, 1);
+
+  nlohmann::json snap = nlohmann::json::parse(Snapshot(0));
+  EXPECT_EQ(snap["segments"].size(), 1u);
+  EXPECT_EQ(snap["device_traces"][0].back()["action"], "alloc");
+  char summary[16384];
+  ASSERT_GT(headroom_memory_summary(0, summary, sizeof(summary)), 0);
+  EXPECT_NE(std::string(summary).find("reserved memory"), std::string::npos);
+
+  headroom_free(p, 3 * kMiB, 0, nullptr);
+  s = Stats(0);
+  EXPECT_EQ(s.allocated_bytes, 0);
+  EXPECT_EQ(s.allocated_bytes_peak, 3 * kMiB);
+  EXPECT_EQ(headroom_reset_peak_stats(0), 0);
+  EXPECT_EQ(Stats(0).allocated_bytes_peak, 0);
+  EXPECT_EQ(headroom_empty_cache(0), 0);
+  s = Stats(0);
+  EXPECT_EQ(s.reserved_bytes, 0);
+  EXPECT_EQ(s.num_device_free, 1);
+  EXPECT_EQ(headroom_malloc(0, 0, nullptr), nullptr);
+  EXPECT_EQ(headroom_malloc(-5, 0, nullptr), nullptr);
+  headroom_free(nullptr, 0, 0, nullptr);  // a no-op, as free(NULL)
+}
+
+TEST(CAbi, ABufferTooSmallIsTruncatedAndTheFullLengthReturned) {
+  void* p = headroom_malloc(kMiB, 1, nullptr);
+  ASSERT_NE(p, nullptr);
+  const std::string full = Snapshot(1);
+  char small[8];
+  ASSERT_EQ(headroom_snapshot_json(1, small, sizeof(small)), static_cast<ssize_t>(full.size()));
+  EXPECT_EQ(std::string(small), full.substr(0, 7));
+  headroom_free(p, kMiB, 1, nullptr);
+}
+
+// PyTorch frees on the allocation's stream; a free on another stream means
+// that stream used the block, so it is reused only once that stream's queued
+// work is done (an event, no host wait).
+TEST(CAbi, FreeOnAnotherStreamWaitsForThatStream) {
+  ASSERT_EQ(headroom_empty_cache(2), 0);  // sets the device up
+  headroom::SimulatedBackend& device = *headroom::c_abi::simulated[2];
+  const headroom::StreamHandle s1 = *device.CreateStream(), s2 = *device.CreateStream();
+  void* p = headroom_malloc(kMiB, 2, Stream(s1.value));
+  ASSERT_NE(p, nullptr);
+  headroom_free(p, kMiB, 2, Stream(s2.value));
+  EXPECT_EQ(Stats(2).allocated_bytes, 0);
+  EXPECT_EQ(Stats(2).active_bytes, kMiB);  // freed, but s2 may still use it
+  void* q = headroom_malloc(kMiB, 2, Stream(s1.value));
+  EXPECT_NE(q, p);
+  device.CompleteStream(s2);
+  headroom_free(q, kMiB, 2, Stream(s1.value));
+  void* r = headroom_malloc(kMiB, 2, Stream(s1.value));
+  EXPECT_EQ(r, p);  // lowest address first, now that s2 is done
+  EXPECT_EQ(device.HostSynchronizations(), 0u);
+  headroom_free(r, kMiB, 2, Stream(s1.value));
+  EXPECT_EQ(headroom_record_stream(r, 2, Stream(s2.value)), -1);  // not allocated any more
+  EXPECT_NE(std::string(headroom_last_error()).find("not an allocated block"), std::string::npos);
+}
+
+TEST(CAbi, BadFreesAreReportedAndChangeNothing) {
+  void* p = headroom_malloc(4096, 3, nullptr);
+  ASSERT_NE(p, nullptr);
+  headroom_free(p, 1234, 3, nullptr);  // wrong size
+  EXPECT_NE(std::string(headroom_last_error()).find("allocated with size 4096"), std::string::npos)
+      << headroom_last_error();
+  EXPECT_EQ(Stats(3).allocated_bytes, 4096);
+  headroom_free(p, 4096, 3, nullptr);
+  EXPECT_EQ(Stats(3).allocated_bytes, 0);
+  headroom_free(p, 4096, 3, nullptr);
+  EXPECT_NE(std::string(headroom_last_error()).find("double free"), std::string::npos) << headroom_last_error();
+  headroom_free(reinterpret_cast<void*>(0x10), 0, 3, nullptr);
+  EXPECT_NE(std::string(headroom_last_error()).find("did not allocate"), std::string::npos)
+      << headroom_last_error();
+  EXPECT_EQ(Stats(3).allocations, 0);
+}
+
+TEST(CAbi, OutOfMemoryReturnsNullWithTheReason) {
+  EXPECT_EQ(headroom_malloc(static_cast<ssize_t>(2 * kGiB), 4, nullptr), nullptr);
+  const std::string error = headroom_last_error();
+  EXPECT_NE(error.find("out of memory"), std::string::npos) << error;
+  EXPECT_EQ(Stats(4).num_ooms, 1);
+  ASSERT_EQ(headroom_set_memory_fraction(0.5, 4), 0);
+  EXPECT_EQ(headroom_malloc(static_cast<ssize_t>(600 * kMiB), 4, nullptr), nullptr);
+  void* p = headroom_malloc(static_cast<ssize_t>(400 * kMiB), 4, nullptr);
+  EXPECT_NE(p, nullptr) << headroom_last_error();
+  headroom_free(p, static_cast<ssize_t>(400 * kMiB), 4, nullptr);
+}
+
+TEST(CAbi, ArgumentErrorsNameTheArgument) {
+  EXPECT_EQ(headroom_set_memory_fraction(2.0, 0), -1);
+  EXPECT_NE(std::string(headroom_last_error()).find("memory fraction"), std::string::npos);
+  headroom_stats old_layout{};
+  old_layout.version = HEADROOM_STATS_VERSION;
+  old_layout.struct_size = 8;
+  EXPECT_EQ(headroom_get_stats(0, &old_layout), -1);
+  EXPECT_NE(std::string(headroom_last_error()).find("struct_size"), std::string::npos);
+  EXPECT_EQ(headroom_get_stats(0, nullptr), -1);
+  EXPECT_EQ(headroom_empty_cache(-1), -1);
+  EXPECT_NE(std::string(headroom_last_error()).find("device -1 out of range"), std::string::npos);
+  EXPECT_EQ(headroom_empty_cache(64), -1);
+}
+
+TEST(CAbi, ADeviceThatCannotBeSetUpFailsEveryCallWithTheReason) {
+  EXPECT_EQ(headroom_malloc(4096, 9, nullptr), nullptr);
+  EXPECT_NE(std::string(headroom_last_error()).find("cannot set up device 9: no such simulated device"),
+            std::string::npos)
+      << headroom_last_error();
+  EXPECT_EQ(headroom_empty_cache(9), -1);
+  EXPECT_NE(std::string(headroom_last_error()).find("device 9"), std::string::npos);
+}
+
+TEST(CAbi, AnInvalidAllocConfIsReportedOnThatDevice) {
+  ASSERT_EQ(setenv("HEADROOM_ALLOC_CONF", "expandable_segments:Maybe", 1), 0);
+  EXPECT_EQ(headroom_malloc(4096, 5, nullptr), nullptr);
+  const std::string error = headroom_last_error();
+  ASSERT_EQ(unsetenv("HEADROOM_ALLOC_CONF"), 0);
+  EXPECT_NE(error.find("expandable_segments"), std::string::npos) << error;
+}
+
+TEST(CAbi, TheAllocConfIsReadWhenADeviceIsFirstUsed) {
+  ASSERT_EQ(setenv("HEADROOM_ALLOC_CONF", "expandable_segments:True", 1), 0);
+  void* p = headroom_malloc(static_cast<ssize_t>(3 * kMiB), 6, nullptr);
+  ASSERT_EQ(unsetenv("HEADROOM_ALLOC_CONF"), 0);
+  ASSERT_NE(p, nullptr) << headroom_last_error();
+  nlohmann::json snap = nlohmann::json::parse(Snapshot(6));
+  EXPECT_EQ(snap["allocator_settings"]["expandable_segments"], true) << snap["allocator_settings"];
+  headroom_free(p, static_cast<ssize_t>(3 * kMiB), 6, nullptr);
+}
+
+TEST(CAbi, TheLastErrorIsPerThread) {
+  EXPECT_EQ(headroom_set_memory_fraction(-1, 7), -1);
+  std::string other;
+  std::thread([&] { other = headroom_last_error(); }).join();
+  EXPECT_EQ(other, "");
+  EXPECT_NE(std::string(headroom_last_error()), "");
+}
+
+}  // namespace
