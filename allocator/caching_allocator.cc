@@ -67,6 +67,7 @@ CachingAllocator::~CachingAllocator() {
   // Teardown: best effort, errors have nowhere to go.
   for (const PendingFree& pending : pending_frees_) free_events_.push_back(pending.event);
   for (EventHandle event : free_events_) (void)backend_->DestroyEvent(event);
+  for (const UnreleasedPage& page : unreleased_pages_) (void)backend_->ReleasePhysical(page.handle);
   for (auto& [address, segment] : segments_) {
     if (segment->expandable) {
       for (size_t i = 0; i < segment->pages.size(); ++i) {
@@ -593,6 +594,11 @@ absl::Status CachingAllocator::Validate() const {
       segment_count{}, requested{};
   size_t free_blocks = 0;
   size_t pending_blocks_events = 0;
+  for (const UnreleasedPage& page : unreleased_pages_) {
+    for (size_t i : {size_t{kAllPools}, size_t{StatOf(page.pool)}}) {
+      reserved[i].current += static_cast<int64_t>(granularity_);
+    }
+  }
   for (const auto& [address, segment] : segments_) {
     if (segment->address != address) return HEADROOM_INVARIANT_ERROR("segment 0x%x filed under 0x%x", segment->address, address);
     const size_t pool_stat = StatOf(segment->pool);

@@ -42,6 +42,13 @@
 // bytes and which option would help. A limit set by memory_fraction or
 // hard_limit_bytes counts as the device refusing.
 //
+// Note [Unreleased pages]
+// A physical page is released after it is unmapped; if the device refuses,
+// dropping the handle would leak the memory for the life of the process.
+// Such pages are kept, still counted in reserved_bytes (device memory this
+// allocator holds), and released again at the next EmptyCache or
+// out-of-memory flush and at destruction.
+//
 // Note [Expandable segments]
 // Instead of one Malloc per segment, each (stream, pool) gets one virtual
 // address reservation as large as the device, and physical pages of the map
@@ -212,6 +219,10 @@ class CachingAllocator {
   // stream unless `synchronized`; returns the bytes released.
   absl::StatusOr<uint64_t> UnmapFreePages(Block* block, bool synchronized) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint64_t> TrimExpandable(Segment* segment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases an unmapped physical page counted in reserved_bytes; one the
+  // device refuses is kept for a retry (Note [Unreleased pages]).
+  absl::Status ReleasePage(PhysicalHandle handle, PoolKind pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RetryUnreleasedPages() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   DeviceBackend* const backend_;
   const AllocatorOptions options_;
@@ -231,6 +242,11 @@ class CachingAllocator {
   std::deque<PendingFree> pending_frees_ ABSL_GUARDED_BY(mu_);
   std::vector<EventHandle> free_events_ ABSL_GUARDED_BY(mu_);
   std::vector<Block*> spare_blocks_ ABSL_GUARDED_BY(mu_);
+  struct UnreleasedPage {
+    PhysicalHandle handle;
+    PoolKind pool;
+  };
+  std::vector<UnreleasedPage> unreleased_pages_ ABSL_GUARDED_BY(mu_);
   internal::PoolStats stats_ ABSL_GUARDED_BY(mu_);
   HistoryRing history_ ABSL_GUARDED_BY(mu_);
   internal::PointerMap pointers_;

@@ -37,9 +37,12 @@ absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, u
       status = handle.status();
       break;
     }
+    // Counted reserved from creation on, so that ReleasePage can uncount it.
+    stats_.reserved_bytes.Increase(StatOf(segment->pool), static_cast<int64_t>(granularity_));
+    ++stats_.num_device_alloc;
     status = backend_->Map(start + i * granularity_, granularity_, *handle);
     if (!status.ok()) {
-      (void)backend_->ReleasePhysical(*handle);
+      (void)ReleasePage(*handle, segment->pool);
       break;
     }
     created.push_back(*handle);
@@ -49,14 +52,12 @@ absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, u
     // Undo this call's pages so the segment is as before.
     for (size_t i = 0; i < created.size(); ++i) {
       (void)backend_->Unmap(start + i * granularity_, granularity_);
-      (void)backend_->ReleasePhysical(created[i]);
+      (void)ReleasePage(created[i], segment->pool);
     }
     return status;
   }
   for (uint64_t i = 0; i < count; ++i) segment->pages[first_page + i] = created[i];
   segment->mapped_bytes += count * granularity_;
-  stats_.num_device_alloc += static_cast<int64_t>(count);
-  stats_.reserved_bytes.Increase(StatOf(segment->pool), static_cast<int64_t>(count * granularity_));
   Record(TraceAction::kSegmentMap, start, count * granularity_, segment->stream);
   return absl::OkStatus();
 }
@@ -146,13 +147,11 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
   const uint64_t pages = (end - start) / granularity_;
   absl::Status release_error;
   for (uint64_t p = first_page; p < first_page + pages; ++p) {
-    absl::Status status = backend_->ReleasePhysical(segment->pages[p]);
+    absl::Status status = ReleasePage(segment->pages[p], segment->pool);
     if (!status.ok() && release_error.ok()) release_error = status;
     segment->pages[p] = PhysicalHandle{};
   }
   segment->mapped_bytes -= end - start;
-  stats_.num_device_free += static_cast<int64_t>(pages);
-  stats_.reserved_bytes.Decrease(StatOf(segment->pool), static_cast<int64_t>(end - start));
   Record(TraceAction::kSegmentUnmap, start, end - start, segment->stream);
 
   // [head: still mapped, free][middle: unmapped][tail: still mapped, free]
@@ -212,6 +211,28 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
   segment->unmapped.insert(block);
   if (!release_error.ok()) return release_error;
   return end - start;
+}
+
+absl::Status CachingAllocator::ReleasePage(PhysicalHandle handle, PoolKind pool) {
+  absl::Status status = backend_->ReleasePhysical(handle);
+  if (!status.ok()) {
+    unreleased_pages_.push_back({handle, pool});
+    return status;
+  }
+  ++stats_.num_device_free;
+  stats_.reserved_bytes.Decrease(StatOf(pool), static_cast<int64_t>(granularity_));
+  return absl::OkStatus();
+}
+
+absl::Status CachingAllocator::RetryUnreleasedPages() {
+  std::vector<UnreleasedPage> pages;
+  pages.swap(unreleased_pages_);
+  absl::Status first_error;
+  for (const UnreleasedPage& page : pages) {
+    absl::Status status = ReleasePage(page.handle, page.pool);
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  return first_error;
 }
 
 absl::StatusOr<uint64_t> CachingAllocator::TrimExpandable(Segment* segment) {

@@ -122,6 +122,7 @@ absl::StatusOr<bool> CachingAllocator::ReleaseAvailableCache(PoolKind kind, uint
 }
 
 absl::Status CachingAllocator::ReleaseAllCache() {
+  if (!unreleased_pages_.empty()) HEADROOM_RETURN_IF_ERROR(RetryUnreleasedPages());
   if (!pending_frees_.empty()) HEADROOM_RETURN_IF_ERROR(WaitForPendingFrees());
   for (BlockPool* pool : {&small_pool_, &large_pool_}) {
     std::vector<Block*> whole;
