@@ -7,7 +7,7 @@ namespace headroom::internal {
 void BlockPool::Clear() {
   for (auto& [stream, blocks] : streams_) {
     if (blocks->bins != nullptr) {
-      for (AddressSet& bin : blocks->bins->bins) bin.clear();
+      for (Bin& bin : blocks->bins->bins) bin.Clear();
     }
     blocks->large.clear();
   }
@@ -24,9 +24,7 @@ bool BlockPool::Contains(const Block* block) const {
     return it != blocks->large.end() && &*it == block;
   }
   if (blocks->bins == nullptr) return false;
-  const AddressSet& bin = blocks->bins->bins[BinIndex(block->size)];
-  auto it = bin.find(*block);
-  return it != bin.end() && &*it == block;
+  return blocks->bins->bins[BinIndex(block->size)].Contains(block);
 }
 
 std::vector<StreamHandle> BlockPool::Streams() const {

@@ -1,5 +1,6 @@
 #include "allocator/block_pool.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <random>
@@ -89,41 +90,74 @@ TEST_F(BlockPoolTest, StreamsLargestSizeAndOrderedWalk) {
 }
 
 // Against a reference ordered by (stream, size, address) under random
-// inserts, erases and best-fit queries on both sides of the bin limit.
+// inserts (at random addresses, below and above what is cached), erases,
+// best-fit queries, and take-then-recache cycles as an allocate+free pair
+// makes them, on both sides of the bin limit.
 TEST_F(BlockPoolTest, MatchesAnOrderedReference) {
   std::mt19937_64 rng(42);
+  // 4,000 blocks with distinct addresses in random order, few sizes so that
+  // bins hold many blocks.
+  std::vector<Block*> outside;
+  for (uint64_t i = 0; i < 4000; ++i) {
+    Block& block = blocks_.emplace_back();
+    block.stream = StreamHandle{rng() % 2};
+    block.size = kMinBlockSize * (rng() % 4 == 0 ? 2048 + rng() % 8 : 1 + rng() % 8);
+    block.address = 0x10000 + 512 * i;
+    outside.push_back(&block);
+  }
+  std::shuffle(outside.begin(), outside.end(), rng);
   std::map<std::tuple<uint64_t, uint64_t, DeviceAddress>, Block*> reference;
   std::vector<Block*> cached;
-  DeviceAddress next_address = 0x1000;
-  for (int op = 0; op < 20000; ++op) {
-    const uint64_t stream = rng() % 3;
-    const uint64_t size = kMinBlockSize * (1 + (rng() % 2 == 0 ? rng() % 64 : rng() % 8192));
-    switch (rng() % 3) {
-      case 0: {
-        Block* b = Add(stream, size, next_address);
-        next_address += 512;
-        reference[{stream, size, b->address}] = b;
-        cached.push_back(b);
+  auto key = [](const Block* b) { return std::make_tuple(b->stream.value, b->size, b->address); };
+  auto expected_fit = [&](uint64_t stream, uint64_t size) -> Block* {
+    auto it = reference.lower_bound({stream, size, 0});
+    return it != reference.end() && std::get<0>(it->first) == stream ? it->second : nullptr;
+  };
+  for (int op = 0; op < 40000; ++op) {
+    const uint64_t stream = rng() % 2;
+    const uint64_t size = kMinBlockSize * (rng() % 4 == 0 ? 2048 + rng() % 8 : 1 + rng() % 8);
+    switch (rng() % 4) {
+      case 0:
+        if (!outside.empty()) {
+          const size_t i = rng() % outside.size();
+          Block* b = outside[i];
+          outside[i] = outside.back();
+          outside.pop_back();
+          pool_.Insert(b);
+          reference[key(b)] = b;
+          cached.push_back(b);
+        }
         break;
-      }
       case 1:
         if (!cached.empty()) {
           const size_t i = rng() % cached.size();
           Block* b = cached[i];
           pool_.Erase(b);
-          reference.erase({b->stream.value, b->size, b->address});
+          reference.erase(key(b));
           cached[i] = cached.back();
           cached.pop_back();
+          outside.push_back(b);
         }
         break;
-      default: {
-        auto it = reference.lower_bound({stream, size, 0});
-        Block* expected = it != reference.end() && std::get<0>(it->first) == stream ? it->second : nullptr;
-        ASSERT_EQ(pool_.BestFit(StreamHandle{stream}, size), expected) << "op " << op;
+      case 2: {
+        // Take the best fit and cache it again, as a pair does.
+        Block* fit = pool_.TakeBestFit(StreamHandle{stream}, size, [](const Block*) { return true; });
+        ASSERT_EQ(fit, expected_fit(stream, size)) << "op " << op;
+        if (fit != nullptr) pool_.Insert(fit);
+        break;
       }
+      default:
+        ASSERT_EQ(pool_.BestFit(StreamHandle{stream}, size), expected_fit(stream, size)) << "op " << op;
     }
     ASSERT_EQ(pool_.size(), reference.size());
   }
+  std::vector<Block*> walk;
+  pool_.ForEach([&](Block* b) { walk.push_back(b); });
+  std::vector<Block*> expected;
+  for (const auto& [k, b] : reference) expected.push_back(b);
+  EXPECT_EQ(walk, expected);
+  for (Block* b : cached) EXPECT_TRUE(pool_.Contains(b));
+  for (Block* b : outside) EXPECT_FALSE(pool_.Contains(b));
 }
 
 }  // namespace
