@@ -43,8 +43,10 @@ namespace headroom::internal {
 
 class BlockPool {
  public:
-  // Blocks of up to this size are binned by exact size (Note [Size bins]).
-  static constexpr uint64_t kBinnedMax = uint64_t{1} << 20;
+  // Blocks of up to this size are binned by exact size (Note [Size bins]):
+  // every block of a 2 MiB small-pool segment, including the free rest of a
+  // segment that is split and coalesced on each allocate+free.
+  static constexpr uint64_t kBinnedMax = uint64_t{2} << 20;
 
   BlockPool() = default;
   BlockPool(const BlockPool&) = delete;

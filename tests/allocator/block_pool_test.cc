@@ -52,7 +52,7 @@ TEST_F(BlockPoolTest, BinnedAndLargeBlocksMeetAtTheBinLimit) {
   EXPECT_EQ(pool_.BestFit(StreamHandle{0}, 512), at_limit);
   EXPECT_EQ(pool_.BestFit(StreamHandle{0}, limit), at_limit);
   EXPECT_EQ(pool_.BestFit(StreamHandle{0}, limit + 1), above);
-  EXPECT_EQ(pool_.BestFit(StreamHandle{0}, 2 * kMiB), huge);
+  EXPECT_EQ(pool_.BestFit(StreamHandle{0}, limit + kMiB), huge);
   EXPECT_EQ(pool_.LargestSize(), 64 * kMiB);
   pool_.Erase(at_limit);
   EXPECT_EQ(pool_.BestFit(StreamHandle{0}, 512), above);  // no bin holds a block: the large tree answers
@@ -95,13 +95,14 @@ TEST_F(BlockPoolTest, StreamsLargestSizeAndOrderedWalk) {
 // makes them, on both sides of the bin limit.
 TEST_F(BlockPoolTest, MatchesAnOrderedReference) {
   std::mt19937_64 rng(42);
+  const uint64_t kAroundLimit = BlockPool::kBinnedMax / kMinBlockSize;  // sizes on both sides
   // 4,000 blocks with distinct addresses in random order, few sizes so that
   // bins hold many blocks.
   std::vector<Block*> outside;
   for (uint64_t i = 0; i < 4000; ++i) {
     Block& block = blocks_.emplace_back();
     block.stream = StreamHandle{rng() % 2};
-    block.size = kMinBlockSize * (rng() % 4 == 0 ? 2048 + rng() % 8 : 1 + rng() % 8);
+    block.size = kMinBlockSize * (rng() % 4 == 0 ? kAroundLimit - 4 + rng() % 8 : 1 + rng() % 8);
     block.address = 0x10000 + 512 * i;
     outside.push_back(&block);
   }
@@ -115,7 +116,7 @@ TEST_F(BlockPoolTest, MatchesAnOrderedReference) {
   };
   for (int op = 0; op < 40000; ++op) {
     const uint64_t stream = rng() % 2;
-    const uint64_t size = kMinBlockSize * (rng() % 4 == 0 ? 2048 + rng() % 8 : 1 + rng() % 8);
+    const uint64_t size = kMinBlockSize * (rng() % 4 == 0 ? kAroundLimit - 4 + rng() % 8 : 1 + rng() % 8);
     switch (rng() % 4) {
       case 0:
         if (!outside.empty()) {
