@@ -413,7 +413,8 @@ absl::Status CachingAllocator::WaitForPendingFrees() {
   return ProcessPendingFrees();
 }
 
-absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_t> expected_size) {
+absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_t> expected_size,
+                                    std::optional<StreamHandle> freeing_stream) {
   if (address == 0) return absl::OkStatus();
   Block* block = pointers_.Remove(address);  // Note [Sharded pointer map]
   internal::MutexLock lock(&mu_);
@@ -424,7 +425,15 @@ absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_
         "free of 0x%x with size %d, but it was allocated with size %d (not freed)", address, *expected_size,
         block->requested_size));
   }
+  if (freeing_stream.has_value()) AddStreamUse(block, *freeing_stream);
   return FreeAllocatedBlock(block);
+}
+
+void CachingAllocator::AddStreamUse(Block* block, StreamHandle stream) {
+  if (stream != block->stream &&
+      std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) == block->stream_uses.end()) {
+    block->stream_uses.push_back(stream);
+  }
 }
 
 std::string CachingAllocator::DescribeBadFree(DeviceAddress address) {
@@ -456,10 +465,7 @@ absl::Status CachingAllocator::RecordStream(DeviceAddress address, StreamHandle 
       return absl::InvalidArgumentError(
           absl::StrFormat("record_stream on 0x%x, which is not an allocated block", address));
     }
-    if (stream != block->stream &&
-        std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) == block->stream_uses.end()) {
-      block->stream_uses.push_back(stream);
-    }
+    AddStreamUse(block, stream);
     return absl::OkStatus();
   });
 }

@@ -111,7 +111,10 @@ class CachingAllocator {
   // 0 bytes yields address 0 (which Free accepts).
   absl::StatusOr<DeviceAddress> Allocate(uint64_t size, StreamHandle stream = kDefaultStream);
   // `expected_size`, when given, must equal the size passed to Allocate.
-  absl::Status Free(DeviceAddress address, std::optional<uint64_t> expected_size = std::nullopt);
+  // `freeing_stream`, when given and not the block's stream, used the block:
+  // as RecordStream(address, freeing_stream) followed by the free.
+  absl::Status Free(DeviceAddress address, std::optional<uint64_t> expected_size = std::nullopt,
+                    std::optional<StreamHandle> freeing_stream = std::nullopt);
   // `stream` used the block: its free waits for the work queued on `stream`.
   absl::Status RecordStream(DeviceAddress address, StreamHandle stream);
   absl::StatusOr<BlockInfo> Lookup(DeviceAddress address) const;
@@ -182,6 +185,8 @@ class CachingAllocator {
   // A block no stream uses any more becomes inactive and is cached.
   void CompleteFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FreeAllocatedBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `stream`, if not the block's own, used the block (Note [Stream-ordered frees]).
+  void AddStreamUse(Block* block, StreamHandle stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ProcessPendingFrees() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WaitForPendingFrees() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<EventHandle> TakeEvent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

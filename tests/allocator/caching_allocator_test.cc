@@ -308,6 +308,21 @@ TEST(CachingAllocator, RecordStreamDefersReuseUntilTheOtherStreamIsDone) {
   HEADROOM_EXPECT_VALID(a);
 }
 
+TEST(CachingAllocator, AFreeFromAnotherStreamCountsAsThatStreamsUse) {
+  auto a = MakeAllocator({.auto_complete_events = false});
+  StreamHandle s1 = *a.device->CreateStream(), s2 = *a.device->CreateStream();
+  DeviceAddress p = *a->Allocate(4 * kMiB, s1);
+  EXPECT_FALSE(a->Free(p, 1, s2).ok());  // wrong size: nothing changes, not even the stream use
+  ASSERT_TRUE(a->Free(p, 4 * kMiB, s1).ok());
+  EXPECT_EQ(*a->Allocate(4 * kMiB, s1), p);  // s1 is the block's own stream: reused at once
+  ASSERT_TRUE(a->Free(p, std::nullopt, s2).ok());
+  EXPECT_EQ(a->GetStats().active_bytes[kAllPools].current, static_cast<int64_t>(4 * kMiB));
+  EXPECT_NE(*a->Allocate(4 * kMiB, s1), p);  // waits for s2
+  a.device->CompleteStream(s2);
+  EXPECT_EQ(*a->Allocate(4 * kMiB, s1), p);
+  HEADROOM_EXPECT_VALID(a);
+}
+
 // Neither an event nor a host wait can order the free after the other
 // stream: the free fails, and the block is kept out of use for good rather
 // than handed out or merged with its free neighbours.

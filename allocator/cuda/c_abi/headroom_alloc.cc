@@ -129,14 +129,9 @@ void headroom_free(void* ptr, ssize_t size, int device, cudaStream_t stream) {
     Fail(allocator.status());
     return;
   }
-  const headroom::DeviceAddress address = AsAddress(ptr);
-  absl::Status status;
-  absl::StatusOr<headroom::BlockInfo> info = (*allocator)->Lookup(address);
-  if (info.ok() && info->stream != AsHandle(stream)) status = (*allocator)->RecordStream(address, AsHandle(stream));
-  if (status.ok()) {
-    status = (*allocator)->Free(address, size > 0 ? std::optional<uint64_t>(static_cast<uint64_t>(size))
-                                                  : std::nullopt);
-  }
+  const absl::Status status = (*allocator)->Free(
+      AsAddress(ptr), size > 0 ? std::optional<uint64_t>(static_cast<uint64_t>(size)) : std::nullopt,
+      AsHandle(stream));
   if (!status.ok()) {
     Fail(status);
     std::fprintf(stderr, "headroom: %s\n", headroom::c_abi::last_error.c_str());
