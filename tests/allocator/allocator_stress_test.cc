@@ -13,6 +13,7 @@ namespace headroom {
 namespace {
 
 using ::headroom::testing::MakeAllocator;
+using ::headroom::testing::SimulatedAllocator;
 
 struct StressCase {
   const char* name;
@@ -34,6 +35,39 @@ uint64_t RandomSize(std::mt19937_64& rng) {
   }
 }
 
+// A live allocation and the byte pattern written into it when it was made.
+struct Live {
+  DeviceAddress address;
+  uint64_t size;
+  uint8_t pattern;
+};
+
+// Writes a random pattern into a new allocation and tracks it.
+::testing::AssertionResult Track(SimulatedAllocator& a, std::mt19937_64& rng, DeviceAddress address, uint64_t size,
+                                 std::vector<Live>& live) {
+  const auto pattern = static_cast<uint8_t>(1 + rng() % 250);
+  const absl::Status filled = a.device->FillHost(address, size, pattern, kMinBlockSize);
+  if (!filled.ok()) return ::testing::AssertionFailure() << filled;
+  live.push_back({address, size, pattern});
+  return ::testing::AssertionSuccess();
+}
+
+// Nobody wrote over the allocation while it was live.
+::testing::AssertionResult Intact(SimulatedAllocator& a, const Live& l) {
+  absl::StatusOr<bool> intact = a.device->HostEquals(l.address, l.size, l.pattern, kMinBlockSize);
+  if (!intact.ok()) return ::testing::AssertionFailure() << intact.status();
+  if (!*intact) return ::testing::AssertionFailure() << "allocation at 0x" << std::hex << l.address << " was overwritten";
+  return ::testing::AssertionSuccess();
+}
+
+// Frees what is live, lets every stream finish and empties the cache.
+void Drain(SimulatedAllocator& a, const std::vector<Live>& live) {
+  for (const Live& l : live) ASSERT_TRUE(a->Free(l.address).ok());
+  a.device->CompleteAll();
+  ASSERT_TRUE(a->EmptyCache().ok());
+  HEADROOM_EXPECT_VALID(a);
+}
+
 TEST_P(AllocatorStress, InvariantsHoldAfterEveryOperation) {
   for (uint64_t seed = 1; seed <= 5; ++seed) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -41,11 +75,6 @@ TEST_P(AllocatorStress, InvariantsHoldAfterEveryOperation) {
                            GetParam().options);
     std::mt19937_64 rng(seed);
     std::vector<StreamHandle> streams = {kDefaultStream, *a.device->CreateStream(), *a.device->CreateStream()};
-    struct Live {
-      DeviceAddress address;
-      uint64_t size;
-      uint8_t pattern;
-    };
     std::vector<Live> live;
     int ooms = 0;
     for (int step = 0; step < 500; ++step) {
@@ -58,16 +87,11 @@ TEST_P(AllocatorStress, InvariantsHoldAfterEveryOperation) {
           ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted) << p.status();
           ++ooms;
         } else {
-          const auto pattern = static_cast<uint8_t>(1 + rng() % 250);
-          ASSERT_TRUE(a.device->FillHost(*p, size, pattern, kMinBlockSize).ok());
-          live.push_back({*p, size, pattern});
+          ASSERT_TRUE(Track(a, rng, *p, size, live));
         }
       } else if (op < 85) {
         const size_t i = rng() % live.size();
-        // Nobody wrote over this block while it was live.
-        auto intact = a.device->HostEquals(live[i].address, live[i].size, live[i].pattern, kMinBlockSize);
-        ASSERT_TRUE(intact.ok()) << intact.status();
-        ASSERT_TRUE(*intact) << "allocation at 0x" << std::hex << live[i].address << " was overwritten";
+        ASSERT_TRUE(Intact(a, live[i]));
         if (rng() % 4 == 0) {
           ASSERT_TRUE(a->RecordStream(live[i].address, streams[rng() % streams.size()]).ok());
         }
@@ -95,10 +119,7 @@ TEST_P(AllocatorStress, InvariantsHoldAfterEveryOperation) {
       const absl::Status valid = a->Validate();
       ASSERT_TRUE(valid.ok()) << "step " << step << ": " << valid;
     }
-    for (const Live& l : live) ASSERT_TRUE(a->Free(l.address).ok());
-    a.device->CompleteAll();
-    ASSERT_TRUE(a->EmptyCache().ok());
-    HEADROOM_EXPECT_VALID(a);
+    ASSERT_NO_FATAL_FAILURE(Drain(a, live));
     if (a->GetStats().reserved_bytes[kAllPools].current != 0) {
       ADD_FAILURE() << SnapshotToJson(a->TakeSnapshot())["segments"].dump();
     }
@@ -137,11 +158,6 @@ TEST_P(EveryBackendCallFails, WithoutCorruptionOrLeaks) {
                              {.expandable_segments = expandable, .cross_stream_reuse = seed % 2 == 0});
       std::mt19937_64 rng(seed);
       std::vector<StreamHandle> streams = {kDefaultStream, *a.device->CreateStream(), *a.device->CreateStream()};
-      struct Live {
-        DeviceAddress address;
-        uint64_t size;
-        uint8_t pattern;
-      };
       std::vector<Live> live;
       size_t quarantined = 0;
       for (int step = 0; step < 300; ++step) {
@@ -153,15 +169,11 @@ TEST_P(EveryBackendCallFails, WithoutCorruptionOrLeaks) {
           const uint64_t size = RandomSize(rng);
           absl::StatusOr<DeviceAddress> p = a->Allocate(size, streams[rng() % streams.size()]);
           if (p.ok()) {
-            const auto pattern = static_cast<uint8_t>(1 + rng() % 250);
-            ASSERT_TRUE(a.device->FillHost(*p, size, pattern, kMinBlockSize).ok());
-            live.push_back({*p, size, pattern});
+            ASSERT_TRUE(Track(a, rng, *p, size, live));
           }
         } else if (op < 85) {
           const size_t i = rng() % live.size();
-          auto intact = a.device->HostEquals(live[i].address, live[i].size, live[i].pattern, kMinBlockSize);
-          ASSERT_TRUE(intact.ok()) << intact.status();
-          ASSERT_TRUE(*intact) << "allocation at 0x" << std::hex << live[i].address << " was overwritten";
+          ASSERT_TRUE(Intact(a, live[i]));
           if (rng() % 3 == 0) (void)a->RecordStream(live[i].address, streams[rng() % streams.size()]);
           const absl::Status freed = a->Free(live[i].address, live[i].size);
           if (!freed.ok()) {
@@ -179,10 +191,7 @@ TEST_P(EveryBackendCallFails, WithoutCorruptionOrLeaks) {
         const absl::Status valid = a->Validate();
         ASSERT_TRUE(valid.ok()) << "step " << step << ": " << valid;
       }
-      for (const Live& l : live) ASSERT_TRUE(a->Free(l.address).ok());
-      a.device->CompleteAll();
-      ASSERT_TRUE(a->EmptyCache().ok());
-      HEADROOM_EXPECT_VALID(a);
+      ASSERT_NO_FATAL_FAILURE(Drain(a, live));
       const MemoryStats stats = a->GetStats();
       EXPECT_EQ(stats.allocated_bytes[kAllPools].current, 0);
       if (quarantined == 0) {
