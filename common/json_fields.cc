@@ -42,6 +42,8 @@ absl::StatusOr<json> ParseJsonDocument(std::string_view text, std::string_view d
   } catch (const json::parse_error& e) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: not valid JSON at byte %d: %s", document, e.byte, e.what()));
+  } catch (const json::exception& e) {  // e.g. out_of_range: a number beyond double's range
+    return absl::InvalidArgumentError(absl::StrFormat("%s: not valid JSON: %s", document, e.what()));
   }
   return absl::InvalidArgumentError(absl::StrFormat("%s: not valid JSON", document));
 }

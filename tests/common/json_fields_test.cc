@@ -43,6 +43,15 @@ TEST(JsonFields, SyntaxErrorsGiveTheByteOffset) {
   EXPECT_TRUE(ParseJsonDocument("[]", "x").ok());
 }
 
+// Found by fuzz_hf_config: nlohmann reports a number beyond double's range
+// as out_of_range, not parse_error.
+TEST(JsonFields, NumberOverflowIsAnErrorNotAnException) {
+  absl::StatusOr<json> parsed = ParseJsonDocument("{\"rope_theta\": 1e88888}", "config.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("config.json: not valid JSON"));
+  EXPECT_THAT(parsed.status().message(), HasSubstr("number overflow"));
+}
+
 TEST(JsonFields, MissingFileIsNamed) {
   absl::StatusOr<std::string> text = ReadTextFile("/nonexistent/dir/file.json");
   ASSERT_FALSE(text.ok());
