@@ -214,7 +214,7 @@ class BlockPool {
     std::array<uint64_t, kWordCount> nonempty{};  // bit i: bins[i] holds a block
     uint64_t nonempty_words = 0;                  // bit w: nonempty[w] != 0
 
-    // The leftmost block of the first non-empty bin at or above `index`.
+    // The lowest block of the first non-empty bin at or above `index`.
     Block* FirstAtLeast(size_t index) {
       size_t word = index / 64;
       uint64_t bits = nonempty[word] & (~uint64_t{0} << (index % 64));

@@ -1,6 +1,6 @@
 // The C ABI of allocator/cuda/c_abi/headroom_alloc.h: one CachingAllocator
 // per device, created on first use over the backend that
-// CreateDeviceBackend returns (device_backend_factory.h). Nothing here calls
+// CreateDeviceBackend returns (c_abi_internal.h). Nothing here calls
 // CUDA, so the CPU tests run this file over simulated devices.
 #include "allocator/cuda/c_abi/headroom_alloc.h"
 
