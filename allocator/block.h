@@ -88,6 +88,29 @@ struct Segment {
   absl::btree_set<Block*, BlockByAddress> unmapped;
 };
 
+// Segment list surgery for coalescing: `block` takes over its neighbour
+// before (after) it, growing over the neighbour's bytes and place in the
+// list. Returns the neighbour, unlinked; pools and sets are the caller's.
+inline Block* AbsorbPrev(Block* block) {
+  Block* prev = block->prev;
+  block->address = prev->address;
+  block->size += prev->size;
+  block->prev = prev->prev;
+  if (block->prev != nullptr) {
+    block->prev->next = block;
+  } else {
+    block->segment->first = block;
+  }
+  return prev;
+}
+inline Block* AbsorbNext(Block* block) {
+  Block* next = block->next;
+  block->size += next->size;
+  block->next = next->next;
+  if (block->next != nullptr) block->next->prev = block;
+  return next;
+}
+
 }  // namespace headroom::internal
 
 #endif  // HEADROOM_ALLOCATOR_BLOCK_H_

@@ -286,10 +286,7 @@ void CachingAllocator::Split(Block* block, uint64_t size) {
   // cross-stream move it may now share a stream with the next block.
   if (Block* next = rest->next; next != nullptr && next->is_free() && next->stream == rest->stream) {
     PoolErase(next);
-    rest->size += next->size;
-    rest->next = next->next;
-    if (rest->next != nullptr) rest->next->prev = rest;
-    DeleteBlock(next);
+    DeleteBlock(internal::AbsorbNext(rest));
   }
   PoolInsert(rest);
   block->size = size;
@@ -301,22 +298,11 @@ CachingAllocator::Block* CachingAllocator::CacheFreeBlock(Block* block) {
   auto mergeable = [block](const Block* n) { return n != nullptr && n->is_free() && n->stream == block->stream; };
   if (Block* prev = block->prev; mergeable(prev)) {
     PoolErase(prev);
-    block->address = prev->address;
-    block->size += prev->size;
-    block->prev = prev->prev;
-    if (block->prev != nullptr) {
-      block->prev->next = block;
-    } else {
-      block->segment->first = block;
-    }
-    DeleteBlock(prev);
+    DeleteBlock(internal::AbsorbPrev(block));
   }
   if (Block* next = block->next; mergeable(next)) {
     PoolErase(next);
-    block->size += next->size;
-    block->next = next->next;
-    if (block->next != nullptr) block->next->prev = block;
-    DeleteBlock(next);
+    DeleteBlock(internal::AbsorbNext(block));
   }
   PoolInsert(block);
   return block;

@@ -191,22 +191,11 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
   // Merge with unmapped neighbours so that holes stay maximal.
   if (Block* prev = block->prev; prev != nullptr && !prev->mapped) {
     segment->unmapped.erase(prev);
-    block->address = prev->address;
-    block->size += prev->size;
-    block->prev = prev->prev;
-    if (block->prev != nullptr) {
-      block->prev->next = block;
-    } else {
-      segment->first = block;
-    }
-    DeleteBlock(prev);
+    DeleteBlock(internal::AbsorbPrev(block));
   }
   if (Block* next = block->next; next != nullptr && !next->mapped) {
     segment->unmapped.erase(next);
-    block->size += next->size;
-    block->next = next->next;
-    if (block->next != nullptr) block->next->prev = block;
-    DeleteBlock(next);
+    DeleteBlock(internal::AbsorbNext(block));
   }
   segment->unmapped.insert(block);
   if (!release_error.ok()) return release_error;
