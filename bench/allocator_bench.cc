@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "allocator/caching_allocator.h"
-#include "allocator/simulated_backend.h"
+#include "allocator/simulated/simulated_backend.h"
 #include "benchmark/benchmark.h"
 #include "common/units.h"
 

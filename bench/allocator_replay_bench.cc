@@ -7,8 +7,8 @@
 // BM_Baseline_TraceWalk floor: the per-event bookkeeping (hash map of live
 // pointers) any replay must pay.
 #include "allocator/alloc_conf.h"
-#include "allocator/allocation_trace.h"
-#include "allocator/trace_replay.h"
+#include "replay/allocation_trace.h"
+#include "replay/trace_replay.h"
 #include "benchmark/benchmark.h"
 #include "bench/transformer_trace.h"
 #include "common/units.h"

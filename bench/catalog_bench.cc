@@ -2,7 +2,7 @@
 // Baseline in the same run: a linear scan comparing normalized names.
 #include <benchmark/benchmark.h>
 
-#include "graph/gpu_catalog.h"
+#include "hardware/gpu_catalog.h"
 
 namespace headroom {
 namespace {

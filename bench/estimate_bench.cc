@@ -7,9 +7,9 @@
 
 #include "estimators/fit_search.h"
 #include "estimators/memory_estimate.h"
-#include "graph/builders.h"
-#include "graph/gpu_catalog.h"
-#include "graph/model_source.h"
+#include "models/builders.h"
+#include "hardware/gpu_catalog.h"
+#include "models/model_source.h"
 
 namespace headroom {
 namespace {

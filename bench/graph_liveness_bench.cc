@@ -1,4 +1,4 @@
-// Profiling a training step: build the forward graph (graph/builders.h),
+// Profiling a training step: build the forward graph (models/builders.h),
 // derive the step (graph/training_step.h) and run liveness
 // (graph/liveness.h) for Llama-2-70B (80 layers) at sequence 8192, which
 // `headroom estimate` does several times per run. Baseline in the same run:
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "graph/builders.h"
+#include "models/builders.h"
 #include "graph/liveness.h"
-#include "graph/model_source.h"
+#include "models/model_source.h"
 #include "graph/training_step.h"
 
 namespace headroom {

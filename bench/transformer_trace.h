@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "allocator/allocation_trace.h"
+#include "replay/allocation_trace.h"
 
 namespace headroom::bench {
 

@@ -19,11 +19,11 @@
 #include "common/status_macros.h"
 #include "common/text_table.h"
 #include "common/units.h"
-#include "estimators/emit_config.h"
+#include "report/emit_config.h"
 #include "estimators/fit_search.h"
 #include "estimators/memory_estimate.h"
-#include "graph/gpu_catalog.h"
-#include "graph/model_source.h"
+#include "hardware/gpu_catalog.h"
+#include "models/model_source.h"
 
 namespace headroom::cli {
 namespace {

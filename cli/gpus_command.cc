@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "common/text_table.h"
 #include "common/units.h"
-#include "graph/gpu_catalog.h"
+#include "hardware/gpu_catalog.h"
 
 namespace headroom::cli {
 namespace {

@@ -11,7 +11,7 @@ endif()
 # headroom_library(<target> EXPORT_NAME <name> SOURCES ... HEADERS ...
 #                  [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
 # Declares a compiled library exported as headroom::<name>. Headers are
-# included by their path from the repository root ("graph/gpu_catalog.h") both
+# included by their path from the repository root ("hardware/gpu_catalog.h") both
 # in the tree and after installation (under include/headroom).
 function(headroom_library target)
   cmake_parse_arguments(ARG "" "EXPORT_NAME" "SOURCES;HEADERS;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})

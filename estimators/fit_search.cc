@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "common/units.h"
-#include "graph/cost_model.h"
+#include "hardware/cost_model.h"
 
 namespace headroom {
 namespace {

@@ -22,7 +22,7 @@
 // the same way, "approximate" ones change numerics (8-bit optimizer
 // states), "different job" ones change what is trained (LoRA, QLoRA),
 // "more GPUs" ones change the hardware; then (2) by the roofline step time
-// (graph/cost_model.h) per sample relative to the original setup. Offload
+// (hardware/cost_model.h) per sample relative to the original setup. Offload
 // is priced by the bytes it moves over the host link each step
 // (OffloadSeconds), without overlap: an upper bound.
 #ifndef HEADROOM_ESTIMATORS_FIT_SEARCH_H_

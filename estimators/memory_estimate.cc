@@ -8,7 +8,10 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "common/units.h"
-#include "graph/cost_model.h"
+#include "estimators/kv_cache.h"
+#include "estimators/model_states.h"
+#include "estimators/optimizer_state.h"
+#include "hardware/cost_model.h"
 #include "graph/liveness.h"
 
 namespace headroom {
@@ -74,24 +77,6 @@ absl::Status CheckJob(const JobSpec& job) {
 }
 
 }  // namespace
-
-std::string_view OptimizerImplName(OptimizerImpl impl) {
-  switch (impl) {
-    case OptimizerImpl::kForeach: return "foreach";
-    case OptimizerImpl::kForLoop: return "for-loop";
-    case OptimizerImpl::kFused: return "fused";
-  }
-  return "foreach";
-}
-
-absl::StatusOr<OptimizerImpl> ParseOptimizerImpl(std::string_view name) {
-  for (OptimizerImpl impl : {OptimizerImpl::kForeach, OptimizerImpl::kForLoop, OptimizerImpl::kFused}) {
-    if (OptimizerImplName(impl) == name) return impl;
-  }
-  if (name == "single-tensor" || name == "loop") return OptimizerImpl::kForLoop;
-  return absl::InvalidArgumentError(
-      absl::StrFormat("unknown optimizer implementation '%s' (expected foreach, for-loop or fused)", name));
-}
 
 uint64_t MemoryEstimate::total_bytes() const {
   return weights + master_weights + gradients + optimizer_state + gathered_parameters +

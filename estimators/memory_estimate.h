@@ -7,7 +7,7 @@
 //   absl::StatusOr<MemoryEstimate> e = EstimateMemory(*model, job, {.gpu = h100});
 //   e->total_bytes(); e->fits(); e->rows();   // category, bytes
 //
-// Pipeline: BuildModelGraph (graph/builders.h) for one micro-batch on one
+// Pipeline: BuildModelGraph (models/builders.h) for one micro-batch on one
 // tensor-parallel shard -> BuildTrainingStep (graph/training_step.h) with the
 // checkpoint mode -> ProfileMemory (graph/liveness.h) for the dynamic bytes
 // -> EstimateModelStates for the resident ones -> overheads.
@@ -46,69 +46,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "estimators/kv_cache.h"
-#include "estimators/model_states.h"
-#include "estimators/optimizer_state.h"
 #include "estimators/overheads.h"
-#include "estimators/parallel_layout.h"
-#include "estimators/precision.h"
-#include "graph/builders.h"
-#include "graph/gpu_catalog.h"
-#include "graph/graph.h"
-#include "graph/model_source.h"
-#include "graph/training_step.h"
+#include "job/job_spec.h"
+#include "models/model_source.h"
 
 namespace headroom {
-
-// Note [Optimizer step transients]
-// torch.optim's multi-tensor ("foreach") AdamW, the CUDA default since
-// PyTorch 2.0, computes sqrt(exp_avg_sq) for the whole parameter group into a
-// new tensor list (torch/optim/adamw.py, _multi_tensor_adamw:
-// torch._foreach_sqrt): one state-sized fp32 copy of the trainable
-// parameters lives during the step. The single-tensor loop (and
-// transformers' old AdamW) allocates that per parameter: the largest
-// parameter's worth. Fused kernels (fused=True, DeepSpeed FusedAdam, apex)
-// allocate nothing. Momentum-free optimizers and 8-bit ones are charged the
-// same way on their state dtype. The step's peak is the larger of the
-// forward/backward peak and the optimizer step (all gradients live plus this
-// transient).
-enum class OptimizerImpl { kForeach, kForLoop, kFused };
-std::string_view OptimizerImplName(OptimizerImpl impl);
-absl::StatusOr<OptimizerImpl> ParseOptimizerImpl(std::string_view name);
-
-// What the user runs: everything but the model and the machine.
-struct JobSpec {
-  bool training = true;
-  int64_t micro_batch = 1;      // per GPU, per forward/backward
-  int64_t seq_len = 0;          // 0: the model's max_position_embeddings capped at 4096
-  int64_t grad_accum = 1;       // micro-batches per optimizer step
-  Precision precision = Precision::kBf16Mixed;
-  Optimizer optimizer = Optimizer::kAdamW;
-  // How the optimizer step runs, which sets its transient memory (Note
-  // [Optimizer step transients]).
-  OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
-  AttentionImpl attention = AttentionImpl::kFlash;
-  CheckpointMode checkpoint = CheckpointMode::kOff;
-  int checkpoint_every = 1;
-  LoraOptions lora;
-  ParallelLayout layout;
-  // Gradients stay allocated between steps: zero_grad(set_to_none=False),
-  // PyTorch's default before 2.0 (Note [Gradients: resident or by liveness]).
-  bool keep_gradients = false;
-  // Encoders only: the task head to train (default: the config's).
-  std::optional<EncoderHead> encoder_head;
-  // Inference: KV cache for `context` tokens per sequence (0: no cache).
-  int64_t context = 0;
-  int64_t kv_block_size = 16;
-  std::optional<DType> kv_dtype;  // default: the compute dtype
-  OverheadOptions overheads;
-};
-
-struct Machine {
-  const GpuSpec* gpu = nullptr;          // catalog entry; may be null with a budget
-  std::optional<uint64_t> budget;        // overrides gpu->memory_bytes
-  uint64_t capacity() const { return budget ? *budget : gpu != nullptr ? gpu->memory_bytes : 0; }
-};
 
 struct LiveTensorInfo {
   std::string name;

@@ -8,7 +8,7 @@
 //       .layout = {.gpus = 8, .sharding = Sharding::kZero2}});
 //   states->gpu_bytes()   // 2P + 18P/8 for DeepSpeed ZeRO-2 with mixed AdamW
 //
-// The graph is one tensor-parallel shard's forward pass (graph/builders.h
+// The graph is one tensor-parallel shard's forward pass (models/builders.h
 // divides shapes by the TP degree), so TP needs no further division here.
 // Parameters are classified by name and layer: names containing ".experts."
 // are MoE experts (split over expert parallel ranks); parameters with
@@ -55,8 +55,8 @@
 
 #include "absl/status/statusor.h"
 #include "estimators/optimizer_state.h"
-#include "estimators/parallel_layout.h"
-#include "estimators/precision.h"
+#include "job/parallel_layout.h"
+#include "job/precision.h"
 #include "graph/graph.h"
 
 namespace headroom {

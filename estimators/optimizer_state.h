@@ -15,14 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
+#include "job/optimizer.h"
 
 namespace headroom {
-
-enum class Optimizer { kAdamW, kAdam8bit, kSgdMomentum, kSgd, kAdafactor, kLion };
-
-std::string_view OptimizerName(Optimizer optimizer);
-// Accepts "adamw", "adam", "adam8bit" ("adamw-8bit"), "sgd-momentum", "sgd", "adafactor", "lion".
-absl::StatusOr<Optimizer> ParseOptimizer(std::string_view name);
 
 // State bytes per trainable parameter for optimizers whose state is
 // elementwise; Adafactor answers with its factored cost for a vector (4 bytes).

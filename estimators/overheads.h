@@ -43,7 +43,8 @@
 #include <string>
 #include <string_view>
 
-#include "graph/gpu_catalog.h"
+#include "hardware/gpu_catalog.h"
+#include "job/job_spec.h"
 
 namespace headroom {
 
@@ -55,14 +56,6 @@ struct CudaContextFigure {
 };
 // The default context size for a catalog architecture ("volta", "hopper", ...).
 CudaContextFigure CudaContextFor(std::string_view architecture);
-
-struct OverheadOptions {
-  std::optional<uint64_t> cuda_context;  // override (--cuda-context)
-  int streams = 1;                       // compute streams, each with a cuBLAS workspace
-  // Fragmentation allowance as a fraction of the dynamic bytes (activations,
-  // gradients of activations, temporaries) at the peak.
-  double fragmentation_fraction = 0.25;
-};
 
 struct Overheads {
   uint64_t cuda_context = 0;

@@ -82,22 +82,6 @@ bool IsFloatingPoint(DType dtype) {
   }
 }
 
-MathMode MathModeFor(DType dtype, bool allow_tf32) {
-  switch (dtype) {
-    case DType::kF64: return MathMode::kFp64;
-    case DType::kF32: return allow_tf32 ? MathMode::kTf32 : MathMode::kFp32;
-    case DType::kBF16: return MathMode::kBf16;
-    case DType::kF16: return MathMode::kFp16;
-    case DType::kF8E4M3:
-    case DType::kF8E5M2: return MathMode::kFp8;
-    case DType::kI8:
-    case DType::kU8: return MathMode::kInt8;
-    // NF4 weights are dequantized to the 16-bit compute dtype before the GEMM.
-    case DType::kNF4: return MathMode::kBf16;
-    default: return MathMode::kFp32;
-  }
-}
-
 std::string_view TensorRoleName(TensorRole role) {
   for (const auto& [r, name] : kRoles) {
     if (r == role) return name;

@@ -1,7 +1,7 @@
 // Operator-level IR of one training or inference step.
 //
 // A Graph holds tensors and the ops that produce and consume them, in
-// program order. Builders (graph/builders.h) emit the forward pass of a model;
+// program order. Builders (models/builders.h) emit the forward pass of a model;
 // graph/training_step.h derives backward, the optimizer step, checkpointing
 // and tensor lifetimes from it; estimators and the planner read the result.
 //
@@ -33,7 +33,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "graph/gpu_catalog.h"
 
 namespace headroom {
 
@@ -49,8 +48,6 @@ absl::StatusOr<DType> ParseDType(std::string_view name);
 uint64_t DTypeBytes(DType dtype, uint64_t elements);
 // Floating-point dtypes (NF4 is a storage format, not a compute type).
 bool IsFloatingPoint(DType dtype);
-// The math mode a matmul in this dtype runs in (f32 -> kFp32 unless tf32 is on).
-MathMode MathModeFor(DType dtype, bool allow_tf32 = false);
 
 enum class TensorRole : uint8_t {
   kParameter,       // weights and biases

@@ -6,6 +6,17 @@
 #include "absl/strings/str_cat.h"
 
 namespace headroom {
+
+std::string_view ActivationName(ActivationKind kind) {
+  switch (kind) {
+    case ActivationKind::kGelu: return "gelu";
+    case ActivationKind::kGeluTanh: return "gelu_tanh";
+    case ActivationKind::kSilu: return "silu";
+    case ActivationKind::kRelu: return "relu";
+    case ActivationKind::kTanh: return "tanh";
+  }
+  return "unknown";
+}
 namespace {
 
 int FloatRank(DType dtype) {

@@ -1,7 +1,7 @@
 // Op emitters: append one forward op to a Graph with its FLOPs, bytes, output
 // dtypes and the tensors PyTorch autograd saves for its backward.
 //
-// Builders (graph/builders.h) are written in terms of these, and tests may
+// Builders (models/builders.h) are written in terms of these, and tests may
 // use them to hand-build graphs. Each emitter returns the id of the op's main
 // output tensor.
 //
@@ -72,12 +72,16 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "graph/graph.h"
-#include "graph/model_config.h"
 
 namespace headroom {
+
+// Elementwise nonlinearity. kGeluTanh is HF's "gelu_new"/"gelu_pytorch_tanh".
+enum class ActivationKind : uint8_t { kGelu, kGeluTanh, kSilu, kRelu, kTanh };
+std::string_view ActivationName(ActivationKind kind);  // "gelu", "gelu_tanh", "silu", ...
 
 struct EmitterOptions {
   DType compute_dtype = DType::kF32;

@@ -1,6 +1,6 @@
 // The full schedule of one training step: forward, loss, backward (with
 // activation checkpointing) and the optimizer step, derived from a forward
-// graph as the builders emit it (graph/builders.h).
+// graph as the builders emit it (models/builders.h).
 //
 //   HEADROOM_ASSIGN_OR_RETURN(Graph forward, BuildModelGraph(config, build));
 //   HEADROOM_ASSIGN_OR_RETURN(Graph step, BuildTrainingStep(forward, {
@@ -74,7 +74,7 @@ struct StepOptions {
   bool gradients_preexist = false;
   // Append one optimizer op per trainable parameter, after which its gradient
   // is freed (zero_grad(set_to_none=True)). The two figures only price the op
-  // (graph/cost_model.h); optimizer state memory is the estimators' business.
+  // (hardware/cost_model.h); optimizer state memory is the estimators' business.
   bool optimizer_step = true;
   double optimizer_flops_per_element = 12;        // AdamW: moments, bias correction, decay
   uint32_t optimizer_state_bytes_per_element = 8;  // AdamW: two fp32 moments

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "allocator/caching_allocator.h"
-#include "allocator/simulated_backend.h"
+#include "allocator/simulated/simulated_backend.h"
 #include "gtest/gtest.h"
 
 namespace headroom::testing {

@@ -7,7 +7,7 @@
 
 #include "allocator/cuda/c_abi/c_abi_internal.h"
 #include "allocator/cuda/c_abi/headroom_alloc.h"
-#include "allocator/simulated_backend.h"
+#include "allocator/simulated/simulated_backend.h"
 #include "common/units.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -1,4 +1,4 @@
-#include "allocator/simulated_backend.h"
+#include "allocator/simulated/simulated_backend.h"
 
 #include "common/units.h"
 #include "gtest/gtest.h"

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "allocator/allocation_trace.h"
-#include "allocator/trace_replay.h"
+#include "replay/allocation_trace.h"
+#include "replay/trace_replay.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

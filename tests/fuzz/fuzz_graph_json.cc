@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "graph/graph_json.h"
+#include "models/graph_json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "graph/builders.h"
-#include "graph/model_config.h"
+#include "models/builders.h"
+#include "models/model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "graph/node_link.h"
+#include "models/node_link.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

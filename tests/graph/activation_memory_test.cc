@@ -15,9 +15,9 @@
 #include <cstdint>
 
 #include "gtest/gtest.h"
-#include "graph/builders.h"
+#include "models/builders.h"
 #include "graph/liveness.h"
-#include "graph/model_source.h"
+#include "models/model_source.h"
 #include "graph/training_step.h"
 
 namespace headroom {

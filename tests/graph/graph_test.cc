@@ -16,7 +16,6 @@ TEST(DType, BytesAndNames) {
   EXPECT_EQ(*ParseDType("half"), DType::kF16);
   EXPECT_EQ(*ParseDType("F32"), DType::kF32);
   EXPECT_THAT(ParseDType("float128").status().message(), HasSubstr("unknown dtype 'float128'"));
-  EXPECT_EQ(MathModeFor(DType::kF32, /*allow_tf32=*/true), MathMode::kTf32);
 }
 
 TEST(Graph, BuildsAndValidates) {

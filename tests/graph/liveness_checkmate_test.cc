@@ -1,12 +1,12 @@
 // Liveness on the Checkmate training graphs (../shared/data, imported by
-// graph/node_link.h), whose no-rematerialization peak the data README
+// models/node_link.h), whose no-rematerialization peak the data README
 // defines: each node's output freed right after its last consumer.
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "graph/liveness.h"
-#include "graph/node_link.h"
+#include "models/node_link.h"
 #include "gtest/gtest.h"
 
 namespace headroom {

@@ -4,7 +4,7 @@
 
 #include "allocator/size_rounding.h"
 #include "estimators/optimizer_state.h"
-#include "graph/gpu_catalog.h"
+#include "hardware/gpu_catalog.h"
 #include "planner/checkpoint_sets.h"
 
 int main() {

@@ -1,0 +1,72 @@
+// The job a user describes, apart from the model: what runs (training or
+// inference, batch and sequence, precision, optimizer, checkpointing, LoRA),
+// how it spreads over GPUs (job/parallel_layout.h), and the machine it must
+// fit on. The estimators, the planner and the executor all take these, so a
+// job can be described without including any of them.
+//
+//   JobSpec job{.micro_batch = 4, .seq_len = 8192, .precision = Precision::kBf16Mixed};
+//   job.layout = {.gpus = 8, .sharding = Sharding::kZero3};
+//   Machine machine{.gpu = *GpuCatalog::Builtin().Find("h100")};
+#ifndef HEADROOM_JOB_JOB_SPEC_H_
+#define HEADROOM_JOB_JOB_SPEC_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "graph/graph.h"
+#include "graph/training_step.h"
+#include "hardware/gpu_catalog.h"
+#include "job/optimizer.h"
+#include "job/parallel_layout.h"
+#include "job/precision.h"
+#include "models/builders.h"
+#include "models/model_config.h"
+
+namespace headroom {
+
+// Overheads beyond the tensors that the user may set (estimators/overheads.h).
+struct OverheadOptions {
+  std::optional<uint64_t> cuda_context;  // override (--cuda-context)
+  int streams = 1;                       // compute streams, each with a cuBLAS workspace
+  // Fragmentation allowance as a fraction of the dynamic bytes (activations,
+  // gradients of activations, temporaries) at the peak.
+  double fragmentation_fraction = 0.25;
+};
+
+// What the user runs: everything but the model and the machine.
+struct JobSpec {
+  bool training = true;
+  int64_t micro_batch = 1;      // per GPU, per forward/backward
+  int64_t seq_len = 0;          // 0: the model's max_position_embeddings capped at 4096
+  int64_t grad_accum = 1;       // micro-batches per optimizer step
+  Precision precision = Precision::kBf16Mixed;
+  Optimizer optimizer = Optimizer::kAdamW;
+  // How the optimizer step runs, which sets its transient memory (Note
+  // [Optimizer step transients]).
+  OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
+  AttentionImpl attention = AttentionImpl::kFlash;
+  CheckpointMode checkpoint = CheckpointMode::kOff;
+  int checkpoint_every = 1;
+  LoraOptions lora;
+  ParallelLayout layout;
+  // Gradients stay allocated between steps: zero_grad(set_to_none=False),
+  // PyTorch's default before 2.0 (Note [Gradients: resident or by liveness]).
+  bool keep_gradients = false;
+  // Encoders only: the task head to train (default: the config's).
+  std::optional<EncoderHead> encoder_head;
+  // Inference: KV cache for `context` tokens per sequence (0: no cache).
+  int64_t context = 0;
+  int64_t kv_block_size = 16;
+  std::optional<DType> kv_dtype;  // default: the compute dtype
+  OverheadOptions overheads;
+};
+
+struct Machine {
+  const GpuSpec* gpu = nullptr;          // catalog entry; may be null with a budget
+  std::optional<uint64_t> budget;        // overrides gpu->memory_bytes
+  uint64_t capacity() const { return budget ? *budget : gpu != nullptr ? gpu->memory_bytes : 0; }
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_JOB_JOB_SPEC_H_

@@ -1,0 +1,66 @@
+// How a job spreads over GPUs: data parallel with optional ZeRO / FSDP
+// sharding, tensor (and sequence) parallel, pipeline parallel and expert
+// parallel, and what is offloaded to host memory.
+//
+//   ParallelLayout layout{.gpus = 8, .sharding = Sharding::kZero3};
+//   HEADROOM_RETURN_IF_ERROR(layout.Validate());
+//   layout.data_parallel()   -> 8
+//   layout.shard_group()     -> 8   (ranks a ZeRO/FSDP shard is split across)
+//
+// Invariants (Validate()): every degree >= 1; gpus is a multiple of
+// tensor_parallel * pipeline_parallel; expert_parallel divides the data
+// parallel degree; FSDP's hybrid shard group divides the data parallel
+// degree; offload needs ZeRO (DeepSpeed's ZeRO-Offload, stages 1-3) or FSDP
+// (CPUOffload, which moves parameters and optimizer state together).
+#ifndef HEADROOM_JOB_PARALLEL_LAYOUT_H_
+#define HEADROOM_JOB_PARALLEL_LAYOUT_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace headroom {
+
+enum class Sharding {
+  kReplicated, // plain data parallel (DDP): every rank holds everything
+  kZero1,      // DeepSpeed ZeRO stage 1: optimizer state partitioned
+  kZero2,      // + gradients partitioned
+  kZero3,      // + parameters partitioned, gathered layer by layer
+  kFsdpFull,   // PyTorch FSDP FULL_SHARD
+  kFsdpHybrid, // FSDP HYBRID_SHARD: FULL_SHARD inside a group, replicated across groups
+};
+
+std::string_view ShardingName(Sharding sharding);  // "none", "zero1", ..., "fsdp-hybrid"
+// Accepts "none", "ddp", "zero0".."zero3", "zero-1", "fsdp", "fsdp-full", "fsdp-hybrid".
+absl::StatusOr<Sharding> ParseSharding(std::string_view name);
+bool IsDeepSpeed(Sharding sharding);
+bool IsFsdp(Sharding sharding);
+
+struct ParallelLayout {
+  int gpus = 1;
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  int pipeline_parallel = 1;
+  int expert_parallel = 1;
+  Sharding sharding = Sharding::kReplicated;
+  // Ranks per FSDP hybrid shard group (usually the GPUs of one node).
+  int hybrid_shard_group = 8;
+  bool offload_optimizer = false;  // optimizer state (and fp32 masters/grads) in host memory
+  bool offload_params = false;     // ZeRO-3 / FSDP parameters in host memory too
+  // True when the user asked for the DeepSpeed optimizer without ZeRO
+  // partitioning (zero stage 0): it still keeps a 16-bit gradient buffer.
+  bool deepspeed_stage0 = false;
+
+  int data_parallel() const { return gpus / (tensor_parallel * pipeline_parallel); }
+  // Ranks that together hold one copy of the sharded model states.
+  int shard_group() const;
+  absl::Status Validate() const;
+  // "8 GPUs: data 8 (ZeRO-3), tensor 1, pipeline 1" style summary.
+  std::string Describe() const;
+};
+
+}  // namespace headroom
+
+#endif  // HEADROOM_JOB_PARALLEL_LAYOUT_H_

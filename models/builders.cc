@@ -1,0 +1,736 @@
+#include "models/builders.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "graph/ops.h"
+
+namespace headroom {
+namespace {
+
+enum class Parallel : uint8_t { kReplicated, kColumn, kRow };
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool IsLlamaLike(const ModelConfig& c) {
+  return c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" ||
+         c.model_type == "mixtral";
+}
+
+// Config field names as each architecture's config.json spells them, so
+// errors point at the line the user has to change.
+struct FieldNames {
+  std::string_view heads = "num_attention_heads";
+  std::string_view kv_heads = "num_key_value_heads";
+  std::string_view intermediate = "intermediate_size";
+  std::string_view positions = "max_position_embeddings";
+};
+
+FieldNames FieldsOf(const ModelConfig& c) {
+  if (c.model_type == "gpt2") {
+    return {.heads = "n_head", .kv_heads = "n_head", .intermediate = "n_inner",
+            .positions = "n_positions"};
+  }
+  if (!IsLlamaLike(c)) return {.kv_heads = "num_attention_heads"};
+  return {};
+}
+
+// Leaf module names PEFT targets by default (its
+// TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): the attention query
+// and value projections.
+std::vector<std::string> DefaultLoraTargets(const ModelConfig& c) {
+  if (c.model_type == "gpt2") return {"c_attn"};
+  if (c.model_type == "gpt_neox") return {"query_key_value"};
+  if (c.model_type == "bert" || c.model_type == "roberta") return {"query", "value"};
+  return {"q_proj", "v_proj"};
+}
+
+class Builder {
+ public:
+  Builder(const ModelConfig& config, const BuildOptions& options, Graph& graph)
+      : c_(config),
+        o_(options),
+        g_(graph),
+        e_(graph, EmitterOptions{
+                      .compute_dtype = options.compute_dtype,
+                      .autocast = options.param_dtype != options.compute_dtype,
+                      .autocast_wide_dtype = options.param_dtype,
+                      .training = options.training}),
+        t_(options.tensor_parallel),
+        sp_(options.sequence_parallel) {
+    if (o_.lora.enabled()) {
+      const std::vector<std::string> targets =
+          o_.lora.target_modules.empty() ? DefaultLoraTargets(c_) : o_.lora.target_modules;
+      lora_targets_.insert(targets.begin(), targets.end());
+    }
+  }
+
+  absl::Status Build();
+
+ private:
+  absl::Status CheckOptions() const;
+  absl::Status BuildDecoder();
+  absl::Status BuildEncoder();
+  absl::Status BuildCnn();
+  absl::Status BuildMlp();
+  absl::Status CheckLoraTargetsUsed() const;
+
+  bool Frozen() const { return o_.lora.enabled(); }
+  TensorId Param(const std::string& name, std::vector<int64_t> shape) {
+    return e_.Parameter(name, std::move(shape), o_.param_dtype, !Frozen());
+  }
+  // Norm of the architecture's kind; `prefix` is the module ("model.norm").
+  TensorId Norm(const std::string& prefix, TensorId x);
+  TensorId LayerNormModule(const std::string& prefix, TensorId x);
+  // A Linear module (HF naming `module`.weight/.bias) with LoRA/QLoRA when
+  // targeted. `in`/`out` are this shard's features; `conv1d` stores the
+  // weight [in, out] as GPT-2 does.
+  TensorId Proj(const std::string& module, TensorId x, int64_t in, int64_t out, bool bias,
+                Parallel parallel, bool conv1d = false, TensorId x_shard = kNone,
+                TensorId tied_weight = kNone);
+  // Output of a row-parallel block back to the residual layout.
+  TensorId ReduceOutput(const std::string& name, TensorId x);
+  // Input of a column-parallel block from the residual layout.
+  TensorId GatherInput(const std::string& name, TensorId x) {
+    return sp_ ? e_.AllGather(name + ".all_gather", x, 1, t_) : x;
+  }
+  TensorId Attention(const std::string& prefix, TensorId x, TensorId x_shard);
+  TensorId Mlp(const std::string& prefix, TensorId x, TensorId x_shard);
+  TensorId Moe(const std::string& prefix, TensorId x, TensorId x_shard);
+  TensorId Loss(TensorId logits, int64_t rows, int64_t classes);
+
+  const ModelConfig& c_;
+  const BuildOptions& o_;
+  Graph& g_;
+  OpEmitter e_;
+  const int t_;
+  const bool sp_;
+  TensorId cos_ = kNone;
+  TensorId sin_ = kNone;
+  std::set<std::string> lora_targets_;
+  std::set<std::string> seen_leaves_;
+  std::set<std::string> used_targets_;
+};
+
+absl::Status Builder::CheckOptions() const {
+  const FieldNames fields = FieldsOf(c_);
+  if (o_.batch <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("batch must be positive, got %d", o_.batch));
+  }
+  const bool transformer = c_.family == ModelFamily::kDecoder || c_.family == ModelFamily::kEncoder;
+  if (transformer && o_.seq_len <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("seq_len must be positive, got %d", o_.seq_len));
+  }
+  if (transformer && c_.positions == PositionKind::kLearned &&
+      o_.seq_len > c_.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "seq_len %d exceeds the model's %s (%d): its learned position embeddings end there",
+        o_.seq_len, fields.positions, c_.max_position_embeddings));
+  }
+  auto floating = [](DType d) {
+    return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16 || d == DType::kF64;
+  };
+  if (!floating(o_.param_dtype)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "param_dtype must be f32, bf16 or f16, got %s", DTypeName(o_.param_dtype)));
+  }
+  if (!floating(o_.compute_dtype) && o_.compute_dtype != DType::kF8E4M3 &&
+      o_.compute_dtype != DType::kF8E5M2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "compute_dtype must be f32, bf16, f16 or fp8, got %s", DTypeName(o_.compute_dtype)));
+  }
+  if (DTypeBytes(o_.compute_dtype, 1) > DTypeBytes(o_.param_dtype, 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "compute_dtype %s is wider than param_dtype %s; mixed precision keeps weights at least "
+        "as wide as the math",
+        DTypeName(o_.compute_dtype), DTypeName(o_.param_dtype)));
+  }
+  if (o_.tensor_parallel < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tensor_parallel must be >= 1, got %d", o_.tensor_parallel));
+  }
+  if (o_.sequence_parallel && o_.tensor_parallel == 1) {
+    return absl::InvalidArgumentError("sequence_parallel needs tensor_parallel > 1");
+  }
+  if (o_.tensor_parallel > 1) {
+    if (!transformer) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tensor_parallel is supported for transformers only, not %s", c_.architecture));
+    }
+    if (c_.num_heads % t_ != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s (%d) is not divisible by tensor_parallel (%d)", fields.heads, c_.num_heads, t_));
+    }
+    if (c_.num_kv_heads % t_ != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s (%d) is not divisible by tensor_parallel (%d)", fields.kv_heads, c_.num_kv_heads,
+          t_));
+    }
+    if (c_.intermediate_size % t_ != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s (%d) is not divisible by tensor_parallel (%d)", fields.intermediate,
+          c_.intermediate_size, t_));
+    }
+    if (o_.sequence_parallel && o_.seq_len % t_ != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "seq_len (%d) is not divisible by tensor_parallel (%d), which sequence parallelism "
+          "needs",
+          o_.seq_len, t_));
+    }
+  }
+  const LoraOptions& lora = o_.lora;
+  if (lora.rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("lora rank must not be negative, got %d", lora.rank));
+  }
+  if (lora.quantize_base_nf4 && !lora.enabled()) {
+    return absl::InvalidArgumentError("QLoRA (NF4 base weights) needs a lora rank > 0");
+  }
+  if (lora.enabled()) {
+    if (!transformer) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "LoRA is supported for transformers only, not %s", c_.architecture));
+    }
+    if (!(lora.alpha > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("lora alpha must be positive, got %g", lora.alpha));
+    }
+    if (!(lora.dropout >= 0 && lora.dropout < 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("lora dropout must be in [0, 1), got %g", lora.dropout));
+    }
+    if (lora.quant_block_size <= 0 || lora.nested_block_size <= 0) {
+      return absl::InvalidArgumentError("QLoRA block sizes must be positive");
+    }
+  }
+  if (c_.architecture == "GPT2Model" && o_.training) {
+    return absl::InvalidArgumentError(
+        "GPT2Model has no language-model head to train; use GPT2LMHeadModel");
+  }
+  return absl::OkStatus();
+}
+
+TensorId Builder::LayerNormModule(const std::string& prefix, TensorId x) {
+  TensorId w = Param(prefix + ".weight", {c_.hidden_size});
+  TensorId b = c_.norm_bias ? Param(prefix + ".bias", {c_.hidden_size}) : kNone;
+  return e_.LayerNorm(prefix, x, w, b);
+}
+
+TensorId Builder::Norm(const std::string& prefix, TensorId x) {
+  if (c_.norm == NormKind::kRmsNorm) {
+    return e_.RmsNorm(prefix, x, Param(prefix + ".weight", {c_.hidden_size}));
+  }
+  return LayerNormModule(prefix, x);
+}
+
+TensorId Builder::Proj(const std::string& module, TensorId x, int64_t in, int64_t out, bool bias,
+                       Parallel /*parallel*/, bool conv1d, TensorId x_shard,
+                       TensorId tied_weight) {
+  const std::string leaf = module.substr(module.rfind('.') + 1);
+  const bool in_block = e_.layer() >= 0;
+  if (in_block) seen_leaves_.insert(leaf);
+  const bool lora =
+      o_.lora.enabled() && in_block &&
+      (lora_targets_.count(leaf) > 0 || lora_targets_.count("all-linear") > 0);
+  if (lora) used_targets_.insert(lora_targets_.count(leaf) > 0 ? leaf : "all-linear");
+
+  std::vector<int64_t> weight_shape = conv1d ? std::vector<int64_t>{in, out}
+                                             : std::vector<int64_t>{out, in};
+  TensorId weight = tied_weight;
+  if (weight == kNone && o_.lora.quantize_base_nf4 && in_block) {
+    // Note [QLoRA storage]: bitsandbytes quantizes every Linear of the
+    // blocks (not the embeddings or the LM head) to NF4 with one absmax per
+    // 64 weights; double quantization stores those as 8-bit with one f32
+    // constant per 256 of them: 0.127 bits/parameter (Dettmers et al. 2023,
+    // Section 3, "Double Quantization").
+    const std::string name = module + ".weight";
+    weight = e_.Parameter(name, weight_shape, DType::kNF4, /*trainable=*/false);
+    const int64_t n = in * out;
+    const int64_t blocks = CeilDiv(n, o_.lora.quant_block_size);
+    std::vector<TensorId> constants;
+    if (o_.lora.double_quant) {
+      constants.push_back(e_.Buffer(name + ".absmax", {blocks}, DType::kU8));
+      constants.push_back(e_.Buffer(name + ".nested_absmax",
+                                    {CeilDiv(blocks, o_.lora.nested_block_size)}, DType::kF32));
+      constants.push_back(e_.Buffer(name + ".nested_quant_map", {256}, DType::kF32));
+    } else {
+      constants.push_back(e_.Buffer(name + ".absmax", {blocks}, DType::kF32));
+    }
+    constants.push_back(e_.Buffer(name + ".quant_map", {16}, DType::kF32));
+    weight = e_.DequantizeNf4(module + ".dequantize", weight, constants, weight_shape);
+  } else if (weight == kNone) {
+    weight = Param(module + ".weight", weight_shape);
+  }
+  // Row-parallel biases are replicated and added once after the reduction;
+  // counting them with the shard is what Megatron does too.
+  TensorId b = bias ? Param(module + ".bias", {out}) : kNone;
+  if (b != kNone && o_.lora.quantize_base_nf4 && in_block) {
+    g_.mutable_tensor(b).trainable = false;
+  }
+  TensorId y = e_.Linear(module, x, weight, b, x_shard);
+  if (!lora) return y;
+
+  // PEFT's LoRA Linear: result + lora_B(lora_A(dropout(x))) * (alpha / r).
+  const int64_t r = o_.lora.rank;
+  // Under tensor parallelism A follows the base layer's input split and B
+  // its output split, so both are this shard's.
+  TensorId a = e_.Parameter(module + ".lora_A.weight", {r, in}, o_.param_dtype, true);
+  TensorId bw = e_.Parameter(module + ".lora_B.weight", {out, r}, o_.param_dtype, true);
+  TensorId dropped = e_.Dropout(module + ".lora_dropout", x, o_.lora.dropout);
+  TensorId down = e_.Linear(module + ".lora_A", dropped, a, kNone,
+                            dropped == x ? x_shard : kNone);
+  TensorId up = e_.Linear(module + ".lora_B", down, bw);
+  TensorId scaled = e_.Scale(module + ".lora_scale", up);
+  return e_.Add(module + ".lora_add", y, scaled);
+}
+
+TensorId Builder::ReduceOutput(const std::string& name, TensorId x) {
+  if (t_ == 1) return x;
+  if (sp_) return e_.ReduceScatter(name + ".reduce_scatter", x, 1, t_);
+  return e_.AllReduce(name + ".all_reduce", x, t_);
+}
+
+TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_shard) {
+  const int64_t b = o_.batch, s = o_.seq_len, h = c_.hidden_size, d = c_.head_dim;
+  const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
+  const bool causal = c_.family == ModelFamily::kDecoder;
+  TensorId q, k, v;
+  std::string out_module;
+  if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox") {
+    const bool gpt2 = c_.model_type == "gpt2";
+    const std::string module = prefix + (gpt2 ? "attn.c_attn" : "attention.query_key_value");
+    TensorId qkv = Proj(module, x, h, 3 * heads * d, c_.qkv_bias, Parallel::kColumn, gpt2,
+                        x_shard);
+    // Splitting heads out of the fused projection is views of one storage:
+    // it stays alive while q, k or v are saved.
+    q = e_.View(module + ".q", qkv, {b, heads, s, d});
+    k = e_.View(module + ".k", qkv, {b, heads, s, d});
+    v = e_.View(module + ".v", qkv, {b, heads, s, d});
+    out_module = prefix + (gpt2 ? "attn.c_proj" : "attention.dense");
+  } else {
+    const bool bert = c_.family == ModelFamily::kEncoder;
+    const std::string base = prefix + (bert ? "attention.self." : "self_attn.");
+    const std::string qn = bert ? "query" : "q_proj", kn = bert ? "key" : "k_proj",
+                      vn = bert ? "value" : "v_proj";
+    TensorId qp = Proj(base + qn, x, h, heads * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+    TensorId kp = Proj(base + kn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+    TensorId vp = Proj(base + vn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+    q = e_.View(base + qn + ".heads", qp, {b, heads, s, d});
+    k = e_.View(base + kn + ".heads", kp, {b, kv, s, d});
+    v = e_.View(base + vn + ".heads", vp, {b, kv, s, d});
+    out_module = bert ? prefix + "attention.output.dense" : base + "o_proj";
+  }
+  if (c_.positions == PositionKind::kRotary) {
+    const auto rotary_dims = static_cast<int64_t>(static_cast<double>(d) * c_.rotary_pct);
+    q = e_.Rotary(prefix + "rotary_q", q, cos_, sin_, rotary_dims);
+    k = e_.Rotary(prefix + "rotary_k", k, cos_, sin_, rotary_dims);
+  }
+  TensorId context;
+  const std::string core = prefix + "attn_core";
+  if (o_.attention == AttentionImpl::kFlash) {
+    // flash_attention_2 reads grouped k/v directly; no repeat_kv copy.
+    context = e_.FlashAttention(core + ".sdpa", q, k, v, causal);
+  } else {
+    e_.set_attention_core(true);
+    if (kv < heads) {
+      // HF eager attention materializes repeated k/v heads (repeat_kv).
+      k = e_.RepeatKv(core + ".repeat_k", k, heads);
+      v = e_.RepeatKv(core + ".repeat_v", v, heads);
+    }
+    TensorId scores = e_.MatMul(core + ".qk", q, k, /*b_transposed=*/true);
+    scores = e_.MaskedScale(core + ".scale_mask", scores);
+    TensorId probs = e_.Softmax(core + ".softmax", scores, /*force_f32=*/IsLlamaLike(c_));
+    // Decoders cast the probabilities back to v's dtype (HF's
+    // `.to(query.dtype)` / `.type(value.dtype)`); BERT leaves that to autocast.
+    if (c_.family == ModelFamily::kDecoder) {
+      probs = e_.Cast(core + ".probs_cast", probs, g_.tensor(v).dtype);
+    }
+    probs = e_.Dropout(core + ".dropout", probs, c_.attention_dropout);
+    context = e_.MatMul(core + ".pv", probs, v);
+    e_.set_attention_core(false);
+  }
+  TensorId merged = e_.View(core + ".merge_heads", context, {b, s, heads * d});
+  TensorId out = Proj(out_module, merged, heads * d, h, c_.attn_output_bias, Parallel::kRow,
+                      /*conv1d=*/c_.model_type == "gpt2");
+  return ReduceOutput(out_module, out);
+}
+
+TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
+  if (c_.is_moe()) return Moe(prefix + "block_sparse_moe.", x, x_shard);
+  const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_;
+  TensorId y;
+  std::string down;
+  if (c_.gated_mlp) {
+    TensorId gate = Proj(prefix + "mlp.gate_proj", x, h, inner, c_.mlp_bias, Parallel::kColumn,
+                         false, x_shard);
+    TensorId up = Proj(prefix + "mlp.up_proj", x, h, inner, c_.mlp_bias, Parallel::kColumn, false,
+                       x_shard);
+    TensorId act = e_.Activation(prefix + "mlp.act_fn", c_.activation, gate);
+    TensorId prod = e_.Mul(prefix + "mlp.gate_mul", act, up);
+    down = prefix + "mlp.down_proj";
+    y = Proj(down, prod, inner, h, c_.mlp_bias, Parallel::kRow);
+  } else {
+    std::string up_name, down_name;
+    bool conv1d = false;
+    if (c_.model_type == "gpt2") {
+      up_name = "mlp.c_fc", down_name = "mlp.c_proj", conv1d = true;
+    } else if (c_.model_type == "gpt_neox") {
+      up_name = "mlp.dense_h_to_4h", down_name = "mlp.dense_4h_to_h";
+    } else {
+      up_name = "intermediate.dense", down_name = "output.dense";
+    }
+    TensorId up = Proj(prefix + up_name, x, h, inner, c_.mlp_bias, Parallel::kColumn, conv1d,
+                       x_shard);
+    TensorId act = e_.Activation(prefix + up_name + ".act", c_.activation, up);
+    down = prefix + down_name;
+    y = Proj(down, act, inner, h, c_.mlp_bias, Parallel::kRow, conv1d);
+  }
+  return ReduceOutput(down, y);
+}
+
+// Note [MoE routing] in builders.h: balanced routing, tokens*top_k/experts
+// rows per expert, in HF Mixtral's dispatch (gather rows, expert MLP, scale
+// by routing weight, index_add into the output).
+TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
+  const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_;
+  const int64_t tokens = o_.batch * o_.seq_len;
+  TensorId flat = e_.View(prefix + "flatten", x, {tokens, h});
+  TensorId logits = Proj(prefix + "gate", flat, h, c_.num_experts, false, Parallel::kReplicated,
+                         false, x_shard);
+  OpEmitter::Routing routing =
+      e_.RouterTopK(prefix + "router", logits, c_.experts_per_token);
+  TensorId acc = e_.Zeros(prefix + "final_hidden_states", {tokens, h}, g_.tensor(flat).dtype);
+  const int64_t rows = CeilDiv(tokens * c_.experts_per_token, c_.num_experts);
+  for (int64_t j = 0; j < c_.num_experts; ++j) {
+    const std::string ex = absl::StrFormat("%sexperts.%d.", prefix, j);
+    TensorId in = e_.GatherRows(ex + "dispatch", flat, rows);
+    TensorId w1 = Proj(ex + "w1", in, h, inner, false, Parallel::kColumn);
+    TensorId w3 = Proj(ex + "w3", in, h, inner, false, Parallel::kColumn);
+    TensorId act = e_.Activation(ex + "act_fn", c_.activation, w1);
+    TensorId prod = e_.Mul(ex + "gate_mul", act, w3);
+    TensorId out = Proj(ex + "w2", prod, inner, h, false, Parallel::kRow);
+    TensorId weight = e_.GatherRows(ex + "routing_weight", routing.weights, rows);
+    TensorId weighted = e_.Mul(ex + "weighted", out, weight);
+    acc = e_.IndexAdd(ex + "combine", acc, weighted);
+  }
+  TensorId y = e_.View(prefix + "unflatten", acc, {o_.batch, o_.seq_len, h});
+  return ReduceOutput(prefix + "experts", y);
+}
+
+TensorId Builder::Loss(TensorId logits, int64_t rows, int64_t classes) {
+  e_.set_layer(-1);
+  e_.set_phase(Phase::kLoss);
+  TensorId labels = e_.Input("labels", {rows}, DType::kI64);
+  TensorId flat = e_.View("loss.logits_flat", logits, {rows, classes});
+  // HF's loss functions upcast logits (`logits.float()`, transformers
+  // loss_utils.py ForCausalLMLoss / the model heads) before cross-entropy.
+  TensorId wide = e_.Cast("loss.logits_float", flat, DType::kF32);
+  TensorId loss = e_.CrossEntropy("loss", wide, labels);
+  e_.set_phase(Phase::kForward);
+  return loss;
+}
+
+absl::Status Builder::BuildDecoder() {
+  const int64_t b = o_.batch, s = o_.seq_len, h = c_.hidden_size;
+  const int64_t s_local = sp_ ? s / t_ : s;
+  // Megatron pads the vocabulary so every rank holds the same number of rows.
+  const int64_t vocab = CeilDiv(c_.vocab_size, t_);
+  const bool gpt2 = c_.model_type == "gpt2", neox = c_.model_type == "gpt_neox";
+  const std::string root = gpt2 ? "transformer." : neox ? "gpt_neox." : "model.";
+  const std::string embed_name =
+      root + (gpt2 ? "wte" : neox ? "embed_in" : "embed_tokens") + ".weight";
+
+  e_.set_layer(-1);
+  TensorId ids = e_.Input("input_ids", {b, s}, DType::kI64);
+  TensorId table = Param(embed_name, {vocab, h});
+  TensorId x = e_.Embedding(root + "embed", ids, table);
+  if (t_ > 1) x = ReduceOutput(root + "embed", x);
+  if (gpt2) {
+    TensorId positions = e_.Input("position_ids", {1, s_local}, DType::kI64);
+    TensorId wpe = Param(root + "wpe.weight", {c_.max_position_embeddings, h});
+    TensorId pos = e_.Embedding(root + "wpe", positions, wpe);
+    x = e_.Add(root + "embed_add", x, pos);
+  }
+  x = e_.Dropout(root + "drop", x, c_.embedding_dropout);
+  if (c_.positions == PositionKind::kRotary) {
+    const auto rotary_dims =
+        static_cast<int64_t>(static_cast<double>(c_.head_dim) * c_.rotary_pct);
+    const DType dtype = e_.options().autocast ? o_.param_dtype : o_.compute_dtype;
+    cos_ = e_.Buffer(root + "rotary_emb.cos", {s, rotary_dims}, dtype);
+    sin_ = e_.Buffer(root + "rotary_emb.sin", {s, rotary_dims}, dtype);
+  }
+
+  for (int64_t i = 0; i < c_.num_layers; ++i) {
+    e_.set_layer(static_cast<int>(i));
+    const std::string p =
+        absl::StrFormat("%s%s.%d.", root, gpt2 ? "h" : "layers", i);
+    const std::string n1 = p + (gpt2 ? "ln_1" : "input_layernorm");
+    const std::string n2 = p + (gpt2 ? "ln_2" : "post_attention_layernorm");
+    TensorId residual = x;
+    TensorId ln1 = Norm(n1, x);
+    TensorId attn = Attention(p, GatherInput(n1, ln1), sp_ ? ln1 : kNone);
+    attn = e_.Dropout(p + "attn_dropout", attn, c_.hidden_dropout);
+    if (c_.parallel_residual) {
+      // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)).
+      TensorId ln2 = Norm(n2, residual);
+      TensorId mlp = Mlp(p, GatherInput(n2, ln2), sp_ ? ln2 : kNone);
+      mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
+      x = e_.Add(p + "residual", e_.Add(p + "branch_add", mlp, attn), residual);
+    } else {
+      x = e_.Add(p + "attn_residual", residual, attn);
+      TensorId ln2 = Norm(n2, x);
+      TensorId mlp = Mlp(p, GatherInput(n2, ln2), sp_ ? ln2 : kNone);
+      mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
+      x = e_.Add(p + "mlp_residual", x, mlp);
+    }
+  }
+  e_.set_layer(-1);
+  if (c_.architecture == "GPT2Model") {
+    Norm(root + "ln_f", x);
+    return absl::OkStatus();
+  }
+  const std::string final_norm =
+      root + (gpt2 ? "ln_f" : neox ? "final_layer_norm" : "norm");
+  TensorId normed = Norm(final_norm, x);
+  TensorId head_in = GatherInput(final_norm, normed);
+  const std::string head = neox ? "embed_out" : "lm_head";
+  TensorId logits = Proj(head, head_in, h, vocab, false, Parallel::kColumn, false,
+                         sp_ ? normed : kNone, c_.tie_word_embeddings ? table : kNone);
+  if (o_.training) Loss(logits, b * s, vocab);
+  return absl::OkStatus();
+}
+
+absl::Status Builder::BuildEncoder() {
+  const int64_t b = o_.batch, s = o_.seq_len, h = c_.hidden_size;
+  const int64_t s_local = sp_ ? s / t_ : s;
+  const int64_t vocab = CeilDiv(c_.vocab_size, t_);
+  const bool roberta = c_.model_type == "roberta";
+  const std::string root =
+      c_.encoder_head == EncoderHead::kBodyOnly ? "" : (roberta ? "roberta." : "bert.");
+
+  e_.set_layer(-1);
+  TensorId ids = e_.Input("input_ids", {b, s}, DType::kI64);
+  TensorId word = Param(root + "embeddings.word_embeddings.weight", {vocab, h});
+  TensorId x = e_.Embedding(root + "embeddings.word_embeddings", ids, word);
+  if (t_ > 1) x = ReduceOutput(root + "embeddings.word_embeddings", x);
+  TensorId positions = e_.Input("position_ids", {roberta ? b : 1, s_local}, DType::kI64);
+  TensorId pos_table =
+      Param(root + "embeddings.position_embeddings.weight", {c_.max_position_embeddings, h});
+  x = e_.Add(root + "embeddings.add_position", x,
+             e_.Embedding(root + "embeddings.position_embeddings", positions, pos_table));
+  if (c_.type_vocab_size > 0) {
+    TensorId types = e_.Input("token_type_ids", {b, s_local}, DType::kI64);
+    TensorId type_table =
+        Param(root + "embeddings.token_type_embeddings.weight", {c_.type_vocab_size, h});
+    x = e_.Add(root + "embeddings.add_token_type", x,
+               e_.Embedding(root + "embeddings.token_type_embeddings", types, type_table));
+  }
+  x = LayerNormModule(root + "embeddings.LayerNorm", x);
+  x = e_.Dropout(root + "embeddings.dropout", x, c_.embedding_dropout);
+
+  for (int64_t i = 0; i < c_.num_layers; ++i) {
+    e_.set_layer(static_cast<int>(i));
+    const std::string p = absl::StrFormat("%sencoder.layer.%d.", root, i);
+    // BERT is post-norm: LayerNorm(x + sublayer(x)).
+    TensorId attn = Attention(p, GatherInput(p + "attention", x), sp_ ? x : kNone);
+    attn = e_.Dropout(p + "attention.output.dropout", attn, c_.hidden_dropout);
+    x = LayerNormModule(p + "attention.output.LayerNorm",
+                        e_.Add(p + "attention.output.residual", attn, x));
+    TensorId mlp = Mlp(p, GatherInput(p + "intermediate", x), sp_ ? x : kNone);
+    mlp = e_.Dropout(p + "output.dropout", mlp, c_.hidden_dropout);
+    x = LayerNormModule(p + "output.LayerNorm", e_.Add(p + "output.residual", mlp, x));
+  }
+  e_.set_layer(-1);
+  if (sp_) x = e_.AllGather(root + "encoder.all_gather", x, 1, t_);
+  TensorId pooled = kNone;
+  if (c_.encoder_pooler) {
+    TensorId first = e_.View(root + "pooler.first_token", x, {b, h});
+    pooled = e_.Activation(root + "pooler.activation", ActivationKind::kTanh,
+                           Proj(root + "pooler.dense", first, h, h, true, Parallel::kReplicated));
+  }
+  if (c_.encoder_head == EncoderHead::kMaskedLm) {
+    const std::string head = roberta ? "lm_head." : "cls.predictions.";
+    const std::string transform = roberta ? head : head + "transform.";
+    TensorId y = Proj(transform + "dense", x, h, h, true, Parallel::kReplicated);
+    y = e_.Activation(transform + "act", c_.activation, y);
+    y = LayerNormModule(transform + (roberta ? "layer_norm" : "LayerNorm"), y);
+    TensorId logits = Proj(head + "decoder", y, h, vocab, false, Parallel::kColumn, false, kNone,
+                           c_.tie_word_embeddings ? word : kNone);
+    TensorId bias = Param(head + "bias", {vocab});
+    logits = e_.Add(head + "add_bias", logits, bias);
+    if (o_.training) Loss(logits, b * s, vocab);
+    return absl::OkStatus();
+  }
+  const bool classify = c_.encoder_head == EncoderHead::kSequenceClassification || o_.training;
+  if (!classify) return absl::OkStatus();
+  TensorId logits;
+  if (roberta && c_.encoder_head == EncoderHead::kSequenceClassification) {
+    // RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on <s>.
+    TensorId first = e_.View("classifier.first_token", x, {b, h});
+    TensorId y = e_.Dropout("classifier.dropout_in", first, c_.hidden_dropout);
+    y = e_.Activation("classifier.activation", ActivationKind::kTanh,
+                      Proj("classifier.dense", y, h, h, true, Parallel::kReplicated));
+    y = e_.Dropout("classifier.dropout_out", y, c_.hidden_dropout);
+    logits = Proj("classifier.out_proj", y, h, c_.num_labels, true, Parallel::kReplicated);
+  } else {
+    // Note [Headless encoders]: BertForSequenceClassification's head.
+    TensorId y = e_.Dropout("classifier.dropout", pooled, c_.hidden_dropout);
+    logits = Proj("classifier", y, h, c_.num_labels, true, Parallel::kReplicated);
+  }
+  if (o_.training) Loss(logits, b, c_.num_labels);
+  return absl::OkStatus();
+}
+
+absl::Status Builder::BuildCnn() {
+  const int64_t b = o_.batch;
+  e_.set_layer(-1);
+  const DType input_dtype = o_.param_dtype;
+  TensorId x = e_.Input("pixel_values", {b, c_.in_channels, c_.image_size, c_.image_size},
+                        input_dtype);
+  auto conv = [&](const std::string& name, TensorId in, int64_t out_c, int64_t kernel,
+                  int64_t stride, int64_t padding, bool bias) {
+    const int64_t in_c = g_.tensor(in).shape[1];
+    TensorId w = Param(name + ".weight", {out_c, in_c, kernel, kernel});
+    TensorId bb = bias ? Param(name + ".bias", {out_c}) : kNone;
+    return e_.Conv2d(name, in, w, bb, stride, padding);
+  };
+  auto bn = [&](const std::string& name, TensorId in) {
+    const int64_t ch = g_.tensor(in).shape[1];
+    TensorId w = Param(name + ".weight", {ch});
+    TensorId bias = Param(name + ".bias", {ch});
+    e_.Buffer(name + ".running_mean", {ch}, DType::kF32);
+    e_.Buffer(name + ".running_var", {ch}, DType::kF32);
+    e_.Buffer(name + ".num_batches_tracked", {}, DType::kI64);
+    return e_.BatchNorm(name, in, w, bias);
+  };
+  auto relu = [&](const std::string& name, TensorId in) {
+    return e_.Activation(name, ActivationKind::kRelu, in, /*inplace=*/true);
+  };
+  int64_t features = 0;
+  if (c_.architecture == "resnet50") {
+    // torchvision resnet50 (ResNet v1.5: stride on the 3x3 conv).
+    x = relu("relu", bn("bn1", conv("conv1", x, 64, 7, 2, 3, false)));
+    x = e_.MaxPool2d("maxpool", x, 3, 2, 1);
+    const int64_t blocks[4] = {3, 4, 6, 3};
+    int64_t in_c = 64;
+    int block_index = 0;
+    for (int stage = 0; stage < 4; ++stage) {
+      const int64_t width = int64_t{64} << stage;
+      for (int64_t j = 0; j < blocks[stage]; ++j) {
+        e_.set_layer(block_index++);
+        const std::string p = absl::StrFormat("layer%d.%d.", stage + 1, j);
+        const int64_t stride = (j == 0 && stage > 0) ? 2 : 1;
+        TensorId identity = x;
+        TensorId y = relu(p + "relu1", bn(p + "bn1", conv(p + "conv1", x, width, 1, 1, 0, false)));
+        y = relu(p + "relu2", bn(p + "bn2", conv(p + "conv2", y, width, 3, stride, 1, false)));
+        y = bn(p + "bn3", conv(p + "conv3", y, width * 4, 1, 1, 0, false));
+        if (j == 0) {
+          identity = bn(p + "downsample.1",
+                        conv(p + "downsample.0", x, width * 4, 1, stride, 0, false));
+        }
+        y = e_.AddInplace(p + "residual", y, identity);
+        x = relu(p + "relu3", y);
+        in_c = width * 4;
+      }
+    }
+    e_.set_layer(-1);
+    x = e_.AdaptiveAvgPool2d("avgpool", x, 1, 1);
+    features = in_c;
+    x = e_.View("flatten", x, {b, features});
+    x = Proj("fc", x, features, c_.num_classes, true, Parallel::kReplicated);
+  } else {
+    // torchvision vgg16 (configuration "D"), module indices as in `features`.
+    const int64_t plan[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0,
+                            512, 512, 512, 0, 512, 512, 512, 0};
+    int index = 0;
+    int conv_index = 0;
+    for (int64_t channels : plan) {
+      if (channels == 0) {
+        x = e_.MaxPool2d(absl::StrFormat("features.%d", index), x, 2, 2, 0);
+        index += 1;
+        continue;
+      }
+      e_.set_layer(conv_index++);
+      x = conv(absl::StrFormat("features.%d", index), x, channels, 3, 1, 1, true);
+      x = relu(absl::StrFormat("features.%d", index + 1), x);
+      index += 2;
+    }
+    e_.set_layer(-1);
+    x = e_.AdaptiveAvgPool2d("avgpool", x, 7, 7);
+    features = 512 * 7 * 7;
+    x = e_.View("flatten", x, {b, features});
+    x = relu("classifier.1", Proj("classifier.0", x, features, 4096, true, Parallel::kReplicated));
+    x = e_.Dropout("classifier.2", x, 0.5);
+    x = relu("classifier.4", Proj("classifier.3", x, 4096, 4096, true, Parallel::kReplicated));
+    x = e_.Dropout("classifier.5", x, 0.5);
+    x = Proj("classifier.6", x, 4096, c_.num_classes, true, Parallel::kReplicated);
+  }
+  if (o_.training) Loss(x, b, c_.num_classes);
+  return absl::OkStatus();
+}
+
+absl::Status Builder::BuildMlp() {
+  e_.set_layer(-1);
+  TensorId x = e_.Input("x", {o_.batch, c_.mlp_input_size}, o_.param_dtype);
+  int64_t in = c_.mlp_input_size;
+  const size_t n = c_.mlp_layer_sizes.size();
+  for (size_t i = 0; i < n; ++i) {
+    e_.set_layer(static_cast<int>(i));
+    const std::string name = absl::StrFormat("layers.%d", i);
+    const int64_t out = c_.mlp_layer_sizes[i];
+    x = Proj(name, x, in, out, c_.mlp_bias, Parallel::kReplicated);
+    if (i + 1 < n) {
+      x = e_.Activation(name + ".act", c_.activation, x);
+      x = e_.Dropout(name + ".dropout", x, c_.mlp_dropout);
+    }
+    in = out;
+  }
+  if (o_.training) Loss(x, o_.batch, in);
+  return absl::OkStatus();
+}
+
+absl::Status Builder::CheckLoraTargetsUsed() const {
+  if (!o_.lora.enabled()) return absl::OkStatus();
+  for (const std::string& target : lora_targets_) {
+    if (used_targets_.count(target) == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "lora target module '%s' matches no Linear of %s (its modules: %s, or all-linear)",
+          target, c_.architecture, absl::StrJoin(seen_leaves_, ", ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Builder::Build() {
+  HEADROOM_RETURN_IF_ERROR(CheckOptions());
+  switch (c_.family) {
+    case ModelFamily::kDecoder: HEADROOM_RETURN_IF_ERROR(BuildDecoder()); break;
+    case ModelFamily::kEncoder: HEADROOM_RETURN_IF_ERROR(BuildEncoder()); break;
+    case ModelFamily::kCnn: HEADROOM_RETURN_IF_ERROR(BuildCnn()); break;
+    case ModelFamily::kMlp: HEADROOM_RETURN_IF_ERROR(BuildMlp()); break;
+  }
+  HEADROOM_RETURN_IF_ERROR(CheckLoraTargetsUsed());
+  return g_.Validate();
+}
+
+}  // namespace
+
+std::string_view AttentionImplName(AttentionImpl impl) {
+  return impl == AttentionImpl::kFlash ? "flash" : "eager";
+}
+
+absl::StatusOr<Graph> BuildModelGraph(const ModelConfig& config, const BuildOptions& options) {
+  Graph graph(config.architecture);
+  Builder builder(config, options, graph);
+  HEADROOM_RETURN_IF_ERROR(builder.Build());
+  return graph;
+}
+
+}  // namespace headroom

@@ -1,0 +1,382 @@
+#include "models/model_config.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/json_fields.h"
+#include "common/status_macros.h"
+
+namespace headroom {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxSize = int64_t{1} << 31;
+
+// HF configs write absent optional values as null ("n_inner": null).
+bool Present(const json& object, std::string_view key) {
+  auto it = object.find(std::string(key));
+  return it != object.end() && !it->is_null();
+}
+
+absl::StatusOr<int64_t> OptionalInt(const json& object, std::string_view key, const JsonPath& path,
+                                    int64_t fallback) {
+  if (!Present(object, key)) return fallback;
+  return RequireInt(object, key, path);
+}
+
+absl::StatusOr<double> OptionalNumber(const json& object, std::string_view key,
+                                      const JsonPath& path, double fallback) {
+  if (!Present(object, key)) return fallback;
+  return RequireNumber(object, key, path);
+}
+
+absl::StatusOr<bool> OptionalBool(const json& object, std::string_view key, const JsonPath& path,
+                                  bool fallback) {
+  if (!Present(object, key)) return fallback;
+  return RequireBool(object, key, path);
+}
+
+// A size that must be > 0.
+absl::StatusOr<int64_t> PositiveInt(const json& object, std::string_view key,
+                                    const JsonPath& path) {
+  HEADROOM_ASSIGN_OR_RETURN(int64_t value, RequireInt(object, key, path));
+  if (value <= 0) {
+    return (path / key).Error(absl::StrFormat("must be positive, got %d", value));
+  }
+  // Builders multiply sizes together in int64; no real model comes close.
+  if (value > kMaxSize) {
+    return (path / key).Error(absl::StrFormat("implausibly large: %d (at most %d)", value, kMaxSize));
+  }
+  return value;
+}
+
+absl::StatusOr<int64_t> OptionalPositiveInt(const json& object, std::string_view key,
+                                            const JsonPath& path, int64_t fallback) {
+  if (!Present(object, key)) return fallback;
+  return PositiveInt(object, key, path);
+}
+
+absl::StatusOr<double> Probability(const json& object, std::string_view key, const JsonPath& path,
+                                   double fallback) {
+  HEADROOM_ASSIGN_OR_RETURN(double p, OptionalNumber(object, key, path, fallback));
+  if (!(p >= 0 && p < 1)) {
+    return (path / key).Error(absl::StrFormat("must be a probability in [0, 1), got %g", p));
+  }
+  return p;
+}
+
+absl::StatusOr<ActivationKind> ParseActivation(const json& object, std::string_view key,
+                                               const JsonPath& path, ActivationKind fallback) {
+  if (!Present(object, key)) return fallback;
+  HEADROOM_ASSIGN_OR_RETURN(std::string name, RequireString(object, key, path));
+  if (name == "gelu") return ActivationKind::kGelu;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") {
+    return ActivationKind::kGeluTanh;
+  }
+  if (name == "silu" || name == "swish") return ActivationKind::kSilu;
+  if (name == "relu") return ActivationKind::kRelu;
+  if (name == "tanh") return ActivationKind::kTanh;
+  return (path / key).Error(absl::StrFormat(
+      "unsupported activation '%s' (expected gelu, gelu_new, gelu_pytorch_tanh, silu, relu or tanh)",
+      name));
+}
+
+struct ArchitectureInfo {
+  std::string_view architecture;
+  std::string_view model_type;
+  ModelFamily family;
+  EncoderHead head = EncoderHead::kBodyOnly;
+};
+
+constexpr ArchitectureInfo kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", ModelFamily::kDecoder},
+    {"MistralForCausalLM", "mistral", ModelFamily::kDecoder},
+    {"Qwen2ForCausalLM", "qwen2", ModelFamily::kDecoder},
+    {"GPT2LMHeadModel", "gpt2", ModelFamily::kDecoder},
+    {"GPT2Model", "gpt2", ModelFamily::kDecoder},
+    {"GPTNeoXForCausalLM", "gpt_neox", ModelFamily::kDecoder},
+    {"MixtralForCausalLM", "mixtral", ModelFamily::kDecoder},
+    {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
+    {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
+    {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
+     EncoderHead::kSequenceClassification},
+    {"RobertaModel", "roberta", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
+    {"RobertaForMaskedLM", "roberta", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
+    {"RobertaForSequenceClassification", "roberta", ModelFamily::kEncoder,
+     EncoderHead::kSequenceClassification},
+    {"MlpChain", "mlp", ModelFamily::kMlp},
+};
+
+// model_type alone (no "architectures") picks the model's main class.
+constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] = {
+    {"llama", "LlamaForCausalLM"},   {"mistral", "MistralForCausalLM"},
+    {"qwen2", "Qwen2ForCausalLM"},   {"gpt2", "GPT2LMHeadModel"},
+    {"gpt_neox", "GPTNeoXForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
+    {"bert", "BertModel"},           {"roberta", "RobertaModel"},
+    {"mlp", "MlpChain"},
+};
+
+absl::StatusOr<std::string> ArchitectureOf(const json& doc, const JsonPath& path) {
+  if (Present(doc, "architectures")) {
+    const json& list = doc["architectures"];
+    if (!list.is_array() || list.empty()) {
+      return (path / "architectures").Error("expected a non-empty array of class names");
+    }
+    return AsString(list[0], path / "architectures" / 0);
+  }
+  if (Present(doc, "model_type")) {
+    HEADROOM_ASSIGN_OR_RETURN(std::string type, RequireString(doc, "model_type", path));
+    for (const auto& [model_type, architecture] : kDefaultArchitecture) {
+      if (model_type == type) return std::string(architecture);
+    }
+    return (path / "model_type")
+        .Error(absl::StrFormat("unsupported model_type '%s'; supported architectures: %s", type,
+                               absl::StrJoin(SupportedArchitectures(), ", ")));
+  }
+  return path.Error("field 'architectures' (or 'model_type') is required");
+}
+
+// The sizes every config with Hugging Face's standard key names has; heads
+// are not grouped unless the architecture's parser reads num_key_value_heads.
+absl::Status ParseStandardDims(const json& doc, const JsonPath& path, int64_t default_max_positions,
+                               ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "hidden_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, PositiveInt(doc, "num_hidden_layers", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_attention_heads", path));
+  c.num_kv_heads = c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "intermediate_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                            OptionalPositiveInt(doc, "max_position_embeddings", path, default_max_positions));
+  return absl::OkStatus();
+}
+
+absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 4096, c));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads,
+                            OptionalPositiveInt(doc, "num_key_value_heads", path, c.num_heads));
+  HEADROOM_ASSIGN_OR_RETURN(c.head_dim, OptionalPositiveInt(doc, "head_dim", path, 0));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "rms_norm_eps", path, 1e-6));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "hidden_act", path, ActivationKind::kSilu));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings,
+                            OptionalBool(doc, "tie_word_embeddings", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout,
+                            Probability(doc, "attention_dropout", path, 0.0));
+  c.norm = NormKind::kRmsNorm;
+  c.norm_bias = false;
+  c.gated_mlp = true;
+  c.positions = PositionKind::kRotary;
+  if (c.model_type == "qwen2") {
+    // Qwen2Attention: q/k/v with bias, o_proj without.
+    c.qkv_bias = true;
+  } else if (c.model_type == "llama") {
+    HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
+    c.attn_output_bias = c.qkv_bias;
+    HEADROOM_ASSIGN_OR_RETURN(c.mlp_bias, OptionalBool(doc, "mlp_bias", path, false));
+  }
+  if (c.model_type == "mixtral") {
+    HEADROOM_ASSIGN_OR_RETURN(c.num_experts, PositiveInt(doc, "num_local_experts", path));
+    HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseGpt2(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "n_embd", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, PositiveInt(doc, "n_layer", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "n_head", path));
+  c.num_kv_heads = c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size,
+                            OptionalPositiveInt(doc, "n_inner", path, 4 * c.hidden_size));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, PositiveInt(doc, "n_positions", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(
+      c.activation, ParseActivation(doc, "activation_function", path, ActivationKind::kGeluTanh));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings,
+                            OptionalBool(doc, "tie_word_embeddings", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "resid_pdrop", path, 0.1));
+  HEADROOM_ASSIGN_OR_RETURN(c.embedding_dropout, Probability(doc, "embd_pdrop", path, 0.1));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attn_pdrop", path, 0.1));
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kLearned;
+  c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;
+  return absl::OkStatus();
+}
+
+absl::Status ParseGptNeox(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 2048, c));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_eps", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "hidden_act", path, ActivationKind::kGelu));
+  HEADROOM_ASSIGN_OR_RETURN(c.rotary_pct, OptionalNumber(doc, "rotary_pct", path, 0.25));
+  if (!(c.rotary_pct > 0 && c.rotary_pct <= 1)) {
+    return (path / "rotary_pct").Error(absl::StrFormat("must be in (0, 1], got %g", c.rotary_pct));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.parallel_residual,
+                            OptionalBool(doc, "use_parallel_residual", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings,
+                            OptionalBool(doc, "tie_word_embeddings", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout,
+                            Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "hidden_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, true));
+  c.attn_output_bias = c.qkv_bias;
+  c.mlp_bias = true;
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kRotary;
+  return absl::OkStatus();
+}
+
+absl::Status ParseBertLike(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 512, c));
+  HEADROOM_ASSIGN_OR_RETURN(c.type_vocab_size, OptionalInt(doc, "type_vocab_size", path, 2));
+  if (c.type_vocab_size < 0 || c.type_vocab_size > kMaxSize) {
+    return (path / "type_vocab_size").Error("must be between 0 and 2^31");
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_eps", path, 1e-12));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "hidden_act", path, ActivationKind::kGelu));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "hidden_dropout_prob", path, 0.1));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout,
+                            Probability(doc, "attention_probs_dropout_prob", path, 0.1));
+  c.embedding_dropout = c.hidden_dropout;
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings,
+                            OptionalBool(doc, "tie_word_embeddings", path, true));
+  if (Present(doc, "num_labels")) {
+    HEADROOM_ASSIGN_OR_RETURN(c.num_labels, PositiveInt(doc, "num_labels", path));
+  } else if (Present(doc, "id2label")) {
+    const json& labels = doc["id2label"];
+    if (!labels.is_object() || labels.empty()) {
+      return (path / "id2label").Error("expected a non-empty object");
+    }
+    c.num_labels = static_cast<int64_t>(labels.size());
+  }
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kLearned;
+  c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;
+  c.final_norm = false;
+  // The pooler belongs to BertModel/RobertaModel only: the masked-LM and
+  // RoBERTa classification models build the encoder with add_pooling_layer=False.
+  c.encoder_pooler = c.encoder_head == EncoderHead::kBodyOnly ||
+                     (c.encoder_head == EncoderHead::kSequenceClassification &&
+                      c.model_type == "bert");
+  return absl::OkStatus();
+}
+
+absl::Status ParseMlpChain(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.mlp_input_size, PositiveInt(doc, "input_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(const json* sizes, RequireField(doc, "layer_sizes", path));
+  if (!sizes->is_array() || sizes->empty()) {
+    return (path / "layer_sizes").Error("expected a non-empty array of positive integers");
+  }
+  for (size_t i = 0; i < sizes->size(); ++i) {
+    HEADROOM_ASSIGN_OR_RETURN(int64_t size, AsInt((*sizes)[i], path / "layer_sizes" / i));
+    if (size <= 0 || size > kMaxSize) {
+      return (path / "layer_sizes" / i).Error(absl::StrFormat("must be between 1 and 2^31, got %d", size));
+    }
+    c.mlp_layer_sizes.push_back(size);
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "activation", path, ActivationKind::kRelu));
+  HEADROOM_ASSIGN_OR_RETURN(c.mlp_bias, OptionalBool(doc, "bias", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(c.mlp_dropout, Probability(doc, "dropout", path, 0.0));
+  c.num_layers = static_cast<int64_t>(c.mlp_layer_sizes.size());
+  return absl::OkStatus();
+}
+
+absl::Status CheckAttentionShape(const JsonPath& path, ModelConfig& c) {
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return (path / "num_key_value_heads")
+        .Error(absl::StrFormat("%d does not divide num_attention_heads (%d)", c.num_kv_heads,
+                               c.num_heads));
+  }
+  if (c.head_dim == 0) {
+    if (c.hidden_size % c.num_heads != 0) {
+      return (path / "num_attention_heads")
+          .Error(absl::StrFormat("%d does not divide hidden_size (%d)", c.num_heads,
+                                 c.hidden_size));
+    }
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.is_moe() && c.experts_per_token > c.num_experts) {
+    return (path / "num_experts_per_tok")
+        .Error(absl::StrFormat("%d exceeds num_local_experts (%d)", c.experts_per_token,
+                               c.num_experts));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::string> SupportedArchitectures() {
+  std::vector<std::string> names;
+  for (const ArchitectureInfo& info : kArchitectures) names.emplace_back(info.architecture);
+  return names;
+}
+
+absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::string_view origin) {
+  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(json_text, origin));
+  const JsonPath path(origin);
+  if (!doc.is_object()) {
+    return path.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(std::string architecture, ArchitectureOf(doc, path));
+  const ArchitectureInfo* info = nullptr;
+  for (const ArchitectureInfo& candidate : kArchitectures) {
+    if (candidate.architecture == architecture) info = &candidate;
+  }
+  if (info == nullptr) {
+    return (path / "architectures" / 0)
+        .Error(absl::StrFormat("unsupported architecture '%s'; supported: %s", architecture,
+                               absl::StrJoin(SupportedArchitectures(), ", ")));
+  }
+  ModelConfig c;
+  c.origin = std::string(origin);
+  c.architecture = architecture;
+  c.model_type = std::string(info->model_type);
+  c.family = info->family;
+  c.encoder_head = info->head;
+  if (Present(doc, "torch_dtype")) {
+    HEADROOM_ASSIGN_OR_RETURN(std::string dtype_name, RequireString(doc, "torch_dtype", path));
+    absl::StatusOr<DType> dtype = ParseDType(dtype_name);
+    if (!dtype.ok()) return (path / "torch_dtype").Error(std::string(dtype.status().message()));
+    c.torch_dtype = *dtype;
+  }
+  const std::string& type = c.model_type;
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral") {
+    HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
+  } else if (type == "gpt2") {
+    HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));
+  } else if (type == "gpt_neox") {
+    HEADROOM_RETURN_IF_ERROR(ParseGptNeox(doc, path, c));
+  } else if (type == "bert" || type == "roberta") {
+    HEADROOM_RETURN_IF_ERROR(ParseBertLike(doc, path, c));
+  } else {
+    HEADROOM_RETURN_IF_ERROR(ParseMlpChain(doc, path, c));
+    return c;
+  }
+  HEADROOM_RETURN_IF_ERROR(CheckAttentionShape(path, c));
+  return c;
+}
+
+absl::StatusOr<ModelConfig> CnnConfig(std::string_view name) {
+  if (name != "resnet50" && name != "vgg16") {
+    return absl::NotFoundError(
+        absl::StrFormat("unknown CNN '%s' (built in: resnet50, vgg16)", name));
+  }
+  ModelConfig c;
+  c.origin = absl::StrFormat("torchvision %s", name);
+  c.architecture = std::string(name);
+  c.model_type = "cnn";
+  c.family = ModelFamily::kCnn;
+  c.activation = ActivationKind::kRelu;
+  c.num_layers = name == "resnet50" ? 16 : 13;  // bottleneck blocks / conv layers
+  return c;
+}
+
+}  // namespace headroom

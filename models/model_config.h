@@ -1,0 +1,123 @@
+// What a model is, independent of how it is run: the architecture
+// hyper-parameters a builder (models/builders.h) turns into a graph.
+//
+// Sources: a Hugging Face `config.json` (ParseHfConfig), the built-in
+// torchvision CNNs (CnnConfig), and a small JSON form for MLP chains:
+//
+//   {"architectures": ["MlpChain"], "input_size": 784,
+//    "layer_sizes": [1024, 1024, 10], "activation": "relu", "bias": true,
+//    "dropout": 0.1, "torch_dtype": "float32"}
+//
+// (one Linear per entry of layer_sizes, the activation and dropout between
+// consecutive Linears, cross-entropy over the last layer when training).
+//
+//   absl::StatusOr<ModelConfig> config = ParseHfConfig(text, "llama/config.json");
+//   if (!config.ok()) ...;  // "llama/config.json: hidden_size: field is required"
+//
+// Invariants kept by ParseHfConfig: every size it returns is positive,
+// num_heads is divisible by num_kv_heads, hidden_size == num_heads * head_dim
+// unless the config sets head_dim explicitly, experts_per_token <=
+// num_experts. Errors name the document and the field at fault.
+#ifndef HEADROOM_MODELS_MODEL_CONFIG_H_
+#define HEADROOM_MODELS_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+#include "graph/ops.h"
+
+namespace headroom {
+
+enum class ModelFamily : uint8_t {
+  kDecoder,  // causal LM: Llama, Mistral, Qwen2, GPT-2, GPT-NeoX, Mixtral
+  kEncoder,  // BERT, RoBERTa
+  kCnn,      // torchvision resnet50, vgg16
+  kMlp,      // MlpChain
+};
+
+enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
+
+enum class PositionKind : uint8_t { kLearned, kRotary };
+
+// What sits on top of an encoder body. BertModel/RobertaModel have none (kBodyOnly);
+// when such a model is trained the builder attaches kSequenceClassification
+// (see Note [Headless encoders] in builders.h).
+enum class EncoderHead : uint8_t { kBodyOnly, kMaskedLm, kSequenceClassification };
+
+struct ModelConfig {
+  std::string origin;        // where it came from ("preset llama-3-8b", a path)
+  std::string architecture;  // "LlamaForCausalLM", "BertModel", "resnet50", "MlpChain"
+  std::string model_type;    // HF model_type: "llama", "gpt2", "bert", ...; "cnn", "mlp"
+  ModelFamily family = ModelFamily::kDecoder;
+  DType torch_dtype = DType::kF32;  // the dtype the checkpoint is stored in
+
+  // --- transformers (decoder and encoder) ---
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // == num_heads without GQA/MQA
+  int64_t head_dim = 0;      // hidden_size / num_heads unless the config says otherwise
+  int64_t intermediate_size = 0;
+  int64_t max_position_embeddings = 0;
+  int64_t type_vocab_size = 0;  // BERT token-type embeddings; 0 when absent
+  NormKind norm = NormKind::kLayerNorm;
+  double norm_eps = 1e-5;
+  ActivationKind activation = ActivationKind::kGelu;
+  bool gated_mlp = false;  // Llama-style gate_proj/up_proj/down_proj (SwiGLU)
+  PositionKind positions = PositionKind::kLearned;
+  double rotary_pct = 1.0;  // GPT-NeoX partial rotary
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;         // bias on the q/k/v projections
+  bool attn_output_bias = false;  // bias on the attention output projection
+  bool mlp_bias = false;
+  bool norm_bias = true;         // LayerNorm has a bias (RMSNorm never does)
+  bool parallel_residual = false;  // GPT-NeoX use_parallel_residual
+  bool final_norm = true;        // decoders: a norm after the last block
+  double attention_dropout = 0;  // on attention probabilities
+  double hidden_dropout = 0;     // after attention output and MLP output
+  double embedding_dropout = 0;  // after the embeddings
+  EncoderHead encoder_head = EncoderHead::kBodyOnly;
+  bool encoder_pooler = true;  // BertModel add_pooling_layer
+  int64_t num_labels = 2;      // sequence classification head size
+
+  // --- mixture of experts (Mixtral) ---
+  int64_t num_experts = 0;        // 0: dense MLP
+  int64_t experts_per_token = 0;  // top-k
+
+  // --- CNNs (torchvision) ---
+  int64_t image_size = 224;
+  int64_t in_channels = 3;
+  int64_t num_classes = 1000;
+
+  // --- MLP chains ---
+  int64_t mlp_input_size = 0;
+  std::vector<int64_t> mlp_layer_sizes;
+  double mlp_dropout = 0;
+
+  bool is_moe() const { return num_experts > 0; }
+};
+
+// Parses a Hugging Face config.json (or the MlpChain form above). The
+// architecture comes from `architectures[0]`, falling back to `model_type`.
+// Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
+// BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
+// RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain. Unknown
+// architectures are an InvalidArgument error listing the supported ones.
+absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::string_view origin);
+
+// The torchvision CNNs by name: "resnet50", "vgg16" (num_classes 1000,
+// 224x224x3 images). NotFound for other names.
+absl::StatusOr<ModelConfig> CnnConfig(std::string_view name);
+
+// The architectures ParseHfConfig accepts, for help texts.
+std::vector<std::string> SupportedArchitectures();
+
+}  // namespace headroom
+
+#endif  // HEADROOM_MODELS_MODEL_CONFIG_H_

@@ -1,0 +1,109 @@
+#include "models/model_source.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/edit_distance.h"
+#include "common/json_fields.h"
+#include "common/status_macros.h"
+#include "models/graph_json.h"
+#include "models/node_link.h"
+
+namespace headroom {
+namespace internal {
+const std::map<std::string, std::string_view>& EmbeddedModelFiles();
+}  // namespace internal
+
+namespace {
+
+constexpr std::string_view kCnnNames[] = {"resnet50", "vgg16"};
+
+std::string NormalizePresetName(std::string_view name) {
+  std::string out = absl::AsciiStrToLower(std::string(name));
+  std::replace(out.begin(), out.end(), '_', '-');
+  return out;
+}
+
+
+std::vector<std::string> ClosePresetNames(const std::string& query) {
+  std::vector<std::pair<size_t, std::string>> scored;
+  for (const std::string& name : PresetNames()) {
+    size_t distance = EditDistance(query, name);
+    if (!query.empty() && name.find(query) != std::string::npos) distance = 1;
+    if (distance <= std::max<size_t>(3, query.size() / 3)) scored.emplace_back(distance, name);
+  }
+  std::stable_sort(scored.begin(), scored.end());
+  std::vector<std::string> names;
+  for (size_t i = 0; i < scored.size() && i < 3; ++i) names.push_back(scored[i].second);
+  return names;
+}
+
+absl::StatusOr<LoadedModel> LoadFile(const std::string& path) {
+  std::filesystem::path file(path);
+  std::error_code error;
+  if (std::filesystem::is_directory(file, error)) file /= "config.json";  // an HF snapshot
+  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(file.string()));
+  HEADROOM_ASSIGN_OR_RETURN(nlohmann::json doc, ParseJsonDocument(text, file.string()));
+  LoadedModel model{.name = path};
+  if (doc.is_object() && doc.contains("headroom_graph_version")) {
+    model.kind = ModelSourceKind::kGraphFile;
+    HEADROOM_ASSIGN_OR_RETURN(model.graph, LoadGraphJson(text, file.string()));
+  } else if (doc.is_object() && doc.contains("nodes") && doc.contains("links")) {
+    model.kind = ModelSourceKind::kNodeLinkFile;
+    HEADROOM_ASSIGN_OR_RETURN(model.graph, ImportNodeLink(text, file.string()));
+  } else {
+    model.kind = ModelSourceKind::kConfigFile;
+    HEADROOM_ASSIGN_OR_RETURN(model.config, ParseHfConfig(text, file.string()));
+  }
+  return model;
+}
+
+}  // namespace
+
+std::vector<std::string> PresetNames() {
+  std::vector<std::string> names;
+  for (const auto& [file, text] : internal::EmbeddedModelFiles()) {
+    names.push_back(file.substr(0, file.rfind(".json")));
+  }
+  for (std::string_view cnn : kCnnNames) names.emplace_back(cnn);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::StatusOr<ModelConfig> LoadPresetConfig(std::string_view name) {
+  const std::string key = NormalizePresetName(name);
+  for (std::string_view cnn : kCnnNames) {
+    if (cnn == key) return CnnConfig(cnn);
+  }
+  const auto& files = internal::EmbeddedModelFiles();
+  auto it = files.find(key + ".json");
+  if (it == files.end()) {
+    std::vector<std::string> close = ClosePresetNames(key);
+    std::string hint = close.empty()
+                           ? absl::StrFormat("presets: %s", absl::StrJoin(PresetNames(), ", "))
+                           : absl::StrFormat("did you mean: %s?", absl::StrJoin(close, ", "));
+    return absl::NotFoundError(absl::StrFormat(
+        "unknown model '%s' (not a preset, and no such file); %s", name, hint));
+  }
+  return ParseHfConfig(it->second, absl::StrFormat("preset %s", key));
+}
+
+absl::StatusOr<LoadedModel> LoadModel(std::string_view spec) {
+  const std::string path(spec);
+  std::error_code error;
+  if (!path.empty() && std::filesystem::exists(path, error)) return LoadFile(path);
+  if (path.find('/') != std::string::npos || path.ends_with(".json")) {
+    return absl::NotFoundError(absl::StrFormat("model file '%s' does not exist", spec));
+  }
+  LoadedModel model{.name = NormalizePresetName(spec), .kind = ModelSourceKind::kPreset};
+  HEADROOM_ASSIGN_OR_RETURN(model.config, LoadPresetConfig(spec));
+  return model;
+}
+
+}  // namespace headroom

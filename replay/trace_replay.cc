@@ -1,0 +1,126 @@
+#include "replay/trace_replay.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_format.h"
+#include "allocator/caching_allocator.h"
+#include "allocator/simulated/simulated_backend.h"
+#include "common/status_macros.h"
+
+namespace headroom {
+
+absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const ReplayOptions& options) {
+  HEADROOM_ASSIGN_OR_RETURN(
+      std::unique_ptr<SimulatedBackend> device,
+      SimulatedBackend::Create({.name = "simulated (replay)",
+                                .capacity_bytes = options.capacity_bytes,
+                                .map_granularity = options.map_granularity}));
+  HEADROOM_ASSIGN_OR_RETURN(std::unique_ptr<CachingAllocator> allocator,
+                            CachingAllocator::Create(device.get(), options.allocator));
+  ReplayResult result;
+  struct Live {
+    DeviceAddress address;
+    uint64_t size;
+  };
+  absl::flat_hash_map<uint64_t, Live> live;            // trace pointer -> replayed allocation
+  absl::flat_hash_map<uint64_t, uint64_t> failed;      // trace pointer -> size, its allocation failed here
+  absl::flat_hash_map<uint64_t, StreamHandle> streams = {{0, kDefaultStream}};
+  // Bytes the trace itself holds live, whether or not this replay could
+  // serve them, so that peak_live_bytes describes the trace, not the run.
+  uint64_t live_bytes = 0;
+  int64_t peak_reserved_seen = -1;
+
+  auto anomaly = [&](const TraceEvent& event, std::string what) -> absl::Status {
+    const std::string where = absl::StrFormat("%s:%s%d: %s", trace.source,
+                                              trace.format == "rmm-csv" ? "" : "device_traces entry ", event.line,
+                                              what);
+    if (options.strict) return absl::DataLossError(absl::StrFormat("%s (--strict)", where));
+    ++result.anomalies;
+    if (result.anomaly_examples.size() < options.max_reported_anomalies) result.anomaly_examples.push_back(where);
+    return absl::OkStatus();
+  };
+  auto stream_for = [&](uint64_t recorded) -> absl::StatusOr<StreamHandle> {
+    auto it = streams.find(recorded);
+    if (it != streams.end()) return it->second;
+    HEADROOM_ASSIGN_OR_RETURN(StreamHandle created, device->CreateStream());
+    streams[recorded] = created;
+    return created;
+  };
+
+  for (const TraceEvent& event : trace.events) {
+    switch (event.op) {
+      case TraceOp::kAllocateFailure:
+        ++result.trace_failures;
+        break;
+      case TraceOp::kAllocate: {
+        if (live.contains(event.pointer)) {
+          HEADROOM_RETURN_IF_ERROR(
+              anomaly(event, absl::StrFormat("allocation of 0x%x, which is already live (free missing)", event.pointer)));
+          const Live old = live[event.pointer];
+          HEADROOM_RETURN_IF_ERROR(allocator->Free(old.address));
+          live_bytes -= old.size;
+          live.erase(event.pointer);
+        }
+        if (event.size == 0) break;
+        HEADROOM_ASSIGN_OR_RETURN(StreamHandle stream, stream_for(event.stream));
+        absl::StatusOr<DeviceAddress> address = allocator->Allocate(event.size, stream);
+        live_bytes += event.size;
+        result.peak_live_bytes = std::max(result.peak_live_bytes, live_bytes);
+        if (!address.ok()) {
+          if (!absl::IsResourceExhausted(address.status())) return address.status();
+          failed[event.pointer] = event.size;
+          break;
+        }
+        ++result.allocations;
+        live[event.pointer] = {*address, event.size};
+        break;
+      }
+      case TraceOp::kFree: {
+        auto it = live.find(event.pointer);
+        if (it == live.end()) {
+          if (auto f = failed.find(event.pointer); f != failed.end()) {  // its allocation failed in this replay
+            live_bytes -= f->second;
+            failed.erase(f);
+            break;
+          }
+          HEADROOM_RETURN_IF_ERROR(
+              anomaly(event, absl::StrFormat("free of 0x%x, which the trace never allocated", event.pointer)));
+          break;
+        }
+        if (event.size != 0 && event.size != it->second.size) {
+          HEADROOM_RETURN_IF_ERROR(anomaly(
+              event, absl::StrFormat("free of 0x%x with size %d, allocated with size %d", event.pointer, event.size,
+                                     it->second.size)));
+        }
+        HEADROOM_RETURN_IF_ERROR(allocator->Free(it->second.address));
+        ++result.frees;
+        live_bytes -= it->second.size;
+        live.erase(it);
+        break;
+      }
+    }
+    // Fragmentation is sampled whenever reserved memory reaches a new peak,
+    // which happens at most once per segment growth.
+    if (event.op == TraceOp::kAllocate && allocator->PeakReservedBytes() > peak_reserved_seen) {
+      const MemoryStats stats = allocator->GetStats();
+      peak_reserved_seen = stats.reserved_bytes[kAllPools].peak;
+      result.fragmentation_at_peak = stats.external_fragmentation;
+    }
+  }
+  result.final_stats = allocator->GetStats();
+  const MemoryStats& s = result.final_stats;
+  result.peak_allocated_bytes = static_cast<uint64_t>(s.allocated_bytes[kAllPools].peak);
+  result.peak_reserved_bytes = static_cast<uint64_t>(s.reserved_bytes[kAllPools].peak);
+  result.reserved_to_allocated = result.peak_allocated_bytes == 0
+                                     ? 0.0
+                                     : static_cast<double>(result.peak_reserved_bytes) /
+                                           static_cast<double>(result.peak_allocated_bytes);
+  result.reserved_to_live = result.peak_live_bytes == 0 ? 0.0
+                                                        : static_cast<double>(result.peak_reserved_bytes) /
+                                                              static_cast<double>(result.peak_live_bytes);
+  result.alloc_retries = s.num_alloc_retries;
+  result.ooms = s.num_ooms;
+  return result;
+}
+
+}  // namespace headroom

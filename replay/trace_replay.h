@@ -1,0 +1,61 @@
+// Replays a recorded allocation trace through the caching allocator on a
+// simulated device, to predict what a job reserves under a given
+// HEADROOM_ALLOC_CONF before it runs (or after it ran out of memory).
+//
+//   ReplayOptions options{.capacity_bytes = 80 * kGiB, .allocator = *ParseAllocConf("expandable_segments:True")};
+//   HEADROOM_ASSIGN_OR_RETURN(ReplayResult r, ReplayTrace(trace, options));
+//   r.peak_reserved_bytes / r.peak_allocated_bytes   // overhead of the policy at its worst
+//
+// Trace pointers only identify allocations; the replay allocates at the
+// simulated device's own addresses. Streams keep their identity (one
+// simulated stream per recorded stream). Frees of pointers the trace never
+// allocated (a trace that starts mid-run), repeated allocations of a live
+// pointer, and size mismatches are anomalies: counted, the first few
+// reported with their line, and fatal only with `strict`. Allocations the
+// replay cannot serve count as OOMs and the replay goes on.
+#ifndef HEADROOM_REPLAY_TRACE_REPLAY_H_
+#define HEADROOM_REPLAY_TRACE_REPLAY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "replay/allocation_trace.h"
+#include "allocator/allocator_options.h"
+#include "allocator/memory_stats.h"
+
+namespace headroom {
+
+struct ReplayOptions {
+  uint64_t capacity_bytes = uint64_t{80} << 30;
+  uint64_t map_granularity = uint64_t{2} << 20;
+  AllocatorOptions allocator;
+  bool strict = false;
+  size_t max_reported_anomalies = 5;
+};
+
+struct ReplayResult {
+  uint64_t allocations = 0;
+  uint64_t frees = 0;
+  uint64_t trace_failures = 0;       // "allocate failure" / "oom" entries in the trace itself
+  uint64_t peak_live_bytes = 0;      // the trace's own peak of requested bytes
+  uint64_t peak_allocated_bytes = 0; // after rounding
+  uint64_t peak_reserved_bytes = 0;
+  double reserved_to_allocated = 0;  // peak reserved / peak allocated
+  double reserved_to_live = 0;       // peak reserved / the trace's peak live bytes
+  // External fragmentation (1 - largest free / total free) when reserved
+  // memory reached its peak.
+  double fragmentation_at_peak = 0;
+  int64_t alloc_retries = 0;
+  int64_t ooms = 0;
+  uint64_t anomalies = 0;
+  std::vector<std::string> anomaly_examples;
+  MemoryStats final_stats;
+};
+
+absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const ReplayOptions& options);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_REPLAY_TRACE_REPLAY_H_

@@ -1,0 +1,130 @@
+#include "models/model_config.h"
+
+#include "gmock/gmock.h"
+#include "models/model_source.h"
+#include "gtest/gtest.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ParseHfConfig, ReadsLlamaWithGqa) {
+  absl::StatusOr<ModelConfig> c = LoadPresetConfig("llama-3-8b");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c->family, ModelFamily::kDecoder);
+  EXPECT_EQ(c->num_heads, 32);
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->norm, NormKind::kRmsNorm);
+  EXPECT_TRUE(c->gated_mlp);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->torch_dtype, DType::kBF16);
+}
+
+TEST(ParseHfConfig, ReadsGpt2DropoutsAndTiedEmbeddings) {
+  absl::StatusOr<ModelConfig> c = LoadPresetConfig("gpt2");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->intermediate_size, 4 * 768);  // n_inner absent
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c->attention_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(c->hidden_dropout, 0.1);
+  EXPECT_EQ(c->activation, ActivationKind::kGeluTanh);
+}
+
+TEST(ParseHfConfig, ReadsMixtralExperts) {
+  absl::StatusOr<ModelConfig> c = LoadPresetConfig("mixtral-8x7b");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_experts, 8);
+  EXPECT_EQ(c->experts_per_token, 2);
+}
+
+TEST(ParseHfConfig, ModelTypeAloneSelectsTheMainClass) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(
+      R"({"model_type": "bert", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "intermediate_size": 256})",
+      "bert.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "BertModel");
+  EXPECT_TRUE(c->encoder_pooler);
+}
+
+TEST(ParseHfConfig, ErrorsNameTheField) {
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10})", "c.json")
+                  .status()
+                  .message(),
+              HasSubstr("c.json: hidden_size"));
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["T5ForConditionalGeneration"]})", "t5.json")
+                  .status()
+                  .message(),
+              HasSubstr("unsupported architecture 'T5ForConditionalGeneration'"));
+  EXPECT_THAT(ParseHfConfig(R"({"vocab_size": 10})", "x.json").status().message(),
+              HasSubstr("'architectures' (or 'model_type') is required"));
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["GPT2LMHeadModel"], "vocab_size": 10,
+                                "n_embd": -768, "n_layer": 1, "n_head": 1, "n_positions": 8})",
+                            "g.json")
+                  .status()
+                  .message(),
+              HasSubstr("g.json: n_embd: must be positive, got -768"));
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10,
+                                "hidden_size": 64, "num_hidden_layers": 1,
+                                "num_attention_heads": 8, "num_key_value_heads": 3,
+                                "intermediate_size": 128})",
+                            "l.json")
+                  .status()
+                  .message(),
+              HasSubstr("l.json: num_key_value_heads: 3 does not divide num_attention_heads (8)"));
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["GPT2LMHeadModel"], "vocab_size": 10,
+                                "n_embd": 8, "n_layer": 1, "n_head": 1, "n_positions": 8,
+                                "attn_pdrop": 1.5})",
+                            "g.json")
+                  .status()
+                  .message(),
+              HasSubstr("attn_pdrop: must be a probability"));
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": "big"})",
+                            "l.json")
+                  .status()
+                  .message(),
+              HasSubstr("vocab_size"));
+  EXPECT_THAT(ParseHfConfig("{not json", "broken.json").status().message(),
+              HasSubstr("broken.json"));
+}
+
+TEST(ParseHfConfig, MlpChain) {
+  absl::StatusOr<ModelConfig> c = LoadPresetConfig("mlp-mnist");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->family, ModelFamily::kMlp);
+  EXPECT_EQ(c->mlp_layer_sizes, (std::vector<int64_t>{1024, 1024, 10}));
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["MlpChain"], "input_size": 4,
+                                "layer_sizes": [8, 0]})",
+                            "m.json")
+                  .status()
+                  .message(),
+              HasSubstr("m.json: layer_sizes[1]: must be between 1 and 2^31, got 0"));
+}
+
+TEST(LoadModel, PresetsFilesAndCloseNames) {
+  absl::StatusOr<LoadedModel> m = LoadModel("Llama_3_8B");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->kind, ModelSourceKind::kPreset);
+  EXPECT_TRUE(m->config.has_value());
+  absl::StatusOr<LoadedModel> unknown = LoadModel("llama-3-7b");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("did you mean: "));
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("llama-3-8b"));
+  EXPECT_THAT(LoadModel("/no/such/config.json").status().message(),
+              HasSubstr("'/no/such/config.json' does not exist"));
+  absl::StatusOr<LoadedModel> cnn = LoadModel("resnet50");
+  ASSERT_TRUE(cnn.ok()) << cnn.status();
+  EXPECT_EQ(cnn->config->family, ModelFamily::kCnn);
+  std::vector<std::string> names = PresetNames();
+  for (const char* expected : {"llama-3-8b", "llama-2-7b", "llama-2-70b", "mistral-7b", "qwen2-7b",
+                               "gpt2", "gpt2-xl", "bert-large", "mixtral-8x7b", "resnet50",
+                               "vgg16"}) {
+    EXPECT_THAT(names, ::testing::Contains(std::string(expected)));
+  }
+}
+
+}  // namespace
+}  // namespace headroom

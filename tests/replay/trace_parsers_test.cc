@@ -1,0 +1,232 @@
+#include "replay/allocation_trace.h"
+#include "allocator/alloc_conf.h"
+#include "allocator/caching_allocator.h"
+#include "allocator/simulated/simulated_backend.h"
+#include "replay/trace_replay.h"
+#include "common/units.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kRmmLog[] =
+    "Thread,Time,Action,Pointer,Size,Stream\n"
+    "140573312345856,1634567890.123456,allocate,0x7f8a40000000,1024,0x0\n"
+    "140573312345856,1634567890.234567,allocate,0x7f8a40000400,2048,0x7f8a38001020\r\n"
+    "\n"
+    "140573312345856,1634567890.345678,free,0x7f8a40000000,1024,0x0\n"
+    "140573312345856,08:03:12:345678,allocate failure,0x0,99999999999,0x0\n"
+    "1,12:00:00.5,deallocate,0x7f8a40000400,2048,0x7f8a38001020\n";
+
+TEST(RmmLogParser, ParsesAllActionsAndTimeFormats) {
+  auto trace = ParseRmmLog(kRmmLog, "log.csv");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->events.size(), 5u);
+  EXPECT_EQ(trace->format, "rmm-csv");
+  const TraceEvent& a = trace->events[1];
+  EXPECT_EQ(a.op, TraceOp::kAllocate);
+  EXPECT_EQ(a.pointer, 0x7f8a40000400u);
+  EXPECT_EQ(a.size, 2048u);
+  EXPECT_EQ(a.stream, 0x7f8a38001020u);
+  EXPECT_EQ(a.time_ns, 1634567890234567000u);
+  EXPECT_EQ(a.line, 3u);
+  EXPECT_EQ(trace->events[2].op, TraceOp::kFree);
+  EXPECT_EQ(trace->events[2].line, 5u);
+  EXPECT_EQ(trace->events[3].op, TraceOp::kAllocateFailure);
+  EXPECT_EQ(trace->events[3].time_ns, ((8 * 60 + 3) * 60 + 12) * 1'000'000'000ull + 345678000u);
+  EXPECT_EQ(trace->events[4].op, TraceOp::kFree);
+  EXPECT_EQ(trace->events[4].time_ns, 12 * 3600 * 1'000'000'000ull + 500'000'000u);
+}
+
+TEST(RmmLogParser, ColumnsMayBeReorderedAndStreamOmitted) {
+  auto trace = ParseRmmLog("Action,Size,Pointer,Time\nallocate,512,16,0.5\n", "x.csv");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->events.size(), 1u);
+  EXPECT_EQ(trace->events[0].pointer, 16u);
+  EXPECT_EQ(trace->events[0].stream, 0u);
+}
+
+TEST(RmmLogParser, MalformedLinesNameTheLine) {
+  auto err = [](std::string_view text) { return std::string(ParseRmmLog(text, "t.csv").status().message()); };
+  EXPECT_THAT(err(""), HasSubstr("empty"));
+  EXPECT_THAT(err("a,b,c\n"), HasSubstr("t.csv:1: expected the RMM header"));
+  const std::string header = "Thread,Time,Action,Pointer,Size,Stream\n";
+  EXPECT_THAT(err(header + "1,0.1,allocate,0x10,64,0\n1,0.2,alloc,0x10,64,0\n"),
+              HasSubstr("t.csv:3: unknown action 'alloc'"));
+  EXPECT_THAT(err(header + "1,0.1,allocate,0xZZ,64,0\n"), HasSubstr("t.csv:2: bad pointer '0xZZ'"));
+  EXPECT_THAT(err(header + "1,0.1,allocate,0x10,-4,0\n"), HasSubstr("bad size '-4'"));
+  EXPECT_THAT(err(header + "1,yesterday,allocate,0x10,4,0\n"), HasSubstr("bad time 'yesterday'"));
+  EXPECT_THAT(err(header + "1,0.1,allocate\n"), HasSubstr("t.csv:2: expected at least"));
+}
+
+constexpr char kSnapshot[] = R"({
+  "segments": [],
+  "device_traces": [[
+    {"action": "segment_alloc", "addr": 1000, "size": 2097152, "stream": 0},
+    {"action": "alloc", "addr": 1000, "size": 512, "stream": 0, "time_us": 5},
+    {"action": "alloc", "addr": 1512, "size": 1024, "stream": 7},
+    {"action": "free_requested", "addr": 1000, "size": 512, "stream": 0},
+    {"action": "free_completed", "addr": 1000, "size": 512, "stream": 0},
+    {"action": "free_completed", "addr": 1512, "size": 1024, "stream": 7},
+    {"action": "oom", "size": 99, "stream": 0, "device_free": 5}
+  ]]
+})";
+
+TEST(PyTorchSnapshotParser, TakesClientEventsOnly) {
+  auto trace = ParsePyTorchSnapshot(kSnapshot, "snap.json");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->events.size(), 5u);
+  EXPECT_EQ(trace->events[0].op, TraceOp::kAllocate);
+  EXPECT_EQ(trace->events[0].time_ns, 5000u);
+  EXPECT_EQ(trace->events[1].stream, 7u);
+  EXPECT_EQ(trace->events[2].op, TraceOp::kFree);  // free_requested
+  EXPECT_EQ(trace->events[3].op, TraceOp::kFree);  // free_completed without a request
+  EXPECT_EQ(trace->events[3].pointer, 1512u);
+  EXPECT_EQ(trace->events[4].op, TraceOp::kAllocateFailure);
+  auto detected = ParseAllocationTrace(std::string("\n  ") + kSnapshot, "snap.json");
+  ASSERT_TRUE(detected.ok());
+  EXPECT_EQ(detected->format, "pytorch-snapshot");
+}
+
+// A history that began after the process allocated: a freed pointer the
+// history never allocated, and a block still active at the end that it never
+// mentions, are both restored as allocations before the first event.
+TEST(PyTorchSnapshotParser, RestoresAllocationsMadeBeforeTheHistory) {
+  constexpr char kTruncated[] = R"({
+    "segments": [
+      {"device": 0, "address": 4096, "total_size": 2097152, "stream": 0, "segment_type": "small",
+       "blocks": [{"size": 1024, "requested_size": 1000, "state": "active_allocated"},
+                  {"size": 2048, "state": "inactive"},
+                  {"size": 512, "state": "active_allocated"},
+                  {"size": 2093568, "state": "inactive"}]},
+      {"device": 1, "address": 999999, "total_size": 2097152, "stream": 0, "segment_type": "small",
+       "blocks": [{"size": 2097152, "state": "active_allocated"}]}
+    ],
+    "device_traces": [[
+      {"action": "free_requested", "addr": 77777, "size": 3000, "stream": 0},
+      {"action": "alloc", "addr": 7168, "size": 512, "stream": 0},
+      {"action": "alloc", "addr": 50000, "size": 700, "stream": 0},
+      {"action": "free_requested", "addr": 50000, "size": 700, "stream": 0}
+    ], []]
+  })";
+  auto trace = ParsePyTorchSnapshot(kTruncated, "t.json", 0);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->events.size(), 6u);
+  // Before the history: the freed pointer 77777, then the segment's first
+  // block (4096); the block at 7168 is allocated within the history.
+  EXPECT_EQ(trace->events[0].op, TraceOp::kAllocate);
+  EXPECT_EQ(trace->events[0].pointer, 77777u);
+  EXPECT_EQ(trace->events[0].size, 3000u);
+  EXPECT_EQ(trace->events[1].op, TraceOp::kAllocate);
+  EXPECT_EQ(trace->events[1].pointer, 4096u);
+  EXPECT_EQ(trace->events[1].size, 1000u);
+  EXPECT_EQ(trace->events[2].pointer, 77777u);
+  EXPECT_EQ(trace->events[2].op, TraceOp::kFree);
+
+  auto r = ReplayTrace(*trace, {.capacity_bytes = kGiB});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->anomalies, 0u);
+  EXPECT_EQ(r->peak_live_bytes, 3000u + 1000u);  // 77777 is freed before the later allocations
+}
+
+TEST(PyTorchSnapshotParser, ErrorsNameThePath) {
+  auto err = [](std::string_view text) { return std::string(ParsePyTorchSnapshot(text, "s.json").status().message()); };
+  EXPECT_THAT(err("{"), HasSubstr("s.json"));
+  EXPECT_THAT(err("{}"), HasSubstr("device_traces"));
+  EXPECT_THAT(err(R"({"device_traces": [[{"action": "alloc", "addr": 1}]]})"),
+              HasSubstr("device_traces[0][0]"));
+  EXPECT_THAT(err(R"({"device_traces": [[{"action": "teleport", "addr": 1, "size": 2}]]})"),
+              HasSubstr("unknown action 'teleport'"));
+  EXPECT_THAT(err(R"({"device_traces": [[{"action": "alloc", "addr": -1, "size": 2}]]})"), HasSubstr("addr"));
+  EXPECT_FALSE(ParsePyTorchSnapshot(kSnapshot, "s.json", 3).ok());
+}
+
+TEST(TraceReplay, CountsPeaksAndAnomalies) {
+  auto trace = ParseRmmLog(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "1,0.1,allocate,0x10,4194304,0\n"
+      "1,0.2,allocate,0x20,4194304,0x5\n"
+      "1,0.3,free,0x10,4194304,0\n"
+      "1,0.4,free,0x99,64,0\n"
+      "1,0.5,allocate failure,0x0,1,0\n",
+      "t.csv");
+  ASSERT_TRUE(trace.ok());
+  auto r = ReplayTrace(*trace, {.capacity_bytes = kGiB});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->allocations, 2u);
+  EXPECT_EQ(r->frees, 1u);
+  EXPECT_EQ(r->trace_failures, 1u);
+  EXPECT_EQ(r->peak_live_bytes, 8 * kMiB);
+  EXPECT_EQ(r->peak_allocated_bytes, 8 * kMiB);
+  EXPECT_EQ(r->peak_reserved_bytes, 40 * kMiB);  // two streams, one 20 MiB segment each
+  EXPECT_DOUBLE_EQ(r->reserved_to_allocated, 5.0);
+  EXPECT_EQ(r->anomalies, 1u);
+  ASSERT_EQ(r->anomaly_examples.size(), 1u);
+  EXPECT_THAT(r->anomaly_examples[0], HasSubstr("t.csv:5: free of 0x99"));
+  auto strict = ReplayTrace(*trace, {.capacity_bytes = kGiB, .strict = true});
+  EXPECT_EQ(strict.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(strict.status().message()), HasSubstr("t.csv:5"));
+}
+
+TEST(TraceReplay, OomsAreCountedAndLaterFreesIgnored) {
+  auto trace = ParseRmmLog(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "1,0.1,allocate,0x10,62914560,0\n"
+      "1,0.2,allocate,0x20,62914560,0\n"
+      "1,0.3,free,0x20,62914560,0\n",
+      "t.csv");
+  ASSERT_TRUE(trace.ok());
+  auto r = ReplayTrace(*trace, {.capacity_bytes = 100 * kMiB});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ooms, 1);
+  EXPECT_EQ(r->anomalies, 0u);
+}
+
+TEST(TraceReplay, OwnSnapshotReplaysToTheSamePeaks) {
+  auto device = *SimulatedBackend::Create({});
+  auto allocator = *CachingAllocator::Create(device.get(), {.history_entries = 10000});
+  std::vector<DeviceAddress> live;
+  for (int i = 0; i < 50; ++i) {
+    live.push_back(*allocator->Allocate(static_cast<uint64_t>(i % 7 + 1) * 3 * kMiB + 100));
+    if (i % 3 == 2) {
+      ASSERT_TRUE(allocator->Free(live[live.size() - 2]).ok());
+      live.erase(live.end() - 2);
+    }
+  }
+  const std::string json = SnapshotToJson(allocator->TakeSnapshot()).dump();
+  auto trace = ParsePyTorchSnapshot(json, "own.json");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  auto r = ReplayTrace(*trace, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const MemoryStats s = allocator->GetStats();
+  EXPECT_EQ(r->peak_allocated_bytes, static_cast<uint64_t>(s.allocated_bytes[kAllPools].peak));
+  EXPECT_EQ(r->peak_reserved_bytes, static_cast<uint64_t>(s.reserved_bytes[kAllPools].peak));
+  EXPECT_EQ(r->anomalies, 0u);
+}
+
+TEST(TraceReplay, ExpandableSegmentsReduceOverhead) {
+  // A transformer-like step: growing activations, then freed in reverse.
+  AllocationTrace trace{.source = "synthetic", .format = "rmm-csv", .events = {}};
+  uint64_t pointer = 1;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<uint64_t> acts;
+    for (int layer = 0; layer < 24; ++layer) {
+      for (uint64_t size : {uint64_t{37} * kMiB + 4096, uint64_t{12} * kMiB + 512, uint64_t{3} * kMiB}) {
+        trace.events.push_back({.op = TraceOp::kAllocate, .pointer = pointer, .size = size + static_cast<uint64_t>(step) * kMiB});
+        acts.push_back(pointer++);
+      }
+    }
+    for (auto it = acts.rbegin(); it != acts.rend(); ++it) trace.events.push_back({.op = TraceOp::kFree, .pointer = *it});
+  }
+  auto plain = ReplayTrace(trace, {});
+  auto expandable = ReplayTrace(trace, {.allocator = *ParseAllocConf("expandable_segments:True")});
+  ASSERT_TRUE(plain.ok() && expandable.ok());
+  EXPECT_LE(expandable->reserved_to_live, 1.05);
+  EXPECT_LT(expandable->peak_reserved_bytes, plain->peak_reserved_bytes);
+}
+
+}  // namespace
+}  // namespace headroom
