@@ -15,6 +15,7 @@
 #include "graph/liveness.h"
 #include "models/model_source.h"
 #include "graph/training_step.h"
+#include "planner/checkpoint_plan.h"
 
 namespace headroom {
 namespace {
@@ -30,7 +31,9 @@ Graph Forward(const char* preset, int64_t seq_len) {
 }
 
 Graph Step(const Graph& forward, CheckpointMode mode) {
-  absl::StatusOr<Graph> step = BuildTrainingStep(forward, {.checkpoint = mode});
+  absl::StatusOr<CheckpointPlan> plan = PlanForMode(forward, mode);
+  if (!plan.ok()) std::abort();
+  absl::StatusOr<Graph> step = BuildTrainingStep(forward, {.checkpoint = *std::move(plan)});
   if (!step.ok()) std::abort();
   return *std::move(step);
 }
@@ -43,7 +46,8 @@ void BM_Llama70B_Seq8192_BuildStepProfile(benchmark::State& state) {
     absl::StatusOr<Graph> forward = BuildModelGraph(
         *config, {.batch = 1, .seq_len = 8192, .param_dtype = DType::kBF16,
                   .compute_dtype = DType::kBF16, .attention = AttentionImpl::kFlash});
-    absl::StatusOr<Graph> step = BuildTrainingStep(*forward, {.checkpoint = mode});
+    absl::StatusOr<CheckpointPlan> plan = PlanForMode(*forward, mode);
+    absl::StatusOr<Graph> step = BuildTrainingStep(*forward, {.checkpoint = *std::move(plan)});
     benchmark::DoNotOptimize(ProfileMemory(*step).peak_bytes);
   }
   state.SetLabel(std::string(CheckpointModeName(mode)));

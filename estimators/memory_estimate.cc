@@ -11,6 +11,8 @@
 #include "estimators/kv_cache.h"
 #include "estimators/model_states.h"
 #include "estimators/optimizer_state.h"
+#include "graph/training_step.h"
+#include "planner/checkpoint_plan.h"
 #include "hardware/cost_model.h"
 #include "graph/liveness.h"
 
@@ -169,9 +171,13 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
   if (is_step) {
     step = forward;
   } else {
+    // The planner owns what a checkpoint mode means (planner/checkpoint_plan.h).
+    CheckpointPlan plan;
+    if (job.training) {
+      HEADROOM_ASSIGN_OR_RETURN(plan, PlanForMode(forward, job.checkpoint, job.checkpoint_every));
+    }
     StepOptions step_options{.training = job.training,
-                             .checkpoint = job.checkpoint,
-                             .checkpoint_every = job.checkpoint_every,
+                             .checkpoint = std::move(plan),
                              .gradients_preexist = job.training && job.grad_accum > 1,
                              .optimizer_step = job.training,
                              .optimizer_state_bytes_per_element =

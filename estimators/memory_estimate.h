@@ -8,8 +8,9 @@
 //   e->total_bytes(); e->fits(); e->rows();   // category, bytes
 //
 // Pipeline: BuildModelGraph (models/builders.h) for one micro-batch on one
-// tensor-parallel shard -> BuildTrainingStep (graph/training_step.h) with the
-// checkpoint mode -> ProfileMemory (graph/liveness.h) for the dynamic bytes
+// tensor-parallel shard -> PlanForMode (planner/checkpoint_plan.h) for the
+// checkpoint mode -> BuildTrainingStep (graph/training_step.h) with that plan
+// -> ProfileMemory (graph/liveness.h) for the dynamic bytes
 // -> EstimateModelStates for the resident ones -> overheads.
 //
 // Note [Which framework a setup means]

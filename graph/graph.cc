@@ -6,69 +6,73 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "common/name_table.h"
 
 namespace headroom {
 namespace {
 
-struct DTypeInfo {
-  DType dtype;
-  std::string_view name;
-  uint32_t bits;
-};
+constexpr NameTable<DType, 29> kDTypeNames("dtype", {{
+    {"f64", DType::kF64}, {"f32", DType::kF32}, {"bf16", DType::kBF16}, {"f16", DType::kF16},
+    {"f8e4m3", DType::kF8E4M3}, {"f8e5m2", DType::kF8E5M2}, {"i64", DType::kI64}, {"i32", DType::kI32},
+    {"i8", DType::kI8}, {"u8", DType::kU8}, {"bool", DType::kBool}, {"nf4", DType::kNF4},
+    // Other spellings users and Hugging Face configs write.
+    {"float64", DType::kF64, kAlias}, {"double", DType::kF64, kAlias}, {"fp64", DType::kF64, kAlias},
+    {"float32", DType::kF32, kAlias}, {"float", DType::kF32, kAlias}, {"fp32", DType::kF32, kAlias},
+    {"bfloat16", DType::kBF16, kAlias}, {"float16", DType::kF16, kAlias}, {"half", DType::kF16, kAlias},
+    {"fp16", DType::kF16, kAlias}, {"fp8", DType::kF8E4M3, kAlias}, {"float8_e4m3fn", DType::kF8E4M3, kAlias},
+    {"float8_e5m2", DType::kF8E5M2, kAlias}, {"int64", DType::kI64, kAlias}, {"int32", DType::kI32, kAlias},
+    {"int8", DType::kI8, kAlias}, {"uint8", DType::kU8, kAlias},
+}});
 
-constexpr DTypeInfo kDTypes[] = {
-    {DType::kF64, "f64", 64},    {DType::kF32, "f32", 32},       {DType::kBF16, "bf16", 16},
-    {DType::kF16, "f16", 16},    {DType::kF8E4M3, "f8e4m3", 8}, {DType::kF8E5M2, "f8e5m2", 8},
-    {DType::kI64, "i64", 64},    {DType::kI32, "i32", 32},       {DType::kI8, "i8", 8},
-    {DType::kU8, "u8", 8},       {DType::kBool, "bool", 8},      {DType::kNF4, "nf4", 4},
-};
+constexpr NameTable<TensorRole, 7> kRoleNames("tensor role", {{
+    {"parameter", TensorRole::kParameter},
+    {"buffer", TensorRole::kBuffer},
+    {"input", TensorRole::kInput},
+    {"activation", TensorRole::kActivation},
+    {"gradient", TensorRole::kGradient},
+    {"optimizer_state", TensorRole::kOptimizerState},
+    {"temporary", TensorRole::kTemporary},
+}});
 
-// Other spellings users and Hugging Face configs write.
-constexpr std::pair<std::string_view, DType> kDTypeAliases[] = {
-    {"float64", DType::kF64}, {"double", DType::kF64},       {"fp64", DType::kF64},
-    {"float32", DType::kF32}, {"float", DType::kF32},        {"fp32", DType::kF32},
-    {"bfloat16", DType::kBF16}, {"float16", DType::kF16},    {"half", DType::kF16},
-    {"fp16", DType::kF16},    {"fp8", DType::kF8E4M3},       {"float8_e4m3fn", DType::kF8E4M3},
-    {"float8_e5m2", DType::kF8E5M2}, {"int64", DType::kI64}, {"int32", DType::kI32},
-    {"int8", DType::kI8},     {"uint8", DType::kU8},         {"bool", DType::kBool},
-};
+constexpr NameTable<Phase, 4> kPhaseNames("phase", {{
+    {"forward", Phase::kForward},
+    {"loss", Phase::kLoss},
+    {"backward", Phase::kBackward},
+    {"optimizer", Phase::kOptimizer},
+}});
 
-constexpr std::pair<TensorRole, std::string_view> kRoles[] = {
-    {TensorRole::kParameter, "parameter"},  {TensorRole::kBuffer, "buffer"},
-    {TensorRole::kInput, "input"},          {TensorRole::kActivation, "activation"},
-    {TensorRole::kGradient, "gradient"},    {TensorRole::kOptimizerState, "optimizer_state"},
-    {TensorRole::kTemporary, "temporary"},
-};
-
-}  // namespace
-
-std::string_view DTypeName(DType dtype) {
-  for (const DTypeInfo& info : kDTypes) {
-    if (info.dtype == dtype) return info.name;
-  }
-  return "unknown";
-}
-
-absl::StatusOr<DType> ParseDType(std::string_view name) {
-  std::string lower = absl::AsciiStrToLower(std::string(name));
-  if (lower.starts_with("torch.")) lower.erase(0, 6);
-  for (const DTypeInfo& info : kDTypes) {
-    if (info.name == lower) return info.dtype;
-  }
-  for (const auto& [alias, dtype] : kDTypeAliases) {
-    if (alias == lower) return dtype;
-  }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "unknown dtype '%s' (expected f64, f32, bf16, f16, f8e4m3, f8e5m2, i64, i32, i8, u8, bool or nf4)",
-      name));
-}
-
-uint64_t DTypeBytes(DType dtype, uint64_t elements) {
-  for (const DTypeInfo& info : kDTypes) {
-    if (info.dtype == dtype) return (elements * info.bits + 7) / 8;
+uint32_t DTypeBits(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+    case DType::kI64: return 64;
+    case DType::kF32:
+    case DType::kI32: return 32;
+    case DType::kBF16:
+    case DType::kF16: return 16;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool: return 8;
+    case DType::kNF4: return 4;
   }
   return 0;
 }
+
+}  // namespace
+
+std::string_view DTypeName(DType dtype) { return kDTypeNames.Name(dtype); }
+
+absl::StatusOr<DType> ParseDType(std::string_view name) {
+  // PyTorch prints dtypes as "torch.bfloat16"; errors quote the name as given.
+  const std::string lower = absl::AsciiStrToLower(std::string(name));
+  if (lower.starts_with("torch.")) {
+    if (absl::StatusOr<DType> dtype = kDTypeNames.Parse(name.substr(6)); dtype.ok()) return dtype;
+  }
+  return kDTypeNames.Parse(name);
+}
+
+uint64_t DTypeBytes(DType dtype, uint64_t elements) { return (elements * DTypeBits(dtype) + 7) / 8; }
 
 bool IsFloatingPoint(DType dtype) {
   switch (dtype) {
@@ -82,31 +86,12 @@ bool IsFloatingPoint(DType dtype) {
   }
 }
 
-std::string_view TensorRoleName(TensorRole role) {
-  for (const auto& [r, name] : kRoles) {
-    if (r == role) return name;
-  }
-  return "unknown";
-}
+std::string_view TensorRoleName(TensorRole role) { return kRoleNames.Name(role); }
 
-absl::StatusOr<TensorRole> ParseTensorRole(std::string_view name) {
-  for (const auto& [role, role_name] : kRoles) {
-    if (role_name == name) return role;
-  }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "unknown tensor role '%s' (expected parameter, buffer, input, activation, gradient, "
-      "optimizer_state or temporary)", name));
-}
+absl::StatusOr<TensorRole> ParseTensorRole(std::string_view name) { return kRoleNames.Parse(name); }
 
-std::string_view PhaseName(Phase phase) {
-  switch (phase) {
-    case Phase::kForward: return "forward";
-    case Phase::kLoss: return "loss";
-    case Phase::kBackward: return "backward";
-    case Phase::kOptimizer: return "optimizer";
-  }
-  return "unknown";
-}
+std::string_view PhaseName(Phase phase) { return kPhaseNames.Name(phase); }
+absl::StatusOr<Phase> ParsePhase(std::string_view name) { return kPhaseNames.Parse(name); }
 
 uint64_t Tensor::elements() const {
   uint64_t n = 1;

@@ -83,7 +83,8 @@ struct Tensor {
 };
 
 enum class Phase : uint8_t { kForward, kLoss, kBackward, kOptimizer };
-std::string_view PhaseName(Phase phase);
+std::string_view PhaseName(Phase phase);  // "forward", "loss", "backward", "optimizer"
+absl::StatusOr<Phase> ParsePhase(std::string_view name);
 
 struct Op {
   OpId id = kNone;   // assigned by Graph::AddOp
@@ -110,7 +111,7 @@ struct Op {
   double measured_cost = 0;
   // Eager attention's core (QK^T, scale/mask, softmax, dropout on the
   // probabilities, probs @ V): what selective activation recomputation
-  // replays (graph/training_step.h, CheckpointMode::kSelective). Builders set it.
+  // replays (planner/checkpoint_plan.h, CheckpointMode::kSelective). Builders set it.
   bool attention_core = false;
 };
 

@@ -5,20 +5,12 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "graph/autograd.h"
 
 namespace headroom {
 namespace {
-
-constexpr std::pair<CheckpointMode, std::string_view> kModeNames[] = {
-    {CheckpointMode::kOff, "none"},
-    {CheckpointMode::kFull, "full"},
-    {CheckpointMode::kEveryK, "every-k"},
-    {CheckpointMode::kSelective, "selective"},
-};
 
 bool IsForwardPhase(Phase phase) { return phase == Phase::kForward || phase == Phase::kLoss; }
 
@@ -144,59 +136,13 @@ class Recomputer {
 
 }  // namespace
 
-std::string_view CheckpointModeName(CheckpointMode mode) {
-  for (const auto& [m, name] : kModeNames) {
-    if (m == mode) return name;
-  }
-  return "unknown";
-}
-
-absl::StatusOr<CheckpointMode> ParseCheckpointMode(std::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(std::string(name));
-  for (const auto& [mode, mode_name] : kModeNames) {
-    if (mode_name == lower) return mode;
-  }
-  if (lower == "every_k" || lower == "everyk") return CheckpointMode::kEveryK;
-  if (lower == "per-layer" || lower == "per_layer") return CheckpointMode::kFull;
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "unknown checkpoint mode '%s' (expected none, full, every-k or selective)", name));
-}
-
-std::vector<int32_t> CheckpointSegments(const Graph& forward, const StepOptions& options) {
-  std::vector<int32_t> segment(forward.num_ops(), kNone);
-  if (!options.training || options.checkpoint == CheckpointMode::kOff) return segment;
-  const int every = std::max(1, options.checkpoint_every);
-  // The key of the segment an op belongs to; kNone when not checkpointed.
-  auto key = [&](const Op& op) -> int64_t {
-    if (op.phase != Phase::kForward) return kNone;
-    switch (options.checkpoint) {
-      case CheckpointMode::kFull: return op.layer >= 0 ? op.layer : kNone;
-      case CheckpointMode::kEveryK: return op.layer >= 0 ? op.layer / every : kNone;
-      case CheckpointMode::kSelective: return op.attention_core ? op.layer + 1 : kNone;
-      case CheckpointMode::kOff: return kNone;
-    }
-    return kNone;
-  };
-  int32_t next = 0;
-  int64_t previous_key = kNone;
-  for (const Op& op : forward.ops()) {
-    const int64_t k = key(op);
-    if (k == kNone) {
-      previous_key = kNone;
-      continue;
-    }
-    if (k != previous_key) ++next;
-    segment[static_cast<size_t>(op.id)] = next - 1;
-    previous_key = k;
-  }
-  return segment;
-}
-
 absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions& options) {
   HEADROOM_RETURN_IF_ERROR(forward.Validate());
-  if (options.checkpoint_every < 1) {
+  HEADROOM_RETURN_IF_ERROR(options.checkpoint.Validate(forward));
+  if (!options.training && !options.checkpoint.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "checkpoint_every must be at least 1, got %d", options.checkpoint_every));
+        "graph '%s': a checkpoint plan applies to training; inference keeps nothing for backward",
+        forward.name()));
   }
   OpId last_loss = kNone;
   for (const Op& op : forward.ops()) {
@@ -262,10 +208,11 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions&
   pass.gradient[static_cast<size_t>(loss_op.outputs[0])] = internal::kSeedGradient;
 
   // Segments in step op ids.
-  const std::vector<int32_t> forward_segments = CheckpointSegments(forward, options);
+  const std::vector<int32_t>& forward_segments = options.checkpoint.segment_of_op;
   std::vector<int32_t> segment_of_op(step.num_ops(), kNone);
   std::vector<Segment> segments;
   for (const Op& op : forward.ops()) {
+    if (forward_segments.empty()) break;
     const int32_t s = forward_segments[static_cast<size_t>(op.id)];
     if (s == kNone) continue;
     const OpId id = op.id + offset;

@@ -1,10 +1,12 @@
 // The full schedule of one training step: forward, loss, backward (with
 // activation checkpointing) and the optimizer step, derived from a forward
-// graph as the builders emit it (models/builders.h).
+// graph as the builders emit it (models/builders.h) and an explicit
+// checkpoint plan (graph/checkpoint_plan.h; planner/checkpoint_plan.h makes
+// the plan of each named mode).
 //
 //   HEADROOM_ASSIGN_OR_RETURN(Graph forward, BuildModelGraph(config, build));
-//   HEADROOM_ASSIGN_OR_RETURN(Graph step, BuildTrainingStep(forward, {
-//       .checkpoint = CheckpointMode::kSelective}));
+//   HEADROOM_ASSIGN_OR_RETURN(CheckpointPlan plan, PlanForMode(forward, CheckpointMode::kSelective));
+//   HEADROOM_ASSIGN_OR_RETURN(Graph step, BuildTrainingStep(forward, {.checkpoint = plan}));
 //   MemoryProfile profile = ProfileMemory(step, {});   // graph/liveness.h
 //
 // The result is one Graph in program order: the forward ops unchanged (ids
@@ -15,26 +17,17 @@
 // op comes first and shifts them by one.
 //
 // Note [Checkpoint segments]
-// A checkpointed segment is a contiguous run of forward ops (one layer for
-// kFull, k consecutive layers for kEveryK, the attention core of one layer for
-// kSelective). During forward it keeps only what enters it from outside (its
-// boundary inputs: the layer's hidden state, or q, k, v for the attention
-// core); tensors it produces and saves for its own backward are dropped after
-// their last forward use. Right before the first backward op of the segment,
-// its forward ops are replayed (Op::recompute, phase kBackward, forward_of =
-// the original) into fresh tensors named "<name>@recompute", which the
-// segment's backward reads instead. Replayed ops whose outputs nobody reads
-// are dropped, as PyTorch's non-reentrant checkpoint stops early. This is
-// torch.utils.checkpoint around each block (Hugging Face
-// gradient_checkpointing_enable), Megatron-LM's --recompute-granularity full
-// --recompute-method uniform --recompute-num-layers k, and for kSelective
-// Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-// Transformer Models", sec. 4.2 (selective activation recomputation).
-//
-// Ops outside any layer (embeddings, final norm, LM head, loss) are never
-// checkpointed. With flash attention there is no attention core to drop
-// (builders mark nothing), so kSelective equals kOff, as in the paper's
-// observation that flash attention makes selective recomputation moot.
+// A checkpointed segment is a contiguous run of forward ops (the plan says
+// which: a layer, k layers, the attention core of a layer, or anything a
+// planner chose). During forward it keeps only what enters it from outside
+// (its boundary inputs: the layer's hidden state, or q, k, v for the
+// attention core); tensors it produces and saves for its own backward are
+// dropped after their last forward use. Right before the first backward op
+// of the segment, its forward ops are replayed (Op::recompute, phase
+// kBackward, forward_of = the original) into fresh tensors named
+// "<name>@recompute", which the segment's backward reads instead. Replayed
+// ops whose outputs nobody reads are dropped, as PyTorch's non-reentrant
+// checkpoint stops early. This is torch.utils.checkpoint around each segment.
 #ifndef HEADROOM_GRAPH_TRAINING_STEP_H_
 #define HEADROOM_GRAPH_TRAINING_STEP_H_
 
@@ -44,27 +37,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "graph/checkpoint_plan.h"
 #include "graph/graph.h"
 
 namespace headroom {
-
-enum class CheckpointMode : uint8_t {
-  kOff,        // every saved tensor stays until its backward ("none";
-               // not kNone, which -Wshadow confuses with graph.h's kNone)
-  kFull,       // each layer is a segment (Note [Checkpoint segments])
-  kEveryK,     // groups of StepOptions::checkpoint_every consecutive layers
-  kSelective,  // the attention core of each layer (Op::attention_core)
-};
-std::string_view CheckpointModeName(CheckpointMode mode);  // "none", "full", "every-k", "selective"
-// Accepts the names above and "every_k", "per-layer".
-absl::StatusOr<CheckpointMode> ParseCheckpointMode(std::string_view name);
 
 struct StepOptions {
   // false: inference; the step is the forward graph (loss ops dropped), and
   // nothing is kept for backward.
   bool training = true;
-  CheckpointMode checkpoint = CheckpointMode::kOff;
-  int checkpoint_every = 1;  // kEveryK: layers per segment, >= 1
+  // Which forward ops are replayed during backward (Note [Checkpoint
+  // segments]); empty: none. Training only.
+  CheckpointPlan checkpoint;
   // dtype of parameter gradients; default: the parameter's own dtype (PyTorch
   // keeps .grad in the parameter's dtype).
   std::optional<DType> parameter_gradient_dtype;
@@ -82,12 +66,9 @@ struct StepOptions {
 
 // Derives the step. Errors (InvalidArgument, naming the op or option):
 // an invalid forward graph, a graph that already has backward ops, training
-// without a loss op (phase kLoss), checkpoint_every < 1.
+// without a loss op (phase kLoss), a plan that does not fit the graph
+// (CheckpointPlan::Validate) or a plan for inference.
 absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions& options);
-
-// The segment of each forward op under `options` (Note [Checkpoint
-// segments]), kNone when not checkpointed; indexed by OpId of `forward`.
-std::vector<int32_t> CheckpointSegments(const Graph& forward, const StepOptions& options);
 
 }  // namespace headroom
 

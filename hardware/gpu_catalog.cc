@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/edit_distance.h"
 #include "common/json_fields.h"
+#include "common/name_table.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -23,19 +24,24 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::pair<MathMode, std::string_view> kMathModeNames[] = {
-    {MathMode::kFp64, "fp64"}, {MathMode::kFp32, "fp32"}, {MathMode::kTf32, "tf32"},
-    {MathMode::kBf16, "bf16"}, {MathMode::kFp16, "fp16"}, {MathMode::kFp8, "fp8"},
-    {MathMode::kInt8, "int8"},
-};
+constexpr NameTable<MathMode, 7> kMathModeNames("math mode", {{
+    {"fp64", MathMode::kFp64}, {"fp32", MathMode::kFp32}, {"tf32", MathMode::kTf32},
+    {"bf16", MathMode::kBf16}, {"fp16", MathMode::kFp16}, {"fp8", MathMode::kFp8},
+    {"int8", MathMode::kInt8},
+}});
+
+// The host link kinds the catalog knows; HostLink keeps the name itself.
+enum class HostLinkKind { kPcie, kNvlinkC2c };
+constexpr NameTable<HostLinkKind, 2> kHostLinkNames("host link", {{
+    {"pcie", HostLinkKind::kPcie}, {"nvlink-c2c", HostLinkKind::kNvlinkC2c},
+}});
 
 
 absl::StatusOr<HostLink> ParseHostLink(const json& object, const JsonPath& path) {
   HostLink link;
   HEADROOM_ASSIGN_OR_RETURN(link.kind, RequireString(object, "kind", path));
-  if (link.kind != "pcie" && link.kind != "nvlink-c2c") {
-    return (path / "kind").Error(absl::StrCat("unknown host link '", link.kind,
-                                              "' (expected pcie or nvlink-c2c)"));
+  if (absl::StatusOr<HostLinkKind> kind = kHostLinkNames.Parse(link.kind); !kind.ok()) {
+    return (path / "kind").Error(std::string(kind.status().message()));
   }
   uint64_t generation = 0;
   HEADROOM_ASSIGN_OR_RETURN(generation, RequireUint(object, "pcie_generation", path));
@@ -116,21 +122,9 @@ absl::StatusOr<GpuSpec> ParseGpu(const json& object, const JsonPath& path) {
 
 }  // namespace
 
-std::string_view MathModeName(MathMode mode) {
-  for (const auto& [m, name] : kMathModeNames) {
-    if (m == mode) return name;
-  }
-  return "unknown";
-}
+std::string_view MathModeName(MathMode mode) { return kMathModeNames.Name(mode); }
 
-absl::StatusOr<MathMode> ParseMathMode(std::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(std::string(name));
-  for (const auto& [mode, mode_name] : kMathModeNames) {
-    if (mode_name == lower) return mode;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrFormat("unknown math mode '%s' (expected fp64, fp32, tf32, bf16, fp16, fp8 or int8)", name));
-}
+absl::StatusOr<MathMode> ParseMathMode(std::string_view name) { return kMathModeNames.Parse(name); }
 
 std::optional<double> GpuSpec::PeakFlops(MathMode mode) const {
   auto it = peak_dense_flops.find(mode);

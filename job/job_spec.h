@@ -14,8 +14,8 @@
 #include <optional>
 
 #include "graph/graph.h"
-#include "graph/training_step.h"
 #include "hardware/gpu_catalog.h"
+#include "job/checkpoint_mode.h"
 #include "job/optimizer.h"
 #include "job/parallel_layout.h"
 #include "job/precision.h"

@@ -7,43 +7,34 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/name_table.h"
 
 namespace headroom {
 namespace {
 
-constexpr std::pair<std::string_view, Sharding> kNames[] = {
-    {"none", Sharding::kReplicated},        {"ddp", Sharding::kReplicated},
-    {"zero0", Sharding::kReplicated},       {"zero-0", Sharding::kReplicated},
-    {"zero1", Sharding::kZero1},      {"zero-1", Sharding::kZero1},
-    {"zero2", Sharding::kZero2},      {"zero-2", Sharding::kZero2},
-    {"zero3", Sharding::kZero3},      {"zero-3", Sharding::kZero3},
-    {"fsdp", Sharding::kFsdpFull},    {"fsdp-full", Sharding::kFsdpFull},
-    {"full_shard", Sharding::kFsdpFull}, {"fsdp-hybrid", Sharding::kFsdpHybrid},
-    {"hybrid_shard", Sharding::kFsdpHybrid},
-};
+constexpr NameTable<Sharding, 15> kShardingNames("sharding", {{
+    {"none", Sharding::kReplicated},
+    {"zero1", Sharding::kZero1},
+    {"zero2", Sharding::kZero2},
+    {"zero3", Sharding::kZero3},
+    {"fsdp-full", Sharding::kFsdpFull},
+    {"fsdp-hybrid", Sharding::kFsdpHybrid},
+    {"ddp", Sharding::kReplicated, kAlias},
+    {"zero0", Sharding::kReplicated, kAlias},
+    {"zero-0", Sharding::kReplicated, kAlias},
+    {"zero-1", Sharding::kZero1, kAlias},
+    {"zero-2", Sharding::kZero2, kAlias},
+    {"zero-3", Sharding::kZero3, kAlias},
+    {"fsdp", Sharding::kFsdpFull, kAlias},
+    {"full_shard", Sharding::kFsdpFull, kAlias},
+    {"hybrid_shard", Sharding::kFsdpHybrid, kAlias},
+}});
 
 }  // namespace
 
-std::string_view ShardingName(Sharding sharding) {
-  switch (sharding) {
-    case Sharding::kReplicated: return "none";
-    case Sharding::kZero1: return "zero1";
-    case Sharding::kZero2: return "zero2";
-    case Sharding::kZero3: return "zero3";
-    case Sharding::kFsdpFull: return "fsdp-full";
-    case Sharding::kFsdpHybrid: return "fsdp-hybrid";
-  }
-  return "unknown";
-}
+std::string_view ShardingName(Sharding sharding) { return kShardingNames.Name(sharding); }
 
-absl::StatusOr<Sharding> ParseSharding(std::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(std::string(name));
-  for (const auto& [n, sharding] : kNames) {
-    if (n == lower) return sharding;
-  }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "unknown sharding '%s' (expected none, zero1, zero2, zero3, fsdp-full or fsdp-hybrid)", name));
-}
+absl::StatusOr<Sharding> ParseSharding(std::string_view name) { return kShardingNames.Parse(name); }
 
 bool IsDeepSpeed(Sharding sharding) {
   return sharding == Sharding::kZero1 || sharding == Sharding::kZero2 || sharding == Sharding::kZero3;

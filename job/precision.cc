@@ -1,5 +1,7 @@
 #include "job/precision.h"
 
+#include "common/name_table.h"
+
 #include <string>
 #include <utility>
 
@@ -9,42 +11,31 @@
 namespace headroom {
 namespace {
 
-constexpr std::pair<std::string_view, Precision> kNames[] = {
-    {"fp32", Precision::kFp32},           {"tf32", Precision::kTf32},
-    {"fp16-mixed", Precision::kFp16Mixed}, {"bf16-mixed", Precision::kBf16Mixed},
-    {"bf16", Precision::kBf16},           {"fp16", Precision::kFp16},
-    {"fp8", Precision::kFp8},             {"float32", Precision::kFp32},
-    {"mixed-fp16", Precision::kFp16Mixed}, {"mixed-bf16", Precision::kBf16Mixed},
-    {"amp-fp16", Precision::kFp16Mixed},  {"amp-bf16", Precision::kBf16Mixed},
-    {"16-mixed", Precision::kFp16Mixed},  {"bf16-true", Precision::kBf16},
-    {"pure-bf16", Precision::kBf16},      {"pure-fp16", Precision::kFp16},
-    {"fp8-mixed", Precision::kFp8},
-};
+constexpr NameTable<Precision, 17> kPrecisionNames("precision", {{
+    {"fp32", Precision::kFp32},
+    {"tf32", Precision::kTf32},
+    {"fp16-mixed", Precision::kFp16Mixed},
+    {"bf16-mixed", Precision::kBf16Mixed},
+    {"bf16", Precision::kBf16},
+    {"fp16", Precision::kFp16},
+    {"fp8", Precision::kFp8},
+    {"float32", Precision::kFp32, kAlias},
+    {"mixed-fp16", Precision::kFp16Mixed, kAlias},
+    {"mixed-bf16", Precision::kBf16Mixed, kAlias},
+    {"amp-fp16", Precision::kFp16Mixed, kAlias},
+    {"amp-bf16", Precision::kBf16Mixed, kAlias},
+    {"16-mixed", Precision::kFp16Mixed, kAlias},
+    {"bf16-true", Precision::kBf16, kAlias},
+    {"pure-bf16", Precision::kBf16, kAlias},
+    {"pure-fp16", Precision::kFp16, kAlias},
+    {"fp8-mixed", Precision::kFp8, kAlias},
+}});
 
 }  // namespace
 
-std::string_view PrecisionName(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kTf32: return "tf32";
-    case Precision::kFp16Mixed: return "fp16-mixed";
-    case Precision::kBf16Mixed: return "bf16-mixed";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
-    case Precision::kFp8: return "fp8";
-  }
-  return "unknown";
-}
+std::string_view PrecisionName(Precision precision) { return kPrecisionNames.Name(precision); }
 
-absl::StatusOr<Precision> ParsePrecision(std::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(std::string(name));
-  for (const auto& [n, precision] : kNames) {
-    if (n == lower) return precision;
-  }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "unknown precision '%s' (expected fp32, tf32, fp16-mixed, bf16-mixed, bf16, fp16 or fp8)",
-      name));
-}
+absl::StatusOr<Precision> ParsePrecision(std::string_view name) { return kPrecisionNames.Parse(name); }
 
 PrecisionSetup SetupFor(Precision precision) {
   switch (precision) {

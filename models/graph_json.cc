@@ -13,12 +13,11 @@ namespace {
 
 using nlohmann::json;
 
-absl::StatusOr<Phase> ParsePhase(std::string_view name, const JsonPath& path) {
-  for (Phase phase : {Phase::kForward, Phase::kLoss, Phase::kBackward, Phase::kOptimizer}) {
-    if (PhaseName(phase) == name) return phase;
-  }
-  return path.Error(absl::StrFormat(
-      "unknown phase '%s' (expected forward, loss, backward or optimizer)", name));
+// A vocabulary parser's error, placed at `path` in the document.
+template <typename T>
+absl::StatusOr<T> At(const JsonPath& path, absl::StatusOr<T> parsed) {
+  if (!parsed.ok()) return path.Error(std::string(parsed.status().message()));
+  return parsed;
 }
 
 // Optional members default to the struct's defaults when absent.
@@ -83,15 +82,9 @@ absl::StatusOr<Tensor> ReadTensor(const json& t, const JsonPath& path, size_t in
     tensor.shape.push_back(dim);
   }
   HEADROOM_ASSIGN_OR_RETURN(std::string dtype, RequireString(t, "dtype", path));
-  absl::StatusOr<DType> parsed_dtype = ParseDType(dtype);
-  if (!parsed_dtype.ok()) {
-    return (path / "dtype").Error(std::string(parsed_dtype.status().message()));
-  }
-  tensor.dtype = *parsed_dtype;
+  HEADROOM_ASSIGN_OR_RETURN(tensor.dtype, At(path / "dtype", ParseDType(dtype)));
   HEADROOM_ASSIGN_OR_RETURN(std::string role, RequireString(t, "role", path));
-  absl::StatusOr<TensorRole> parsed_role = ParseTensorRole(role);
-  if (!parsed_role.ok()) return (path / "role").Error(std::string(parsed_role.status().message()));
-  tensor.role = *parsed_role;
+  HEADROOM_ASSIGN_OR_RETURN(tensor.role, At(path / "role", ParseTensorRole(role)));
   HEADROOM_RETURN_IF_ERROR(ReadOptional(t, "layer", path, AsIndex, tensor.layer));
   HEADROOM_RETURN_IF_ERROR(ReadOptional(t, "trainable", path, AsBool, tensor.trainable));
   HEADROOM_RETURN_IF_ERROR(ReadOptional(t, "view_of", path, AsIndex, tensor.view_of));
@@ -125,13 +118,11 @@ absl::StatusOr<Op> ReadOp(const json& o, const JsonPath& path, size_t index, siz
   if (!(op.flops >= 0)) return (path / "flops").Error("must not be negative");
   if (o.contains("compute_dtype")) {
     HEADROOM_ASSIGN_OR_RETURN(std::string dtype, RequireString(o, "compute_dtype", path));
-    absl::StatusOr<DType> parsed = ParseDType(dtype);
-    if (!parsed.ok()) return (path / "compute_dtype").Error(std::string(parsed.status().message()));
-    op.compute_dtype = *parsed;
+    HEADROOM_ASSIGN_OR_RETURN(op.compute_dtype, At(path / "compute_dtype", ParseDType(dtype)));
   }
   if (o.contains("phase")) {
     HEADROOM_ASSIGN_OR_RETURN(std::string phase, RequireString(o, "phase", path));
-    HEADROOM_ASSIGN_OR_RETURN(op.phase, ParsePhase(phase, path / "phase"));
+    HEADROOM_ASSIGN_OR_RETURN(op.phase, At(path / "phase", ParsePhase(phase)));
   }
   HEADROOM_RETURN_IF_ERROR(ReadOptional(o, "layer", path, AsIndex, op.layer));
   HEADROOM_RETURN_IF_ERROR(ReadOptional(o, "inplace", path, AsBool, op.inplace));

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/json_fields.h"
+#include "common/name_table.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -68,20 +69,25 @@ absl::StatusOr<double> Probability(const json& object, std::string_view key, con
   return p;
 }
 
+// Hugging Face's names for activations (transformers/activations.py ACT2FN).
+constexpr NameTable<ActivationKind, 8> kHfActivationNames("activation", {{
+    {"gelu", ActivationKind::kGelu},
+    {"gelu_new", ActivationKind::kGeluTanh},
+    {"gelu_pytorch_tanh", ActivationKind::kGeluTanh},
+    {"silu", ActivationKind::kSilu},
+    {"relu", ActivationKind::kRelu},
+    {"tanh", ActivationKind::kTanh},
+    {"gelu_fast", ActivationKind::kGeluTanh, kAlias},
+    {"swish", ActivationKind::kSilu, kAlias},
+}});
+
 absl::StatusOr<ActivationKind> ParseActivation(const json& object, std::string_view key,
                                                const JsonPath& path, ActivationKind fallback) {
   if (!Present(object, key)) return fallback;
   HEADROOM_ASSIGN_OR_RETURN(std::string name, RequireString(object, key, path));
-  if (name == "gelu") return ActivationKind::kGelu;
-  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") {
-    return ActivationKind::kGeluTanh;
-  }
-  if (name == "silu" || name == "swish") return ActivationKind::kSilu;
-  if (name == "relu") return ActivationKind::kRelu;
-  if (name == "tanh") return ActivationKind::kTanh;
-  return (path / key).Error(absl::StrFormat(
-      "unsupported activation '%s' (expected gelu, gelu_new, gelu_pytorch_tanh, silu, relu or tanh)",
-      name));
+  absl::StatusOr<ActivationKind> kind = kHfActivationNames.Parse(name);
+  if (!kind.ok()) return (path / key).Error(std::string(kind.status().message()));
+  return kind;
 }
 
 struct ArchitectureInfo {

@@ -19,6 +19,7 @@
 #include "graph/liveness.h"
 #include "models/model_source.h"
 #include "graph/training_step.h"
+#include "planner/checkpoint_plan.h"
 
 namespace headroom {
 namespace {
@@ -27,7 +28,12 @@ constexpr int64_t kSeq = 512;
 constexpr int64_t kBatch = 2;
 
 // Saved bytes per layer of a GPT-2 small (h 768, 12 heads, 12 layers) step.
-std::vector<uint64_t> SavedPerLayer(const StepOptions& step_options, int tp = 1, bool sp = false,
+// A named checkpoint mode, planned by the planner (planner/checkpoint_plan.h).
+struct ModeOptions {
+  CheckpointMode checkpoint = CheckpointMode::kOff;
+};
+
+std::vector<uint64_t> SavedPerLayer(ModeOptions mode, int tp = 1, bool sp = false,
                                     AttentionImpl attention = AttentionImpl::kEager) {
   absl::StatusOr<ModelConfig> config = LoadPresetConfig("gpt2");
   EXPECT_TRUE(config.ok()) << config.status();
@@ -36,7 +42,9 @@ std::vector<uint64_t> SavedPerLayer(const StepOptions& step_options, int tp = 1,
                 .compute_dtype = DType::kBF16, .attention = attention, .training = true,
                 .tensor_parallel = tp, .sequence_parallel = sp});
   EXPECT_TRUE(forward.ok()) << forward.status();
-  absl::StatusOr<Graph> step = BuildTrainingStep(*forward, step_options);
+  absl::StatusOr<CheckpointPlan> plan = PlanForMode(*forward, mode.checkpoint);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<Graph> step = BuildTrainingStep(*forward, {.checkpoint = *std::move(plan)});
   EXPECT_TRUE(step.ok()) << step.status();
   EXPECT_TRUE(step->Validate().ok()) << step->Validate();
   const MemoryProfile profile = ProfileMemory(*step);

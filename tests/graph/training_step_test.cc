@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "graph/autograd.h"
 #include "graph/liveness.h"
+#include "planner/checkpoint_plan.h"
 #include "gtest/gtest.h"
 
 namespace headroom {
@@ -171,7 +172,7 @@ TEST(TrainingStep, InferenceDropsLossAndKeepsNothing) {
 
 TEST(TrainingStep, RejectsBadInput) {
   Mlp m;
-  EXPECT_THAT(BuildTrainingStep(m.g, {.checkpoint = CheckpointMode::kEveryK, .checkpoint_every = 0})
+  EXPECT_THAT(PlanForMode(m.g, CheckpointMode::kEveryK, /*every=*/0)
                   .status()
                   .message(),
               HasSubstr("checkpoint_every must be at least 1"));
@@ -234,8 +235,20 @@ struct Stack {
   }
 };
 
-MemoryProfile Profile(const Graph& forward, StepOptions options) {
-  absl::StatusOr<Graph> step = BuildTrainingStep(forward, options);
+// A named checkpoint mode, planned by the planner (planner/checkpoint_plan.h).
+struct ModeOptions {
+  CheckpointMode checkpoint = CheckpointMode::kOff;
+  int checkpoint_every = 1;
+};
+
+StepOptions StepFor(const Graph& forward, ModeOptions mode) {
+  absl::StatusOr<CheckpointPlan> plan = PlanForMode(forward, mode.checkpoint, mode.checkpoint_every);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return {.checkpoint = plan.ok() ? *std::move(plan) : CheckpointPlan{}};
+}
+
+MemoryProfile Profile(const Graph& forward, ModeOptions mode) {
+  absl::StatusOr<Graph> step = BuildTrainingStep(forward, StepFor(forward, mode));
   EXPECT_TRUE(step.ok()) << step.status();
   EXPECT_TRUE(step->Validate().ok()) << step->Validate();
   return ProfileMemory(*step);
@@ -253,7 +266,7 @@ TEST(Checkpointing, FullKeepsOnlyEachLayersInput) {
   EXPECT_LT(full.bytes_at_end_of_forward, none.bytes_at_end_of_forward);
   EXPECT_EQ(none.bytes_at_end_of_forward - full.bytes_at_end_of_forward, 4u * 512);
 
-  absl::StatusOr<Graph> step = BuildTrainingStep(s.g, {.checkpoint = CheckpointMode::kFull});
+  absl::StatusOr<Graph> step = BuildTrainingStep(s.g, StepFor(s.g, {.checkpoint = CheckpointMode::kFull}));
   ASSERT_TRUE(step.ok());
   int recomputed = 0;
   double recompute_flops = 0;
@@ -298,7 +311,7 @@ TEST(Checkpointing, SelectiveDropsOnlyTheAttentionCore) {
     EXPECT_EQ(none.saved_bytes_by_layer[l] - selective.saved_bytes_by_layer[l], 256u + 64 + 256)
         << "layer " << l;
   }
-  absl::StatusOr<Graph> step = BuildTrainingStep(s.g, {.checkpoint = CheckpointMode::kSelective});
+  absl::StatusOr<Graph> step = BuildTrainingStep(s.g, StepFor(s.g, {.checkpoint = CheckpointMode::kSelective}));
   ASSERT_TRUE(step.ok());
   std::vector<std::string> replayed;
   for (const Op& op : step->ops()) {
@@ -307,7 +320,7 @@ TEST(Checkpointing, SelectiveDropsOnlyTheAttentionCore) {
   // pv's output (ctx) is saved by nobody inside the core: not replayed.
   EXPECT_EQ(replayed, (std::vector<std::string>{"l1.qk", "l1.softmax", "l1.dropout", "l0.qk",
                                                 "l0.softmax", "l0.dropout"}));
-  std::vector<int32_t> seg = CheckpointSegments(s.g, {.checkpoint = CheckpointMode::kSelective});
+  std::vector<int32_t> seg = StepFor(s.g, {.checkpoint = CheckpointMode::kSelective}).checkpoint.segment_of_op;
   EXPECT_EQ(seg[0], kNone);  // l0.fc
   EXPECT_EQ(seg[3], 0);      // l0.qk
   EXPECT_EQ(seg[6], 0);      // l0.pv

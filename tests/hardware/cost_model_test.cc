@@ -1,5 +1,6 @@
 // Roofline figures worked out by hand from data/gpus.json.
 #include "hardware/cost_model.h"
+#include "planner/checkpoint_plan.h"
 
 #include "common/units.h"
 #include "gmock/gmock.h"
@@ -92,7 +93,7 @@ TEST(CostModel, StepTimeAndRecomputePrice) {
   g.AddOp({.kind = "sum", .name = "loss", .inputs = {x}, .outputs = {loss}, .phase = Phase::kLoss});
   const GpuSpec& h100 = Gpu("H100-80GB");
   absl::StatusOr<Graph> plain = BuildTrainingStep(g, {});
-  absl::StatusOr<Graph> full = BuildTrainingStep(g, {.checkpoint = CheckpointMode::kFull});
+  absl::StatusOr<Graph> full = BuildTrainingStep(g, {.checkpoint = *PlanForMode(g, CheckpointMode::kFull)});
   ASSERT_TRUE(plain.ok() && full.ok());
   const Op& fc = g.op(0);
   // Layer 1's fc and layer 0's fc are replayed (gelu's output is not saved).

@@ -9,6 +9,7 @@
 
 #include "models/builders.h"
 #include "hardware/cost_model.h"
+#include "planner/checkpoint_plan.h"
 #include "models/model_source.h"
 #include "graph/training_step.h"
 #include "gtest/gtest.h"
@@ -25,7 +26,7 @@ TEST(StepTime, Llama7BMatchesSixFlopsPerParameterPerToken) {
                 .compute_dtype = DType::kBF16, .attention = AttentionImpl::kFlash});
   ASSERT_TRUE(forward.ok()) << forward.status();
   absl::StatusOr<Graph> plain = BuildTrainingStep(*forward, {});
-  absl::StatusOr<Graph> full = BuildTrainingStep(*forward, {.checkpoint = CheckpointMode::kFull});
+  absl::StatusOr<Graph> full = BuildTrainingStep(*forward, {.checkpoint = *PlanForMode(*forward, CheckpointMode::kFull)});
   ASSERT_TRUE(plain.ok() && full.ok());
 
   double flops = 0;
