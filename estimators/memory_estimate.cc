@@ -50,34 +50,6 @@ bool HasBackward(const Graph& graph) {
   return false;
 }
 
-absl::Status CheckJob(const JobSpec& job) {
-  for (const auto& [value, flag] : {std::pair{job.micro_batch, "--micro-batch"},
-                                    {job.grad_accum, "--grad-accum"}}) {
-    if (value < 1) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s: must be at least 1, got %d", flag, value));
-    }
-  }
-  if (job.seq_len < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("--seq: must be positive, got %d", job.seq_len));
-  }
-  if (job.context < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("--context: must be positive, got %d", job.context));
-  }
-  if (job.checkpoint_every < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--checkpoint-every: must be at least 1, got %d", job.checkpoint_every));
-  }
-  if (job.overheads.streams < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--streams: must be at least 1, got %d", job.overheads.streams));
-  }
-  if (job.overheads.fragmentation_fraction < 0 || job.overheads.fragmentation_fraction > 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--fragmentation: must be a fraction between 0 and 1, got %g", job.overheads.fragmentation_fraction));
-  }
-  return job.layout.Validate();
-}
-
 }  // namespace
 
 uint64_t MemoryEstimate::total_bytes() const {
@@ -123,7 +95,7 @@ int64_t ResolveSeqLen(const LoadedModel& model, const JobSpec& job) {
 
 absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const JobSpec& job,
                                               const Machine& machine) {
-  HEADROOM_RETURN_IF_ERROR(CheckJob(job));
+  HEADROOM_RETURN_IF_ERROR(ValidateJob(job));
   const Framework framework = FrameworkFor(job);
   PrecisionSetup precision = SetupFor(job.precision);
   const bool autocast = framework == Framework::kAutocast;

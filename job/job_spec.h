@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "absl/status/status.h"
+
 #include "graph/graph.h"
 #include "hardware/gpu_catalog.h"
 #include "job/checkpoint_mode.h"
@@ -60,6 +62,21 @@ struct JobSpec {
   std::optional<DType> kv_dtype;  // default: the compute dtype
   OverheadOptions overheads;
 };
+
+// Upper bounds on the sizes a job may name: far above any real job, low
+// enough that products of them stay far from 2^64 bytes.
+inline constexpr int64_t kMaxMicroBatch = int64_t{1} << 20;
+inline constexpr int64_t kMaxSeqLen = int64_t{1} << 24;        // tokens, also the KV context
+inline constexpr int64_t kMaxGradAccum = int64_t{1} << 20;
+inline constexpr int kMaxStreams = 1024;
+
+// Checks every field against its range and the fields against each other
+// (LoRA alpha with a rank, no checkpointing or gradient accumulation in
+// inference, a KV cache only in inference, the layout's own invariants).
+// Errors are InvalidArgument and begin with the field's name as written in
+// JobSpec ("micro_batch: ...", "lora.alpha: ...", "gpus: ..." for the
+// layout); the command line maps those names to its flags.
+absl::Status ValidateJob(const JobSpec& job);
 
 struct Machine {
   const GpuSpec* gpu = nullptr;          // catalog entry; may be null with a budget

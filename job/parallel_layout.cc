@@ -30,7 +30,52 @@ constexpr NameTable<Sharding, 15> kShardingNames("sharding", {{
     {"hybrid_shard", Sharding::kFsdpHybrid, kAlias},
 }});
 
+constexpr NameTable<Sharding, 2> kFsdpStrategyNames("FSDP sharding strategy", {{
+    {"full", Sharding::kFsdpFull},
+    {"hybrid", Sharding::kFsdpHybrid},
+}});
+
+constexpr NameTable<Offload, 4> kOffloadNames("offload", {{
+    {"none", Offload::kOff},
+    {"optimizer", Offload::kOptimizer},
+    {"all", Offload::kAll},
+    {"params", Offload::kAll, kAlias},
+}});
+
 }  // namespace
+
+absl::StatusOr<Sharding> ParseFsdpStrategy(std::string_view name) { return kFsdpStrategyNames.Parse(name); }
+
+absl::StatusOr<Sharding> ZeroStageSharding(int stage) {
+  switch (stage) {
+    case 0: return Sharding::kReplicated;
+    case 1: return Sharding::kZero1;
+    case 2: return Sharding::kZero2;
+    case 3: return Sharding::kZero3;
+    default: return absl::InvalidArgumentError(absl::StrFormat("ZeRO stage must be 0-3, got %d", stage));
+  }
+}
+
+int ZeroStage(Sharding sharding) {
+  switch (sharding) {
+    case Sharding::kZero1: return 1;
+    case Sharding::kZero2: return 2;
+    case Sharding::kZero3: return 3;
+    default: return 0;
+  }
+}
+
+std::string_view OffloadName(Offload offload) { return kOffloadNames.Name(offload); }
+absl::StatusOr<Offload> ParseOffload(std::string_view name) { return kOffloadNames.Parse(name); }
+
+Offload ParallelLayout::offload() const {
+  return offload_params ? Offload::kAll : offload_optimizer ? Offload::kOptimizer : Offload::kOff;
+}
+
+void ParallelLayout::set_offload(Offload offload) {
+  offload_optimizer = offload != Offload::kOff;
+  offload_params = offload == Offload::kAll;
+}
 
 std::string_view ShardingName(Sharding sharding) { return kShardingNames.Name(sharding); }
 
@@ -51,43 +96,40 @@ int ParallelLayout::shard_group() const {
 }
 
 absl::Status ParallelLayout::Validate() const {
-  auto positive = [](int value, std::string_view flag) -> absl::Status {
-    if (value < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: must be at least 1, got %d", flag, value));
+  for (const auto& [value, field] :
+       {std::pair{gpus, "gpus"}, {tensor_parallel, "tensor_parallel"}, {pipeline_parallel, "pipeline_parallel"},
+        {expert_parallel, "expert_parallel"}, {hybrid_shard_group, "hybrid_shard_group"}}) {
+    if (value < 1) return absl::InvalidArgumentError(absl::StrFormat("%s: must be at least 1, got %d", field, value));
+    if (value > kMaxGpus) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: must be at most %d, got %d", field, kMaxGpus, value));
     }
-    return absl::OkStatus();
-  };
-  for (const auto& [value, flag] :
-       {std::pair{gpus, "--gpus"}, {tensor_parallel, "--tp"}, {pipeline_parallel, "--pp"},
-        {expert_parallel, "--ep"}, {hybrid_shard_group, "--shard-group"}}) {
-    if (absl::Status s = positive(value, flag); !s.ok()) return s;
   }
-  if (gpus % (tensor_parallel * pipeline_parallel) != 0) {
+  if (gpus % (static_cast<int64_t>(tensor_parallel) * pipeline_parallel) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--gpus: %d GPUs cannot be split into tensor parallel %d x pipeline parallel %d groups",
+        "gpus: %d GPUs cannot be split into tensor parallel %d x pipeline parallel %d groups",
         gpus, tensor_parallel, pipeline_parallel));
   }
   if (data_parallel() % expert_parallel != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--ep: expert parallel degree %d must divide the data parallel degree %d", expert_parallel,
+        "expert_parallel: expert parallel degree %d must divide the data parallel degree %d", expert_parallel,
         data_parallel()));
   }
   if (sharding == Sharding::kFsdpHybrid && data_parallel() % shard_group() != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--shard-group: hybrid shard group %d must divide the data parallel degree %d",
+        "hybrid_shard_group: hybrid shard group %d must divide the data parallel degree %d",
         hybrid_shard_group, data_parallel()));
   }
   if (sequence_parallel && tensor_parallel == 1) {
-    return absl::InvalidArgumentError("--sp: sequence parallel needs --tp greater than 1");
+    return absl::InvalidArgumentError(
+        "sequence_parallel: sequence parallelism needs a tensor-parallel degree above 1");
   }
   if ((offload_optimizer || offload_params) && sharding == Sharding::kReplicated) {
     return absl::InvalidArgumentError(
-        "--offload: CPU offload needs ZeRO (--zero 1|2|3) or FSDP (--fsdp full|hybrid)");
+        "offload: CPU offload needs ZeRO (stage 1, 2 or 3) or FSDP (full or hybrid) sharding");
   }
   if (offload_params && !(sharding == Sharding::kZero3 || IsFsdp(sharding))) {
     return absl::InvalidArgumentError(
-        "--offload: parameter offload needs ZeRO stage 3 or FSDP (stages 1-2 keep parameters on the GPU)");
+        "offload: parameter offload needs ZeRO stage 3 or FSDP (stages 1-2 keep parameters on the GPU)");
   }
   return absl::OkStatus();
 }

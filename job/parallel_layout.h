@@ -7,7 +7,8 @@
 //   layout.data_parallel()   -> 8
 //   layout.shard_group()     -> 8   (ranks a ZeRO/FSDP shard is split across)
 //
-// Invariants (Validate()): every degree >= 1; gpus is a multiple of
+// Invariants (Validate(), whose errors name the field): every degree in
+// [1, kMaxGpus]; gpus is a multiple of
 // tensor_parallel * pipeline_parallel; expert_parallel divides the data
 // parallel degree; FSDP's hybrid shard group divides the data parallel
 // degree; offload needs ZeRO (DeepSpeed's ZeRO-Offload, stages 1-3) or FSDP
@@ -15,6 +16,7 @@
 #ifndef HEADROOM_JOB_PARALLEL_LAYOUT_H_
 #define HEADROOM_JOB_PARALLEL_LAYOUT_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -37,6 +39,20 @@ std::string_view ShardingName(Sharding sharding);  // "none", "zero1", ..., "fsd
 absl::StatusOr<Sharding> ParseSharding(std::string_view name);
 bool IsDeepSpeed(Sharding sharding);
 bool IsFsdp(Sharding sharding);
+// FSDP's strategies by their short names: "full" (FULL_SHARD), "hybrid" (HYBRID_SHARD).
+absl::StatusOr<Sharding> ParseFsdpStrategy(std::string_view name);
+// DeepSpeed's ZeRO stage 0-3 as a sharding (stage 0 partitions nothing), and back.
+absl::StatusOr<Sharding> ZeroStageSharding(int stage);
+int ZeroStage(Sharding sharding);
+
+// What is offloaded to host memory: nothing, the optimizer state (with the
+// fp32 masters and gradients), or the parameters too.
+enum class Offload { kOff, kOptimizer, kAll };
+std::string_view OffloadName(Offload offload);  // "none", "optimizer", "all"
+absl::StatusOr<Offload> ParseOffload(std::string_view name);
+
+// Parallel degrees and GPU counts are at most this (2^20).
+inline constexpr int kMaxGpus = 1 << 20;
 
 struct ParallelLayout {
   int gpus = 1;
@@ -53,7 +69,12 @@ struct ParallelLayout {
   // partitioning (zero stage 0): it still keeps a 16-bit gradient buffer.
   bool deepspeed_stage0 = false;
 
-  int data_parallel() const { return gpus / (tensor_parallel * pipeline_parallel); }
+  Offload offload() const;
+  void set_offload(Offload offload);
+
+  int data_parallel() const {
+    return static_cast<int>(gpus / (static_cast<int64_t>(tensor_parallel) * pipeline_parallel));
+  }
   // Ranks that together hold one copy of the sharded model states.
   int shard_group() const;
   absl::Status Validate() const;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/name_table.h"
 #include "common/status_macros.h"
 #include "graph/ops.h"
 
@@ -722,9 +723,16 @@ absl::Status Builder::Build() {
 
 }  // namespace
 
-std::string_view AttentionImplName(AttentionImpl impl) {
-  return impl == AttentionImpl::kFlash ? "flash" : "eager";
-}
+namespace {
+constexpr NameTable<AttentionImpl, 3> kAttentionNames("attention", {{
+    {"flash", AttentionImpl::kFlash},
+    {"eager", AttentionImpl::kEager},
+    {"sdpa", AttentionImpl::kFlash, kAlias},
+}});
+}  // namespace
+
+std::string_view AttentionImplName(AttentionImpl impl) { return kAttentionNames.Name(impl); }
+absl::StatusOr<AttentionImpl> ParseAttentionImpl(std::string_view name) { return kAttentionNames.Parse(name); }
 
 absl::StatusOr<Graph> BuildModelGraph(const ModelConfig& config, const BuildOptions& options) {
   Graph graph(config.architecture);

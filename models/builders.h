@@ -70,6 +70,8 @@ enum class AttentionImpl : uint8_t {
   kFlash,  // one scaled_dot_product_attention flash kernel: q,k,v,out,logsumexp saved
 };
 std::string_view AttentionImplName(AttentionImpl impl);  // "eager", "flash"
+// Also accepts "sdpa" for kFlash (PyTorch's scaled_dot_product_attention).
+absl::StatusOr<AttentionImpl> ParseAttentionImpl(std::string_view name);
 
 // LoRA (Hu et al. 2021) and QLoRA (Dettmers et al. 2023) adapters.
 struct LoraOptions {

@@ -81,6 +81,12 @@ constexpr NameTable<ActivationKind, 8> kHfActivationNames("activation", {{
     {"swish", ActivationKind::kSilu, kAlias},
 }});
 
+constexpr NameTable<EncoderHead, 3> kEncoderHeadNames("encoder head", {{
+    {"classification", EncoderHead::kSequenceClassification},
+    {"mlm", EncoderHead::kMaskedLm},
+    {"body-only", EncoderHead::kBodyOnly},
+}});
+
 absl::StatusOr<ActivationKind> ParseActivation(const json& object, std::string_view key,
                                                const JsonPath& path, ActivationKind fallback) {
   if (!Present(object, key)) return fallback;
@@ -318,6 +324,9 @@ absl::Status CheckAttentionShape(const JsonPath& path, ModelConfig& c) {
 }
 
 }  // namespace
+
+std::string_view EncoderHeadName(EncoderHead head) { return kEncoderHeadNames.Name(head); }
+absl::StatusOr<EncoderHead> ParseEncoderHead(std::string_view name) { return kEncoderHeadNames.Parse(name); }
 
 std::vector<std::string> SupportedArchitectures() {
   std::vector<std::string> names;

@@ -47,6 +47,8 @@ enum class PositionKind : uint8_t { kLearned, kRotary };
 // when such a model is trained the builder attaches kSequenceClassification
 // (see Note [Headless encoders] in builders.h).
 enum class EncoderHead : uint8_t { kBodyOnly, kMaskedLm, kSequenceClassification };
+std::string_view EncoderHeadName(EncoderHead head);  // "body-only", "mlm", "classification"
+absl::StatusOr<EncoderHead> ParseEncoderHead(std::string_view name);
 
 struct ModelConfig {
   std::string origin;        // where it came from ("preset llama-3-8b", a path)

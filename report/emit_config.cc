@@ -5,8 +5,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/name_table.h"
 
 namespace headroom {
+namespace {
+constexpr NameTable<ConfigFormat, 2> kConfigFormatNames("config format", {{
+    {"deepspeed", ConfigFormat::kDeepSpeed},
+    {"fsdp", ConfigFormat::kFsdp},
+}});
+}  // namespace
+
+absl::StatusOr<ConfigFormat> ParseConfigFormat(std::string_view name) { return kConfigFormatNames.Parse(name); }
+
+std::string EmitConfig(ConfigFormat format, const JobSpec& job, const LoadedModel& model) {
+  if (format == ConfigFormat::kDeepSpeed) return DeepSpeedConfig(job).dump(2) + "\n";
+  return FsdpSettings(job, BlockClassFor(model.config ? model.config->architecture : ""));
+}
 
 nlohmann::json DeepSpeedConfig(const JobSpec& job) {
   const ParallelLayout& layout = job.layout;

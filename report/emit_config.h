@@ -16,10 +16,18 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/statusor.h"
 #include "estimators/memory_estimate.h"
 #include "nlohmann/json.hpp"
 
 namespace headroom {
+
+// The framework configs Headroom can write.
+enum class ConfigFormat { kDeepSpeed, kFsdp };
+absl::StatusOr<ConfigFormat> ParseConfigFormat(std::string_view name);  // "deepspeed", "fsdp"
+
+// The config of `format` for `job` on `model`, as printed by `headroom estimate --emit`.
+std::string EmitConfig(ConfigFormat format, const JobSpec& job, const LoadedModel& model);
 
 nlohmann::json DeepSpeedConfig(const JobSpec& job);
 // `block_class`: the decoder/encoder layer class to wrap ("LlamaDecoderLayer").

@@ -166,5 +166,63 @@ TEST(EstimateCli, BadInputExitsTwoNamingTheField) {
   }
 }
 
+// Values the flag parser accepts but no job has: each is refused with one
+// line naming the flag, never estimated (they used to give confident answers).
+TEST(EstimateCli, AbsurdSetupsAreRefusedNamingTheFlag) {
+  const std::vector<BadInput> cases = {
+      {{"--fragmentation", "nan"}, "--fragmentation: must be a fraction between 0 and 1, got nan"},
+      {{"--lora-rank", "8", "--lora-alpha", "nan"}, "--lora-alpha: must be a positive number, got nan"},
+      {{"--inference", "--checkpoint", "full"}, "--checkpoint: activation checkpointing ('full') applies to training"},
+      {{"--seq", "0"}, "--seq: must be at least 1 (leave it out for the model's default), got 0"},
+      {{"--inference", "--grad-accum", "4"}, "--grad-accum: gradient accumulation applies to training"},
+      {{"--micro-batch", "1125899906842624"}, "--micro-batch: must be at most 1048576"},
+      {{"--inference", "--context", "4503599627370496"}, "--context: must be at most 16777216"},
+      {{"--gpus", "2000000"}, "--gpus: must be at most 1048576"},
+      // tp x pp is 2^40: no int overflow on the way to the message.
+      {{"--gpus", "8", "--tp", "1048576", "--pp", "1048576"},
+       "--gpus: 8 GPUs cannot be split into tensor parallel 1048576 x pipeline parallel 1048576 groups"},
+      {{"--zero", "7"}, "--zero: ZeRO stage must be 0-3"},
+      {{"--fsdp", "partial"}, "--fsdp: unknown FSDP sharding strategy 'partial'"},
+      {{"--attention", "magic"}, "--attention: unknown attention 'magic' (expected flash or eager)"},
+      {{"--head", "regression"}, "--head: unknown encoder head 'regression'"},
+      {{"--sp"}, "--sp: sequence parallelism needs a tensor-parallel degree above 1"},
+  };
+  for (const BadInput& c : cases) {
+    std::vector<std::string> args = {"estimate", "--model", "gpt2", "--gpu", "t4"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = RunHeadroom(args);
+    EXPECT_EQ(r.exit_code, 2) << c.message << ": " << r.out;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_EQ(Lines(r.err), 1u) << r.err;
+  }
+}
+
+// A GPU added with --catalog is usable by estimate, as by `headroom gpus`.
+TEST(EstimateCli, FindsTheGpuInACatalogFile) {
+  const std::string catalog = std::string(HEADROOM_SOURCE_DIR) + "/data/gpus.json";
+  auto r = RunHeadroom({"estimate", "--model", "gpt2", "--catalog", catalog, "--gpu", "t4", "--no-search"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("GPU:    T4"));
+  auto missing = RunHeadroom({"estimate", "--model", "gpt2", "--catalog", catalog + ".absent", "--gpu", "t4"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("gpus.json.absent"));
+}
+
+// --checkpoint sqrt-n plans segments of ceil(sqrt(layers)) layers (4 of
+// GPT-2's 12): fewer activations than none, and a plan of its own. (At this
+// size the peak is the LM head in forward, where sqrt-n keeps 3 segment
+// inputs and full keeps 12, so sqrt-n is below full here.)
+TEST(EstimateCli, SqrtNCheckpointingIsItsOwnPlan) {
+  auto activations = [](const std::string& mode) {
+    auto r = RunHeadroom({"estimate", "--model", "gpt2", "--gpu", "t4", "--micro-batch", "8", "--attention",
+                          "eager", "--checkpoint", mode, "--json", "--no-search"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["bytes"]["activations"].get<uint64_t>();
+  };
+  const uint64_t none = activations("none"), sqrt_n = activations("sqrt-n"), full = activations("full");
+  EXPECT_LT(sqrt_n, none);
+  EXPECT_LT(sqrt_n, full);
+}
+
 }  // namespace
 }  // namespace headroom

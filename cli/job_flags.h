@@ -1,0 +1,78 @@
+// The command line's words for a job: the setup and layout flags of
+// `headroom estimate`, their translation into a JobSpec through the
+// libraries' parsers, and the one table that pairs JobSpec fields with flags.
+// The libraries name fields ("micro_batch: must be at least 1"); this table
+// turns those into flags ("--micro-batch: must be at least 1"), and turns a
+// changed JobSpec (a fix) back into the flags that select it.
+//
+//   JobFlags flags;
+//   AddJobFlags(*app, flags);                        // declares --micro-batch, --zero, ...
+//   absl::StatusOr<JobSpec> job = ToJob(flags);       // after parsing
+//   absl::Status shown = InFlagTerms(EstimateMemory(...).status());
+//   FlagsForChange(job, fix.job)                     -> "--zero 2 --offload optimizer"
+#ifndef HEADROOM_CLI_JOB_FLAGS_H_
+#define HEADROOM_CLI_JOB_FLAGS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "job/job_spec.h"
+
+namespace headroom::cli {
+
+struct JobFlags {
+  int gpus = 1;
+  int tp = 1;
+  bool sp = false;
+  int pp = 1;
+  int ep = 1;
+  std::optional<int> zero;
+  std::string fsdp;
+  int shard_group = 8;
+  std::string offload = "none";
+  std::string precision;  // empty: bf16-mixed for training, bf16 for inference
+  std::string optimizer = "adamw";
+  std::string optimizer_impl = "foreach";
+  int64_t micro_batch = 1;
+  std::optional<int64_t> seq;
+  int64_t grad_accum = 1;
+  std::string attention = "flash";
+  std::string checkpoint = "none";
+  int checkpoint_every = 1;
+  int64_t lora_rank = 0;
+  std::optional<double> lora_alpha;
+  std::string lora_targets;
+  bool qlora = false;
+  bool inference = false;
+  int64_t context = 0;
+  int64_t kv_block_size = 16;
+  std::string kv_dtype;
+  std::string cuda_context;
+  int streams = 1;
+  double fragmentation = 0.25;
+  bool keep_grads = false;
+  std::string head;
+};
+
+void AddJobFlags(CLI::App& app, JobFlags& flags);
+
+// The job the flags describe. Errors name the flag at fault.
+absl::StatusOr<JobSpec> ToJob(const JobFlags& flags);
+
+// `status` with a leading JobSpec field name replaced by its flag
+// ("overheads.fragmentation_fraction: ..." -> "--fragmentation: ...");
+// other statuses unchanged.
+absl::Status InFlagTerms(const absl::Status& status);
+
+// The flags that turn job `from` into job `to`, in a fixed order (layout,
+// then batch, checkpointing, attention, optimizer, KV cache, LoRA). Fields
+// the command line cannot set do not appear.
+std::string FlagsForChange(const JobSpec& from, const JobSpec& to);
+
+}  // namespace headroom::cli
+
+#endif  // HEADROOM_CLI_JOB_FLAGS_H_

@@ -1,0 +1,60 @@
+#include "job/job_spec.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace headroom {
+namespace {
+
+absl::Status InRange(int64_t value, int64_t low, int64_t high, std::string_view field) {
+  if (value < low) return absl::InvalidArgumentError(absl::StrFormat("%s: must be at least %d, got %d", field, low, value));
+  if (value > high) return absl::InvalidArgumentError(absl::StrFormat("%s: must be at most %d, got %d", field, high, value));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJob(const JobSpec& job) {
+  HEADROOM_RETURN_IF_ERROR(InRange(job.micro_batch, 1, kMaxMicroBatch, "micro_batch"));
+  HEADROOM_RETURN_IF_ERROR(InRange(job.grad_accum, 1, kMaxGradAccum, "grad_accum"));
+  // 0 stands for the model's default length.
+  HEADROOM_RETURN_IF_ERROR(InRange(job.seq_len, 0, kMaxSeqLen, "seq_len"));
+  HEADROOM_RETURN_IF_ERROR(InRange(job.context, 0, kMaxSeqLen, "context"));
+  HEADROOM_RETURN_IF_ERROR(InRange(job.kv_block_size, 0, kMaxSeqLen, "kv_block_size"));
+  HEADROOM_RETURN_IF_ERROR(InRange(job.checkpoint_every, 1, kMaxSeqLen, "checkpoint_every"));
+  HEADROOM_RETURN_IF_ERROR(InRange(job.overheads.streams, 1, kMaxStreams, "overheads.streams"));
+  const double fragmentation = job.overheads.fragmentation_fraction;
+  if (!(fragmentation >= 0 && fragmentation <= 1)) {  // NaN fails both
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "overheads.fragmentation_fraction: must be a fraction between 0 and 1, got %g", fragmentation));
+  }
+  if (job.lora.rank < 0 || job.lora.rank > kMaxSeqLen) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("lora.rank: must be between 0 and %d, got %d", kMaxSeqLen, job.lora.rank));
+  }
+  if (job.lora.enabled() && !(std::isfinite(job.lora.alpha) && job.lora.alpha > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("lora.alpha: must be a positive number, got %g", job.lora.alpha));
+  }
+  if (job.lora.quantize_base_nf4 && !job.lora.enabled()) {
+    return absl::InvalidArgumentError("lora.quantize_base_nf4: QLoRA needs a LoRA rank");
+  }
+  if (!job.training) {
+    if (job.checkpoint != CheckpointMode::kOff) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "checkpoint: activation checkpointing ('%s') applies to training; inference keeps no activations "
+          "for backward",
+          CheckpointModeName(job.checkpoint)));
+    }
+    if (job.grad_accum > 1) {
+      return absl::InvalidArgumentError("grad_accum: gradient accumulation applies to training");
+    }
+  } else if (job.context > 0) {
+    return absl::InvalidArgumentError("context: a KV cache is for inference");
+  }
+  return job.layout.Validate();
+}
+
+}  // namespace headroom

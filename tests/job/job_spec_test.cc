@@ -1,0 +1,62 @@
+// ValidateJob: every field's range and the fields against each other; errors
+// begin with the field's name so the command line can name its flag.
+#include "job/job_spec.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::StartsWith;
+
+std::string Error(const JobSpec& job) { return std::string(ValidateJob(job).message()); }
+
+TEST(ValidateJob, DefaultsAreValid) { EXPECT_TRUE(ValidateJob({}).ok()); }
+
+TEST(ValidateJob, RangesNameTheField) {
+  EXPECT_THAT(Error({.micro_batch = 0}), StartsWith("micro_batch: must be at least 1, got 0"));
+  EXPECT_THAT(Error({.micro_batch = kMaxMicroBatch + 1}), StartsWith("micro_batch: must be at most"));
+  EXPECT_THAT(Error({.seq_len = -1}), StartsWith("seq_len: must be at least 0"));
+  EXPECT_THAT(Error({.seq_len = kMaxSeqLen + 1}), StartsWith("seq_len: must be at most"));
+  EXPECT_THAT(Error({.grad_accum = 0}), StartsWith("grad_accum:"));
+  EXPECT_THAT(Error({.checkpoint_every = 0}), StartsWith("checkpoint_every:"));
+  JobSpec job;
+  job.overheads.fragmentation_fraction = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THAT(Error(job), StartsWith("overheads.fragmentation_fraction: must be a fraction"));
+  job = {};
+  job.overheads.fragmentation_fraction = 1.5;
+  EXPECT_THAT(Error(job), StartsWith("overheads.fragmentation_fraction:"));
+  job = {};
+  job.overheads.streams = 0;
+  EXPECT_THAT(Error(job), StartsWith("overheads.streams:"));
+  job = {};
+  job.layout.gpus = 0;
+  EXPECT_THAT(Error(job), StartsWith("gpus: must be at least 1"));
+}
+
+TEST(ValidateJob, LoraNeedsAFiniteAlpha) {
+  JobSpec job;
+  job.lora.rank = 16;
+  job.lora.alpha = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THAT(Error(job), StartsWith("lora.alpha: must be a positive number"));
+  job.lora.alpha = 32;
+  EXPECT_TRUE(ValidateJob(job).ok());
+  job.lora.rank = 0;
+  job.lora.quantize_base_nf4 = true;
+  EXPECT_THAT(Error(job), StartsWith("lora.quantize_base_nf4: QLoRA needs a LoRA rank"));
+}
+
+TEST(ValidateJob, TrainingAndInferenceOptionsDoNotMix) {
+  EXPECT_THAT(Error({.training = false, .checkpoint = CheckpointMode::kFull}), StartsWith("checkpoint:"));
+  EXPECT_THAT(Error({.training = false, .grad_accum = 2}), StartsWith("grad_accum:"));
+  EXPECT_THAT(Error({.training = true, .context = 128}), StartsWith("context: a KV cache is for inference"));
+  EXPECT_TRUE(ValidateJob({.training = false, .context = 128}).ok());
+}
+
+}  // namespace
+}  // namespace headroom
