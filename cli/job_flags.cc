@@ -193,7 +193,7 @@ std::string FlagsForChange(const JobSpec& from, const JobSpec& to) {
   number(a.expert_parallel != b.expert_parallel, "--ep", b.expert_parallel);
   if (a.sharding != b.sharding || a.deepspeed_stage0 != b.deepspeed_stage0) {
     if (IsFsdp(b.sharding)) {
-      word(true, "--fsdp", b.sharding == Sharding::kFsdpHybrid ? "hybrid" : "full");
+      word(true, "--fsdp", FsdpStrategyName(b.sharding));
     } else {
       number(true, "--zero", ZeroStage(b.sharding));
     }

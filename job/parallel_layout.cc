@@ -45,6 +45,7 @@ constexpr NameTable<Offload, 4> kOffloadNames("offload", {{
 }  // namespace
 
 absl::StatusOr<Sharding> ParseFsdpStrategy(std::string_view name) { return kFsdpStrategyNames.Parse(name); }
+std::string_view FsdpStrategyName(Sharding sharding) { return kFsdpStrategyNames.Name(sharding); }
 
 absl::StatusOr<Sharding> ZeroStageSharding(int stage) {
   switch (stage) {

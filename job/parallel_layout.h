@@ -41,6 +41,7 @@ bool IsDeepSpeed(Sharding sharding);
 bool IsFsdp(Sharding sharding);
 // FSDP's strategies by their short names: "full" (FULL_SHARD), "hybrid" (HYBRID_SHARD).
 absl::StatusOr<Sharding> ParseFsdpStrategy(std::string_view name);
+std::string_view FsdpStrategyName(Sharding sharding);  // "unknown" unless IsFsdp(sharding)
 // DeepSpeed's ZeRO stage 0-3 as a sharding (stage 0 partitions nothing), and back.
 absl::StatusOr<Sharding> ZeroStageSharding(int stage);
 int ZeroStage(Sharding sharding);
