@@ -68,11 +68,29 @@ absl::StatusOr<uint64_t> KvCacheFor(const LoadedModel& model, const JobSpec& job
 // Every category is below 2^62 (estimate_stages.h), but user flags add their
 // own terms (--cuda-context, the pipeline's in-flight count), so the total is
 // summed once with overflow checks; MemoryEstimate::total_bytes() can then
-// add without them.
+// add without them. The total and the capacity are also bounded by
+// kMaxEstimateBytes (2^62 bytes, 4 EiB), so spare_bytes() is exact in int64.
+constexpr uint64_t kMaxEstimateBytes = uint64_t{1} << 62;
+
 absl::Status CheckTotal(const MemoryEstimate& e) {
   uint64_t total = 0;
-  for (const BudgetRow& row : e.rows()) {
+  const std::vector<BudgetRow> rows = e.rows();
+  const BudgetRow* largest = nullptr;
+  for (const BudgetRow& row : rows) {
     HEADROOM_ASSIGN_OR_RETURN(total, CheckedAdd(total, row.bytes, absl::StrFormat("total bytes (%s)", row.key)));
+    if (largest == nullptr || row.bytes > largest->bytes) largest = &row;
+  }
+  if (total > kMaxEstimateBytes) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "the estimate totals %d bytes (%s: %d), more than the %d (4 EiB) an estimate may reach", total,
+        largest->key == "cuda_context" && e.overheads.cuda_context_source == "--cuda-context" ? "--cuda-context"
+                                                                                             : largest->key,
+        largest->bytes, kMaxEstimateBytes));
+  }
+  if (e.capacity > kMaxEstimateBytes) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "capacity (--budget or the GPU's memory) of %d bytes is more than the %d (4 EiB) an estimate may compare with",
+        e.capacity, kMaxEstimateBytes));
   }
   return absl::OkStatus();
 }

@@ -335,7 +335,7 @@ absl::Status CheckWeight(const JsonPath& path, std::string_view rows_field, int6
   const uint64_t elements = SaturatingMul(static_cast<uint64_t>(rows), static_cast<uint64_t>(cols));
   if (elements <= kMaxWeightElements) return absl::OkStatus();
   return path.Error(absl::StrFormat(
-      "%s x %s (%d x %d) is a weight of more than the %d elements (1 TiB in fp32) a weight may hold",
+      "%s x %s (%d x %d) exceeds the %d elements (1 TiB in fp32) a weight matrix may hold",
       rows_field, cols_field, rows, cols, kMaxWeightElements));
 }
 

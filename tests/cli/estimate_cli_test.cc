@@ -203,6 +203,10 @@ TEST(EstimateCli, AbsurdSizesAndLayoutsExitTwoNamingTheInput) {
        "--pp 100: more pipeline stages than the model's 32 layers (num_hidden_layers)"},
       {{"--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "3", "--ep", "3"},
        "--ep 3 does not divide num_local_experts (8)"},
+      // A capacity or a total beyond 2^62 bytes would make spare_bytes wrap.
+      {{"--model", "gpt2", "--budget", "15000000TiB", "--no-search"}, "capacity (--budget or the GPU's memory)"},
+      {{"--model", "gpt2", "--budget", "1GiB", "--cuda-context", "16000000TiB", "--no-search"},
+       "(--cuda-context: 17592186044416000000)"},
   };
   for (const BadInput& c : cases) {
     std::vector<std::string> args = {"estimate"};
