@@ -319,8 +319,16 @@ std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, con
       if (t.role == TensorRole::kParameter && t.trainable) out.gradients += DTypeBytes(t.dtype, t.elements());
     }
   }
-  if (out.gradients + out.temporaries <= forward_backward_bytes) return std::nullopt;
+  // Compare like with like: each side with the fragmentation allowance its
+  // dynamic bytes carry (the optimizer's temporaries; Note [Optimizer step transients]).
+  const uint64_t step_bytes =
+      out.gradients + out.temporaries + FragmentationAllowance(job, out.temporaries);
+  if (step_bytes <= forward_backward_bytes) return std::nullopt;
   return out;
+}
+
+uint64_t FragmentationAllowance(const JobSpec& job, uint64_t dynamic_bytes) {
+  return static_cast<uint64_t>(static_cast<double>(dynamic_bytes) * job.overheads.fragmentation_fraction);
 }
 
 Overheads EstimateJobOverheads(const Machine& machine, const JobSpec& job, uint64_t rounding,
@@ -334,8 +342,7 @@ Overheads EstimateJobOverheads(const Machine& machine, const JobSpec& job, uint6
     out.cuda_context_source = job.overheads.cuda_context ? "--cuda-context" : CudaContextFor("").source;
   }
   out.allocator_rounding = rounding;
-  out.fragmentation_allowance =
-      static_cast<uint64_t>(static_cast<double>(dynamic_bytes) * job.overheads.fragmentation_fraction);
+  out.fragmentation_allowance = FragmentationAllowance(job, dynamic_bytes);
   return out;
 }
 

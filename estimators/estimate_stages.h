@@ -96,7 +96,13 @@ absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const Pe
                                                   const JobSpec& job, const EstimateSetup& setup);
 
 // Note [Optimizer step transients]: the optimizer step's own peak, when it
-// is above `forward_backward_bytes` (the dynamic bytes of the worst stage).
+// is above the forward/backward peak. Both sides are what the peak adds to
+// the resident model states, with fragmentation allowance and rounding:
+// `forward_backward_bytes` is the worst stage's dynamic bytes, autocast
+// copies, rounding and their allowance; the step's is its gradients and
+// temporaries with theirs. (Comparing without the allowances, or without the
+// autocast copies the step no longer holds, let one more sample per
+// micro-batch report less memory.)
 struct OptimizerStepPeak {
   uint64_t gradients = 0;   // all parameter gradients (0 when already resident)
   uint64_t temporaries = 0;  // the implementation's transient (foreach: a copy of the states)
@@ -104,6 +110,9 @@ struct OptimizerStepPeak {
 std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, const JobSpec& job,
                                                        const EstimateSetup& setup,
                                                        uint64_t forward_backward_bytes);
+
+// The fragmentation allowance over `dynamic_bytes` (--fragmentation of them).
+uint64_t FragmentationAllowance(const JobSpec& job, uint64_t dynamic_bytes);
 
 // CUDA context, cuBLAS workspace, allocator rounding and the fragmentation
 // allowance over `dynamic_bytes` (activations, their gradients, temporaries).

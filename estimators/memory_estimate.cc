@@ -161,10 +161,12 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
   uint64_t temporaries = peak.temporaries;
   uint64_t autocast_copies = peak.autocast_copies;
   uint64_t rounding = peak.rounding;
-  // The four are each below 2^62 and the in-flight activations are checked
-  // by FindWorstPipelineStage, so this sum cannot wrap (Note [Checked totals]).
+  // Each term is below 2^62 but the in-flight activations, which
+  // FindWorstPipelineStage checks: saturating sums suffice (Note [Checked totals]).
+  const uint64_t dynamic = SaturatingAdd(activations, activation_grads + temporaries);
   const uint64_t forward_backward =
-      SaturatingAdd(activations, parameter_grads + activation_grads + temporaries);
+      SaturatingAdd(SaturatingAdd(dynamic, FragmentationAllowance(job, dynamic)),
+                    parameter_grads + autocast_copies + rounding);
   const std::optional<OptimizerStepPeak> optimizer_peak =
       FindOptimizerStepPeak(forward, job, setup, forward_backward);
   if (optimizer_peak) {
