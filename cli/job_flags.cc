@@ -1,5 +1,6 @@
 #include "cli/job_flags.h"
 
+#include <cctype>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -167,14 +168,34 @@ absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
   return job;
 }
 
+namespace {
+
+// Whether `c` may be part of a name, so that a field inside a longer name
+// ("gpus.json", "layer_sizes") is left alone.
+bool IsNameChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '/';
+}
+
+}  // namespace
+
 absl::Status InFlagTerms(const absl::Status& status) {
-  const std::string message(status.message());
+  std::string message(status.message());
   for (const auto& [field, flag] : kFieldFlags) {
-    if (message.size() > field.size() && message.starts_with(field) && message[field.size()] == ':') {
-      return absl::Status(status.code(), std::string(flag) + message.substr(field.size()));
+    for (size_t at = message.find(field); at != std::string::npos; at = message.find(field, at)) {
+      const size_t end = at + field.size();
+      const bool whole = (at == 0 || !IsNameChar(message[at - 1])) && end < message.size();
+      const bool names_value =
+          whole && (message[end] == ':' ||
+                    (message[end] == ' ' && end + 1 < message.size() && std::isdigit(static_cast<unsigned char>(message[end + 1]))));
+      if (!names_value) {
+        at = end;
+        continue;
+      }
+      message.replace(at, field.size(), flag);
+      at += flag.size();
     }
   }
-  return status;
+  return absl::Status(status.code(), message);
 }
 
 std::string FlagsForChange(const JobSpec& from, const JobSpec& to) {

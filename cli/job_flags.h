@@ -63,9 +63,11 @@ void AddJobFlags(CLI::App& app, JobFlags& flags);
 // The job the flags describe. Errors name the flag at fault.
 absl::StatusOr<JobSpec> ToJob(const JobFlags& flags);
 
-// `status` with a leading JobSpec field name replaced by its flag
-// ("overheads.fragmentation_fraction: ..." -> "--fragmentation: ...");
-// other statuses unchanged.
+// `status` with each JobSpec field name that leads a message or names a
+// value replaced by its flag: "overheads.fragmentation_fraction: ..." ->
+// "--fragmentation: ...", "micro_batch 4 x seq_len 8192 x ..." ->
+// "--micro-batch 4 x --seq 8192 x ...". A field inside a longer name
+// ("gpus.json") or in prose ("the context") stays as it is.
 absl::Status InFlagTerms(const absl::Status& status);
 
 // The flags that turn job `from` into job `to`, in a fixed order (layout,

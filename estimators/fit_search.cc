@@ -1,6 +1,9 @@
 #include "estimators/fit_search.h"
 
 #include <algorithm>
+#include <numeric>
+#include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -9,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "common/units.h"
+#include "estimators/estimate_stages.h"
 #include "hardware/cost_model.h"
 
 namespace headroom {
@@ -20,8 +24,10 @@ constexpr int64_t kSeqStep = 64;
 absl::StatusOr<bool> Fits(const LoadedModel& model, const JobSpec& job, const Machine& machine) {
   absl::StatusOr<MemoryEstimate> e = EstimateMemory(model, job, machine);
   if (!e.ok()) {
-    // A size the builder rejects (beyond max_position_embeddings) does not fit.
-    if (e.status().code() == absl::StatusCode::kInvalidArgument) return false;
+    // A probe beyond the size bounds (graph/graph.h, Note [Size bounds];
+    // OutOfRange) does not fit any GPU. Any other error is a probe the search
+    // should not have made, and surfaces.
+    if (e.status().code() == absl::StatusCode::kOutOfRange) return false;
     return e.status();
   }
   return e->fits();
@@ -71,6 +77,246 @@ double OffloadTime(const JobSpec& job, const MemoryEstimate& e, const GpuSpec& g
   return OffloadSeconds(to_host, to_device, gpu);
 }
 
+
+// Note [Fix applicability]
+// Each candidate fix comes from a generator that first says whether it
+// applies to the job, and why not when it does not (checkpointing that is
+// already on, LoRA on a model that is not a transformer, ZeRO without data
+// parallelism, ...). A candidate that applies is estimated, and any error
+// from that estimate is returned: the generator promised a valid job, so an
+// error is a bug to surface, not a fix to skip silently. Each candidate's
+// `job` is the whole changed job: the command line derives the flags that
+// select the fix from it (cli/job_flags.h, FlagsForChange).
+struct Applicability {
+  bool applies = true;
+  std::string reason;  // why not, when it does not apply
+};
+
+Applicability Applies() { return {}; }
+Applicability DoesNotApply(std::string reason) { return {.applies = false, .reason = std::move(reason)}; }
+
+bool IsTransformer(const LoadedModel& model) {
+  return model.config &&
+         (model.config->family == ModelFamily::kDecoder || model.config->family == ModelFamily::kEncoder);
+}
+
+Fix Candidate(std::string change, FixKind kind, JobSpec job, std::string note = "") {
+  return {.change = std::move(change), .kind = kind, .job = std::move(job),
+          .note = std::move(note)};
+}
+
+// A sharding change replaces the layout's sharding (and DeepSpeed's stage 0).
+JobSpec WithSharding(JobSpec job, Sharding sharding) {
+  job.layout.sharding = sharding;
+  job.layout.deepspeed_stage0 = false;
+  return job;
+}
+
+struct FixGenerator {
+  std::string_view name;
+  Applicability (*applies)(const LoadedModel& model, const JobSpec& job);
+  std::vector<Fix> (*make)(const JobSpec& job);
+};
+
+Applicability HalfBatchApplies(const LoadedModel&, const JobSpec& job) {
+  return job.micro_batch > 1 ? Applies() : DoesNotApply("the batch is already 1");
+}
+std::vector<Fix> HalfBatch(const JobSpec& job) {
+  JobSpec j = job;
+  j.micro_batch = std::max<int64_t>(1, job.micro_batch / 2);
+  return {Candidate(absl::StrFormat("batch %d instead of %d", j.micro_batch, job.micro_batch), FixKind::kExact,
+                    j)};
+}
+
+Applicability Fp8KvCacheApplies(const LoadedModel&, const JobSpec& job) {
+  return job.context > 0 ? Applies() : DoesNotApply("no KV cache (--context 0)");
+}
+std::vector<Fix> Fp8KvCache(const JobSpec& job) {
+  JobSpec j = job;
+  j.kv_dtype = DType::kF8E4M3;
+  return {Candidate("fp8 KV cache", FixKind::kApproximate, j)};
+}
+
+Applicability SelectiveApplies(const LoadedModel&, const JobSpec& job) {
+  if (job.attention != AttentionImpl::kEager) return DoesNotApply("flash attention keeps no attention core to drop");
+  if (job.checkpoint != CheckpointMode::kOff) return DoesNotApply("checkpointing is already on");
+  return Applies();
+}
+std::vector<Fix> Selective(const JobSpec& job) {
+  JobSpec j = job;
+  j.checkpoint = CheckpointMode::kSelective;
+  return {Candidate("selective activation recomputation (attention core)", FixKind::kExact, j)};
+}
+
+Applicability FlashApplies(const LoadedModel& model, const JobSpec& job) {
+  if (job.attention != AttentionImpl::kEager) return DoesNotApply("flash attention is already on");
+  if (!IsTransformer(model)) return DoesNotApply("the model has no attention");
+  return Applies();
+}
+std::vector<Fix> Flash(const JobSpec& job) {
+  JobSpec j = job;
+  j.attention = AttentionImpl::kFlash;
+  return {Candidate("flash attention (SDPA)", FixKind::kExact, j)};
+}
+
+Applicability FullCheckpointApplies(const LoadedModel&, const JobSpec& job) {
+  return job.checkpoint != CheckpointMode::kFull ? Applies() : DoesNotApply("full checkpointing is already on");
+}
+std::vector<Fix> FullCheckpoint(const JobSpec& job) {
+  JobSpec j = job;
+  j.checkpoint = CheckpointMode::kFull;
+  return {Candidate("full activation checkpointing (every layer)", FixKind::kExact, j)};
+}
+
+Applicability AccumulateApplies(const LoadedModel&, const JobSpec& job) {
+  return job.micro_batch > 1 ? Applies() : DoesNotApply("the micro-batch is already 1");
+}
+std::vector<Fix> Accumulate(const JobSpec& job) {
+  JobSpec j = job;
+  j.micro_batch = 1;
+  j.grad_accum = job.grad_accum * job.micro_batch;
+  return {Candidate(absl::StrFormat("micro-batch 1 with gradient accumulation %d (same global batch)", j.grad_accum),
+                    FixKind::kExact, j)};
+}
+
+Applicability Adam8bitApplies(const LoadedModel&, const JobSpec& job) {
+  return job.optimizer == Optimizer::kAdamW ? Applies() : DoesNotApply("the optimizer is not AdamW");
+}
+std::vector<Fix> Adam8bit(const JobSpec& job) {
+  JobSpec j = job;
+  j.optimizer = Optimizer::kAdam8bit;
+  return {Candidate("8-bit AdamW (bitsandbytes)", FixKind::kApproximate, j)};
+}
+
+Applicability ShardingApplies(const LoadedModel&, const JobSpec& job) {
+  return job.layout.data_parallel() > 1 ? Applies() : DoesNotApply("no data parallelism to shard over");
+}
+// The ZeRO stages and FSDP beyond the current sharding; offload is dropped
+// (each sharding alone).
+std::vector<Fix> Shardings(const JobSpec& job) {
+  const ParallelLayout& layout = job.layout;
+  const bool sharded = layout.sharding != Sharding::kReplicated;
+  std::vector<Fix> out;
+  for (Sharding s : {Sharding::kZero1, Sharding::kZero2, Sharding::kZero3, Sharding::kFsdpFull}) {
+    if (static_cast<int>(s) <= static_cast<int>(layout.sharding) && sharded) continue;
+    JobSpec j = WithSharding(job, s);
+    j.layout.offload_optimizer = j.layout.offload_params = false;
+    out.push_back(Candidate(IsFsdp(s) ? "FSDP full sharding" : absl::StrFormat("DeepSpeed ZeRO-%d", static_cast<int>(s)),
+                            FixKind::kExact, j));
+  }
+  return out;
+}
+
+Applicability OffloadOptimizerApplies(const LoadedModel&, const JobSpec& job) {
+  return !job.layout.offload_optimizer ? Applies() : DoesNotApply("the optimizer is already offloaded");
+}
+std::vector<Fix> OffloadOptimizer(const JobSpec& job) {
+  const bool keep_sharding = IsFsdp(job.layout.sharding) || job.layout.sharding == Sharding::kZero3;
+  JobSpec j = keep_sharding ? job : WithSharding(job, Sharding::kZero2);
+  j.layout.offload_optimizer = true;
+  return {Candidate(absl::StrFormat("optimizer state offloaded to CPU (%s)",
+                                    IsFsdp(j.layout.sharding) ? "FSDP CPUOffload" : "DeepSpeed ZeRO-Offload"),
+                    FixKind::kExact, j, "CPU Adam time not included")};
+}
+
+Applicability OffloadAllApplies(const LoadedModel&, const JobSpec& job) {
+  return !job.layout.offload_params ? Applies() : DoesNotApply("the parameters are already offloaded");
+}
+std::vector<Fix> OffloadAll(const JobSpec& job) {
+  JobSpec j = IsFsdp(job.layout.sharding) ? job : WithSharding(job, Sharding::kZero3);
+  j.layout.offload_optimizer = j.layout.offload_params = true;
+  return {Candidate("parameters and optimizer offloaded to CPU (ZeRO-3 Offload)", FixKind::kExact, j,
+                    "CPU Adam time not included")};
+}
+
+Applicability LoraApplies(const LoadedModel& model, const JobSpec& job) {
+  if (job.lora.enabled()) return DoesNotApply("LoRA is already on");
+  // The builders put adapters on transformer Linears only (models/builders.h).
+  if (!IsTransformer(model)) return DoesNotApply("LoRA adapters are built for transformers only");
+  return Applies();
+}
+std::vector<Fix> Lora(const JobSpec& job) {
+  JobSpec j = job;
+  j.lora.rank = 16;
+  j.lora.alpha = 32;  // the CLI's default, 2 x rank
+  JobSpec q = j;
+  q.lora.quantize_base_nf4 = true;
+  return {Candidate("LoRA rank 16 on the attention query/value projections", FixKind::kDifferentJob, j,
+                    "trains adapters, not the full model"),
+          Candidate("QLoRA: rank-16 LoRA over NF4 base weights", FixKind::kDifferentJob, q,
+                    "trains adapters over a 4-bit base")};
+}
+
+// In the order they were always listed; ranking sorts them afterwards.
+constexpr FixGenerator kInferenceFixes[] = {
+    {"half batch", HalfBatchApplies, HalfBatch},
+    {"fp8 KV cache", Fp8KvCacheApplies, Fp8KvCache},
+};
+constexpr FixGenerator kTrainingFixes[] = {
+    {"selective checkpointing", SelectiveApplies, Selective},
+    {"flash attention", FlashApplies, Flash},
+    {"full checkpointing", FullCheckpointApplies, FullCheckpoint},
+    {"gradient accumulation", AccumulateApplies, Accumulate},
+    {"8-bit AdamW", Adam8bitApplies, Adam8bit},
+    {"ZeRO/FSDP sharding", ShardingApplies, Shardings},
+    {"optimizer offload", OffloadOptimizerApplies, OffloadOptimizer},
+    {"parameter offload", OffloadAllApplies, OffloadAll},
+    {"LoRA/QLoRA", LoraApplies, Lora},
+};
+
+// Whether `job` (with more GPUs) is a layout the model can take: the
+// layout's own rules, the model's divisibility by tensor parallelism and
+// CheckJobAgainstModel. The reason names what does not divide.
+Applicability LayoutApplies(const LoadedModel& model, const JobSpec& job) {
+  if (absl::Status valid = job.layout.Validate(); !valid.ok()) return DoesNotApply(std::string(valid.message()));
+  const int t = job.layout.tensor_parallel;
+  if (t > 1) {
+    if (!IsTransformer(model)) return DoesNotApply("tensor parallelism needs a transformer");
+    const ModelConfig& c = *model.config;
+    for (const auto& [value, field] : {std::pair{c.num_heads, "num_attention_heads"},
+                                       {c.num_kv_heads, "num_key_value_heads"},
+                                       {c.intermediate_size, "intermediate_size"}}) {
+      if (value % t != 0) return DoesNotApply(absl::StrFormat("tensor_parallel %d does not divide %s (%d)", t, field, value));
+    }
+    const int64_t seq = ResolveSeqLen(model, job);
+    if (job.layout.sequence_parallel && seq % t != 0) {
+      return DoesNotApply(absl::StrFormat("tensor_parallel %d does not divide seq_len %d (sequence parallel)", t, seq));
+    }
+  }
+  if (absl::Status fits_model = CheckJobAgainstModel(model, job); !fits_model.ok()) {
+    return DoesNotApply(std::string(fits_model.message()));
+  }
+  return Applies();
+}
+
+// More GPUs: the fewest that fit with FSDP full sharding (or more tensor
+// parallel ranks for inference), doubling up to 1024, while the layout
+// applies to the model.
+absl::StatusOr<std::optional<Fix>> FewestMoreGpusThatFit(const LoadedModel& model, const JobSpec& job,
+                                                          const Machine& machine) {
+  const ParallelLayout& layout = job.layout;
+  for (int gpus = layout.gpus * 2; gpus <= 1024; gpus *= 2) {
+    JobSpec j = job;
+    j.layout.gpus = gpus;
+    if (job.training) {
+      if (layout.sharding == Sharding::kReplicated) j = WithSharding(j, Sharding::kFsdpFull);
+    } else {
+      j.layout.tensor_parallel = layout.tensor_parallel * gpus / layout.gpus;
+    }
+    // More GPUs only add ranks: once the layout stops applying (heads no
+    // longer divide), larger counts do not apply either.
+    if (!LayoutApplies(model, j).applies) return std::nullopt;
+    HEADROOM_ASSIGN_OR_RETURN(MemoryEstimate e, EstimateMemory(model, j, machine));
+    if (!e.fits()) continue;
+    return Fix{.change = absl::StrFormat("%d GPUs instead of %d", gpus, layout.gpus),
+               .kind = FixKind::kMoreGpus,
+               .job = j,
+               .estimate = std::move(e),
+               .note = "interconnect time not included"};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string_view FixKindName(FixKind kind) {
@@ -105,11 +351,17 @@ absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& jo
   const int64_t max_pos = model.config->max_position_embeddings > 0
                               ? model.config->max_position_embeddings
                               : 131072;
+  // Sequence parallelism splits the sequence over the tensor-parallel ranks:
+  // probe only lengths they divide.
+  const int64_t t = job.layout.sequence_parallel ? job.layout.tensor_parallel : 1;
+  const int64_t seq_step = std::lcm(kSeqStep, t);
+  const int64_t longest_probed = t > 1 ? max_pos / seq_step * seq_step : max_pos;
+  if (longest_probed < 1) return out;
   probe = job;
-  probe.seq_len = std::min<int64_t>(kSeqStep, max_pos);
+  probe.seq_len = std::min<int64_t>(seq_step, longest_probed);
   HEADROOM_ASSIGN_OR_RETURN(bool short_fits, Fits(model, probe, machine));
   if (!short_fits) return out;
-  HEADROOM_ASSIGN_OR_RETURN(auto longest, Largest(probe.seq_len, max_pos, kSeqStep, [&](int64_t s) {
+  HEADROOM_ASSIGN_OR_RETURN(auto longest, Largest(probe.seq_len, longest_probed, seq_step, [&](int64_t s) {
                               JobSpec j = job;
                               j.seq_len = s;
                               return Fits(model, j, machine);
@@ -121,138 +373,21 @@ absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& jo
 
 absl::StatusOr<std::vector<Fix>> RankFixes(const LoadedModel& model, const JobSpec& job,
                                            const Machine& machine, const MemoryEstimate& base) {
-  std::vector<Fix> candidates;
-  auto add = [&](std::string change, std::string flags, FixKind kind, JobSpec changed, std::string note = "") {
-    candidates.push_back({.change = std::move(change), .flags = std::move(flags), .kind = kind,
-                          .job = std::move(changed), .note = std::move(note)});
-  };
-  const ParallelLayout& layout = job.layout;
-  if (!job.training) {
-    // Inference: fewer concurrent sequences, a quantized cache, more GPUs (TP).
-    if (job.micro_batch > 1) {
-      JobSpec j = job;
-      j.micro_batch = std::max<int64_t>(1, job.micro_batch / 2);
-      add(absl::StrFormat("batch %d instead of %d", j.micro_batch, job.micro_batch),
-          absl::StrFormat("--micro-batch %d", j.micro_batch), FixKind::kExact, j);
-    }
-    if (job.context > 0) {
-      JobSpec j = job;
-      j.kv_dtype = DType::kF8E4M3;
-      add("fp8 KV cache", "--kv-dtype fp8", FixKind::kApproximate, j);
-    }
-  } else {
-    if (job.attention == AttentionImpl::kEager && job.checkpoint == CheckpointMode::kOff) {
-      JobSpec j = job;
-      j.checkpoint = CheckpointMode::kSelective;
-      add("selective activation recomputation (attention core)", "--checkpoint selective",
-          FixKind::kExact, j);
-    }
-    if (job.attention == AttentionImpl::kEager && model.config &&
-        model.config->family != ModelFamily::kCnn && model.config->family != ModelFamily::kMlp) {
-      JobSpec j = job;
-      j.attention = AttentionImpl::kFlash;
-      add("flash attention (SDPA)", "--attention flash", FixKind::kExact, j);
-    }
-    if (job.checkpoint != CheckpointMode::kFull) {
-      JobSpec j = job;
-      j.checkpoint = CheckpointMode::kFull;
-      add("full activation checkpointing (every layer)", "--checkpoint full", FixKind::kExact, j);
-    }
-    if (job.micro_batch > 1) {
-      JobSpec j = job;
-      j.micro_batch = 1;
-      j.grad_accum = job.grad_accum * job.micro_batch;
-      add(absl::StrFormat("micro-batch 1 with gradient accumulation %d (same global batch)", j.grad_accum),
-          absl::StrFormat("--micro-batch 1 --grad-accum %d", j.grad_accum), FixKind::kExact, j);
-    }
-    if (job.optimizer == Optimizer::kAdamW) {
-      JobSpec j = job;
-      j.optimizer = Optimizer::kAdam8bit;
-      add("8-bit AdamW (bitsandbytes)", "--optimizer adam8bit", FixKind::kApproximate, j);
-    }
-    const bool sharded = layout.sharding != Sharding::kReplicated;
-    if (layout.data_parallel() > 1) {
-      for (Sharding s : {Sharding::kZero1, Sharding::kZero2, Sharding::kZero3, Sharding::kFsdpFull}) {
-        if (static_cast<int>(s) <= static_cast<int>(layout.sharding) && sharded) continue;
-        JobSpec j = job;
-        j.layout.sharding = s;
-        j.layout.offload_optimizer = j.layout.offload_params = false;
-        const std::string flag = IsFsdp(s) ? "--fsdp full" : absl::StrFormat("--zero %d", static_cast<int>(s));
-        add(IsFsdp(s) ? "FSDP full sharding" : absl::StrFormat("DeepSpeed ZeRO-%d", static_cast<int>(s)),
-            flag, FixKind::kExact, j);
-      }
-    }
-    if (!layout.offload_optimizer) {
-      JobSpec j = job;
-      if (!IsFsdp(layout.sharding) && layout.sharding != Sharding::kZero3) j.layout.sharding = Sharding::kZero2;
-      j.layout.offload_optimizer = true;
-      add(absl::StrFormat("optimizer state offloaded to CPU (%s)",
-                          IsFsdp(j.layout.sharding) ? "FSDP CPUOffload" : "DeepSpeed ZeRO-Offload"),
-          IsFsdp(j.layout.sharding) ? "--offload optimizer"
-                                    : absl::StrFormat("--zero %d --offload optimizer",
-                                                      static_cast<int>(j.layout.sharding)),
-          FixKind::kExact, j, "CPU Adam time not included");
-    }
-    if (!layout.offload_params) {
-      JobSpec j = job;
-      if (!IsFsdp(layout.sharding)) j.layout.sharding = Sharding::kZero3;
-      j.layout.offload_optimizer = j.layout.offload_params = true;
-      add("parameters and optimizer offloaded to CPU (ZeRO-3 Offload)",
-          IsFsdp(j.layout.sharding) ? "--offload all" : "--zero 3 --offload all", FixKind::kExact, j,
-          "CPU Adam time not included");
-    }
-    if (!job.lora.enabled() && model.config && model.config->family != ModelFamily::kCnn) {
-      JobSpec j = job;
-      j.lora.rank = 16;
-      j.lora.alpha = 32;
-      add("LoRA rank 16 on the attention query/value projections", "--lora-rank 16",
-          FixKind::kDifferentJob, j, "trains adapters, not the full model");
-      JobSpec q = j;
-      q.lora.quantize_base_nf4 = true;
-      add("QLoRA: rank-16 LoRA over NF4 base weights", "--lora-rank 16 --qlora", FixKind::kDifferentJob, q,
-          "trains adapters over a 4-bit base");
-    }
-  }
-
   std::vector<Fix> fits;
-  for (Fix& fix : candidates) {
-    absl::StatusOr<MemoryEstimate> e = EstimateMemory(model, fix.job, machine);
-    if (!e.ok()) {
-      if (e.status().code() == absl::StatusCode::kInvalidArgument) continue;  // not applicable here
-      return e.status();
+  for (const FixGenerator& generator : job.training ? std::span<const FixGenerator>(kTrainingFixes)
+                                                                    : std::span<const FixGenerator>(kInferenceFixes)) {
+    // Note [Fix applicability]: a generator that does not apply is skipped
+    // for its stated reason; an error estimating one that does is a bug.
+    if (!generator.applies(model, job).applies) continue;
+    for (Fix& fix : generator.make(job)) {
+      HEADROOM_ASSIGN_OR_RETURN(MemoryEstimate e, EstimateMemory(model, fix.job, machine));
+      if (!e.fits()) continue;
+      fix.estimate = std::move(e);
+      fits.push_back(std::move(fix));
     }
-    if (!e->fits()) continue;
-    fix.estimate = *std::move(e);
-    fits.push_back(std::move(fix));
   }
-
-  // More GPUs: the fewest that fit with FSDP full sharding (or more tensor
-  // parallel ranks for inference), up to 1024.
-  for (int gpus = layout.gpus * 2; gpus <= 1024; gpus *= 2) {
-    JobSpec j = job;
-    j.layout.gpus = gpus;
-    std::string flags;
-    if (job.training) {
-      if (layout.sharding == Sharding::kReplicated) j.layout.sharding = Sharding::kFsdpFull;
-      flags = absl::StrFormat("--gpus %d%s", gpus, layout.sharding == Sharding::kReplicated ? " --fsdp full" : "");
-    } else {
-      j.layout.tensor_parallel = layout.tensor_parallel * gpus / layout.gpus;
-      flags = absl::StrFormat("--gpus %d --tp %d", gpus, j.layout.tensor_parallel);
-    }
-    absl::StatusOr<MemoryEstimate> e = EstimateMemory(model, j, machine);
-    if (!e.ok()) {
-      if (e.status().code() == absl::StatusCode::kInvalidArgument) break;  // e.g. heads not divisible
-      return e.status();
-    }
-    if (!e->fits()) continue;
-    fits.push_back({.change = absl::StrFormat("%d GPUs instead of %d", gpus, layout.gpus),
-                    .flags = flags,
-                    .kind = FixKind::kMoreGpus,
-                    .job = j,
-                    .estimate = *std::move(e),
-                    .note = "interconnect time not included"});
-    break;
-  }
+  HEADROOM_ASSIGN_OR_RETURN(std::optional<Fix> more_gpus, FewestMoreGpusThatFit(model, job, machine));
+  if (more_gpus) fits.push_back(*std::move(more_gpus));
 
   const double base_per_sample =
       base.step_seconds / static_cast<double>(std::max<int64_t>(1, SamplesPerStep(job)));

@@ -24,7 +24,10 @@
 // "more GPUs" ones change the hardware; then (2) by the roofline step time
 // (hardware/cost_model.h) per sample relative to the original setup. Offload
 // is priced by the bytes it moves over the host link each step
-// (OffloadSeconds), without overlap: an upper bound.
+// (OffloadSeconds), without overlap: an upper bound. Candidates come from a
+// table of generators, each of which says first whether it applies to the
+// job (Note [Fix applicability] in fit_search.cc); an error estimating a
+// candidate that applies is returned, never read as "does not fit".
 #ifndef HEADROOM_ESTIMATORS_FIT_SEARCH_H_
 #define HEADROOM_ESTIMATORS_FIT_SEARCH_H_
 
@@ -53,7 +56,6 @@ std::string_view FixKindName(FixKind kind);  // "exact", "approximate", "differe
 
 struct Fix {
   std::string change;  // "full activation checkpointing"
-  std::string flags;   // the estimate flags that apply it: "--checkpoint full"
   FixKind kind = FixKind::kExact;
   JobSpec job;
   MemoryEstimate estimate;
@@ -64,7 +66,9 @@ struct Fix {
 };
 
 // Candidates that fit, best first (Note [Ranking fixes]). `base` is the
-// estimate of `job` itself.
+// estimate of `job` itself. Each Fix's `job` is the whole changed job.
+// FindLimits counts a probe beyond the size bounds (OutOfRange) as not
+// fitting; any other error from a probe is returned.
 absl::StatusOr<std::vector<Fix>> RankFixes(const LoadedModel& model, const JobSpec& job,
                                            const Machine& machine, const MemoryEstimate& base);
 

@@ -17,6 +17,12 @@
 // num_key_value_heads heads are cached. block_size 0 means contiguous
 // (HF transformers' DynamicCache): exactly context_tokens per sequence.
 // Under tensor parallelism each rank caches num_kv_heads / tp heads.
+//
+// Note [KV cache bound]
+// A cache is at most kMaxKvCacheBytes (2^50 bytes, 1 PiB) per GPU, far
+// beyond any GPU, so that it adds to the other categories without wrapping
+// (graph/graph.h, Note [Size bounds]). ValidateKvCache checks it with
+// saturating arithmetic; the byte functions below then cannot wrap.
 #ifndef HEADROOM_ESTIMATORS_KV_CACHE_H_
 #define HEADROOM_ESTIMATORS_KV_CACHE_H_
 
@@ -26,6 +32,8 @@
 #include "graph/graph.h"
 
 namespace headroom {
+
+inline constexpr uint64_t kMaxKvCacheBytes = uint64_t{1} << 50;  // Note [KV cache bound]
 
 struct KvCacheOptions {
   int64_t num_layers = 0;
@@ -37,7 +45,8 @@ struct KvCacheOptions {
   int64_t block_size = 16;     // tokens per block; 0: contiguous, no paging
 };
 
-// InvalidArgument naming the field when a size is not positive.
+// InvalidArgument naming the field when a size is not positive; OutOfRange
+// naming the fields when the cache exceeds kMaxKvCacheBytes.
 absl::Status ValidateKvCache(const KvCacheOptions& options);
 
 // Bytes of one paged block across all layers (keys and values).

@@ -11,7 +11,13 @@
 // tensor-parallel shard -> PlanForMode (planner/checkpoint_plan.h) for the
 // checkpoint mode -> BuildTrainingStep (graph/training_step.h) with that plan
 // -> ProfileMemory (graph/liveness.h) for the dynamic bytes
-// -> EstimateModelStates for the resident ones -> overheads.
+// -> EstimateModelStates for the resident ones -> overheads. Each step is a
+// named stage in estimators/estimate_stages.h that planners can reuse.
+//
+// Absurd input is an error, never a wrapped byte count: sizes are bounded
+// (job/job_spec.h, graph/graph.h Note [Size bounds], models/model_config.h
+// Note [Model size bounds], estimators/kv_cache.h Note [KV cache bound]) and
+// the total and the capacity are at most 2^62 bytes (Note [Checked totals]).
 //
 // Note [Which framework a setup means]
 // Mixed precision on one data-parallel group without ZeRO/FSDP/Megatron is
@@ -114,8 +120,10 @@ struct MemoryEstimate {
 // seq_len a job resolves to for `model` (JobSpec::seq_len or the default).
 int64_t ResolveSeqLen(const LoadedModel& model, const JobSpec& job);
 
-// Estimates one job. Errors (InvalidArgument) name the field or flag at
-// fault: layout, sizes, builder errors (heads not divisible by TP, ...).
+// Estimates one job. Errors name the field or flag at fault:
+// InvalidArgument for a layout or option the model cannot take (heads not
+// divisible by TP, --pp beyond the layers, ...), OutOfRange for sizes beyond
+// the stated bounds.
 absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const JobSpec& job,
                                               const Machine& machine);
 

@@ -6,7 +6,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/name_table.h"
+#include "common/status_macros.h"
 
 namespace headroom {
 namespace {
@@ -72,7 +75,11 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   return kDTypeNames.Parse(name);
 }
 
-uint64_t DTypeBytes(DType dtype, uint64_t elements) { return (elements * DTypeBits(dtype) + 7) / 8; }
+uint64_t DTypeBytes(DType dtype, uint64_t elements) {
+  // Saturates: Graph::CheckBounds names a tensor whose bytes reach the limit.
+  const uint64_t bits = SaturatingMul(elements, DTypeBits(dtype));
+  return bits == UINT64_MAX ? bits : bits / 8 + (bits % 8 != 0 ? 1 : 0);
+}
 
 bool IsFloatingPoint(DType dtype) {
   switch (dtype) {
@@ -95,7 +102,7 @@ absl::StatusOr<Phase> ParsePhase(std::string_view name) { return kPhaseNames.Par
 
 uint64_t Tensor::elements() const {
   uint64_t n = 1;
-  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  for (int64_t d : shape) n = SaturatingMul(n, static_cast<uint64_t>(d));
   return n;
 }
 
@@ -127,6 +134,29 @@ uint64_t Graph::ParameterCount(bool trainable_only) const {
   return count;
 }
 
+absl::Status Graph::CheckBounds() const {
+  if (tensors_.size() > kMaxGraphTensors) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "graph '%s' has %d tensors, more than the %d a graph may hold", name_, tensors_.size(),
+        kMaxGraphTensors));
+  }
+  if (ops_.size() > kMaxGraphOps) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "graph '%s' has %d ops, more than the %d a graph may hold", name_, ops_.size(), kMaxGraphOps));
+  }
+  for (const Tensor& t : tensors_) {
+    if (t.view_of != kNone) continue;
+    const uint64_t bytes = t.bytes();
+    if (bytes > kMaxTensorBytes) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "graph '%s': tensor '%s' (%s, %s) holds %s bytes, more than the %d (1 TiB) a tensor may hold",
+          name_, t.name, absl::StrJoin(t.shape, "x"), DTypeName(t.dtype),
+          bytes == UINT64_MAX ? std::string("over 2^64") : std::to_string(bytes), kMaxTensorBytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Graph::Validate() const {
   const auto n = static_cast<TensorId>(tensors_.size());
   auto bad_id = [n](TensorId id) { return id < 0 || id >= n; };
@@ -143,6 +173,7 @@ absl::Status Graph::Validate() const {
           "graph '%s': tensor '%s' is a view of an invalid or later tensor", name_, t.name));
     }
   }
+  HEADROOM_RETURN_IF_ERROR(CheckBounds());
   std::vector<OpId> produced_by(tensors_.size(), kNone);
   for (const Op& op : ops_) {
     for (TensorId in : op.inputs) {

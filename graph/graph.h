@@ -21,7 +21,22 @@
 //    earlier op; every tensor is produced by at most one op;
 //  - saved tensors are inputs or outputs of the op that saves them;
 //  - a view (view_of >= 0) aliases an earlier, non-view tensor of at least
-//    its size and allocates nothing; in-place ops write into their first input.
+//    its size and allocates nothing; in-place ops write into their first input;
+//  - sizes stay within Note [Size bounds].
+//
+// Note [Size bounds]
+// Bytes are uint64_t and a sum of wrapped sizes is a confident wrong answer,
+// so every graph keeps stated bounds: a tensor holds at most kMaxTensorBytes
+// (1 TiB, more than any GPU has) and a graph has at most kMaxGraphTensors
+// tensors and kMaxGraphOps ops (2^21 each; a 4096-layer dense transformer's
+// training step has about a million). Any sum of a graph's tensor bytes is
+// then below 2^61, so liveness sums, per-role sums and per-op byte counts
+// cannot wrap and need no checks on the hot path. Tensor::elements() and
+// DTypeBytes() saturate at 2^64 - 1 instead of wrapping, so a shape beyond
+// the bounds is seen as too large by CheckBounds(), never as small.
+// Builders and importers check the inputs that multiply into sizes first
+// (config fields, batch, sequence), so their errors name those inputs; the
+// bound check here is the backstop that names the tensor.
 #ifndef HEADROOM_GRAPH_GRAPH_H_
 #define HEADROOM_GRAPH_GRAPH_H_
 
@@ -44,7 +59,8 @@ enum class DType : uint8_t {
 std::string_view DTypeName(DType dtype);  // "f32", "bf16", "nf4", ...
 // Accepts our names and PyTorch/HF spellings: "float32", "torch.bfloat16", "fp16", "half".
 absl::StatusOr<DType> ParseDType(std::string_view name);
-// Storage bytes of `elements` values (NF4 rounds up to whole bytes).
+// Storage bytes of `elements` values (NF4 rounds up to whole bytes);
+// saturates at 2^64 - 1 (Note [Size bounds]).
 uint64_t DTypeBytes(DType dtype, uint64_t elements);
 // Floating-point dtypes (NF4 is a storage format, not a compute type).
 bool IsFloatingPoint(DType dtype);
@@ -60,6 +76,11 @@ enum class TensorRole : uint8_t {
 };
 std::string_view TensorRoleName(TensorRole role);
 absl::StatusOr<TensorRole> ParseTensorRole(std::string_view name);
+
+// Note [Size bounds].
+inline constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 40;  // 1 TiB
+inline constexpr size_t kMaxGraphTensors = size_t{1} << 21;
+inline constexpr size_t kMaxGraphOps = size_t{1} << 21;
 
 using TensorId = int32_t;
 using OpId = int32_t;
@@ -78,7 +99,8 @@ struct Tensor {
   // this is the gradient of; kNone for every other tensor.
   TensorId grad_of = kNone;
 
-  uint64_t elements() const;  // product of shape (1 for a scalar)
+  // Product of shape (1 for a scalar), saturating at 2^64 - 1 (Note [Size bounds]).
+  uint64_t elements() const;
   uint64_t bytes() const;     // 0 for views
 };
 
@@ -140,6 +162,10 @@ class Graph {
   // Checks the invariants in the header comment; the message names the
   // offending op or tensor.
   absl::Status Validate() const;
+
+  // The size part of Validate() alone (Note [Size bounds]): tensor and op
+  // counts and every tensor's bytes. O(tensors); OutOfRange names the tensor.
+  absl::Status CheckBounds() const;
 
  private:
   std::string name_;

@@ -160,7 +160,7 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions&
     for (const Op& op : forward.ops()) {
       if (op.phase == Phase::kForward) step.AddOp(op);
     }
-    return step;
+    return step;  // the forward graph's ops and tensors, within its bounds
   }
   if (last_loss == kNone) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -242,6 +242,8 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions&
                   .layer = p.layer});
     }
   }
+  // Gradients and replayed tensors add to the forward graph's (Note [Size bounds]).
+  HEADROOM_RETURN_IF_ERROR(step.CheckBounds());
   return step;
 }
 

@@ -81,6 +81,9 @@ class Builder {
   absl::Status BuildCnn();
   absl::Status BuildMlp();
   absl::Status CheckLoraTargetsUsed() const;
+  // Stops a build that would outgrow graph/graph.h's Note [Size bounds]
+  // after block `layer`, before it takes the memory of the whole model.
+  absl::Status CheckGraphSize(int64_t layer) const;
 
   bool Frozen() const { return o_.lora.enabled(); }
   TensorId Param(const std::string& name, std::vector<int64_t> shape) {
@@ -491,6 +494,7 @@ absl::Status Builder::BuildDecoder() {
       mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
       x = e_.Add(p + "mlp_residual", x, mlp);
     }
+    HEADROOM_RETURN_IF_ERROR(CheckGraphSize(i));
   }
   e_.set_layer(-1);
   if (c_.architecture == "GPT2Model") {
@@ -547,6 +551,7 @@ absl::Status Builder::BuildEncoder() {
     TensorId mlp = Mlp(p, GatherInput(p + "intermediate", x), sp_ ? x : kNone);
     mlp = e_.Dropout(p + "output.dropout", mlp, c_.hidden_dropout);
     x = LayerNormModule(p + "output.LayerNorm", e_.Add(p + "output.residual", mlp, x));
+    HEADROOM_RETURN_IF_ERROR(CheckGraphSize(i));
   }
   e_.set_layer(-1);
   if (sp_) x = e_.AllGather(root + "encoder.all_gather", x, 1, t_);
@@ -695,6 +700,15 @@ absl::Status Builder::BuildMlp() {
   }
   if (o_.training) Loss(x, o_.batch, in);
   return absl::OkStatus();
+}
+
+absl::Status Builder::CheckGraphSize(int64_t layer) const {
+  if (g_.num_tensors() <= kMaxGraphTensors && g_.num_ops() <= kMaxGraphOps) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrFormat(
+      "%s: after %d of its %d layers the graph already has %d tensors and %d ops, more than the %d a graph may "
+      "hold (num_hidden_layers%s too large)",
+      c_.origin.empty() ? c_.architecture : c_.origin, layer + 1, c_.num_layers, g_.num_tensors(), g_.num_ops(),
+      kMaxGraphTensors, c_.is_moe() ? " x num_local_experts" : ""));
 }
 
 absl::Status Builder::CheckLoraTargetsUsed() const {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/json_fields.h"
 #include "common/name_table.h"
 #include "common/status_macros.h"
@@ -50,6 +51,17 @@ absl::StatusOr<int64_t> PositiveInt(const json& object, std::string_view key,
   // Builders multiply sizes together in int64; no real model comes close.
   if (value > kMaxSize) {
     return (path / key).Error(absl::StrFormat("implausibly large: %d (at most %d)", value, kMaxSize));
+  }
+  return value;
+}
+
+// A count of blocks or experts: positive and at most `bound`
+// (Note [Model size bounds]).
+absl::StatusOr<int64_t> BoundedCount(const json& object, std::string_view key, const JsonPath& path,
+                                     int64_t bound) {
+  HEADROOM_ASSIGN_OR_RETURN(int64_t value, RequireInt(object, key, path));
+  if (value <= 0 || value > bound) {
+    return (path / key).Error(absl::StrFormat("must be between 1 and %d, got %d", bound, value));
   }
   return value;
 }
@@ -157,7 +169,7 @@ absl::Status ParseStandardDims(const json& doc, const JsonPath& path, int64_t de
                                ModelConfig& c) {
   HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
   HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "hidden_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, PositiveInt(doc, "num_hidden_layers", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "num_hidden_layers", path, kMaxLayers));
   HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_attention_heads", path));
   c.num_kv_heads = c.num_heads;
   HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "intermediate_size", path));
@@ -191,7 +203,7 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
     HEADROOM_ASSIGN_OR_RETURN(c.mlp_bias, OptionalBool(doc, "mlp_bias", path, false));
   }
   if (c.model_type == "mixtral") {
-    HEADROOM_ASSIGN_OR_RETURN(c.num_experts, PositiveInt(doc, "num_local_experts", path));
+    HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_local_experts", path, kMaxExperts));
     HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));
   }
   return absl::OkStatus();
@@ -200,7 +212,7 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
 absl::Status ParseGpt2(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
   HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "n_embd", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, PositiveInt(doc, "n_layer", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "n_layer", path, kMaxLayers));
   HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "n_head", path));
   c.num_kv_heads = c.num_heads;
   HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size,
@@ -286,6 +298,11 @@ absl::Status ParseMlpChain(const json& doc, const JsonPath& path, ModelConfig& c
   if (!sizes->is_array() || sizes->empty()) {
     return (path / "layer_sizes").Error("expected a non-empty array of positive integers");
   }
+  if (sizes->size() > static_cast<size_t>(kMaxLayers)) {
+    return (path / "layer_sizes")
+        .Error(absl::StrFormat("has %d entries, more than the %d layers a model may have", sizes->size(),
+                               kMaxLayers));
+  }
   for (size_t i = 0; i < sizes->size(); ++i) {
     HEADROOM_ASSIGN_OR_RETURN(int64_t size, AsInt((*sizes)[i], path / "layer_sizes" / i));
     if (size <= 0 || size > kMaxSize) {
@@ -321,6 +338,71 @@ absl::Status CheckAttentionShape(const JsonPath& path, ModelConfig& c) {
                                c.num_experts));
   }
   return absl::OkStatus();
+}
+
+// One weight matrix of `rows` x `cols` elements, named by the fields that
+// give its sides (Note [Model size bounds]).
+absl::Status CheckWeight(const JsonPath& path, std::string_view rows_field, int64_t rows,
+                         std::string_view cols_field, int64_t cols) {
+  const uint64_t elements = SaturatingMul(static_cast<uint64_t>(rows), static_cast<uint64_t>(cols));
+  if (elements <= kMaxWeightElements) return absl::OkStatus();
+  return path.Error(absl::StrFormat(
+      "%s x %s (%d x %d) exceeds the %d elements (1 TiB in fp32) a weight matrix may hold",
+      rows_field, cols_field, rows, cols, kMaxWeightElements));
+}
+
+absl::Status CheckParameterCount(const JsonPath& path, std::string_view what, uint64_t parameters) {
+  if (parameters <= kMaxParameters) return absl::OkStatus();
+  return path.Error(absl::StrFormat("%s: about %s parameters, more than the %d a model may have", what,
+                                    parameters == UINT64_MAX ? std::string("2^64") : std::to_string(parameters),
+                                    kMaxParameters));
+}
+
+absl::Status CheckMlpSizes(const JsonPath& path, const ModelConfig& c) {
+  uint64_t parameters = 0;
+  int64_t in = c.mlp_input_size;
+  for (size_t i = 0; i < c.mlp_layer_sizes.size(); ++i) {
+    const int64_t out = c.mlp_layer_sizes[i];
+    HEADROOM_RETURN_IF_ERROR(CheckWeight(path, i == 0 ? "input_size" : absl::StrFormat("layer_sizes[%d]", i - 1),
+                                         in, absl::StrFormat("layer_sizes[%d]", i), out));
+    parameters = SaturatingAdd(parameters, static_cast<uint64_t>(in) * static_cast<uint64_t>(out + 1));
+    in = out;
+  }
+  return CheckParameterCount(path, "input_size and layer_sizes", parameters);
+}
+
+// Transformers: the largest weights and the whole model's parameter count.
+absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
+  const bool gpt2 = c.model_type == "gpt2";
+  const std::string_view hidden = gpt2 ? "n_embd" : "hidden_size";
+  const std::string_view inner = gpt2 ? "n_inner" : "intermediate_size";
+  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "vocab_size", c.vocab_size, hidden, c.hidden_size));
+  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, inner, c.intermediate_size));
+  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, gpt2 ? "n_positions" : "max_position_embeddings",
+                                       c.max_position_embeddings, hidden, c.hidden_size));
+  const uint64_t h = static_cast<uint64_t>(c.hidden_size);
+  // Sizes are at most 2^31 each; their products may not fit int64, so all of
+  // this is saturating uint64.
+  const auto heads = static_cast<uint64_t>(c.num_heads), kv_heads = static_cast<uint64_t>(c.num_kv_heads);
+  const uint64_t query_width = SaturatingMul(heads, static_cast<uint64_t>(c.head_dim));
+  const uint64_t attention_width = SaturatingMul(heads + 2 * kv_heads, static_cast<uint64_t>(c.head_dim));
+  if (SaturatingMul(h, attention_width) > kMaxWeightElements) {
+    return path.Error(absl::StrFormat(
+        "%s x (num_attention_heads + 2 x num_key_value_heads) x head_dim (%d x (%d + 2 x %d) x %d) is more "
+        "than the %d elements (1 TiB in fp32) the attention projections may hold",
+        hidden, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, kMaxWeightElements));
+  }
+  const uint64_t attention = SaturatingMul(h, SaturatingAdd(attention_width, query_width));
+  const uint64_t mlp = SaturatingMul(static_cast<uint64_t>(c.gated_mlp || c.is_moe() ? 3 : 2),
+                                     SaturatingMul(h, static_cast<uint64_t>(c.intermediate_size)));
+  const uint64_t per_layer =
+      SaturatingAdd(attention, SaturatingMul(mlp, static_cast<uint64_t>(std::max<int64_t>(1, c.num_experts))));
+  uint64_t parameters = SaturatingMul(per_layer, static_cast<uint64_t>(c.num_layers));
+  parameters = SaturatingAdd(parameters, SaturatingMul(2 * h, static_cast<uint64_t>(c.vocab_size)));
+  return CheckParameterCount(path, absl::StrFormat("%s, %s, %s, %s and %s", gpt2 ? "n_layer" : "num_hidden_layers",
+                                                   hidden, inner, "vocab_size",
+                                                   c.is_moe() ? "num_local_experts" : "the heads"),
+                             parameters);
 }
 
 }  // namespace
@@ -373,9 +455,11 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     HEADROOM_RETURN_IF_ERROR(ParseBertLike(doc, path, c));
   } else {
     HEADROOM_RETURN_IF_ERROR(ParseMlpChain(doc, path, c));
+    HEADROOM_RETURN_IF_ERROR(CheckMlpSizes(path, c));
     return c;
   }
   HEADROOM_RETURN_IF_ERROR(CheckAttentionShape(path, c));
+  HEADROOM_RETURN_IF_ERROR(CheckTransformerSizes(path, c));
   return c;
 }
 

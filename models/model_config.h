@@ -17,7 +17,18 @@
 // Invariants kept by ParseHfConfig: every size it returns is positive,
 // num_heads is divisible by num_kv_heads, hidden_size == num_heads * head_dim
 // unless the config sets head_dim explicitly, experts_per_token <=
-// num_experts. Errors name the document and the field at fault.
+// num_experts, and the model is within Note [Model size bounds]. Errors name
+// the document and the field (or fields) at fault.
+//
+// Note [Model size bounds]
+// Each size field is at most 2^31, but their products are what become
+// tensors (graph/graph.h, Note [Size bounds]), so the parser also bounds
+// what they multiply into: at most kMaxLayers blocks (num_hidden_layers,
+// n_layer, MLP layer_sizes entries), kMaxExperts experts, kMaxWeightElements
+// elements in any one weight matrix (1 TiB in fp32) and kMaxParameters
+// parameters in the model (17.6 trillion, beyond any published model). An
+// error names the fields whose product is too large
+// ("config.json: hidden_size x intermediate_size (2147483648 x 2147483648) ...").
 #ifndef HEADROOM_MODELS_MODEL_CONFIG_H_
 #define HEADROOM_MODELS_MODEL_CONFIG_H_
 
@@ -31,6 +42,12 @@
 #include "graph/ops.h"
 
 namespace headroom {
+
+// Note [Model size bounds].
+inline constexpr int64_t kMaxLayers = 4096;
+inline constexpr int64_t kMaxExperts = 1024;
+inline constexpr uint64_t kMaxWeightElements = kMaxTensorBytes / 4;
+inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
   kDecoder,  // causal LM: Llama, Mistral, Qwen2, GPT-2, GPT-NeoX, Mixtral

@@ -29,6 +29,13 @@
 
 namespace headroom {
 
+// Note [Model file bound]
+// A model file is read whole into memory and parsed as JSON, so files are
+// bounded: at most kMaxModelFileBytes (256 MiB; the largest published
+// node-link graphs are a few MiB, configs a few KiB). A larger file is an
+// error naming it, before any of it is read.
+inline constexpr uint64_t kMaxModelFileBytes = uint64_t{256} << 20;
+
 enum class ModelSourceKind : uint8_t { kPreset, kConfigFile, kGraphFile, kNodeLinkFile };
 
 struct LoadedModel {

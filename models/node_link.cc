@@ -25,6 +25,10 @@ absl::StatusOr<Graph> ImportNodeLink(std::string_view json_text, std::string_vie
   HEADROOM_ASSIGN_OR_RETURN(const json* links, RequireField(doc, "links", path));
   if (!nodes->is_array()) return (path / "nodes").Error("expected an array");
   if (!links->is_array()) return (path / "links").Error("expected an array");
+  if (nodes->size() > kMaxGraphOps) {
+    return (path / "nodes").Error(
+        absl::StrFormat("%d nodes, more than the %d ops a graph may hold", nodes->size(), kMaxGraphOps));
+  }
 
   struct Node {
     int64_t id;
@@ -50,6 +54,12 @@ absl::StatusOr<Graph> ImportNodeLink(std::string_view json_text, std::string_vie
     HEADROOM_ASSIGN_OR_RETURN(node.cost_cpu, RequireNumber(n, "cost_cpu", np));
     HEADROOM_ASSIGN_OR_RETURN(node.cost_ram, RequireUint(n, "cost_ram", np));
     if (!(node.cost_cpu >= 0)) return (np / "cost_cpu").Error("must not be negative");
+    // Note [Size bounds] in graph/graph.h: each node's output is one tensor.
+    if (node.cost_ram > kMaxTensorBytes) {
+      return (np / "cost_ram")
+          .Error(absl::StrFormat("%d (node '%s') exceeds the %d bytes (1 TiB) a tensor may hold", node.cost_ram,
+                                 node.name, kMaxTensorBytes));
+    }
     if (!index_of.emplace(node.id, parsed.size()).second) {
       return (np / "id").Error(absl::StrFormat("duplicate node id %d", node.id));
     }

@@ -224,5 +224,60 @@ TEST(EstimateCli, SqrtNCheckpointingIsItsOwnPlan) {
   EXPECT_LT(sqrt_n, full);
 }
 
+// Absurd input gets a clear error, never a confident wrong answer: sizes
+// that would wrap 64-bit byte counts, and layouts the model cannot take,
+// exit 2 with one line naming the flags and config fields at fault
+// (graph/graph.h Note [Size bounds], models/model_config.h Note [Model size bounds]).
+TEST(EstimateCli, AbsurdSizesAndLayoutsExitTwoNamingTheInput) {
+  const std::string mlp = WriteTempFile(
+      "huge_mlp.json", R"({"architectures": ["MlpChain"], "input_size": 2147483648, "layer_sizes": [2147483648, 10]})");
+  const std::string llama = WriteTempFile(
+      "huge_llama.json", R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 2147483648,
+        "intermediate_size": 2147483648, "vocab_size": 2147483648, "num_hidden_layers": 2, "num_attention_heads": 1})");
+  const std::string deep = WriteTempFile(
+      "deep.json", R"({"architectures": ["GPT2LMHeadModel"], "vocab_size": 50257, "n_embd": 768, "n_layer": 1000000000,
+        "n_head": 12, "n_positions": 1024})");
+  auto node_link = [](const std::string& name, const std::string& cost_ram) {
+    return WriteTempFile(name, R"({"directed": true, "multigraph": false, "graph": {}, "nodes": [
+        {"id": 0, "name": "a", "backward": false, "cost_cpu": 1, "cost_ram": 1024},
+        {"id": 1, "name": "big", "backward": false, "cost_cpu": 1, "cost_ram": )" + cost_ram + R"(},
+        {"id": 2, "name": "big_grad", "backward": true, "cost_cpu": 1, "cost_ram": 1024}],
+      "links": [{"source": 0, "target": 1}, {"source": 1, "target": 2}]})");
+  };
+  const std::string ram62 = node_link("ram62.nx.json", "4611686018427387904");
+  const std::string ram63 = node_link("ram63.nx.json", "9223372036854775808");
+  const std::vector<BadInput> cases = {
+      // Within the flags' own bounds (micro-batch 2^20, sequence and context
+      // 2^24; AbsurdSetupsAreRefusedNamingTheFlag), their products are bounded too.
+      {{"--model", "gpt2", "--gpu", "t4", "--micro-batch", "1048576"},
+       "--micro-batch 1048576 x --seq 1024 x n_embd 768 x 4 bytes"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--micro-batch", "1048576", "--seq", "16777216"},
+       "more than the 1099511627776 (1 TiB)"},
+      {{"--model", "llama-2-7b", "--gpu", "h100", "--inference", "--micro-batch", "256", "--context", "16777216"},
+       "--micro-batch 256 x --context 16777216 x num_hidden_layers 32"},
+      {{"--model", mlp, "--gpu", "t4"}, "huge_mlp.json: input_size x layer_sizes[0] (2147483648 x 2147483648)"},
+      {{"--model", llama, "--gpu", "t4"}, "huge_llama.json: vocab_size x hidden_size"},
+      {{"--model", deep, "--gpu", "t4"}, "deep.json: n_layer: must be between 1 and 4096, got 1000000000"},
+      {{"--model", ram62, "--budget", "1GiB"}, "ram62.nx.json: nodes[1].cost_ram: 4611686018427387904 (node 'big')"},
+      {{"--model", ram63, "--budget", "1GiB"}, "ram63.nx.json: nodes[1].cost_ram"},
+      {{"--model", "llama-3-8b", "--gpu", "h100", "--gpus", "100", "--pp", "100"},
+       "--pp 100: more pipeline stages than the model's 32 layers (num_hidden_layers)"},
+      {{"--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "3", "--ep", "3"},
+       "--ep 3 does not divide num_local_experts (8)"},
+      // A capacity or a total beyond 2^62 bytes would make spare_bytes wrap.
+      {{"--model", "gpt2", "--budget", "15000000TiB", "--no-search"}, "capacity (--budget or the GPU's memory)"},
+      {{"--model", "gpt2", "--budget", "1GiB", "--cuda-context", "16000000TiB", "--no-search"},
+       "(--cuda-context: 17592186044416000000)"},
+  };
+  for (const BadInput& c : cases) {
+    std::vector<std::string> args = {"estimate"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = RunHeadroom(args);
+    EXPECT_EQ(r.exit_code, 2) << c.message << ": " << r.out;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_EQ(Lines(r.err), 1u) << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace headroom

@@ -39,7 +39,8 @@ TEST(KvCache, ZeroSizesNameTheField) {
   EXPECT_THAT(std::string(ValidateKvCache(kv).message()), ::testing::HasSubstr("num_key_value_heads"));
   kv.num_kv_heads = 1;
   kv.context_tokens = -5;
-  EXPECT_THAT(std::string(ValidateKvCache(kv).message()), ::testing::HasSubstr("--context"));
+  // The library names the field; the command line maps it to --context (cli/job_flags.h).
+  EXPECT_THAT(std::string(ValidateKvCache(kv).message()), ::testing::HasSubstr("context"));
 }
 
 }  // namespace

@@ -57,3 +57,28 @@ TEST(Graph, ViewsAllocateNothing) {
 
 }  // namespace
 }  // namespace headroom
+
+namespace headroom {
+namespace {
+
+// Note [Size bounds]: a shape whose element count wraps 64 bits saturates
+// and is reported by name, never seen as small.
+TEST(GraphBounds, OversizedTensorIsNamedNotWrapped) {
+  Graph g("g");
+  g.AddTensor({.name = "x", .shape = {int64_t{1} << 40, int64_t{1} << 30}, .dtype = DType::kBF16,
+               .role = TensorRole::kInput});
+  EXPECT_EQ(g.tensor(0).elements(), UINT64_MAX);
+  EXPECT_EQ(g.tensor(0).bytes(), UINT64_MAX);
+  const absl::Status status = g.Validate();
+  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(status.message().find("tensor 'x'"), std::string::npos) << status;
+
+  Graph ok("ok");
+  ok.AddTensor({.name = "y", .shape = {int64_t{1} << 39}, .dtype = DType::kBF16, .role = TensorRole::kInput});
+  EXPECT_TRUE(ok.Validate().ok());
+  ok.AddTensor({.name = "z", .shape = {(int64_t{1} << 39) + 1}, .dtype = DType::kBF16, .role = TensorRole::kInput});
+  EXPECT_EQ(ok.Validate().code(), absl::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace headroom

@@ -1,0 +1,371 @@
+#include "estimators/estimate_stages.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/checked_math.h"
+#include "common/status_macros.h"
+#include "estimators/memory_estimate.h"
+#include "estimators/optimizer_state.h"
+#include "graph/training_step.h"
+#include "hardware/cost_model.h"
+#include "models/builders.h"
+#include "planner/checkpoint_plan.h"
+
+namespace headroom {
+namespace {
+
+// Layers of a forward graph: one more than the largest block index of a parameter.
+int LayersOf(const Graph& forward) {
+  int layers = 0;
+  for (const Tensor& t : forward.tensors()) {
+    if (t.role == TensorRole::kParameter) layers = std::max(layers, t.layer + 1);
+  }
+  return layers;
+}
+
+std::string_view LayersField(const ModelConfig& c) {
+  if (c.family == ModelFamily::kMlp) return "layer_sizes entries";
+  if (c.family == ModelFamily::kCnn) return "blocks";
+  return c.model_type == "gpt2" ? "n_layer" : "num_hidden_layers";
+}
+
+absl::Status CheckPipelineStages(int stages, int layers, std::string_view layers_field) {
+  if (stages <= 1 || stages <= layers) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "pipeline_parallel %d: more pipeline stages than the model's %d layers (%s); each stage needs at least one",
+      stages, layers, layers_field));
+}
+
+// One activation of `rows` x `width` elements at 4 bytes (the widest dtype an
+// activation takes: fp32 norms, softmax and logits), named by its factors.
+absl::Status CheckActivation(uint64_t rows, std::string_view rows_named, uint64_t width,
+                             std::string_view width_named) {
+  const uint64_t bytes = SaturatingMul(SaturatingMul(rows, width), 4);
+  if (bytes <= kMaxTensorBytes) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrFormat(
+      "%s x %s x 4 bytes: an activation of %s bytes, more than the %d (1 TiB) a tensor may hold",
+      rows_named, width_named, bytes == UINT64_MAX ? std::string("over 2^64") : std::to_string(bytes),
+      kMaxTensorBytes));
+}
+
+// The widest activations a builder makes from batch, sequence and the
+// config's widths (Note [Size bounds] in graph/graph.h); bounding them first
+// also keeps the builders' int64 shape products far from overflow.
+absl::Status CheckActivationSizes(const ModelConfig& c, const JobSpec& job, int64_t seq_len) {
+  const auto batch = static_cast<uint64_t>(job.micro_batch);
+  const std::string batch_named = absl::StrFormat("micro_batch %d", job.micro_batch);
+  if (c.family == ModelFamily::kMlp) {
+    int64_t widest = c.mlp_input_size;
+    for (int64_t size : c.mlp_layer_sizes) widest = std::max(widest, size);
+    return CheckActivation(batch, batch_named, static_cast<uint64_t>(widest),
+                           absl::StrFormat("the widest layer (%d)", widest));
+  }
+  if (c.family == ModelFamily::kCnn) {
+    // vgg16's first convolutions keep 64 channels at full resolution.
+    const auto pixels = static_cast<uint64_t>(c.image_size * c.image_size);
+    return CheckActivation(batch, batch_named, 64 * pixels,
+                           absl::StrFormat("64 channels x %d x %d pixels", c.image_size, c.image_size));
+  }
+  const auto t = static_cast<uint64_t>(job.layout.tensor_parallel);
+  const uint64_t tokens = SaturatingMul(batch, static_cast<uint64_t>(seq_len));
+  const std::string tokens_named = absl::StrFormat("%s x seq_len %d", batch_named, seq_len);
+  const bool gpt2 = c.model_type == "gpt2";
+  const struct {
+    uint64_t width;
+    std::string named;
+  } widths[] = {
+      {static_cast<uint64_t>(c.hidden_size), absl::StrFormat("%s %d", gpt2 ? "n_embd" : "hidden_size", c.hidden_size)},
+      {static_cast<uint64_t>(c.intermediate_size) / t,
+       absl::StrFormat("%s %d / --tp %d", gpt2 ? "n_inner" : "intermediate_size", c.intermediate_size, t)},
+      {CeilDiv(static_cast<uint64_t>(c.vocab_size), t), absl::StrFormat("vocab_size %d / --tp %d", c.vocab_size, t)},
+      {SaturatingMul(static_cast<uint64_t>(c.num_heads) / t, static_cast<uint64_t>(c.head_dim)),
+       absl::StrFormat("num_attention_heads %d / --tp %d x head_dim %d", c.num_heads, t, c.head_dim)},
+  };
+  for (const auto& [width, named] : widths) {
+    HEADROOM_RETURN_IF_ERROR(CheckActivation(tokens, tokens_named, width, named));
+  }
+  if (job.attention == AttentionImpl::kEager) {
+    // Eager attention's scores: batch x heads x seq x seq.
+    HEADROOM_RETURN_IF_ERROR(CheckActivation(
+        tokens, tokens_named, SaturatingMul(static_cast<uint64_t>(c.num_heads) / t, static_cast<uint64_t>(seq_len)),
+        absl::StrFormat("num_attention_heads %d / --tp %d x --seq %d (eager attention scores)", c.num_heads, t,
+                        seq_len)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view FrameworkName(Framework framework) {
+  switch (framework) {
+    case Framework::kAutocast: return "pytorch-autocast";
+    case Framework::kPytorch: return "pytorch";
+    case Framework::kDeepSpeed: return "deepspeed";
+    case Framework::kFsdp: return "fsdp";
+    case Framework::kMegatron: return "megatron";
+  }
+  return "pytorch";
+}
+
+EstimateSetup ResolveSetup(const LoadedModel& model, const JobSpec& job) {
+  EstimateSetup setup;
+  const ParallelLayout& layout = job.layout;
+  // Note [Which framework a setup means].
+  const bool amp = job.precision == Precision::kBf16Mixed || job.precision == Precision::kFp16Mixed;
+  if (IsDeepSpeed(layout.sharding) || layout.deepspeed_stage0) {
+    setup.framework = Framework::kDeepSpeed;
+  } else if (IsFsdp(layout.sharding)) {
+    setup.framework = Framework::kFsdp;
+  } else if (layout.tensor_parallel > 1 || layout.pipeline_parallel > 1) {
+    setup.framework = Framework::kMegatron;
+  } else if (amp && !job.lora.enabled()) {
+    setup.framework = Framework::kAutocast;
+  } else {
+    setup.framework = Framework::kPytorch;
+  }
+  setup.precision = SetupFor(job.precision);
+  setup.autocast = setup.framework == Framework::kAutocast;
+  if (setup.autocast) {
+    // fp32 parameters are the masters; autocast's 16-bit copies are graph tensors.
+    setup.precision.weight_dtype = DType::kF32;
+    setup.precision.master_weights = false;
+  }
+  setup.persistent_gradients = job.grad_accum > 1 || job.keep_gradients || setup.framework == Framework::kDeepSpeed ||
+                               setup.framework == Framework::kFsdp || setup.framework == Framework::kMegatron;
+  setup.seq_len = ResolveSeqLen(model, job);
+  return setup;
+}
+
+absl::Status CheckJobAgainstModel(const LoadedModel& model, const JobSpec& job) {
+  const ParallelLayout& layout = job.layout;
+  if (model.graph && !model.config) {
+    // A graph file: its parameter count bounds the model states (Note [Model size bounds]).
+    if (model.graph->ParameterCount() > kMaxParameters) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "%s: the graph has %d parameters, more than the %d a model may have", model.name,
+          model.graph->ParameterCount(), kMaxParameters));
+    }
+    return CheckPipelineStages(layout.pipeline_parallel, LayersOf(*model.graph), "blocks with parameters");
+  }
+  if (!model.config) return absl::OkStatus();
+  const ModelConfig& c = *model.config;
+  HEADROOM_RETURN_IF_ERROR(CheckPipelineStages(layout.pipeline_parallel, static_cast<int>(c.num_layers),
+                                               LayersField(c)));
+  if (layout.expert_parallel > 1) {
+    if (!c.is_moe()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "expert_parallel %d: the model has no experts to spread (expert parallelism needs a mixture-of-experts "
+          "model)",
+          layout.expert_parallel));
+    }
+    if (c.num_experts % layout.expert_parallel != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "expert_parallel %d does not divide num_local_experts (%d): every rank must hold the same number of experts",
+          layout.expert_parallel, c.num_experts));
+    }
+  }
+  const int64_t seq_len = ResolveSeqLen(model, job);
+  return CheckActivationSizes(c, job, seq_len > 0 ? seq_len : 1);
+}
+
+absl::StatusOr<Graph> BuildForwardGraph(const LoadedModel& model, const JobSpec& job, const EstimateSetup& setup) {
+  if (!model.config) {
+    if (model.graph) return *model.graph;
+    return absl::InvalidArgumentError(absl::StrFormat("model '%s' has neither a config nor a graph", model.name));
+  }
+  const ParallelLayout& layout = job.layout;
+  BuildOptions build{.batch = job.micro_batch,
+                     .seq_len = setup.seq_len > 0 ? setup.seq_len : 1,
+                     .param_dtype = setup.autocast ? DType::kF32 : setup.precision.weight_dtype,
+                     .compute_dtype = setup.precision.compute_dtype,
+                     .attention = job.attention,
+                     .training = job.training,
+                     .tensor_parallel = layout.tensor_parallel,
+                     .sequence_parallel = layout.sequence_parallel,
+                     .lora = job.lora};
+  ModelConfig config = *model.config;
+  if (job.encoder_head && config.family == ModelFamily::kEncoder) {
+    config.encoder_head = *job.encoder_head;
+    // BertForSequenceClassification pools; the masked-LM model does not.
+    config.encoder_pooler = config.encoder_head != EncoderHead::kMaskedLm && config.model_type == "bert";
+  }
+  return BuildModelGraph(config, build);
+}
+
+bool HasBackward(const Graph& graph) {
+  for (const Op& op : graph.ops()) {
+    if (op.phase == Phase::kBackward) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<Graph> BuildStep(const Graph& forward, const JobSpec& job, const EstimateSetup& setup) {
+  // The planner owns what a checkpoint mode means (planner/checkpoint_plan.h).
+  CheckpointPlan plan;
+  if (job.training) {
+    HEADROOM_ASSIGN_OR_RETURN(plan, PlanForMode(forward, job.checkpoint, job.checkpoint_every));
+  }
+  StepOptions options{.training = job.training,
+                      .checkpoint = std::move(plan),
+                      .gradients_preexist = job.training && job.grad_accum > 1,
+                      .optimizer_step = job.training,
+                      .optimizer_state_bytes_per_element =
+                          static_cast<uint32_t>(OptimizerStateBytesPerParam(job.optimizer))};
+  if (!setup.autocast && job.training) options.parameter_gradient_dtype = setup.precision.grad_dtype;
+  return BuildTrainingStep(forward, options);
+}
+
+PeakAttribution AttributePeak(const Graph& step, const EstimateSetup& setup) {
+  // Note [Gradients: resident or by liveness].
+  const ProfileOptions profile_options{.count_parameter_gradients = !setup.persistent_gradients,
+                                       .max_live_at_peak = 16};
+  PeakAttribution out;
+  out.profile = ProfileMemory(step, profile_options);
+  const MemoryProfile& profile = out.profile;
+  auto role_bytes = [&](TensorRole role) {
+    auto it = profile.bytes_by_role_at_peak.find(role);
+    return it == profile.bytes_by_role_at_peak.end() ? uint64_t{0} : it->second;
+  };
+  out.activations = role_bytes(TensorRole::kActivation) + role_bytes(TensorRole::kInput);
+  out.parameter_gradients = profile.parameter_gradient_bytes_at_peak;
+  out.activation_gradients = profile.activation_gradient_bytes_at_peak;
+  out.temporaries = role_bytes(TensorRole::kTemporary);
+  const OpId peak = profile.peak_op;
+  if (peak != kNone) {
+    const std::vector<TensorLifetime> lifetimes = ComputeLifetimes(step, profile_options);
+    for (const Tensor& t : step.tensors()) {
+      const TensorLifetime& life = lifetimes[static_cast<size_t>(t.id)];
+      if (life.first > life.last || life.first > peak || life.last < peak) continue;
+      out.rounding += RoundingWaste(t.bytes());
+      if (!setup.autocast) continue;
+      const OpId producer = step.producer(t.id);
+      if (producer == kNone) continue;
+      const Op& op = step.op(producer);
+      if (op.kind == "cast" && !op.inputs.empty() && step.tensor(op.inputs[0]).role == TensorRole::kParameter) {
+        out.autocast_copies += t.bytes();
+      }
+    }
+  }
+  out.autocast_copies = std::min(out.autocast_copies, out.activations);
+  out.activations -= out.autocast_copies;
+  return out;
+}
+
+absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const PeakAttribution& peak,
+                                                  const JobSpec& job, const EstimateSetup& setup) {
+  const MemoryProfile& profile = peak.profile;
+  ModelStateOptions state_options{.precision = setup.precision,
+                                  .optimizer = job.optimizer,
+                                  .layout = job.layout,
+                                  .training = job.training};
+  const int stages = job.layout.pipeline_parallel;
+  const int num_layers = LayersOf(forward);
+  uint64_t saved_total = profile.saved_bytes_outside_layers;
+  for (uint64_t b : profile.saved_bytes_by_layer) saved_total += b;
+  const uint64_t transient = peak.activations > saved_total ? peak.activations - saved_total : 0;
+
+  WorstStage worst;
+  uint64_t worst_total = 0;
+  for (int s = 0; s < stages; ++s) {
+    state_options.pipeline_stage = s;
+    HEADROOM_ASSIGN_OR_RETURN(ModelStates states, EstimateModelStates(forward, state_options));
+    uint64_t stage_activations = peak.activations;
+    if (stages > 1) {
+      uint64_t saved = s == stages - 1 ? profile.saved_bytes_outside_layers : 0;
+      for (size_t layer = 0; layer < profile.saved_bytes_by_layer.size(); ++layer) {
+        if (PipelineStageOf(static_cast<int>(layer), false, num_layers, stages) == s) {
+          saved += profile.saved_bytes_by_layer[layer];
+        }
+      }
+      const auto in_flight = static_cast<uint64_t>(std::min<int64_t>(stages - s, job.grad_accum));
+      HEADROOM_ASSIGN_OR_RETURN(
+          const uint64_t in_flight_bytes,
+          CheckedMul(in_flight, saved, absl::StrFormat("pipeline stage %d: in-flight micro-batches x saved bytes", s)));
+      stage_activations = in_flight_bytes + transient;  // transient < 2^62: Note [Size bounds]
+    }
+    const uint64_t total = SaturatingAdd(states.gpu_bytes(), stage_activations);
+    if (s == 0 || total > worst_total) {
+      worst_total = total;
+      worst.states = std::move(states);
+      worst.activations = stage_activations;
+      worst.stage = s;
+    }
+  }
+  return worst;
+}
+
+std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, const JobSpec& job,
+                                                       const EstimateSetup& setup,
+                                                       uint64_t forward_backward_bytes) {
+  // Note [Optimizer step transients]: the optimizer step may be the peak.
+  const bool has_transient = job.training && job.optimizer != Optimizer::kSgd &&
+                             job.optimizer_impl != OptimizerImpl::kFused && !job.layout.offload_optimizer &&
+                             setup.framework != Framework::kDeepSpeed;
+  if (!has_transient) return std::nullopt;
+  const DType state_dtype = setup.precision.master_weights ? DType::kF32 : setup.precision.optimizer_state_dtype;
+  const bool foreach = job.optimizer_impl == OptimizerImpl::kForeach;
+  OptimizerStepPeak out;
+  // Parameters are at most 2^44 (Note [Model size bounds]): these sums cannot wrap.
+  for (const Tensor& t : forward.tensors()) {
+    if (t.role != TensorRole::kParameter || !t.trainable) continue;
+    const uint64_t bytes = DTypeBytes(state_dtype, t.elements());
+    out.temporaries = foreach ? out.temporaries + bytes : std::max(out.temporaries, bytes);
+  }
+  if (foreach) {
+    out.temporaries /= static_cast<uint64_t>(job.layout.shard_group()) *
+                       static_cast<uint64_t>(job.layout.pipeline_parallel);
+  }
+  // All gradients are live during the step; persistent ones are in the states already.
+  if (!setup.persistent_gradients) {
+    for (const Tensor& t : forward.tensors()) {
+      if (t.role == TensorRole::kParameter && t.trainable) out.gradients += DTypeBytes(t.dtype, t.elements());
+    }
+  }
+  // Compare like with like: each side with the fragmentation allowance its
+  // dynamic bytes carry (the optimizer's temporaries; Note [Optimizer step transients]).
+  const uint64_t step_bytes =
+      out.gradients + out.temporaries + FragmentationAllowance(job, out.temporaries);
+  if (step_bytes <= forward_backward_bytes) return std::nullopt;
+  return out;
+}
+
+uint64_t FragmentationAllowance(const JobSpec& job, uint64_t dynamic_bytes) {
+  return static_cast<uint64_t>(static_cast<double>(dynamic_bytes) * job.overheads.fragmentation_fraction);
+}
+
+Overheads EstimateJobOverheads(const Machine& machine, const JobSpec& job, uint64_t rounding,
+                               uint64_t dynamic_bytes) {
+  // Note [CUDA context], Note [Allocator rounding].
+  Overheads out;
+  if (machine.gpu != nullptr) {
+    out = EstimateOverheads(*machine.gpu, job.overheads);
+  } else {
+    out.cuda_context = job.overheads.cuda_context.value_or(CudaContextFor("").bytes);
+    out.cuda_context_source = job.overheads.cuda_context ? "--cuda-context" : CudaContextFor("").source;
+  }
+  out.allocator_rounding = rounding;
+  out.fragmentation_allowance = FragmentationAllowance(job, dynamic_bytes);
+  return out;
+}
+
+StepSeconds EstimateJobStepTime(const Graph& step, const Machine& machine, const JobSpec& job,
+                                const EstimateSetup& setup) {
+  if (machine.gpu == nullptr) return {};
+  const CostModelOptions cost{.allow_tf32 = setup.precision.allow_tf32};
+  const StepTime time = EstimateStepTimeBreakdown(step, *machine.gpu, cost);
+  double optimizer = 0;
+  if (auto it = time.seconds_by_phase.find(Phase::kOptimizer); it != time.seconds_by_phase.end()) {
+    optimizer = it->second;
+  }
+  const double micro = time.seconds - optimizer;
+  const auto m = static_cast<double>(job.grad_accum);
+  const auto p = static_cast<double>(job.layout.pipeline_parallel);
+  // 1F1B: m micro-batches through p stages take (m + p - 1) stage slots.
+  return {.step = micro * (m + p - 1) / p + optimizer / p, .recompute = time.recompute_seconds * m / p};
+}
+
+}  // namespace headroom

@@ -1,0 +1,132 @@
+// The stages of one memory estimate, in the order EstimateMemory
+// (estimators/memory_estimate.h) runs them. Each is a function of its inputs
+// only, so a planner that tries many candidate plans for one job can rerun
+// just the stages a candidate changes:
+//
+//   HEADROOM_RETURN_IF_ERROR(CheckJobAgainstModel(model, job));
+//   const EstimateSetup setup = ResolveSetup(model, job);
+//   HEADROOM_ASSIGN_OR_RETURN(Graph forward, BuildForwardGraph(model, job, setup));
+//   HEADROOM_ASSIGN_OR_RETURN(Graph step, BuildStep(forward, job, setup));      // or the fixed graph
+//   const PeakAttribution peak = AttributePeak(step, setup);
+//   HEADROOM_ASSIGN_OR_RETURN(WorstStage stage, FindWorstPipelineStage(forward, peak, job, setup));
+//   std::optional<OptimizerStepPeak> opt = FindOptimizerStepPeak(forward, job, setup, fwd_bwd_bytes);
+//   Overheads overheads = EstimateJobOverheads(machine, job, rounding, dynamic_bytes);
+//   StepSeconds time = EstimateJobStepTime(step, machine, job, setup);
+//
+// Invariant: every byte count a stage returns is below 2^62 (graph/graph.h,
+// Note [Size bounds]; models/model_config.h, Note [Model size bounds]), so
+// the few sums EstimateMemory forms from them are checked once, at the end
+// (Note [Checked totals] in memory_estimate.cc).
+#ifndef HEADROOM_ESTIMATORS_ESTIMATE_STAGES_H_
+#define HEADROOM_ESTIMATORS_ESTIMATE_STAGES_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "estimators/model_states.h"
+#include "estimators/overheads.h"
+#include "graph/graph.h"
+#include "graph/liveness.h"
+#include "job/job_spec.h"
+#include "models/model_source.h"
+
+namespace headroom {
+
+// Note [Which framework a setup means] in memory_estimate.h.
+enum class Framework { kAutocast, kPytorch, kDeepSpeed, kFsdp, kMegatron };
+std::string_view FrameworkName(Framework framework);  // "pytorch-autocast", "deepspeed", ...
+
+// What a job means before any graph is built.
+struct EstimateSetup {
+  Framework framework = Framework::kPytorch;
+  // The job's precision; under autocast the weights are the fp32 masters.
+  PrecisionSetup precision;
+  bool autocast = false;
+  // Note [Gradients: resident or by liveness] in memory_estimate.h.
+  bool persistent_gradients = false;
+  int64_t seq_len = 0;  // ResolveSeqLen; 0 for models without sequences
+};
+
+EstimateSetup ResolveSetup(const LoadedModel& model, const JobSpec& job);
+
+// The checks of a job that need the model (the job's own field ranges are
+// CheckJob's): pipeline stages at most the model's layers, experts divisible
+// by the expert-parallel degree, and the products of batch, sequence and the
+// model's widths within the bounds of graph/graph.h Note [Size bounds]
+// (InvalidArgument for a layout the model cannot take, OutOfRange for a size
+// beyond a bound; both name the flags and config fields at fault).
+absl::Status CheckJobAgainstModel(const LoadedModel& model, const JobSpec& job);
+
+// The forward graph of one micro-batch on one tensor-parallel shard (a copy
+// of the model's graph for graph files).
+absl::StatusOr<Graph> BuildForwardGraph(const LoadedModel& model, const JobSpec& job,
+                                        const EstimateSetup& setup);
+
+// Whether `graph` already holds a backward pass (a graph file of a whole step).
+bool HasBackward(const Graph& graph);
+
+// The training (or inference) step derived from `forward`: the job's
+// checkpoint mode, gradient accumulation and optimizer, by BuildTrainingStep.
+absl::StatusOr<Graph> BuildStep(const Graph& forward, const JobSpec& job, const EstimateSetup& setup);
+
+// The step's dynamic bytes at its peak op, by the role the report shows them under.
+struct PeakAttribution {
+  MemoryProfile profile;
+  uint64_t activations = 0;  // activations and inputs, autocast copies taken out
+  uint64_t parameter_gradients = 0;
+  uint64_t activation_gradients = 0;
+  uint64_t temporaries = 0;
+  uint64_t autocast_copies = 0;  // autocast's 16-bit weight copies (reported as weights)
+  uint64_t rounding = 0;         // 512-byte rounding of the tensors live at the peak
+};
+PeakAttribution AttributePeak(const Graph& step, const EstimateSetup& setup);
+
+// Note [Pipeline 1F1B] in memory_estimate.h: the stage with the most bytes.
+struct WorstStage {
+  int stage = 0;
+  ModelStates states;
+  uint64_t activations = 0;  // its in-flight saved activations plus the transient working set
+};
+absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const PeakAttribution& peak,
+                                                  const JobSpec& job, const EstimateSetup& setup);
+
+// Note [Optimizer step transients]: the optimizer step's own peak, when it
+// is above the forward/backward peak. Both sides are what the peak adds to
+// the resident model states, with fragmentation allowance and rounding:
+// `forward_backward_bytes` is the worst stage's dynamic bytes, autocast
+// copies, rounding and their allowance; the step's is its gradients and
+// temporaries with theirs. (Comparing without the allowances, or without the
+// autocast copies the step no longer holds, let one more sample per
+// micro-batch report less memory.)
+struct OptimizerStepPeak {
+  uint64_t gradients = 0;   // all parameter gradients (0 when already resident)
+  uint64_t temporaries = 0;  // the implementation's transient (foreach: a copy of the states)
+};
+std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, const JobSpec& job,
+                                                       const EstimateSetup& setup,
+                                                       uint64_t forward_backward_bytes);
+
+// The fragmentation allowance over `dynamic_bytes` (--fragmentation of them).
+uint64_t FragmentationAllowance(const JobSpec& job, uint64_t dynamic_bytes);
+
+// CUDA context, cuBLAS workspace, allocator rounding and the fragmentation
+// allowance over `dynamic_bytes` (activations, their gradients, temporaries).
+Overheads EstimateJobOverheads(const Machine& machine, const JobSpec& job, uint64_t rounding,
+                               uint64_t dynamic_bytes);
+
+// Roofline time of one optimizer step (all micro-batches through 1F1B); zeros without a GPU.
+struct StepSeconds {
+  double step = 0;
+  double recompute = 0;
+};
+StepSeconds EstimateJobStepTime(const Graph& step, const Machine& machine, const JobSpec& job,
+                                const EstimateSetup& setup);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_ESTIMATORS_ESTIMATE_STAGES_H_
