@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 
@@ -14,8 +15,6 @@ constexpr std::array<std::string_view, kBackendCallCount> kCallNames = {
     "CreatePhysical", "ReleasePhysical", "Map",        "SetAccess",           "Unmap",
     "CreateStream",  "DestroyStream", "CreateEvent",  "DestroyEvent",        "RecordEvent",
     "QueryEvent",    "SynchronizeEvent", "SynchronizeStream", "SynchronizeDevice", "StreamWaitEvent"};
-
-uint64_t RoundUp(uint64_t value, uint64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
 }  // namespace
 
