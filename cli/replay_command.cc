@@ -42,9 +42,9 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
   HEADROOM_ASSIGN_OR_RETURN(uint64_t capacity, ParseBytes(options.capacity));
   if (capacity == 0) return absl::InvalidArgumentError("--capacity must be more than 0 bytes");
   if (capacity > kMaxSimulatedCapacity) {
-    return absl::InvalidArgumentError(absl::StrFormat("--capacity %s (%s) exceeds the simulated device's limit of %s",
-                                                      options.capacity, FormatBytes(capacity),
-                                                      FormatBytes(kMaxSimulatedCapacity)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--capacity %s is %d bytes, more than the simulated device's limit of %d bytes (64 PiB)",
+                        options.capacity, capacity, kMaxSimulatedCapacity));
   }
   if (options.device.has_value() && *options.device < 0) {
     return absl::InvalidArgumentError(

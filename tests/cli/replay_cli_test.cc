@@ -137,9 +137,9 @@ void ExpectOneLineError(const ::headroom::testing::CommandResult& r, const std::
 
 TEST(ReplayCli, CapacityBeyondTheSimulatedDeviceIsAnError) {
   const std::string path = WriteTempFile("replay_capacity.csv", kLog);
-  ExpectOneLineError(RunHeadroom({"replay", path, "--capacity", "144115188075855872"}),
-                     "--capacity 144115188075855872 (131072.00 TiB) exceeds the simulated device's limit of "
-                     "65536.00 TiB");
+  ExpectOneLineError(RunHeadroom({"replay", path, "--capacity", "65537TiB"}),
+                     "--capacity 65537TiB is 72058693549555712 bytes, more than the simulated device's limit of "
+                     "72057594037927936 bytes (64 PiB)");
 }
 
 // The page table of an expandable segment grows with what is mapped, not
