@@ -32,7 +32,8 @@ bool BlockPool::Contains(const Block* block) const {
 
 absl::Status BlockPool::Validate() const {
   size_t total = 0;
-  for (const auto& [stream, blocks] : streams_) {
+  for (const auto& [key, blocks] : streams_) {
+    const uint64_t stream = key;  // a copy: clang before 16 cannot capture a structured binding
     size_t count = 0;
     auto check_block = [&](const Block& block, bool binned) -> absl::Status {
       if (block.stream.value != stream) {
