@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "allocator/history.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 
@@ -130,7 +131,7 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     HEADROOM_ASSIGN_OR_RETURN(options.cross_stream_reuse, ParseBool(key, value));
   } else if (key == "history_entries") {
     HEADROOM_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, value));
-    if (n > (uint64_t{1} << 32)) return Bad(key, value, "at most 2^32 entries");
+    if (n > kMaxHistoryEntries) return Bad(key, value, "at most 2^32 entries");
     options.history_entries = static_cast<size_t>(n);
   } else if (key == "expandable_page_mb") {
     HEADROOM_ASSIGN_OR_RETURN(uint64_t mib, ParseUint(key, value));

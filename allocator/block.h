@@ -81,11 +81,15 @@ struct Segment {
   bool expandable = false;
   Block* first = nullptr;
   // Expandable segments only (Note [Expandable segments]): one physical
-  // handle per granularity page, value 0 where unmapped; and the unmapped
-  // blocks in address order.
+  // handle per granularity page from the segment's start up to the highest
+  // mapped page, value 0 where unmapped (pages beyond the end are unmapped;
+  // Note [Expandable page table]); and the unmapped blocks in address order.
   std::vector<PhysicalHandle> pages;
   uint64_t mapped_bytes = 0;
   absl::btree_set<Block*, BlockByAddress> unmapped;
+
+  // The handle of page `index`, 0 if unmapped.
+  PhysicalHandle PageAt(uint64_t index) const { return index < pages.size() ? pages[index] : PhysicalHandle{}; }
 };
 
 // Segment list surgery for coalescing: `block` takes over its neighbour

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "absl/status/status.h"
 #include "allocator/block.h"
 #include "allocator/size_rounding.h"
 #include "boost/intrusive/set.hpp"
@@ -96,6 +97,13 @@ class BlockPool {
   }
 
   bool Contains(const Block* block) const;
+
+  // InternalError naming the first broken invariant of Note [Size bins]: a
+  // bitmap bit (and summary bit) is set exactly for the non-empty bins; every
+  // block sits under its own stream, in the bin of its size (or the tree,
+  // above kBinnedMax); a bin's front is below the rest of its bin; the
+  // counts match. O(blocks + bins): for tests and expensive-checks builds.
+  absl::Status Validate() const;
 
   // The smallest block of at least `size` bytes on `stream` (lowest address
   // among equals), or nullptr. Not removed.

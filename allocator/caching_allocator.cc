@@ -1,7 +1,8 @@
-// The caching policy: allocate, free, stream-ordered reuse, statistics,
-// validation. Segment growth and the out-of-memory path are in
+// The caching policy: allocate, free, stream-ordered reuse, statistics.
+// Segment growth and the out-of-memory path are in
 // caching_allocator_segments.cc, expandable segments in
-// caching_allocator_expandable.cc.
+// caching_allocator_expandable.cc, the invariant checks in
+// caching_allocator_validate.cc.
 #include "allocator/caching_allocator.h"
 
 #include <algorithm>
@@ -163,12 +164,13 @@ absl::StatusOr<DeviceAddress> CachingAllocator::Allocate(uint64_t size, StreamHa
   }
   const uint64_t rounded = RoundSize(size, options_.rounding);
   internal::MutexLock lock(&mu_);
+  InvariantCheckOnExit check(this, "Allocate");  // Note [Expensive checks]
   HEADROOM_ASSIGN_OR_RETURN(Block * block, AllocateBlock(size, rounded, stream));
   pointers_.Insert(block->address, block);
   return block->address;
 }
 
-bool CachingAllocator::Acceptable(const Block* fit, uint64_t size) const {
+bool CachingAllocator::OversizeRulesAccept(const Block* fit, uint64_t size) const {
   // Oversize blocks are kept whole for oversize requests, and an oversize
   // request does not take a block much larger than itself.
   const uint64_t max_split = options_.max_split_size;
@@ -178,7 +180,7 @@ bool CachingAllocator::Acceptable(const Block* fit, uint64_t size) const {
 
 CachingAllocator::Block* CachingAllocator::TakeCachedBlock(PoolKind kind, StreamHandle stream, uint64_t size) {
   Block* block =
-      PoolOf(kind).TakeBestFit(stream, size, [&](const Block* fit) { return Acceptable(fit, size); });
+      PoolOf(kind).TakeBestFit(stream, size, [&](const Block* fit) { return OversizeRulesAccept(fit, size); });
   if (block != nullptr) UncountInactiveSplit(block);
   return block;
 }
@@ -189,7 +191,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlock(uint64_
   const PoolKind kind = IsSmallRequest(rounded) ? PoolKind::kSmall : PoolKind::kLarge;
   BlockPool& pool = PoolOf(kind);
   Block* block = pool.BestFit(stream, rounded);
-  if (block != nullptr && Acceptable(block, rounded)) {
+  if (block != nullptr && OversizeRulesAccept(block, rounded)) {
     PoolErase(block);
   } else {
     HEADROOM_ASSIGN_OR_RETURN(block, AllocateBlockSlow(kind, size, rounded, stream));
@@ -249,10 +251,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::TakeOtherStreamBlock(
   for (StreamHandle other : pool.Streams()) {
     if (other == stream) continue;
     Block* fit = pool.BestFit(other, size);
-    const bool oversize_mismatch =
-        fit != nullptr && ((size < options_.max_split_size && fit->size >= options_.max_split_size) ||
-                           (size >= options_.max_split_size && fit->size >= size + kLargeBuffer));
-    if (fit != nullptr && !oversize_mismatch && (best == nullptr || fit->size < best->size)) best = fit;
+    if (fit != nullptr && OversizeRulesAccept(fit, size) && (best == nullptr || fit->size < best->size)) best = fit;
   }
   if (best == nullptr) return nullptr;
   HEADROOM_ASSIGN_OR_RETURN(EventHandle event, TakeEvent());
@@ -404,6 +403,7 @@ absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_
   if (address == 0) return absl::OkStatus();
   Block* block = pointers_.Remove(address);  // Note [Sharded pointer map]
   internal::MutexLock lock(&mu_);
+  InvariantCheckOnExit check(this, "Free");  // Note [Expensive checks]
   if (block == nullptr) return absl::InvalidArgumentError(DescribeBadFree(address));
   if (expected_size.has_value() && *expected_size != block->requested_size) {
     pointers_.Insert(address, block);
@@ -446,6 +446,7 @@ std::string CachingAllocator::DescribeBadFree(DeviceAddress address) {
 
 absl::Status CachingAllocator::RecordStream(DeviceAddress address, StreamHandle stream) {
   internal::MutexLock lock(&mu_);
+  InvariantCheckOnExit check(this, "RecordStream");  // Note [Expensive checks]
   return pointers_.With(address, [&](Block* block) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
     if (block == nullptr) {
       return absl::InvalidArgumentError(
@@ -480,11 +481,13 @@ void CachingAllocator::UpdatePeakTracking() {
 
 void CachingAllocator::ResetPeakStats() {
   internal::MutexLock lock(&mu_);
+  InvariantCheckOnExit check(this, "ResetPeakStats");  // Note [Expensive checks]
   stats_.ResetPeaks();
 }
 
 void CachingAllocator::ResetAccumulatedStats() {
   internal::MutexLock lock(&mu_);
+  InvariantCheckOnExit check(this, "ResetAccumulatedStats");  // Note [Expensive checks]
   stats_.ResetAccumulated();
 }
 
@@ -515,6 +518,7 @@ int64_t CachingAllocator::PeakReservedBytes() const {
 
 void CachingAllocator::SetHistoryCapacity(size_t entries) {
   internal::MutexLock lock(&mu_);
+  InvariantCheckOnExit check(this, "SetHistoryCapacity");  // Note [Expensive checks]
   history_.SetCapacity(entries);
 }
 
@@ -523,6 +527,7 @@ absl::Status CachingAllocator::SetMemoryFraction(double fraction) {
     return absl::InvalidArgumentError(absl::StrFormat("memory fraction %g is not in (0, 1]", fraction));
   }
   internal::MutexLock lock(&mu_);
+  InvariantCheckOnExit check(this, "SetMemoryFraction");  // Note [Expensive checks]
   memory_fraction_ = fraction;
   return absl::OkStatus();
 }
@@ -574,157 +579,5 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
                        {"cross_stream_reuse", options_.cross_stream_reuse}};
   return snapshot;
 }
-
-// --- Validation ------------------------------------------------------------------
-
-// A macro, not a lambda, so that the format string stays a checked constant.
-#define HEADROOM_INVARIANT_ERROR(...) absl::InternalError(absl::StrFormat(__VA_ARGS__))
-
-absl::Status CachingAllocator::Validate() const {
-  internal::MutexLock lock(&mu_);
-  StatArray allocation{}, allocated_bytes{}, active{}, active_bytes{}, reserved{}, inactive{}, inactive_bytes{},
-      segment_count{}, requested{};
-  size_t free_blocks = 0;
-  size_t pending_blocks_events = 0;
-  for (const UnreleasedPage& page : unreleased_pages_) {
-    for (size_t i : {size_t{kAllPools}, size_t{StatOf(page.pool)}}) {
-      reserved[i].current += static_cast<int64_t>(granularity_);
-    }
-  }
-  for (const auto& [address, segment] : segments_) {
-    if (segment->address != address) return HEADROOM_INVARIANT_ERROR("segment 0x%x filed under 0x%x", segment->address, address);
-    const size_t pool_stat = StatOf(segment->pool);
-    for (size_t i : {size_t{kAllPools}, pool_stat}) {
-      segment_count[i].current += 1;
-      reserved[i].current += static_cast<int64_t>(segment->expandable ? segment->mapped_bytes : segment->size);
-    }
-    uint64_t expected = segment->address;
-    uint64_t mapped_pages = 0;
-    const Block* prev = nullptr;
-    size_t unmapped_blocks = 0;
-    for (const Block* b = segment->first; b != nullptr; b = b->next) {
-      if (b->prev != prev) return HEADROOM_INVARIANT_ERROR("block 0x%x: broken prev link", b->address);
-      if (b->segment != segment) return HEADROOM_INVARIANT_ERROR("block 0x%x: wrong segment", b->address);
-      if (b->address != expected) return HEADROOM_INVARIANT_ERROR("block 0x%x: gap or overlap, expected 0x%x", b->address, expected);
-      if (b->size == 0 || b->size % kMinBlockSize != 0 || b->address % kMinBlockSize != 0) {
-        return HEADROOM_INVARIANT_ERROR("block 0x%x: size %d or address not a multiple of 512", b->address, b->size);
-      }
-      if (b->pool != segment->pool) return HEADROOM_INVARIANT_ERROR("block 0x%x: pool differs from its segment", b->address);
-      if (b->allocated && b->pending_events > 0) return HEADROOM_INVARIANT_ERROR("block 0x%x: allocated and pending", b->address);
-      if (!b->mapped) {
-        if (!segment->expandable) return HEADROOM_INVARIANT_ERROR("block 0x%x: unmapped in a plain segment", b->address);
-        if (b->is_active()) return HEADROOM_INVARIANT_ERROR("block 0x%x: unmapped but in use", b->address);
-        if ((b->address - segment->address) % granularity_ != 0 || b->size % granularity_ != 0) {
-          return HEADROOM_INVARIANT_ERROR("unmapped block 0x%x: not page aligned", b->address);
-        }
-        if (!segment->unmapped.contains(const_cast<Block*>(b))) {
-          return HEADROOM_INVARIANT_ERROR("unmapped block 0x%x missing from its segment's set", b->address);
-        }
-        if (prev != nullptr && !prev->mapped) return HEADROOM_INVARIANT_ERROR("adjacent unmapped blocks at 0x%x", b->address);
-        ++unmapped_blocks;
-      }
-      if (segment->expandable) {
-        const uint64_t first = (b->address - segment->address) / granularity_;
-        const uint64_t last = (b->address + b->size - 1 - segment->address) / granularity_;
-        for (uint64_t p = first; p <= last; ++p) {
-          const bool page_mapped = segment->pages[p].value != 0;
-          if (b->mapped && !page_mapped) return HEADROOM_INVARIANT_ERROR("mapped block 0x%x lies on an unmapped page", b->address);
-          if (!b->mapped && page_mapped) return HEADROOM_INVARIANT_ERROR("unmapped block 0x%x lies on a mapped page", b->address);
-        }
-      }
-      const bool in_pool = PoolOf(b->pool).Contains(const_cast<Block*>(b));
-      if (b->is_free() != in_pool) {
-        return HEADROOM_INVARIANT_ERROR("block 0x%x: free=%d but in pool=%d", b->address, b->is_free(), in_pool);
-      }
-      if (b->is_free()) {
-        ++free_blocks;
-        if (prev != nullptr && prev->is_free() && prev->stream == b->stream) {
-          return HEADROOM_INVARIANT_ERROR("free blocks 0x%x and 0x%x were not coalesced", prev->address, b->address);
-        }
-        if (b->counted_inactive_split != b->is_split()) {
-          return HEADROOM_INVARIANT_ERROR("block 0x%x: inactive_split accounting is stale", b->address);
-        }
-        if (b->counted_inactive_split) {
-          for (size_t i : {size_t{kAllPools}, pool_stat}) {
-            inactive[i].current += 1;
-            inactive_bytes[i].current += static_cast<int64_t>(b->size);
-          }
-        }
-      }
-      if (b->allocated) {
-        for (size_t i : {size_t{kAllPools}, pool_stat}) {
-          allocation[i].current += 1;
-          allocated_bytes[i].current += static_cast<int64_t>(b->size);
-          requested[i].current += static_cast<int64_t>(b->requested_size);
-        }
-      }
-      if (b->is_active()) {
-        for (size_t i : {size_t{kAllPools}, pool_stat}) {
-          active[i].current += 1;
-          active_bytes[i].current += static_cast<int64_t>(b->size);
-        }
-      }
-      pending_blocks_events += static_cast<size_t>(b->pending_events);
-      expected += b->size;
-      prev = b;
-    }
-    if (expected != segment->address + segment->size) {
-      return HEADROOM_INVARIANT_ERROR("segment 0x%x: blocks cover %d of %d bytes", segment->address, expected - segment->address,
-                  segment->size);
-    }
-    if (segment->expandable) {
-      for (PhysicalHandle page : segment->pages) mapped_pages += page.value != 0 ? 1 : 0;
-      if (mapped_pages * granularity_ != segment->mapped_bytes) {
-        return HEADROOM_INVARIANT_ERROR("segment 0x%x: %d pages mapped but mapped_bytes %d", segment->address, mapped_pages,
-                    segment->mapped_bytes);
-      }
-      if (unmapped_blocks != segment->unmapped.size()) {
-        return HEADROOM_INVARIANT_ERROR("segment 0x%x: unmapped set holds stale blocks", segment->address);
-      }
-    }
-  }
-  if (free_blocks != small_pool_.size() + large_pool_.size()) {
-    return HEADROOM_INVARIANT_ERROR("pools hold %d blocks but %d blocks are free", small_pool_.size() + large_pool_.size(), free_blocks);
-  }
-  if (pending_blocks_events != pending_frees_.size()) {
-    return HEADROOM_INVARIANT_ERROR("%d pending events recorded on blocks, %d in the queue", pending_blocks_events,
-                pending_frees_.size());
-  }
-  if (pointers_.Size() != static_cast<size_t>(allocation[kAllPools].current)) {
-    return HEADROOM_INVARIANT_ERROR("pointer map holds %d entries for %d allocated blocks", pointers_.Size(),
-                allocation[kAllPools].current);
-  }
-  struct Check {
-    const char* name;
-    const StatArray& expected;
-    StatArray actual;
-  };
-  for (const Check& check : {Check{"allocation", allocation, stats_.allocation.ToArray()},
-                             Check{"allocated_bytes", allocated_bytes, stats_.allocated_bytes.ToArray()},
-                             Check{"requested_bytes", requested, stats_.requested_bytes.ToArray()},
-                             Check{"active", active, stats_.active.ToArray()},
-                             Check{"active_bytes", active_bytes, stats_.active_bytes.ToArray()},
-                             Check{"reserved_bytes", reserved, stats_.reserved_bytes.ToArray()},
-                             Check{"segment", segment_count, stats_.segment.ToArray()},
-                             Check{"inactive_split", inactive, stats_.inactive_split.ToArray()},
-                             Check{"inactive_split_bytes", inactive_bytes, stats_.inactive_split_bytes.ToArray()}}) {
-    for (size_t i = 0; i < kStatIndexCount; ++i) {
-      const Stat& s = check.actual[i];
-      if (s.current != check.expected[i].current) {
-        return HEADROOM_INVARIANT_ERROR("stat %s[%d]: current %d, recomputed %d", check.name, i, s.current, check.expected[i].current);
-      }
-      if (s.peak < s.current) {
-        return HEADROOM_INVARIANT_ERROR("stat %s[%d]: peak %d below current %d", check.name, i, s.peak, s.current);
-      }
-    }
-  }
-  if (stats_.allocated_bytes.current() > stats_.active_bytes.current() ||
-      stats_.active_bytes.current() > stats_.reserved_bytes.current()) {
-    return HEADROOM_INVARIANT_ERROR("allocated <= active <= reserved does not hold");
-  }
-  return absl::OkStatus();
-}
-
-#undef HEADROOM_INVARIANT_ERROR
 
 }  // namespace headroom

@@ -13,7 +13,21 @@
 //
 // The backend is not owned and must outlive the allocator. All methods are
 // thread-safe. Validate() checks every invariant of block.h and the stats;
-// the stress tests call it after each operation.
+// the stress tests call it after each operation, and builds with
+// HEADROOM_EXPENSIVE_CHECKS run it inside every operation (Note [Expensive
+// checks]).
+//
+// Note [Expensive checks]
+// With the CMake option HEADROOM_EXPENSIVE_CHECKS (a compile definition of
+// the allocator library), every public operation that can change the
+// allocator (Allocate, Free, RecordStream, EmptyCache, SetMemoryFraction,
+// ResetPeakStats, ResetAccumulatedStats, SetHistoryCapacity) ends, still
+// under the lock and on its error paths too, by running every validator
+// (caching_allocator_validate.cc); a broken invariant prints the
+// validator's message and aborts: it is a bug in the allocator, not an input
+// to report. Each check walks every block, so this is for tests (CI runs the
+// stress tests under it), never for production. Read-only calls (GetStats,
+// Lookup, TakeSnapshot) change nothing and are not checked.
 //
 // Note [Stream-ordered frees]
 // A block belongs to the stream it was allocated on. Work on one stream runs
@@ -60,6 +74,15 @@
 // unmap and release the pages wholly inside free blocks (after synchronizing
 // the owning stream: kernels queued there may still touch them); the holes
 // they leave are refilled, lowest address first, before the end grows.
+//
+// Note [Expandable page table]
+// The reservation is as large as the device, but its page table
+// (Segment::pages) holds only the pages up to the highest one mapped: it
+// grows as pages are mapped and shrinks when the tail is unmapped. Sizing it
+// from the capacity up front cost 8 bytes per page of the whole device: on a
+// simulated 4 PiB device that was 16 GiB of host memory before the first
+// allocation. Host memory now follows the device memory actually mapped, and
+// every loop over pages is bounded by the table, never by the reservation.
 #ifndef HEADROOM_ALLOCATOR_CACHING_ALLOCATOR_H_
 #define HEADROOM_ALLOCATOR_CACHING_ALLOCATOR_H_
 
@@ -101,6 +124,12 @@ class CachingAllocator {
   // Requests above this are rejected as InvalidArgument before rounding.
   static constexpr uint64_t kMaxRequest = uint64_t{1} << 62;
 
+#ifdef HEADROOM_EXPENSIVE_CHECKS
+  static constexpr bool kExpensiveChecks = true;
+#else
+  static constexpr bool kExpensiveChecks = false;
+#endif
+
   static absl::StatusOr<std::unique_ptr<CachingAllocator>> Create(DeviceBackend* backend,
                                                                   AllocatorOptions options);
   // Returns all device memory it holds, including blocks still allocated.
@@ -131,6 +160,8 @@ class CachingAllocator {
   // reserved_bytes.all.peak alone: O(1), unlike GetStats.
   int64_t PeakReservedBytes() const;
   AllocatorSnapshot TakeSnapshot() const;
+  // InternalError naming the first broken invariant. Expects no Free in
+  // flight on another thread (see ValidatePointerMap).
   absl::Status Validate() const;
 
   const AllocatorOptions& options() const { return options_; }
@@ -175,8 +206,11 @@ class CachingAllocator {
   Block* TakeCachedBlock(PoolKind kind, StreamHandle stream, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> TakeOtherStreamBlock(PoolKind kind, StreamHandle stream, uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a best fit may serve `size` (the oversize rules).
-  bool Acceptable(const Block* fit, uint64_t size) const;
+  // Whether a best fit may serve `size` under the max_split_size rules: an
+  // oversize block serves only oversize requests, and none much smaller than
+  // itself. The one statement of the rule; every path that takes a cached
+  // block (own stream, other stream, after an OOM flush) asks it.
+  bool OversizeRulesAccept(const Block* fit, uint64_t size) const;
   bool ShouldSplit(const Block* block, uint64_t size) const;
   // Caches the remainder of `block` beyond `size` as a block of its own.
   void Split(Block* block, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -228,6 +262,43 @@ class CachingAllocator {
   // device refuses is kept for a retry (Note [Unreleased pages]).
   absl::Status ReleasePage(PhysicalHandle handle, PoolKind pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RetryUnreleasedPages() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Validation (caching_allocator_validate.cc), one validator per structure ---
+  struct Recount;  // statistics recomputed from the blocks
+  // `free_in_flight`: another thread's Free may have taken its pointer out
+  // of the map and wait for the lock.
+  absl::Status ValidateLocked(bool free_in_flight) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The blocks tile the segment, with consistent links, states, pools and
+  // coalescing; adds them to `recount`.
+  absl::Status ValidateSegmentTiling(const Segment& segment, Recount& recount) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The page table against the mapped and unmapped blocks and mapped_bytes.
+  absl::Status ValidateExpandablePages(const Segment& segment) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each pool's bins, bitmap and trees, and that they hold the free blocks.
+  absl::Status ValidatePools(size_t free_blocks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each entry names an allocated block at its address; one entry per
+  // allocated block (at most, with `free_in_flight`).
+  absl::Status ValidatePointerMap(int64_t allocated_blocks, bool free_in_flight) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ValidateStatistics(const Recount& recount) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Expensive checks]: aborts on a broken invariant; a no-op in other builds.
+  void CheckInvariantsAfter(const char* operation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Declared right after the lock in each public operation, so that it runs
+  // CheckInvariantsAfter under the lock on every return path.
+  class InvariantCheckOnExit {
+   public:
+    InvariantCheckOnExit(const CachingAllocator* allocator, const char* operation)
+        : allocator_(allocator), operation_(operation) {}
+    InvariantCheckOnExit(const InvariantCheckOnExit&) = delete;
+    InvariantCheckOnExit& operator=(const InvariantCheckOnExit&) = delete;
+    ~InvariantCheckOnExit() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      if constexpr (kExpensiveChecks) allocator_->CheckInvariantsAfter(operation_);
+    }
+
+   private:
+    const CachingAllocator* allocator_;
+    const char* operation_;
+  };
 
   DeviceBackend* const backend_;
   const AllocatorOptions options_;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "allocator/caching_allocator.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 
@@ -15,12 +16,11 @@ absl::StatusOr<CachingAllocator::Segment*> CachingAllocator::ExpandableSegmentFo
   if (auto it = expandable_.find({stream, kind}); it != expandable_.end()) return it->second;
   // As large as the device: the reservation costs address space only, and a
   // segment that never has to move is what keeps growth contiguous.
-  const uint64_t size = (total_bytes_ + granularity_ - 1) / granularity_ * granularity_;
+  const uint64_t size = RoundUp(total_bytes_, granularity_);
   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->ReserveAddressRange(size));
   Segment* segment = AddSegment(address, size, kind, stream);
   // Nothing is mapped yet: the whole reservation is one unmapped block.
-  segment->expandable = true;
-  segment->pages.resize(size / granularity_);
+  segment->expandable = true;  // no page table yet (Note [Expandable page table])
   segment->first->mapped = false;
   segment->unmapped.insert(segment->first);
   expandable_[{stream, kind}] = segment;
@@ -56,6 +56,7 @@ absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, u
     }
     return status;
   }
+  if (segment->pages.size() < first_page + count) segment->pages.resize(first_page + count);
   for (uint64_t i = 0; i < count; ++i) segment->pages[first_page + i] = created[i];
   segment->mapped_bytes += count * granularity_;
   Record(TraceAction::kSegmentMap, start, count * granularity_, segment->stream);
@@ -72,7 +73,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   // each a multiple of the device granularity; a hole is never overfilled.
   const uint64_t page_option =
       kind == PoolKind::kSmall ? options_.expandable_small_page_bytes : options_.expandable_large_page_bytes;
-  const uint64_t page = (std::max(page_option, granularity_) + granularity_ - 1) / granularity_ * granularity_;
+  const uint64_t page = RoundUp(std::max(page_option, granularity_), granularity_);
   Block* chosen = nullptr;
   uint64_t map_bytes = 0;
   for (Block* hole : segment->unmapped) {
@@ -80,7 +81,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
     const uint64_t before = free_size(hole->prev);
     if (before >= rounded) continue;  // declined by the oversize rules; mapping more would not help
     if (before + hole->size >= rounded) {
-      map_bytes = std::min((rounded - before + page - 1) / page * page, hole->size);
+      map_bytes = std::min(RoundUp(rounded - before, page), hole->size);
     } else if (before + hole->size + free_size(hole->next) >= rounded) {
       map_bytes = hole->size;
     } else {
@@ -132,7 +133,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
 absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool synchronized) {
   Segment* segment = block->segment;
   const DeviceAddress start =
-      segment->address + (block->address - segment->address + granularity_ - 1) / granularity_ * granularity_;
+      segment->address + RoundUp(block->address - segment->address, granularity_);
   const DeviceAddress end = segment->address + (block->address + block->size - segment->address) / granularity_ *
                                                    granularity_;
   if (end <= start) return 0;
@@ -151,6 +152,8 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
     if (!status.ok() && release_error.ok()) release_error = status;
     segment->pages[p] = PhysicalHandle{};
   }
+  // Note [Expandable page table]: the table ends at the highest mapped page.
+  while (!segment->pages.empty() && segment->pages.back().value == 0) segment->pages.pop_back();
   segment->mapped_bytes -= end - start;
   Record(TraceAction::kSegmentUnmap, start, end - start, segment->stream);
 

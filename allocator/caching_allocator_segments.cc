@@ -140,6 +140,7 @@ absl::Status CachingAllocator::ReleaseAllCache() {
 
 absl::Status CachingAllocator::EmptyCache() {
   internal::MutexLock lock(&mu_);
+  InvariantCheckOnExit check(this, "EmptyCache");  // Note [Expensive checks]
   HEADROOM_RETURN_IF_ERROR(ReleaseAllCache());
   // Reservations with nothing mapped go back too.
   std::vector<std::pair<StreamHandle, PoolKind>> empty;

@@ -47,6 +47,11 @@ struct TraceEntry {
   uint64_t device_free = 0;  // kOom only: free bytes the device reported
 };
 
+// The most entries a history may keep (HEADROOM_ALLOC_CONF history_entries,
+// headroom_record_history): the ring grows as entries come, but a bound
+// keeps a typo (or SIZE_MAX) from promising more host memory than exists.
+inline constexpr size_t kMaxHistoryEntries = size_t{1} << 32;
+
 class HistoryRing {
  public:
   explicit HistoryRing(size_t capacity = 0) { SetCapacity(capacity); }

@@ -32,6 +32,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
 #include "allocator/annotated_mutex.h"
 #include "allocator/block.h"
 
@@ -83,6 +85,21 @@ class AddressTable {
   }
 
   size_t size() const { return count_; }
+
+  // Calls check(address, block) for every entry and returns the first
+  // address that is not reachable from its home slot (an empty slot inside
+  // its probe run), that `check` rejects, or, if the count is off, ~0;
+  // 0 when all is well.
+  template <typename Check>
+  DeviceAddress FirstBadEntry(Check&& check) const {
+    size_t entries = 0;
+    for (const Slot& slot : slots_) {
+      if (slot.address == 0) continue;
+      ++entries;
+      if (Find(slot.address) != slot.block || !check(slot.address, slot.block)) return slot.address;
+    }
+    return entries == count_ ? 0 : ~DeviceAddress{0};
+  }
 
   template <typename Fn>
   void ForEach(Fn&& fn) const {
@@ -154,6 +171,28 @@ class PointerMap {
     return total;
   }
 
+  // InternalError naming the first entry that sits in the wrong shard, is
+  // unreachable from its home slot or that `check(address, block)` rejects,
+  // or a shard whose count is off. One pass over every slot.
+  template <typename Check>
+  absl::Status Validate(Check&& check) const {
+    for (size_t i = 0; i < kShards; ++i) {
+      const Shard& shard = shards_[i];
+      SpinLockHolder lock(&shard.mu);
+      const DeviceAddress bad = shard.table.FirstBadEntry(
+          [&](DeviceAddress address, const Block* block) { return ShardIndex(address) == i && check(address, block); });
+      if (bad == ~DeviceAddress{0}) {
+        return absl::InternalError(absl::StrFormat("pointer map shard %d: its count is off", i));
+      }
+      if (bad != 0) {
+        return absl::InternalError(absl::StrFormat(
+            "pointer map entry 0x%x: in the wrong shard, unreachable, or not an allocated block at that address",
+            bad));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   void ForEach(const std::function<void(DeviceAddress, Block*)>& fn) const {
     for (const Shard& shard : shards_) {
       SpinLockHolder lock(&shard.mu);
@@ -168,7 +207,8 @@ class PointerMap {
     AddressTable table ABSL_GUARDED_BY(mu);
   };
 
-  Shard& ShardFor(DeviceAddress address) { return shards_[AddressTable::Hash(address) >> 58]; }
+  static size_t ShardIndex(DeviceAddress address) { return AddressTable::Hash(address) >> 58; }
+  Shard& ShardFor(DeviceAddress address) { return shards_[ShardIndex(address)]; }
 
   std::array<Shard, kShards> shards_;
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 
+#include "common/checked_math.h"
+
 namespace headroom {
 
 uint32_t RoundingOptions::DivisionsFor(uint64_t size) const {
@@ -14,20 +16,20 @@ uint32_t RoundingOptions::DivisionsFor(uint64_t size) const {
 
 uint64_t RoundSize(uint64_t size, const RoundingOptions& options) {
   if (size <= kMinBlockSize) return kMinBlockSize;
-  const uint64_t plain = (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+  const uint64_t plain = RoundUp(size, kMinBlockSize);
   const uint32_t divisions = options.DivisionsFor(size);
   if (divisions <= 1) return plain;
   const uint64_t floor_pow2 = std::bit_floor(size);
   if (floor_pow2 == size) return size < kMinBlockSize ? kMinBlockSize : size;
   const uint64_t step = floor_pow2 / divisions;
   if (step < kMinBlockSize) return plain;
-  return (size + step - 1) / step * step;
+  return RoundUp(size, step);
 }
 
 uint64_t SegmentSizeFor(uint64_t rounded_size) {
   if (IsSmallRequest(rounded_size)) return kSmallBuffer;
   if (rounded_size < kMinLargeAlloc) return kLargeBuffer;
-  return (rounded_size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+  return RoundUp(rounded_size, kRoundLarge);
 }
 
 }  // namespace headroom

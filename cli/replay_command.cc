@@ -1,7 +1,8 @@
 // `headroom replay TRACE --capacity 80GiB [--conf CONF] [--compare CONF]...
 //  [--strict] [--json] [--device N]`: replays an RMM log or a PyTorch memory
 // snapshot through the caching allocator on a simulated device and reports
-// what each allocator configuration would reserve.
+// what each allocator configuration would reserve. This file holds the flags,
+// their checks and the dispatch; the report is report/replay_report.h.
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -11,13 +12,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "allocator/alloc_conf.h"
-#include "replay/allocation_trace.h"
-#include "replay/trace_replay.h"
+#include "allocator/simulated/simulated_backend.h"
 #include "cli/command.h"
 #include "common/json_fields.h"
 #include "common/status_macros.h"
-#include "common/text_table.h"
 #include "common/units.h"
+#include "replay/allocation_trace.h"
+#include "replay/trace_replay.h"
+#include "report/replay_report.h"
 
 namespace headroom::cli {
 namespace {
@@ -31,52 +33,31 @@ struct ReplayCommandOptions {
   bool strict = false;
   bool json = false;
   bool summary = false;
-  int device = -1;
-};
-
-struct Run {
-  std::string label;  // preset name or conf string as given
-  std::string conf;   // canonical
-  ReplayResult result;
-  double seconds = 0;
+  std::optional<int> device;  // --device, for snapshots only
 };
 
 std::string Label(const std::string& text) { return text.empty() ? "pytorch-default" : text; }
 
-nlohmann::json RunToJson(const Run& run) {
-  const ReplayResult& r = run.result;
-  nlohmann::json anomalies = nlohmann::json::array();
-  for (const std::string& example : r.anomaly_examples) anomalies.push_back(example);
-  return {{"label", run.label},
-          {"conf", run.conf},
-          {"peak_allocated_bytes", r.peak_allocated_bytes},
-          {"peak_reserved_bytes", r.peak_reserved_bytes},
-          {"peak_live_bytes", r.peak_live_bytes},
-          {"reserved_to_allocated", r.reserved_to_allocated},
-          {"reserved_to_live", r.reserved_to_live},
-          {"fragmentation_at_peak", r.fragmentation_at_peak},
-          {"alloc_retries", r.alloc_retries},
-          {"ooms", r.ooms},
-          {"allocations", r.allocations},
-          {"frees", r.frees},
-          {"trace_failures", r.trace_failures},
-          {"anomalies", r.anomalies},
-          {"anomaly_examples", anomalies},
-          {"replay_seconds", run.seconds},
-          {"memory_stats", MemoryStatsToJson(r.final_stats)}};
-}
-
 absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
   HEADROOM_ASSIGN_OR_RETURN(uint64_t capacity, ParseBytes(options.capacity));
   if (capacity == 0) return absl::InvalidArgumentError("--capacity must be more than 0 bytes");
+  if (capacity > kMaxSimulatedCapacity) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--capacity %s is %d bytes, more than the simulated device's limit of %d bytes (64 PiB)",
+                        options.capacity, capacity, kMaxSimulatedCapacity));
+  }
+  if (options.device.has_value() && *options.device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--device %d: a device index is 0 or more", *options.device));
+  }
   HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(options.trace_path));
   AllocationTrace trace;
-  if (options.device >= 0) {
+  if (options.device.has_value()) {
     const size_t first = text.find_first_not_of(" \t\r\n");
     if (first == std::string::npos || text[first] != '{') {
       return absl::InvalidArgumentError("--device applies to PyTorch snapshots only");
     }
-    HEADROOM_ASSIGN_OR_RETURN(trace, ParsePyTorchSnapshot(text, options.trace_path, options.device));
+    HEADROOM_ASSIGN_OR_RETURN(trace, ParsePyTorchSnapshot(text, options.trace_path, *options.device));
   } else {
     HEADROOM_ASSIGN_OR_RETURN(trace, ParseAllocationTrace(text, options.trace_path));
   }
@@ -85,7 +66,7 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
   if (options.conf_given || options.compare.empty()) labels.push_back(options.conf);
   labels.insert(labels.end(), options.compare.begin(), options.compare.end());
 
-  std::vector<Run> runs;
+  std::vector<ReplayRun> runs;
   for (const std::string& label : labels) {
     const std::string conf = ResolveAllocConfPreset(label);
     absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(conf);
@@ -107,53 +88,9 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
   }
 
   if (options.json) {
-    nlohmann::json all = nlohmann::json::array();
-    for (const Run& run : runs) all.push_back(RunToJson(run));
-    out << nlohmann::json{{"schema_version", 1},
-                          {"trace", trace.source},
-                          {"format", trace.format},
-                          {"events", trace.events.size()},
-                          {"capacity_bytes", capacity},
-                          {"runs", all}}
-               .dump(2)
-        << "\n";
-    return absl::OkStatus();
-  }
-  // The header describes the trace; what each run managed to replay is in
-  // its row (an allocation that ran out of memory counts as an OOM there).
-  const ReplayResult& first = runs.front().result;
-  size_t allocations = 0, frees = 0;
-  for (const TraceEvent& event : trace.events) {
-    allocations += event.op == TraceOp::kAllocate ? 1 : 0;
-    frees += event.op == TraceOp::kFree ? 1 : 0;
-  }
-  out << absl::StrFormat("trace %s (%s): %d events, %d allocations, %d frees, peak live %s; device %s\n",
-                         trace.source, trace.format, trace.events.size(), allocations, frees,
-                         FormatBytes(first.peak_live_bytes), FormatBytes(capacity));
-  TextTable table({"configuration", "peak allocated", "peak reserved", "reserved/allocated", "reserved/live",
-                   "fragmentation", "retries", "OOMs"},
-                  {Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
-                   Align::kRight, Align::kRight});
-  for (const Run& run : runs) {
-    const ReplayResult& r = run.result;
-    table.AddRow({run.label, FormatBytes(r.peak_allocated_bytes), FormatBytes(r.peak_reserved_bytes),
-                  absl::StrFormat("%.3f", r.reserved_to_allocated), absl::StrFormat("%.3f", r.reserved_to_live),
-                  absl::StrFormat("%.3f", r.fragmentation_at_peak), absl::StrFormat("%d", r.alloc_retries),
-                  absl::StrFormat("%d", r.ooms)});
-  }
-  out << table.Render();
-  out << "fragmentation: 1 - largest free block / free cached bytes, when reserved memory peaked.\n";
-  if (first.trace_failures > 0) {
-    out << absl::StrFormat("the trace itself records %d failed allocations (not replayed)\n", first.trace_failures);
-  }
-  if (options.summary) {
-    for (const Run& run : runs) {
-      out << "\n" << run.label << " at the end of the trace:\n" << MemorySummary(run.result.final_stats);
-    }
-  }
-  if (first.anomalies > 0) {
-    out << absl::StrFormat("%d trace anomalies skipped (use --strict to fail on them), e.g.:\n", first.anomalies);
-    for (const std::string& example : first.anomaly_examples) out << "  " << example << "\n";
+    out << ReplayReportToJson(trace, capacity, runs).dump(2) << "\n";
+  } else {
+    out << RenderReplayReport(trace, capacity, runs, {.summary = options.summary});
   }
   return absl::OkStatus();
 }

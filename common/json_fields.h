@@ -41,7 +41,17 @@ class JsonPath {
 // Parses text as JSON; a syntax error names the document and byte offset.
 absl::StatusOr<nlohmann::json> ParseJsonDocument(std::string_view text, std::string_view document);
 
-// Reads a whole file; a missing or unreadable file names the path.
+// Every input file (model configs, graphs, catalogs, traces) is read whole
+// into memory; this bound keeps a wrong path (a disk image, /dev/zero) from
+// exhausting it. The largest real inputs, multi-GB PyTorch snapshots
+// excepted, are tens of MB.
+inline constexpr uint64_t kMaxTextFileBytes = uint64_t{1} << 30;
+
+// Reads a whole regular file of at most kMaxTextFileBytes. Errors name the
+// path: NotFound when it does not exist or cannot be opened,
+// InvalidArgument when it is a directory ("is a directory"), not a regular
+// file ("is not a regular file": a FIFO, socket or device, which is never
+// opened, so a FIFO with no writer cannot block) or too large.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path);
 
 // "object", "array", "string", "number", "boolean", "null".

@@ -30,10 +30,13 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
   uint64_t live_bytes = 0;
   int64_t peak_reserved_seen = -1;
 
+  // "trace.csv:12" or "snapshot.json:device_traces entry 12".
+  auto location = [&](const TraceEvent& event) {
+    return absl::StrFormat("%s:%s%d", trace.source, trace.format == "rmm-csv" ? "" : "device_traces entry ",
+                           event.line);
+  };
   auto anomaly = [&](const TraceEvent& event, std::string what) -> absl::Status {
-    const std::string where = absl::StrFormat("%s:%s%d: %s", trace.source,
-                                              trace.format == "rmm-csv" ? "" : "device_traces entry ", event.line,
-                                              what);
+    const std::string where = absl::StrFormat("%s: %s", location(event), what);
     if (options.strict) return absl::DataLossError(absl::StrFormat("%s (--strict)", where));
     ++result.anomalies;
     if (result.anomaly_examples.size() < options.max_reported_anomalies) result.anomaly_examples.push_back(where);
@@ -61,13 +64,18 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
           live_bytes -= old.size;
           live.erase(event.pointer);
         }
-        if (event.size == 0) break;
+        // Note [Zero-byte allocations]
+        if (event.size == 0 && event.pointer == 0) break;
         HEADROOM_ASSIGN_OR_RETURN(StreamHandle stream, stream_for(event.stream));
         absl::StatusOr<DeviceAddress> address = allocator->Allocate(event.size, stream);
         live_bytes += event.size;
         result.peak_live_bytes = std::max(result.peak_live_bytes, live_bytes);
         if (!address.ok()) {
-          if (!absl::IsResourceExhausted(address.status())) return address.status();
+          if (!absl::IsResourceExhausted(address.status())) {
+            return absl::Status(address.status().code(),
+                                absl::StrFormat("%s: allocation of %d bytes: %s", location(event), event.size,
+                                                address.status().message()));
+          }
           failed[event.pointer] = event.size;
           break;
         }
@@ -76,6 +84,8 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
         break;
       }
       case TraceOp::kFree: {
+        // A free of null: Note [Zero-byte allocations].
+        if (event.pointer == 0 && !live.contains(0) && !failed.contains(0)) break;
         auto it = live.find(event.pointer);
         if (it == live.end()) {
           if (auto f = failed.find(event.pointer); f != failed.end()) {  // its allocation failed in this replay

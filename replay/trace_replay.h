@@ -12,7 +12,18 @@
 // allocated (a trace that starts mid-run), repeated allocations of a live
 // pointer, and size mismatches are anomalies: counted, the first few
 // reported with their line, and fatal only with `strict`. Allocations the
-// replay cannot serve count as OOMs and the replay goes on.
+// replay cannot serve count as OOMs and the replay goes on. Any other error
+// (a size beyond any device) names the trace line.
+//
+// Note [Zero-byte allocations]
+// PyTorch's caching allocator and RMM's resources answer a 0-byte request
+// with a null pointer that occupies nothing, and freeing null is a no-op in
+// every API. So a 0-byte allocation recorded at pointer 0, and every free of
+// pointer 0, is skipped. A 0-byte allocation recorded at a non-null pointer
+// (an allocator that hands out unique pointers for 0 bytes) is replayed as
+// a live allocation of 0 bytes, so that its later free matches it rather
+// than being reported as a free of a pointer the trace never allocated.
+// Neither takes device memory.
 #ifndef HEADROOM_REPLAY_TRACE_REPLAY_H_
 #define HEADROOM_REPLAY_TRACE_REPLAY_H_
 
@@ -28,6 +39,7 @@
 namespace headroom {
 
 struct ReplayOptions {
+  // The simulated device; at most kMaxSimulatedCapacity (64 PiB).
   uint64_t capacity_bytes = uint64_t{80} << 30;
   uint64_t map_granularity = uint64_t{2} << 20;
   AllocatorOptions allocator;

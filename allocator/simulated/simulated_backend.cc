@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 
@@ -15,14 +16,17 @@ constexpr std::array<std::string_view, kBackendCallCount> kCallNames = {
     "CreateStream",  "DestroyStream", "CreateEvent",  "DestroyEvent",        "RecordEvent",
     "QueryEvent",    "SynchronizeEvent", "SynchronizeStream", "SynchronizeDevice", "StreamWaitEvent"};
 
-uint64_t RoundUp(uint64_t value, uint64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
-
 }  // namespace
 
 std::string_view BackendCallName(BackendCall call) { return kCallNames[static_cast<size_t>(call)]; }
 
 absl::StatusOr<std::unique_ptr<SimulatedBackend>> SimulatedBackend::Create(SimulatedBackendOptions options) {
   if (options.capacity_bytes == 0) return absl::InvalidArgumentError("simulated device: capacity_bytes must be > 0");
+  if (options.capacity_bytes > kMaxSimulatedCapacity) {
+    return absl::InvalidArgumentError(absl::StrFormat("simulated device: capacity_bytes %d (%s) exceeds the limit of %s",
+                                                      options.capacity_bytes, FormatBytes(options.capacity_bytes),
+                                                      FormatBytes(kMaxSimulatedCapacity)));
+  }
   if (options.map_granularity < 512 || !std::has_single_bit(options.map_granularity)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "simulated device: map_granularity %d must be a power of two >= 512", options.map_granularity));
@@ -70,11 +74,17 @@ absl::Status SimulatedBackend::Charge(uint64_t bytes, std::string_view what) {
   return absl::OkStatus();
 }
 
-DeviceAddress SimulatedBackend::TakeAddresses(uint64_t bytes) {
+absl::StatusOr<DeviceAddress> SimulatedBackend::TakeAddresses(uint64_t bytes) {
   const DeviceAddress address = next_address_;
   // One spare page between ranges so that an off-by-one in the allocator
   // never lands in a neighbouring range.
-  next_address_ += RoundUp(bytes, options_.map_granularity) + options_.map_granularity;
+  const uint64_t span = SaturatingAdd(RoundUp(std::min(bytes, kMaxSimulatedCapacity), options_.map_granularity),
+                                      options_.map_granularity);
+  if (bytes > kMaxSimulatedCapacity || span > ~uint64_t{0} - next_address_) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "simulated device: no address space left for %s (next free address 0x%x)", FormatBytes(bytes), address));
+  }
+  next_address_ += span;
   return address;
 }
 
@@ -89,7 +99,12 @@ absl::StatusOr<DeviceAddress> SimulatedBackend::Malloc(uint64_t bytes) {
   HEADROOM_RETURN_IF_ERROR(Enter(BackendCall::kMalloc));
   if (bytes == 0) return absl::InvalidArgumentError("simulated device: Malloc of 0 bytes");
   HEADROOM_RETURN_IF_ERROR(Charge(bytes, "Malloc"));
-  const DeviceAddress address = TakeAddresses(bytes);
+  absl::StatusOr<DeviceAddress> taken = TakeAddresses(bytes);
+  if (!taken.ok()) {
+    used_bytes_ -= bytes;
+    return taken.status();
+  }
+  const DeviceAddress address = *taken;
   Range range{.bytes = bytes, .accessible = true};
   if (options_.host_backing) {
     auto host = std::make_unique_for_overwrite<std::byte[]>(bytes);
@@ -122,7 +137,7 @@ absl::StatusOr<DeviceAddress> SimulatedBackend::ReserveAddressRange(uint64_t byt
         "simulated device: reservation of %d bytes is not a positive multiple of the granularity %d", bytes,
         options_.map_granularity));
   }
-  const DeviceAddress address = TakeAddresses(bytes);
+  HEADROOM_ASSIGN_OR_RETURN(const DeviceAddress address, TakeAddresses(bytes));
   reservations_[address] = Range{.bytes = bytes};
   return address;
 }

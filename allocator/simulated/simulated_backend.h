@@ -74,9 +74,16 @@ enum class BackendCall {
 inline constexpr size_t kBackendCallCount = static_cast<size_t>(BackendCall::kStreamWaitEvent) + 1;
 std::string_view BackendCallName(BackendCall call);
 
+// The largest capacity a simulated device may have: 64 PiB, 300,000 times
+// today's largest GPU. Every byte count then fits the statistics' int64_t
+// with room to spare, and the bump-pointer address space (64 bits, from
+// `base_address`) holds hundreds of device-sized expandable reservations;
+// one past the end is refused (kResourceExhausted), never wrapped.
+inline constexpr uint64_t kMaxSimulatedCapacity = uint64_t{1} << 56;
+
 struct SimulatedBackendOptions {
   std::string name = "simulated";
-  uint64_t capacity_bytes = uint64_t{80} << 30;
+  uint64_t capacity_bytes = uint64_t{80} << 30;  // at most kMaxSimulatedCapacity
   uint64_t map_granularity = uint64_t{2} << 20;
   bool supports_virtual_memory = true;
   // true: queued work completes immediately (a fast device). false: tests
@@ -181,7 +188,8 @@ class SimulatedBackend final : public DeviceBackend {
   // Counts the call, advances the clock and applies injected failures.
   absl::Status Enter(BackendCall call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Charge(uint64_t bytes, std::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  DeviceAddress TakeAddresses(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // kResourceExhausted once the 64-bit address space is used up.
+  absl::StatusOr<DeviceAddress> TakeAddresses(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteStreamLocked(StreamHandle stream, uint64_t up_to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EventDone(const EventState& event) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reservation that contains [address, address + bytes), or nullptr.

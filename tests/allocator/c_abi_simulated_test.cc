@@ -1,12 +1,15 @@
 // The C ABI of libheadroom_cuda_alloc.so (allocator/cuda/c_abi), run over
 // simulated devices: headroom_alloc.cc makes no CUDA call, and this file
 // supplies the backend factory the library otherwise gets from CUDA.
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
 #include "allocator/cuda/c_abi/c_abi_internal.h"
 #include "allocator/cuda/c_abi/headroom_alloc.h"
+#include "allocator/history.h"
 #include "allocator/simulated/simulated_backend.h"
 #include "common/units.h"
 #include "gtest/gtest.h"
@@ -197,6 +200,57 @@ TEST(CAbi, TheLastErrorIsPerThread) {
   std::thread([&] { other = headroom_last_error(); }).join();
   EXPECT_EQ(other, "");
   EXPECT_NE(std::string(headroom_last_error()), "");
+}
+
+TEST(CAbi, ANegativeSizeIsAnError) {
+  EXPECT_EQ(headroom_set_memory_fraction(-1, 0), -1);  // some earlier error on this thread
+  EXPECT_EQ(headroom_malloc(-1, 0, nullptr), nullptr);
+  EXPECT_EQ(std::string(headroom_last_error()), "headroom_malloc: size -1 is negative");
+}
+
+TEST(CAbi, RecordHistoryIsCapped) {
+  EXPECT_EQ(headroom_record_history(0, SIZE_MAX), -1);
+  EXPECT_NE(std::string(headroom_last_error()).find("more than the limit of 4294967296"), std::string::npos)
+      << headroom_last_error();
+  EXPECT_EQ(headroom_record_history(0, headroom::kMaxHistoryEntries), 0) << headroom_last_error();
+  EXPECT_EQ(headroom_record_history(0, 0), 0);
+}
+
+// A caller compiled against another version of the header passes its own
+// version and struct_size: the fields both sides know are filled, nothing
+// past its struct is written, and fields the library does not know are left.
+TEST(CAbi, StatsFillTheFieldsBothSidesKnow) {
+  void* p = headroom_malloc(static_cast<ssize_t>(3 * kMiB), 1, nullptr);
+  ASSERT_NE(p, nullptr) << headroom_last_error();
+
+  struct NewerStats {
+    headroom_stats known;
+    int64_t future_field;
+  } newer{};
+  newer.known.version = HEADROOM_STATS_VERSION + 1;
+  newer.known.struct_size = sizeof(NewerStats);
+  newer.future_field = -7;
+  ASSERT_EQ(headroom_get_stats(1, &newer.known), 0) << headroom_last_error();
+  EXPECT_EQ(newer.known.allocated_bytes, static_cast<int64_t>(3 * kMiB));
+  EXPECT_GT(newer.known.reserved_bytes, 0);
+  EXPECT_EQ(newer.future_field, -7);
+  EXPECT_EQ(newer.known.version, HEADROOM_STATS_VERSION + 1u);
+  EXPECT_EQ(newer.known.struct_size, sizeof(NewerStats));
+
+  // An older layout that ends after allocated_bytes_peak.
+  headroom_stats older{};
+  older.version = HEADROOM_STATS_VERSION;
+  older.struct_size = offsetof(headroom_stats, reserved_bytes);
+  older.reserved_bytes = -1;  // past the caller's struct: must stay as it is
+  ASSERT_EQ(headroom_get_stats(1, &older), 0) << headroom_last_error();
+  EXPECT_EQ(older.allocated_bytes, static_cast<int64_t>(3 * kMiB));
+  EXPECT_EQ(older.allocated_bytes_peak, static_cast<int64_t>(3 * kMiB));
+  EXPECT_EQ(older.reserved_bytes, -1);
+
+  headroom_stats unset{};
+  EXPECT_EQ(headroom_get_stats(1, &unset), -1);
+  EXPECT_NE(std::string(headroom_last_error()).find("version 0"), std::string::npos) << headroom_last_error();
+  headroom_free(p, static_cast<ssize_t>(3 * kMiB), 1, nullptr);
 }
 
 }  // namespace

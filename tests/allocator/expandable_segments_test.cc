@@ -153,5 +153,29 @@ TEST(ExpandableSegments, PageSizesRoundUpToTheGranularity) {
   EXPECT_FALSE(CachingAllocator::Create(device->get(), {.expandable_segments = true, .expandable_large_page_bytes = 0}).ok());
 }
 
+// Note [Expandable page table]: the reservation is as large as the device,
+// the page table only as large as what was mapped. Sized from the capacity,
+// a 64 PiB device needed a 256 GiB table before the first allocation.
+TEST(ExpandableSegments, PageTableFollowsMappedPagesNotTheCapacity) {
+  auto a = MakeAllocator({.capacity_bytes = kMaxSimulatedCapacity}, kTwoMiBPages);
+  const StreamHandle other = *a.device->CreateStream();
+  std::vector<DeviceAddress> blocks;
+  for (int i = 0; i < 8; ++i) {
+    absl::StatusOr<DeviceAddress> p = a->Allocate(3 * kMiB, i % 2 == 0 ? kDefaultStream : other);
+    ASSERT_TRUE(p.ok()) << p.status();
+    blocks.push_back(*p);
+  }
+  HEADROOM_EXPECT_VALID(a);
+  for (size_t i = 0; i < blocks.size(); i += 2) ASSERT_TRUE(a->Free(blocks[i]).ok());
+  ASSERT_TRUE(a->EmptyCache().ok());  // unmaps the freed pages, holes and tail alike
+  HEADROOM_EXPECT_VALID(a);
+  ASSERT_TRUE(a->Allocate(5 * kMiB).ok());  // refills a hole, then grows the tail
+  HEADROOM_EXPECT_VALID(a);
+  for (size_t i = 1; i < blocks.size(); i += 2) ASSERT_TRUE(a->Free(blocks[i]).ok());
+  ASSERT_TRUE(a->EmptyCache().ok());
+  HEADROOM_EXPECT_VALID(a);
+  EXPECT_EQ(a->GetStats().segment[kAllPools].current, 1);  // the default stream's, still holding 5 MiB
+}
+
 }  // namespace
 }  // namespace headroom

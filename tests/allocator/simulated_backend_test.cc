@@ -1,6 +1,7 @@
 #include "allocator/simulated/simulated_backend.h"
 
 #include "common/units.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/allocator/backend_conformance.h"
 
@@ -137,6 +138,23 @@ TEST(SimulatedBackend, HostBackingAcrossPages) {
   ASSERT_TRUE(sim->FillHost(m, 4096, 1).ok());
   EXPECT_TRUE(*sim->HostEquals(m, 4096, 1));
   EXPECT_FALSE(sim->FillHost(m, 8192, 1).ok());
+}
+
+TEST(SimulatedBackend, CapacityAndAddressSpaceAreBounded) {
+  auto too_large = SimulatedBackend::Create({.capacity_bytes = kMaxSimulatedCapacity + 1});
+  ASSERT_FALSE(too_large.ok());
+  EXPECT_EQ(too_large.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(too_large.status().message()), ::testing::HasSubstr("exceeds the limit of 65536.00 TiB"));
+  // Near the top of the address space: reservations run out instead of wrapping.
+  auto device = SimulatedBackend::Create(
+      {.capacity_bytes = kMaxSimulatedCapacity, .base_address = ~uint64_t{0} - 3 * kMaxSimulatedCapacity + 1});
+  ASSERT_TRUE(device.ok()) << device.status();
+  ASSERT_TRUE((*device)->ReserveAddressRange(kMaxSimulatedCapacity).ok());
+  ASSERT_TRUE((*device)->ReserveAddressRange(kMaxSimulatedCapacity).ok());
+  absl::StatusOr<DeviceAddress> third = (*device)->ReserveAddressRange(kMaxSimulatedCapacity);
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(third.status().message()), ::testing::HasSubstr("no address space left"));
 }
 
 }  // namespace

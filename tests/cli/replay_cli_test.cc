@@ -1,4 +1,7 @@
 // `headroom replay`: trace formats, comparisons, strictness and errors.
+#include <algorithm>
+#include <string>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -123,6 +126,65 @@ TEST(ReplayCli, InputErrorsExitTwo) {
   auto malformed = RunHeadroom({"replay", broken});
   EXPECT_EQ(malformed.exit_code, 2);
   EXPECT_THAT(malformed.err, HasSubstr("broken.csv:2: unknown action 'grab'"));
+}
+
+// Each bad input exits 2 with one line that names it.
+void ExpectOneLineError(const ::headroom::testing::CommandResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(needle));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(ReplayCli, CapacityBeyondTheSimulatedDeviceIsAnError) {
+  const std::string path = WriteTempFile("replay_capacity.csv", kLog);
+  ExpectOneLineError(RunHeadroom({"replay", path, "--capacity", "65537TiB"}),
+                     "--capacity 65537TiB is 72058693549555712 bytes, more than the simulated device's limit of "
+                     "72057594037927936 bytes (64 PiB)");
+}
+
+// The page table of an expandable segment grows with what is mapped, not
+// with the capacity: a 16 PiB device replays like an 80 GiB one (it
+// allocated 64 GiB of page table up front and aborted before).
+TEST(ReplayCli, ExpandableSegmentsOnAHugeDevice) {
+  auto r = RunHeadroom({"replay", HEADROOM_SOURCE_DIR "/examples/traces/gpt2-medium-train.rmm.csv", "--capacity",
+                        "18014398509481984", "--conf", "expandable", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["capacity_bytes"], 18014398509481984ull);
+  EXPECT_EQ(j["runs"][0]["ooms"], 0);
+  EXPECT_LE(j["runs"][0]["reserved_to_live"], 1.05);
+}
+
+TEST(ReplayCli, NegativeDeviceIsAnError) {
+  const std::string path = WriteTempFile("replay_device.csv", kLog);
+  ExpectOneLineError(RunHeadroom({"replay", path, "--device", "-1"}), "--device -1: a device index is 0 or more");
+  ExpectOneLineError(RunHeadroom({"replay", path, "--device", "0"}), "--device applies to PyTorch snapshots only");
+}
+
+TEST(ReplayCli, TraceThatIsNotAFileIsAnError) {
+  const std::string path = WriteTempFile("replay_dir_probe.csv", kLog);
+  const std::string dir = path.substr(0, path.rfind('/'));
+  ExpectOneLineError(RunHeadroom({"replay", dir}), dir + ": is a directory, not a file");
+  ExpectOneLineError(RunHeadroom({"replay", "/dev/zero"}), "/dev/zero: is not a regular file");
+}
+
+TEST(ReplayCli, SizeBeyondAnyDeviceNamesTheLine) {
+  const std::string path = WriteTempFile(
+      "replay_huge.csv", "Thread,Time,Action,Pointer,Size,Stream\n1,0.1,allocate,0x10,9223372036854775808,0\n");
+  ExpectOneLineError(RunHeadroom({"replay", path}),
+                     "replay_huge.csv:2: allocation of 9223372036854775808 bytes: allocate: ");
+}
+
+TEST(ReplayCli, ZeroByteAllocationsAreNoAnomaly) {
+  const std::string path = WriteTempFile("replay_zero.csv",
+                                         "Thread,Time,Action,Pointer,Size,Stream\n"
+                                         "1,0.1,allocate,0x0,0,0\n"
+                                         "1,0.2,allocate,0x10,4096,0\n"
+                                         "1,0.3,free,0x0,0,0\n"
+                                         "1,0.4,free,0x10,4096,0\n");
+  auto r = RunHeadroom({"replay", path, "--strict"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("anomalies")));
 }
 
 }  // namespace

@@ -228,5 +228,53 @@ TEST(TraceReplay, ExpandableSegmentsReduceOverhead) {
   EXPECT_LT(expandable->peak_reserved_bytes, plain->peak_reserved_bytes);
 }
 
+// Note [Zero-byte allocations]: a 0-byte request gets a null pointer (or,
+// from some allocators, a unique one) and takes no memory; its free matches
+// it and is not "a free of a pointer the trace never allocated".
+TEST(TraceReplay, ZeroByteAllocationsAndTheirFreesMatch) {
+  auto trace = ParseRmmLog(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "1,0.1,allocate,0x0,0,0\n"
+      "1,0.2,allocate,0x0,0,0\n"
+      "1,0.3,allocate,0x40,0,0\n"
+      "1,0.4,allocate,0x10,4096,0\n"
+      "1,0.5,free,0x0,0,0\n"
+      "1,0.6,free,0x40,0,0\n"
+      "1,0.7,free,0x0,0,0\n"
+      "1,0.8,free,0x10,4096,0\n",
+      "zero.csv");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  auto r = ReplayTrace(*trace, {.capacity_bytes = kGiB, .strict = true});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->anomalies, 0u);
+  EXPECT_EQ(r->allocations, 2u);  // 0x40 (0 bytes, a unique pointer) and 0x10
+  EXPECT_EQ(r->frees, 2u);
+  EXPECT_EQ(r->peak_live_bytes, 4096u);
+  EXPECT_EQ(r->final_stats.allocated_bytes[kAllPools].current, 0);
+}
+
+TEST(TraceReplay, SizeBeyondAnyDeviceNamesTheLine) {
+  auto trace = ParseRmmLog(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "1,0.1,allocate,0x10,4096,0\n"
+      "1,0.2,allocate,0x20,18446744073709551615,0\n",
+      "huge.csv");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  auto r = ReplayTrace(*trace, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("huge.csv:3: allocation of 18446744073709551615 bytes: allocate: "));
+}
+
+TEST(TraceReplay, CapacityBeyondTheSimulatedDeviceIsRefused) {
+  AllocationTrace trace{.source = "t.csv", .format = "rmm-csv", .events = {}};
+  auto r = ReplayTrace(trace, {.capacity_bytes = kMaxSimulatedCapacity + 1});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("capacity_bytes"));
+  EXPECT_TRUE(ReplayTrace(trace, {.capacity_bytes = kMaxSimulatedCapacity}).ok());
+}
+
 }  // namespace
 }  // namespace headroom

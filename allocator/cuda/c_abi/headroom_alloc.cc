@@ -4,8 +4,10 @@
 // CUDA, so the CPU tests run this file over simulated devices.
 #include "allocator/cuda/c_abi/headroom_alloc.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -106,7 +108,11 @@ using headroom::c_abi::Fail;
 extern "C" {
 
 void* headroom_malloc(ssize_t size, int device, cudaStream_t stream) {
-  if (size <= 0) return nullptr;
+  if (size == 0) return nullptr;
+  if (size < 0) {
+    Fail(absl::InvalidArgumentError(absl::StrFormat("headroom_malloc: size %d is negative", size)));
+    return nullptr;
+  }
   absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
   if (!allocator.ok()) {
     Fail(allocator.status());
@@ -138,30 +144,64 @@ void headroom_free(void* ptr, ssize_t size, int device, cudaStream_t stream) {
   }
 }
 
+// The library's fields after the header, all 8 bytes wide, appended in
+// later versions and never reordered: a caller's struct of `struct_size`
+// bytes holds a prefix of them, whichever version it was compiled with.
+constexpr size_t kStatsFieldsStart = offsetof(headroom_stats, allocated_bytes);
+constexpr size_t kStatsFieldBytes = 8;
+static_assert(kStatsFieldsStart == 2 * sizeof(uint32_t) && (sizeof(headroom_stats) - kStatsFieldsStart) % 8 == 0,
+              "headroom_stats: a header of version and struct_size, then 8-byte fields only");
+
 int headroom_get_stats(int device, headroom_stats* stats) {
-  if (stats == nullptr || stats->version != HEADROOM_STATS_VERSION ||
-      stats->struct_size < sizeof(headroom_stats)) {
-    return Fail(absl::InvalidArgumentError("headroom_get_stats: set version and struct_size"));
+  if (stats == nullptr) return Fail(absl::InvalidArgumentError("headroom_get_stats: stats is NULL"));
+  if (stats->version == 0) {
+    return Fail(absl::InvalidArgumentError(
+        "headroom_get_stats: version 0; set version to HEADROOM_STATS_VERSION and struct_size to sizeof(headroom_stats)"));
+  }
+  if (stats->struct_size < kStatsFieldsStart + kStatsFieldBytes) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "headroom_get_stats: struct_size %d holds no statistics field (the first ends at byte %d); set it to "
+        "sizeof(headroom_stats)",
+        stats->struct_size, kStatsFieldsStart + kStatsFieldBytes)));
   }
   absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
   if (!allocator.ok()) return Fail(allocator.status());
   const headroom::MemoryStats s = (*allocator)->GetStats();
   constexpr size_t kAll = headroom::kAllPools;
-  stats->allocated_bytes = s.allocated_bytes[kAll].current;
-  stats->allocated_bytes_peak = s.allocated_bytes[kAll].peak;
-  stats->reserved_bytes = s.reserved_bytes[kAll].current;
-  stats->reserved_bytes_peak = s.reserved_bytes[kAll].peak;
-  stats->active_bytes = s.active_bytes[kAll].current;
-  stats->requested_bytes = s.requested_bytes[kAll].current;
-  stats->inactive_split_bytes = s.inactive_split_bytes[kAll].current;
-  stats->allocations = s.allocation[kAll].current;
-  stats->segments = s.segment[kAll].current;
-  stats->num_alloc_retries = s.num_alloc_retries;
-  stats->num_ooms = s.num_ooms;
-  stats->num_device_alloc = s.num_device_alloc;
-  stats->num_device_free = s.num_device_free;
-  stats->largest_free_block_bytes = s.largest_free_block_bytes;
-  stats->external_fragmentation = s.external_fragmentation;
+  headroom_stats all{};
+  all.allocated_bytes = s.allocated_bytes[kAll].current;
+  all.allocated_bytes_peak = s.allocated_bytes[kAll].peak;
+  all.reserved_bytes = s.reserved_bytes[kAll].current;
+  all.reserved_bytes_peak = s.reserved_bytes[kAll].peak;
+  all.active_bytes = s.active_bytes[kAll].current;
+  all.requested_bytes = s.requested_bytes[kAll].current;
+  all.inactive_split_bytes = s.inactive_split_bytes[kAll].current;
+  all.allocations = s.allocation[kAll].current;
+  all.segments = s.segment[kAll].current;
+  all.num_alloc_retries = s.num_alloc_retries;
+  all.num_ooms = s.num_ooms;
+  all.num_device_alloc = s.num_device_alloc;
+  all.num_device_free = s.num_device_free;
+  all.largest_free_block_bytes = s.largest_free_block_bytes;
+  all.external_fragmentation = s.external_fragmentation;
+  // The fields both sides know: the whole fields inside the caller's struct,
+  // up to the end of ours. The caller's version and struct_size stay as set.
+  const size_t known = std::min<size_t>(stats->struct_size, sizeof(headroom_stats));
+  const size_t fields_bytes = (known - kStatsFieldsStart) / kStatsFieldBytes * kStatsFieldBytes;
+  std::memcpy(reinterpret_cast<char*>(stats) + kStatsFieldsStart,
+              reinterpret_cast<const char*>(&all) + kStatsFieldsStart, fields_bytes);
+  return 0;
+}
+
+int headroom_record_history(int device, size_t max_entries) {
+  if (max_entries > headroom::kMaxHistoryEntries) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "headroom_record_history: max_entries %d is more than the limit of %d", max_entries,
+        headroom::kMaxHistoryEntries)));
+  }
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) return Fail(allocator.status());
+  (*allocator)->SetHistoryCapacity(max_entries);
   return 0;
 }
 
@@ -202,13 +242,6 @@ int headroom_reset_peak_stats(int device) {
   absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
   if (!allocator.ok()) return Fail(allocator.status());
   (*allocator)->ResetPeakStats();
-  return 0;
-}
-
-int headroom_record_history(int device, size_t max_entries) {
-  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
-  if (!allocator.ok()) return Fail(allocator.status());
-  (*allocator)->SetHistoryCapacity(max_entries);
   return 0;
 }
 

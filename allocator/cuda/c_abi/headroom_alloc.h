@@ -35,7 +35,9 @@ extern "C" {
 #endif
 
 /* The two entry points PyTorch's CUDAPluggableAllocator loads. `size` 0
- * returns NULL. On out-of-memory, headroom_malloc returns NULL and writes the
+ * returns NULL (as PyTorch's own allocator does) and is no error; a negative
+ * size returns NULL with the reason in headroom_last_error(). On
+ * out-of-memory, headroom_malloc returns NULL and writes the
  * allocator's explanation to stderr. A free on a stream other than the
  * allocation's stream is treated as a use of the block by that stream
  * (headroom_record_stream) followed by a free. */
@@ -44,7 +46,12 @@ HEADROOM_C_API void headroom_free(void* ptr, ssize_t size, int device, cudaStrea
 
 /* Statistics; the caller sets `version` and `struct_size` so that the
  * library fills only the fields both sides know. Meanings as in
- * torch.cuda.memory_stats() ("...all.current" / "...all.peak"). */
+ * torch.cuda.memory_stats() ("...all.current" / "...all.peak").
+ * Fields are 8 bytes wide, only ever appended, so a struct of any version
+ * holds a prefix of them: the library fills the whole fields inside
+ * `struct_size` bytes, up to the last field it knows, and leaves the rest
+ * (fields of a newer header) and `version` and `struct_size` untouched.
+ * Errors: NULL, version 0, or a struct_size with no field in it. */
 #define HEADROOM_STATS_VERSION 1
 typedef struct headroom_stats {
   uint32_t version;     /* HEADROOM_STATS_VERSION */
@@ -80,7 +87,9 @@ HEADROOM_C_API int headroom_empty_cache(int device);
 HEADROOM_C_API int headroom_record_stream(void* ptr, int device, cudaStream_t stream);
 HEADROOM_C_API int headroom_set_memory_fraction(double fraction, int device);
 HEADROOM_C_API int headroom_reset_peak_stats(int device);
-/* Starts (max_entries > 0) or stops recording the history in snapshots. */
+/* Starts (max_entries > 0) or stops recording the history in snapshots.
+ * At most 2^32 entries (HEADROOM_ALLOC_CONF's history_entries limit); more
+ * is an error and changes nothing. */
 HEADROOM_C_API int headroom_record_history(int device, size_t max_entries);
 /* Allocates a cuBLAS workspace from the allocator and installs it with
  * cublasSetWorkspace; free it with headroom_free(*workspace, bytes, ...)

@@ -1,0 +1,87 @@
+#include "report/replay_report.h"
+
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "allocator/memory_stats.h"
+#include "common/text_table.h"
+#include "common/units.h"
+
+namespace headroom {
+
+nlohmann::json ReplayRunToJson(const ReplayRun& run) {
+  const ReplayResult& r = run.result;
+  nlohmann::json anomalies = nlohmann::json::array();
+  for (const std::string& example : r.anomaly_examples) anomalies.push_back(example);
+  return {{"label", run.label},
+          {"conf", run.conf},
+          {"peak_allocated_bytes", r.peak_allocated_bytes},
+          {"peak_reserved_bytes", r.peak_reserved_bytes},
+          {"peak_live_bytes", r.peak_live_bytes},
+          {"reserved_to_allocated", r.reserved_to_allocated},
+          {"reserved_to_live", r.reserved_to_live},
+          {"fragmentation_at_peak", r.fragmentation_at_peak},
+          {"alloc_retries", r.alloc_retries},
+          {"ooms", r.ooms},
+          {"allocations", r.allocations},
+          {"frees", r.frees},
+          {"trace_failures", r.trace_failures},
+          {"anomalies", r.anomalies},
+          {"anomaly_examples", anomalies},
+          {"replay_seconds", run.seconds},
+          {"memory_stats", MemoryStatsToJson(r.final_stats)}};
+}
+
+nlohmann::json ReplayReportToJson(const AllocationTrace& trace, uint64_t capacity_bytes,
+                                  const std::vector<ReplayRun>& runs) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const ReplayRun& run : runs) all.push_back(ReplayRunToJson(run));
+  return {{"schema_version", 1},
+          {"trace", trace.source},
+          {"format", trace.format},
+          {"events", trace.events.size()},
+          {"capacity_bytes", capacity_bytes},
+          {"runs", all}};
+}
+
+std::string RenderReplayReport(const AllocationTrace& trace, uint64_t capacity_bytes,
+                               const std::vector<ReplayRun>& runs, const ReplayReportOptions& options) {
+  std::ostringstream out;
+  const ReplayResult& first = runs.front().result;
+  size_t allocations = 0, frees = 0;
+  for (const TraceEvent& event : trace.events) {
+    allocations += event.op == TraceOp::kAllocate ? 1 : 0;
+    frees += event.op == TraceOp::kFree ? 1 : 0;
+  }
+  out << absl::StrFormat("trace %s (%s): %d events, %d allocations, %d frees, peak live %s; device %s\n",
+                         trace.source, trace.format, trace.events.size(), allocations, frees,
+                         FormatBytes(first.peak_live_bytes), FormatBytes(capacity_bytes));
+  TextTable table({"configuration", "peak allocated", "peak reserved", "reserved/allocated", "reserved/live",
+                   "fragmentation", "retries", "OOMs"},
+                  {Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
+                   Align::kRight, Align::kRight});
+  for (const ReplayRun& run : runs) {
+    const ReplayResult& r = run.result;
+    table.AddRow({run.label, FormatBytes(r.peak_allocated_bytes), FormatBytes(r.peak_reserved_bytes),
+                  absl::StrFormat("%.3f", r.reserved_to_allocated), absl::StrFormat("%.3f", r.reserved_to_live),
+                  absl::StrFormat("%.3f", r.fragmentation_at_peak), absl::StrFormat("%d", r.alloc_retries),
+                  absl::StrFormat("%d", r.ooms)});
+  }
+  out << table.Render();
+  out << "fragmentation: 1 - largest free block / free cached bytes, when reserved memory peaked.\n";
+  if (first.trace_failures > 0) {
+    out << absl::StrFormat("the trace itself records %d failed allocations (not replayed)\n", first.trace_failures);
+  }
+  if (options.summary) {
+    for (const ReplayRun& run : runs) {
+      out << "\n" << run.label << " at the end of the trace:\n" << MemorySummary(run.result.final_stats);
+    }
+  }
+  if (first.anomalies > 0) {
+    out << absl::StrFormat("%d trace anomalies skipped (use --strict to fail on them), e.g.:\n", first.anomalies);
+    for (const std::string& example : first.anomaly_examples) out << "  " << example << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace headroom

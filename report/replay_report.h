@@ -1,0 +1,54 @@
+// What `headroom replay` prints: for one allocation trace replayed under one
+// or more allocator configurations (replay/trace_replay.h), a table with one
+// row per configuration (peak allocated and reserved bytes, their ratios,
+// fragmentation when reserved memory peaked, retries, OOMs), or the same as
+// JSON with exact byte counts.
+//
+//   std::vector<ReplayRun> runs = {{.label = "expandable", .conf = "expandable_segments:True",
+//                                   .result = *ReplayTrace(trace, options)}};
+//   std::cout << RenderReplayReport(trace, capacity, runs, {.summary = true});
+//   std::cout << ReplayReportToJson(trace, capacity, runs).dump(2) << "\n";
+//
+// The header line describes the trace itself (its events, allocations,
+// frees and live peak), so it does not depend on the device; what each run
+// managed to replay is in its own row. The first run's anomalies (frees of
+// pointers the trace never allocated, ...) are listed once at the end:
+// every run sees the same trace, so they are the same for all runs.
+#ifndef HEADROOM_REPORT_REPLAY_REPORT_H_
+#define HEADROOM_REPORT_REPLAY_REPORT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "replay/allocation_trace.h"
+#include "replay/trace_replay.h"
+
+namespace headroom {
+
+// One replay of the trace under one allocator configuration.
+struct ReplayRun {
+  std::string label;  // preset name or conf string as the user gave it
+  std::string conf;   // canonical HEADROOM_ALLOC_CONF string
+  ReplayResult result;
+  double seconds = 0;  // wall time of the replay
+};
+
+struct ReplayReportOptions {
+  // Adds each run's memory_summary()-style statistics table.
+  bool summary = false;
+};
+
+// {"label", "conf", "peak_allocated_bytes", ..., "memory_stats"}.
+nlohmann::json ReplayRunToJson(const ReplayRun& run);
+// {"schema_version": 1, "trace", "format", "events", "capacity_bytes", "runs"}.
+nlohmann::json ReplayReportToJson(const AllocationTrace& trace, uint64_t capacity_bytes,
+                                  const std::vector<ReplayRun>& runs);
+// The text report; `runs` must not be empty.
+std::string RenderReplayReport(const AllocationTrace& trace, uint64_t capacity_bytes,
+                               const std::vector<ReplayRun>& runs, const ReplayReportOptions& options);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_REPORT_REPLAY_REPORT_H_
