@@ -130,6 +130,18 @@ struct BadInput {
   const char* message;
 };
 
+// Each case, after `prefix`, exits 2 with one line on stderr holding its message.
+void ExpectEachRefused(const std::vector<std::string>& prefix, const std::vector<BadInput>& cases) {
+  for (const BadInput& c : cases) {
+    std::vector<std::string> args = prefix;
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = RunHeadroom(args);
+    EXPECT_EQ(r.exit_code, 2) << c.message << ": " << r.out;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_EQ(Lines(r.err), 1u) << r.err;
+  }
+}
+
 TEST(EstimateCli, BadInputExitsTwoNamingTheField) {
   const std::string bad_arch = WriteTempFile(
       "bad_arch.json", R"({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5"})");
@@ -156,14 +168,7 @@ TEST(EstimateCli, BadInputExitsTwoNamingTheField) {
       {{"--model", "llama-3-7b", "--gpu", "h100"}, "llama-3-8b"},
       {{"--model", "llama-3-8b", "--gpu", "h100", "--emit", "megatron"}, "--emit"},
   };
-  for (const BadInput& c : cases) {
-    std::vector<std::string> args = {"estimate"};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    auto r = RunHeadroom(args);
-    EXPECT_EQ(r.exit_code, 2) << c.message << ": " << r.out;
-    EXPECT_THAT(r.err, HasSubstr(c.message));
-    EXPECT_EQ(Lines(r.err), 1u) << r.err;
-  }
+  ExpectEachRefused({"estimate"}, cases);
 }
 
 // Values the flag parser accepts but no job has: each is refused with one
@@ -187,14 +192,7 @@ TEST(EstimateCli, AbsurdSetupsAreRefusedNamingTheFlag) {
       {{"--head", "regression"}, "--head: unknown encoder head 'regression'"},
       {{"--sp"}, "--sp: sequence parallelism needs a tensor-parallel degree above 1"},
   };
-  for (const BadInput& c : cases) {
-    std::vector<std::string> args = {"estimate", "--model", "gpt2", "--gpu", "t4"};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    auto r = RunHeadroom(args);
-    EXPECT_EQ(r.exit_code, 2) << c.message << ": " << r.out;
-    EXPECT_THAT(r.err, HasSubstr(c.message));
-    EXPECT_EQ(Lines(r.err), 1u) << r.err;
-  }
+  ExpectEachRefused({"estimate", "--model", "gpt2", "--gpu", "t4"}, cases);
 }
 
 // A GPU added with --catalog is usable by estimate, as by `headroom gpus`.
@@ -269,14 +267,7 @@ TEST(EstimateCli, AbsurdSizesAndLayoutsExitTwoNamingTheInput) {
       {{"--model", "gpt2", "--budget", "1GiB", "--cuda-context", "16000000TiB", "--no-search"},
        "(--cuda-context: 17592186044416000000)"},
   };
-  for (const BadInput& c : cases) {
-    std::vector<std::string> args = {"estimate"};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    auto r = RunHeadroom(args);
-    EXPECT_EQ(r.exit_code, 2) << c.message << ": " << r.out;
-    EXPECT_THAT(r.err, HasSubstr(c.message));
-    EXPECT_EQ(Lines(r.err), 1u) << r.err;
-  }
+  ExpectEachRefused({"estimate"}, cases);
 }
 
 }  // namespace
