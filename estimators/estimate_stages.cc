@@ -80,10 +80,11 @@ absl::Status CheckActivationSizes(const ModelConfig& c, const JobSpec& job, int6
   } widths[] = {
       {static_cast<uint64_t>(c.hidden_size), absl::StrFormat("%s %d", gpt2 ? "n_embd" : "hidden_size", c.hidden_size)},
       {static_cast<uint64_t>(c.intermediate_size) / t,
-       absl::StrFormat("%s %d / --tp %d", gpt2 ? "n_inner" : "intermediate_size", c.intermediate_size, t)},
-      {CeilDiv(static_cast<uint64_t>(c.vocab_size), t), absl::StrFormat("vocab_size %d / --tp %d", c.vocab_size, t)},
+       absl::StrFormat("%s %d / tensor_parallel %d", gpt2 ? "n_inner" : "intermediate_size", c.intermediate_size, t)},
+      {CeilDiv(static_cast<uint64_t>(c.vocab_size), t),
+       absl::StrFormat("vocab_size %d / tensor_parallel %d", c.vocab_size, t)},
       {SaturatingMul(static_cast<uint64_t>(c.num_heads) / t, static_cast<uint64_t>(c.head_dim)),
-       absl::StrFormat("num_attention_heads %d / --tp %d x head_dim %d", c.num_heads, t, c.head_dim)},
+       absl::StrFormat("num_attention_heads %d / tensor_parallel %d x head_dim %d", c.num_heads, t, c.head_dim)},
   };
   for (const auto& [width, named] : widths) {
     HEADROOM_RETURN_IF_ERROR(CheckActivation(tokens, tokens_named, width, named));
@@ -92,8 +93,8 @@ absl::Status CheckActivationSizes(const ModelConfig& c, const JobSpec& job, int6
     // Eager attention's scores: batch x heads x seq x seq.
     HEADROOM_RETURN_IF_ERROR(CheckActivation(
         tokens, tokens_named, SaturatingMul(static_cast<uint64_t>(c.num_heads) / t, static_cast<uint64_t>(seq_len)),
-        absl::StrFormat("num_attention_heads %d / --tp %d x --seq %d (eager attention scores)", c.num_heads, t,
-                        seq_len)));
+        absl::StrFormat("num_attention_heads %d / tensor_parallel %d x seq_len %d (eager attention scores)",
+                        c.num_heads, t, seq_len)));
   }
   return absl::OkStatus();
 }

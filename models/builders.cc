@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/name_table.h"
 #include "common/status_macros.h"
 #include "graph/ops.h"
@@ -16,8 +17,6 @@ namespace headroom {
 namespace {
 
 enum class Parallel : uint8_t { kReplicated, kColumn, kRow };
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool IsLlamaLike(const ModelConfig& c) {
   return c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" ||
@@ -445,7 +444,7 @@ absl::Status Builder::BuildDecoder() {
   const int64_t b = o_.batch, s = o_.seq_len, h = c_.hidden_size;
   const int64_t s_local = sp_ ? s / t_ : s;
   // Megatron pads the vocabulary so every rank holds the same number of rows.
-  const int64_t vocab = CeilDiv(c_.vocab_size, t_);
+  const int64_t vocab = CeilDiv<int64_t>(c_.vocab_size, t_);
   const bool gpt2 = c_.model_type == "gpt2", neox = c_.model_type == "gpt_neox";
   const std::string root = gpt2 ? "transformer." : neox ? "gpt_neox." : "model.";
   const std::string embed_name =
@@ -515,7 +514,7 @@ absl::Status Builder::BuildDecoder() {
 absl::Status Builder::BuildEncoder() {
   const int64_t b = o_.batch, s = o_.seq_len, h = c_.hidden_size;
   const int64_t s_local = sp_ ? s / t_ : s;
-  const int64_t vocab = CeilDiv(c_.vocab_size, t_);
+  const int64_t vocab = CeilDiv<int64_t>(c_.vocab_size, t_);
   const bool roberta = c_.model_type == "roberta";
   const std::string root =
       c_.encoder_head == EncoderHead::kBodyOnly ? "" : (roberta ? "roberta." : "bert.");
