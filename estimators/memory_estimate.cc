@@ -55,8 +55,10 @@ absl::Status CheckTotal(const MemoryEstimate& e) {
   if (total > kMaxEstimateBytes) {
     return absl::OutOfRangeError(absl::StrFormat(
         "the estimate totals %d bytes (%s: %d), more than the %d (4 EiB) an estimate may reach", total,
-        largest->key == "cuda_context" && e.overheads.cuda_context_source == "--cuda-context" ? "--cuda-context"
-                                                                                             : largest->key,
+        // A user-set context names its JobSpec field (the command line shows its flag).
+        largest->key == "cuda_context" && e.overheads.cuda_context_source == "--cuda-context"
+            ? "overheads.cuda_context"
+            : largest->key,
         largest->bytes, kMaxEstimateBytes));
   }
   if (e.capacity > kMaxEstimateBytes) {
