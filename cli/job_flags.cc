@@ -184,9 +184,9 @@ absl::Status InFlagTerms(const absl::Status& status) {
     for (size_t at = message.find(field); at != std::string::npos; at = message.find(field, at)) {
       const size_t end = at + field.size();
       const bool whole = (at == 0 || !IsNameChar(message[at - 1])) && end < message.size();
-      const bool names_value =
-          whole && (message[end] == ':' ||
-                    (message[end] == ' ' && end + 1 < message.size() && std::isdigit(static_cast<unsigned char>(message[end + 1]))));
+      const bool number_follows = message[end] == ' ' && end + 1 < message.size() &&
+                                  std::isdigit(static_cast<unsigned char>(message[end + 1]));
+      const bool names_value = whole && (message[end] == ':' || number_follows);
       if (!names_value) {
         at = end;
         continue;
@@ -234,7 +234,8 @@ std::string FlagsForChange(const JobSpec& from, const JobSpec& to) {
        to.kv_dtype == DType::kF8E4M3 ? "fp8" : DTypeName(to.kv_dtype.value_or(DType::kF32)));
   number(from.lora.rank != to.lora.rank, "--lora-rank", to.lora.rank);
   // --lora-alpha defaults to twice the rank.
-  if (to.lora.enabled() && to.lora.alpha != from.lora.alpha && to.lora.alpha != 2.0 * static_cast<double>(to.lora.rank)) {
+  const double default_alpha = 2.0 * static_cast<double>(to.lora.rank);
+  if (to.lora.enabled() && to.lora.alpha != from.lora.alpha && to.lora.alpha != default_alpha) {
     flags.push_back(absl::StrFormat("--lora-alpha %g", to.lora.alpha));
   }
   if (to.lora.quantize_base_nf4 && !from.lora.quantize_base_nf4) flags.emplace_back("--qlora");

@@ -9,8 +9,12 @@ namespace headroom {
 namespace {
 
 absl::Status InRange(int64_t value, int64_t low, int64_t high, std::string_view field) {
-  if (value < low) return absl::InvalidArgumentError(absl::StrFormat("%s: must be at least %d, got %d", field, low, value));
-  if (value > high) return absl::InvalidArgumentError(absl::StrFormat("%s: must be at most %d, got %d", field, high, value));
+  if (value < low) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: must be at least %d, got %d", field, low, value));
+  }
+  if (value > high) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: must be at most %d, got %d", field, high, value));
+  }
   return absl::OkStatus();
 }
 

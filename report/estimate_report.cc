@@ -64,7 +64,9 @@ void WriteHeader(const EstimateReport& r, std::ostream& out) {
   const MemoryEstimate& e = *r.estimate;
   out << absl::StrFormat("model:  %s (%s, %s parameters%s", model.name, Architecture(model), Params(e.parameters),
                          job.layout.tensor_parallel > 1 ? " per tensor-parallel rank" : "");
-  if (job.training && e.trainable_parameters != e.parameters) out << ", " << Params(e.trainable_parameters) << " trainable";
+  if (job.training && e.trainable_parameters != e.parameters) {
+    out << ", " << Params(e.trainable_parameters) << " trainable";
+  }
   out << ")\n";
   if (model.config) {
     out << "setup:  " << SetupLine(job, e) << "\n";
@@ -160,7 +162,9 @@ void WriteBreakdown(const MemoryEstimate& e, std::ostream& out) {
   out << "\nlargest tensors live at the peak (" << e.peak_op << "):\n";
   TextTable live({"tensor", "role", "dtype", "shape", "bytes"},
                  {Align::kLeft, Align::kLeft, Align::kLeft, Align::kLeft, Align::kRight});
-  for (const LiveTensorInfo& t : e.largest_live) live.AddRow({t.name, t.role, t.dtype, Shape(t.shape), FormatBytes(t.bytes)});
+  for (const LiveTensorInfo& t : e.largest_live) {
+    live.AddRow({t.name, t.role, t.dtype, Shape(t.shape), FormatBytes(t.bytes)});
+  }
   out << live.Render();
 }
 
