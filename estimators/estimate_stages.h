@@ -55,7 +55,7 @@ struct EstimateSetup {
 EstimateSetup ResolveSetup(const LoadedModel& model, const JobSpec& job);
 
 // The checks of a job that need the model (the job's own field ranges are
-// CheckJob's): pipeline stages at most the model's layers, experts divisible
+// ValidateJob's, job/job_spec.h): pipeline stages at most the model's layers, experts divisible
 // by the expert-parallel degree, and the products of batch, sequence and the
 // model's widths within the bounds of graph/graph.h Note [Size bounds]
 // (InvalidArgument for a layout the model cannot take, OutOfRange for a size
