@@ -13,6 +13,8 @@ CudaContextFigure CudaContextFor(std::string_view architecture) {
   if (architecture == "ada") {
     return {512 * kMiB, shared};
   }
+  // A byte budget instead of a catalog GPU names no architecture.
+  if (architecture.empty()) return {512 * kMiB, shared + "; no GPU named, Ada's figure assumed"};
   return {512 * kMiB, std::string(shared) + "; no " + std::string(architecture) +
                           "-specific measurement, Ada's figure assumed"};
 }
