@@ -52,7 +52,7 @@ absl::StatusOr<json> ParseJsonDocument(std::string_view text, std::string_view d
   return absl::InvalidArgumentError(absl::StrFormat("%s: not valid JSON", document));
 }
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) {
   // stat before open: opening a FIFO for reading blocks until a writer comes.
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
@@ -65,9 +65,9 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
   }
   auto too_large = [&](uint64_t bytes) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: %d bytes is more than the %s an input file may have", path,
-                                                      bytes, FormatBytes(kMaxTextFileBytes)));
+                                                      bytes, FormatBytes(max_bytes)));
   };
-  if (static_cast<uint64_t>(info.st_size) > kMaxTextFileBytes) return too_large(static_cast<uint64_t>(info.st_size));
+  if (static_cast<uint64_t>(info.st_size) > max_bytes) return too_large(static_cast<uint64_t>(info.st_size));
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
   std::string contents(static_cast<size_t>(info.st_size), '\0');
@@ -78,7 +78,7 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
     char buffer[1 << 16];
     while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
       contents.append(buffer, static_cast<size_t>(in.gcount()));
-      if (contents.size() > kMaxTextFileBytes) return too_large(contents.size());
+      if (contents.size() > max_bytes) return too_large(contents.size());
     }
     if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
   }

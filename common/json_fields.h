@@ -47,12 +47,12 @@ absl::StatusOr<nlohmann::json> ParseJsonDocument(std::string_view text, std::str
 // excepted, are tens of MB.
 inline constexpr uint64_t kMaxTextFileBytes = uint64_t{1} << 30;
 
-// Reads a whole regular file of at most kMaxTextFileBytes. Errors name the
+// Reads a whole regular file of at most `max_bytes`. Errors name the
 // path: NotFound when it does not exist or cannot be opened,
 // InvalidArgument when it is a directory ("is a directory"), not a regular
 // file ("is not a regular file": a FIFO, socket or device, which is never
 // opened, so a FIFO with no writer cannot block) or too large.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes = kMaxTextFileBytes);
 
 // "object", "array", "string", "number", "boolean", "null".
 std::string_view JsonTypeName(const nlohmann::json& value);

@@ -49,12 +49,7 @@ absl::StatusOr<LoadedModel> LoadFile(const std::string& path) {
   std::error_code error;
   if (std::filesystem::is_directory(file, error)) file /= "config.json";  // an HF snapshot
   // Note [Model file bound] in model_source.h.
-  const std::uintmax_t size = std::filesystem::file_size(file, error);
-  if (!error && size > kMaxModelFileBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %d bytes, more than the %d (256 MiB) a model file may have", file.string(), size, kMaxModelFileBytes));
-  }
-  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(file.string()));
+  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(file.string(), kMaxModelFileBytes));
   HEADROOM_ASSIGN_OR_RETURN(nlohmann::json doc, ParseJsonDocument(text, file.string()));
   LoadedModel model{.name = path};
   if (doc.is_object() && doc.contains("headroom_graph_version")) {

@@ -224,5 +224,18 @@ TEST(LoadModel, ReadsGraphJsonAndConfigFiles) {
   std::filesystem::remove_all(dir);
 }
 
+// A model file beyond Note [Model file bound] is refused before it is read
+// (the file is sparse: it takes no disk).
+TEST(LoadModel, RefusesModelFilesBeyondTheBound) {
+  const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) / "huge_config.json";
+  std::ofstream(path) << "{}";
+  std::filesystem::resize_file(path, kMaxModelFileBytes + 1);
+  absl::StatusOr<LoadedModel> model = LoadModel(path.string());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(model.status().message(), HasSubstr("huge_config.json: 268435457 bytes is more than the 256.00 MiB"));
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace headroom
