@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -164,16 +165,16 @@ struct Discretization {
 };
 
 absl::StatusOr<Discretization> Resolve(const Chain& chain, const ChainDpOptions& options) {
-  if (options.memory_unit == 0 && options.memory_slots < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("memory_slots must be at least 1 (or memory_unit set), got %d", options.memory_slots));
+  if (options.memory_unit == 0 && options.memory_slots < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "memory_slots must be at least 1 (0: AutoMemorySlots), got %d", options.memory_slots));
   }
+  const int64_t slots = options.memory_slots != 0 ? options.memory_slots : AutoMemorySlots(chain.num_stages());
   // Callers check budget >= fixed_bytes first.
   const uint64_t room = options.budget - chain.fixed_bytes;
   Discretization d;
-  d.unit = options.memory_unit != 0
-               ? options.memory_unit
-               : std::max<uint64_t>(1, CeilDiv(room, static_cast<uint64_t>(options.memory_slots)));
+  d.unit = options.memory_unit != 0 ? options.memory_unit
+                                    : std::max<uint64_t>(1, CeilDiv(room, static_cast<uint64_t>(slots)));
   d.slots = room / d.unit;
   return d;
 }
@@ -226,7 +227,40 @@ struct Candidate {
   double g;     // D[k'][v] + forward cost of stages 0..k'-1
 };
 
+// The candidate of the highest row <= last_row in a column's stack (rows
+// descend from the front; the back, row i+1, always qualifies). Galloping
+// from the back: short affordable segments, the common case under a tight
+// budget, find their answer among the few entries pushed last, which are
+// also the ones in cache.
+const Candidate* LatestWithin(const std::vector<Candidate>& stack, int32_t last_row) {
+  const Candidate* back = stack.data() + stack.size() - 1;
+  size_t ok = 0;  // back[-ok] qualifies
+  size_t step = 1;
+  while (step < stack.size() && back[-static_cast<ptrdiff_t>(step)].row <= last_row) {
+    ok = step;
+    step *= 2;
+  }
+  // The answer is back[-x] with ok <= x < min(step, size), the largest such x
+  // that qualifies.
+  size_t bad = std::min(step, stack.size());  // back[-bad] fails or is past the front
+  while (bad - ok > 1) {
+    const size_t mid = ok + (bad - ok) / 2;
+    if (back[-static_cast<ptrdiff_t>(mid)].row <= last_row) {
+      ok = mid;
+    } else {
+      bad = mid;
+    }
+  }
+  return back - ok;
+}
+
 }  // namespace
+
+int64_t AutoMemorySlots(int num_stages) {
+  const auto stages = static_cast<int64_t>(std::max(num_stages, 1));
+  const auto bound = static_cast<int64_t>(kMaxChainDpCells) / stages - 1;
+  return std::max<int64_t>(1, std::min(std::max<int64_t>(4096, 8 * stages), bound));
+}
 
 absl::Status ChainPlan::Validate(const Chain& chain) const {
   HEADROOM_RETURN_IF_ERROR(ValidateShape(*this, chain.num_stages()));
@@ -276,7 +310,8 @@ absl::StatusOr<ChainPlan> SolveChainDp(const Chain& chain, const ChainDpOptions&
   std::vector<double> prefix(static_cast<size_t>(n) + 1, 0);
   for (size_t i = 0; i < chain.stages.size(); ++i) prefix[i + 1] = prefix[i] + chain.stages[i].forward_cost;
 
-  std::vector<int32_t> decision(static_cast<size_t>(cells), kDecideNothing);
+  // Every cell is written before it is read: no need to fill 4 x cells bytes first.
+  const std::unique_ptr<int32_t[]> decision = std::make_unique_for_overwrite<int32_t[]>(static_cast<size_t>(cells));
   std::vector<double> next(columns), current(columns);
   std::vector<std::vector<Candidate>> stacks(columns);
   auto push_row = [&](int row, const std::vector<double>& d_row) {
@@ -306,7 +341,7 @@ absl::StatusOr<ChainPlan> SolveChainDp(const Chain& chain, const ChainDpOptions&
     }
     const uint64_t own = u.all[s] + u.backward[s];
     size_t affordable = segment_need.size();  // segments i..i+affordable-1 fit; shrinks as u grows
-    int32_t* row_decision = decision.data() + s * columns;
+    int32_t* row_decision = decision.get() + s * columns;
     for (size_t col = 0; col < columns; ++col) {
       const uint64_t room = m - col;
       while (affordable > 0 && segment_need[affordable - 1] > room) --affordable;
@@ -329,8 +364,7 @@ absl::StatusOr<ChainPlan> SolveChainDp(const Chain& chain, const ChainDpOptions&
         // Rows i+1 .. i+affordable: segments ending at i .. i+affordable-1.
         const std::vector<Candidate>& stack = stacks[col + u.input[s]];
         const auto last_row = static_cast<int32_t>(static_cast<size_t>(i) + affordable);
-        const auto it = std::partition_point(stack.begin(), stack.end(),
-                                             [last_row](const Candidate& c) { return c.row > last_row; });
+        const Candidate* it = LatestWithin(stack, last_row);
         const double c = it->g - prefix[s];
         if (c < best) {
           best = c;

@@ -91,15 +91,24 @@ struct ChainPlan {
 struct ChainDpOptions {
   uint64_t budget = 0;  // bytes, as PlanProblem::budget
   // Units the budget above fixed_bytes is divided into; the unit is
-  // ceil((budget - fixed_bytes) / memory_slots). A stage should span several
-  // units, or rounding dominates (Note [Chain DP]).
-  int64_t memory_slots = 4096;
+  // ceil((budget - fixed_bytes) / memory_slots). 0: AutoMemorySlots.
+  int64_t memory_slots = 0;
   // Bytes per unit, overriding memory_slots when non-zero; 1 is exact.
   uint64_t memory_unit = 0;
 };
 
 // Largest DP table: L x (M + 1) decisions of 4 bytes (512 MiB).
 inline constexpr uint64_t kMaxChainDpCells = uint64_t{1} << 27;
+
+// The default slots for `num_stages` stages: 8 per stage and at least 4,096,
+// within kMaxChainDpCells. Rounding every figure up costs plans roughly in
+// proportion to stages / slots (Note [Chain DP]; bench/planner_bench.cc
+// measures it: at 1,000 stages and half the store-all peak, 8 units per
+// stage replay about a fifth more than the exact model's plan, 32 about a
+// twentieth more), and time grows with slots; 8 per stage keeps 1,000
+// stages near a tenth of a second. From about 16,000 stages on, the table
+// bound leaves under one unit per stage and rounding dominates the plans.
+int64_t AutoMemorySlots(int num_stages);
 
 // The replay cost and model peak of a plan: Note [Chain memory model] with
 // every byte figure rounded up to `memory_unit` (1: exact bytes).
@@ -117,7 +126,7 @@ absl::StatusOr<uint64_t> MinimumChainPeak(const Chain& chain, uint64_t memory_un
 
 // The cheapest plan whose peak fits options.budget (Note [Chain DP]); ties
 // go to keeping, then selective, then the shortest segment. Errors
-// (InvalidArgument): an invalid chain; memory_slots below 1; a table beyond
+// (InvalidArgument): an invalid chain; memory_slots negative; a table beyond
 // kMaxChainDpCells (naming memory_slots or memory_unit); a budget below the
 // smallest peak of the model, naming that peak, or one that only rounding
 // to the unit rules out, naming the smallest budget at that unit.

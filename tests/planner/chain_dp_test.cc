@@ -118,6 +118,18 @@ TEST(ChainDp, EqualsBruteForceInTheSameDiscretization) {
   EXPECT_GT(seen.long_segment, 10);
 }
 
+TEST(ChainDp, AutoMemorySlots) {
+  EXPECT_EQ(AutoMemorySlots(1), 4096);
+  EXPECT_EQ(AutoMemorySlots(100), 4096);
+  EXPECT_EQ(AutoMemorySlots(1000), 8000);
+  EXPECT_EQ(AutoMemorySlots(10000), static_cast<int64_t>(kMaxChainDpCells / 10000) - 1);
+  const Chain chain = RandomChain(1000, 3);
+  const uint64_t budget = UniformChainPlan(chain, StageChoice::kKeepAll).predicted_peak / 2;
+  absl::StatusOr<ChainPlan> plan = SolveChainDp(chain, {.budget = budget});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->memory_unit, (budget - chain.fixed_bytes + 7999) / 8000);
+}
+
 TEST(ChainDp, ReportsTheUnitAndRoundsUp) {
   const Chain chain = RandomChain(6, 5);
   const uint64_t budget = BudgetsFor(chain)[6];
@@ -187,8 +199,8 @@ TEST(ChainDp, RefusalsNameTheSmallestBudget) {
 TEST(ChainDp, OptionErrors) {
   const Chain chain = RandomChain(4, 1);
   const uint64_t budget = UniformChainPlan(chain, StageChoice::kKeepAll).predicted_peak;
-  EXPECT_THAT(SolveChainDp(chain, {.budget = budget, .memory_slots = 0}).status().message(),
-              HasSubstr("memory_slots must be at least 1"));
+  EXPECT_THAT(SolveChainDp(chain, {.budget = budget, .memory_slots = -1}).status().message(),
+              HasSubstr("memory_slots must be at least 1 (0: AutoMemorySlots), got -1"));
   EXPECT_THAT(SolveChainDp(chain, {.budget = budget, .memory_unit = 1}).status().message(),
               HasSubstr("memory_unit 1 bytes gives"));
   EXPECT_THAT(SolveChainDp(chain, {.budget = budget, .memory_slots = int64_t{1} << 40}).status().message(),
