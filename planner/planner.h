@@ -1,0 +1,58 @@
+// The planner's front door: run one named strategy over a plan problem and
+// get the schedule with its evaluation, or run them all to compare.
+//
+//   absl::StatusOr<PlanResult> r = RunStrategy(problem, Strategy::kChenGreedy);
+//   r->evaluation.peak_bytes; r->evaluation.extra_cost; r->fits;
+//   std::vector<absl::StatusOr<PlanResult>> all = CompareStrategies(problem);
+//
+// Note [Strategies]
+//  - store-all: nothing replayed or copied; the baseline every overhead is
+//    measured against.
+//  - sqrt-n: ~sqrt(n) segments cut at the narrowest points of the forward
+//    graph (planner/chen.h); sqrt-n-linear cuts anywhere, keeping whatever
+//    crosses a cut (Chen et al.'s linearized variant for non-chains).
+//  - chen-greedy: Chen et al.'s greedy under the budget (planner/chen.h).
+// A strategy that does not take the budget into account (store-all,
+// sqrt-n) still returns its plan; `fits` says whether it meets the budget.
+#ifndef HEADROOM_PLANNER_PLANNER_H_
+#define HEADROOM_PLANNER_PLANNER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/plan.h"
+#include "planner/schedule.h"
+
+namespace headroom {
+
+enum class Strategy : uint8_t { kStoreAll, kSqrtN, kSqrtNLinear, kChenGreedy };
+std::string_view StrategyName(Strategy strategy);  // "store-all", "sqrt-n", ...
+absl::StatusOr<Strategy> ParseStrategy(std::string_view name);
+std::vector<Strategy> AllStrategies();  // in the order --compare lists them
+
+struct PlanResult {
+  Strategy strategy = Strategy::kStoreAll;
+  Schedule schedule;
+  PlanEvaluation evaluation;
+  bool fits = false;  // evaluation.peak_bytes <= problem.budget
+  // A lower bound on the extra cost any plan in the problem's schedule space
+  // needs to fit the budget, when the strategy proves one.
+  std::optional<double> lower_bound_extra_cost;
+  std::string detail;  // what the strategy chose, in a few words ("4 segments")
+};
+
+// Runs `strategy` and evaluates its schedule. Errors: an invalid problem
+// (InvalidArgument), or ResourceExhausted from a budget-driven strategy that
+// cannot meet the budget, naming the smallest peak it reached.
+absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy strategy);
+
+// Every strategy on one problem, in AllStrategies() order.
+std::vector<absl::StatusOr<PlanResult>> CompareStrategies(const PlanProblem& problem);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_PLANNER_PLANNER_H_

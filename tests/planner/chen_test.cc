@@ -1,0 +1,120 @@
+// Chen et al.'s segments: cuts at the narrowest points, sqrt(n) segments,
+// and the greedy under a budget, each checked by the independent validator.
+#include "planner/chen.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "graph/liveness.h"
+#include "graph/training_step.h"
+#include "gtest/gtest.h"
+#include "models/builders.h"
+#include "models/model_source.h"
+#include "planner/planner.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// `layers` layers of fc + act; with `shared`, every fc also reads a tensor
+// made once before the first layer (as a causal mask is).
+Graph Chain(int layers, bool shared = false) {
+  Graph g("chain");
+  TensorId x = g.AddTensor({.name = "x", .shape = {64, 64}, .role = TensorRole::kInput});
+  TensorId mask = kNone;
+  if (shared) {
+    mask = g.AddTensor({.name = "mask", .shape = {64, 64}});
+    g.AddOp({.kind = "ones", .name = "make_mask", .outputs = {mask}});
+  }
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "l" + std::to_string(l);
+    TensorId w = g.AddTensor({.name = p + ".w", .shape = {64, 64}, .role = TensorRole::kParameter, .layer = l});
+    TensorId h = g.AddTensor({.name = p + ".h", .shape = {64, 64}, .layer = l});
+    TensorId a = g.AddTensor({.name = p + ".a", .shape = {64, 64}, .layer = l});
+    std::vector<TensorId> in = {x, w};
+    if (shared) in.push_back(mask);
+    g.AddOp({.kind = "linear", .name = p + ".fc", .inputs = in, .outputs = {h}, .saved = {x}, .layer = l});
+    g.AddOp({.kind = "gelu", .name = p + ".act", .inputs = {h}, .outputs = {a}, .saved = {h}, .layer = l});
+    x = a;
+  }
+  TensorId loss = g.AddTensor({.name = "loss", .shape = {}});
+  g.AddOp({.kind = "sum", .name = "loss", .inputs = {x}, .outputs = {loss}, .phase = Phase::kLoss});
+  return *BuildTrainingStep(g, {});
+}
+
+PlanProblem ProblemFor(const Graph& step, uint64_t budget) {
+  return {.step = &step, .op_cost = std::vector<double>(step.num_ops(), 1.0), .budget = budget};
+}
+
+TEST(ForwardCuts, ChainIsCutEverywhere) {
+  const Graph step = Chain(4);
+  const ForwardCuts cuts = FindForwardCuts(step);
+  EXPECT_EQ(cuts.forward_ops.size(), 8u);
+  EXPECT_THAT(cuts.positions, ElementsAre(1, 2, 3, 4, 5, 6, 7));
+  EXPECT_EQ(cuts.min_crossing, 1u);
+}
+
+TEST(ForwardCuts, SharedTensorsAreSetAside) {
+  const Graph step = Chain(4, /*shared=*/true);
+  const ForwardCuts cuts = FindForwardCuts(step);
+  // make_mask, then fc/act per layer: the mask depends on no input, so it
+  // is set aside and the cuts are those of the chain.
+  EXPECT_EQ(cuts.min_crossing, 1u);
+  EXPECT_THAT(cuts.positions, ElementsAre(2, 3, 4, 5, 6, 7, 8));
+  EXPECT_EQ(FindForwardCuts(step, /*linearized=*/true).positions.size(), 7u);  // every position after make_mask
+}
+
+TEST(SqrtN, SixteenLayersGiveFourSegments) {
+  const Graph step = Chain(8);  // 16 forward ops, 15 cuts: 16 pieces
+  const CheckpointPlan plan = SqrtNPlan(step, FindForwardCuts(step));
+  EXPECT_EQ(plan.num_segments(), 4);
+  const Schedule s = *SegmentSchedule(step, plan);
+  const PlanEvaluation e = *EvaluateSchedule(ProblemFor(step, 1), s);
+  EXPECT_LT(e.peak_bytes, ProfileMemory(step).peak_bytes);
+  EXPECT_TRUE(ValidateSchedule(ProblemFor(step, e.peak_bytes), s).ok());
+}
+
+Graph Gpt2Step(int layers) {
+  ModelConfig config = *LoadPresetConfig("gpt2");
+  config.num_layers = layers;
+  return *BuildTrainingStep(*BuildModelGraph(config, {.batch = 2, .seq_len = 256, .param_dtype = DType::kBF16,
+                                                      .compute_dtype = DType::kBF16}),
+                            {});
+}
+
+TEST(ChenGreedy, MeetsBudgetsOnATransformer) {
+  const Graph step = Gpt2Step(6);
+  const uint64_t store_all = ProfileMemory(step).peak_bytes;
+  // Below ~75% the LM head's logits, which no segment can drop, dominate.
+  for (double fraction : {0.9, 0.8}) {
+    const PlanProblem problem = ProblemFor(step, static_cast<uint64_t>(fraction * static_cast<double>(store_all)));
+    absl::StatusOr<PlanResult> r = RunStrategy(problem, Strategy::kChenGreedy);
+    ASSERT_TRUE(r.ok()) << fraction << ": " << r.status();
+    EXPECT_TRUE(r->fits);
+    EXPECT_GT(r->evaluation.extra_cost, 0);
+    EXPECT_TRUE(ValidateSchedule(problem, r->schedule).ok()) << ValidateSchedule(problem, r->schedule);
+  }
+  const absl::StatusOr<PlanResult> impossible = RunStrategy(ProblemFor(step, store_all / 20), Strategy::kChenGreedy);
+  EXPECT_EQ(impossible.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(impossible.status().message(), HasSubstr("smallest peak is"));
+}
+
+TEST(Strategies, EveryStrategyIsValidOnATransformer) {
+  const Graph step = Gpt2Step(4);
+  const uint64_t store_all = ProfileMemory(step).peak_bytes;
+  const PlanProblem problem = ProblemFor(step, store_all);
+  for (const absl::StatusOr<PlanResult>& r : CompareStrategies(problem)) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    SCOPED_TRACE(std::string(StrategyName(r->strategy)));
+    EXPECT_LE(r->evaluation.peak_bytes, store_all);
+    EXPECT_TRUE(ValidateSchedule(ProblemFor(step, r->evaluation.peak_bytes), r->schedule).ok());
+  }
+  EXPECT_EQ(*ParseStrategy("chen-greedy"), Strategy::kChenGreedy);
+  EXPECT_THAT(ParseStrategy("magic").status().message(), HasSubstr("store-all"));
+}
+
+}  // namespace
+}  // namespace headroom
