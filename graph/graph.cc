@@ -184,8 +184,8 @@ absl::Status Graph::Validate() const {
       const Tensor& t = tensors_[in];
       const bool leaf = t.role == TensorRole::kParameter || t.role == TensorRole::kBuffer ||
                         t.role == TensorRole::kInput;
-      const TensorId storage = t.view_of == kNone ? in : t.view_of;
-      if (!leaf && produced_by[in] == kNone && produced_by[storage] == kNone) {
+      const TensorId base = storage(in);
+      if (!leaf && produced_by[in] == kNone && produced_by[base] == kNone) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "graph '%s': op '%s' reads '%s' before any op produces it", name_, op.name, t.name));
       }

@@ -107,6 +107,8 @@ struct Tensor {
 enum class Phase : uint8_t { kForward, kLoss, kBackward, kOptimizer };
 std::string_view PhaseName(Phase phase);  // "forward", "loss", "backward", "optimizer"
 absl::StatusOr<Phase> ParsePhase(std::string_view name);
+// Forward or loss: the phases before backward starts.
+inline bool IsForwardPhase(Phase phase) { return phase == Phase::kForward || phase == Phase::kLoss; }
 
 struct Op {
   OpId id = kNone;   // assigned by Graph::AddOp
@@ -152,6 +154,12 @@ class Graph {
   std::span<const Op> ops() const { return ops_; }
   size_t num_tensors() const { return tensors_.size(); }
   size_t num_ops() const { return ops_.size(); }
+
+  // The tensor whose storage `id` uses: its view base, or `id` itself.
+  TensorId storage(TensorId id) const {
+    const TensorId base = tensor(id).view_of;
+    return base == kNone ? id : base;
+  }
 
   // The op that produces `id`, or kNone for parameters, buffers and inputs.
   OpId producer(TensorId id) const { return producer_[static_cast<size_t>(id)]; }

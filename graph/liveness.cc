@@ -38,18 +38,14 @@ std::vector<TensorLifetime> ComputeLifetimes(const Graph& step, const ProfileOpt
   const auto num_ops = static_cast<OpId>(step.num_ops());
   std::vector<TensorLifetime> life(step.num_tensors(), TensorLifetime{.first = num_ops, .last = -1});
   const std::span<const Tensor> tensors = step.tensors();
-  auto storage = [&tensors](TensorId t) {
-    const TensorId base = tensors[static_cast<size_t>(t)].view_of;
-    return base == kNone ? t : base;
-  };
   for (const Op& op : step.ops()) {
     for (TensorId out : op.outputs) {
-      TensorLifetime& l = life[static_cast<size_t>(storage(out))];
+      TensorLifetime& l = life[static_cast<size_t>(step.storage(out))];
       l.first = std::min(l.first, op.id);
       l.last = std::max(l.last, op.id);
     }
     for (TensorId in : op.inputs) {
-      TensorLifetime& l = life[static_cast<size_t>(storage(in))];
+      TensorLifetime& l = life[static_cast<size_t>(step.storage(in))];
       l.last = std::max(l.last, op.id);
     }
   }
@@ -98,7 +94,7 @@ MemoryProfile ProfileMemory(const Graph& step, const ProfileOptions& options) {
     }
     uint64_t& phase_peak = profile.peak_bytes_by_phase[op.phase];
     phase_peak = std::max(phase_peak, bytes);
-    if ((op.phase == Phase::kForward || op.phase == Phase::kLoss) && !op.recompute) {
+    if (IsForwardPhase(op.phase) && !op.recompute) {
       last_forward = static_cast<OpId>(i);
     }
   }
@@ -125,7 +121,7 @@ MemoryProfile ProfileMemory(const Graph& step, const ProfileOptions& options) {
     if (producer == kNone || bytes == 0) continue;
     const Op& made_by = step.op(producer);
     const Op& freed_by = step.op(l.last);
-    const bool forward = made_by.phase == Phase::kForward || made_by.phase == Phase::kLoss;
+    const bool forward = IsForwardPhase(made_by.phase);
     if (made_by.recompute || !forward || freed_by.phase != Phase::kBackward) {
       continue;
     }

@@ -12,7 +12,6 @@
 namespace headroom {
 namespace {
 
-bool IsForwardPhase(Phase phase) { return phase == Phase::kForward || phase == Phase::kLoss; }
 
 // One checkpointed segment: forward ops [begin, end] of the step (contiguous).
 struct Segment {
@@ -120,10 +119,7 @@ class Recomputer {
     }
   }
 
-  TensorId StorageOf(TensorId t) const {
-    const TensorId base = step_.tensor(t).view_of;
-    return base == kNone ? t : base;
-  }
+  TensorId StorageOf(TensorId t) const { return step_.storage(t); }
 
   Graph& step_;
   internal::BackwardPass& pass_;

@@ -140,7 +140,7 @@ absl::StatusOr<Chain> ExtractLayerChain(const Graph& forward, std::span<const do
       return absl::InvalidArgumentError(absl::StrFormat("op_cost of op '%s' is %g, not a finite non-negative cost",
                                                         op.name, op_cost[static_cast<size_t>(op.id)]));
     }
-    if (op.phase != Phase::kForward && op.phase != Phase::kLoss) {
+    if (!IsForwardPhase(op.phase)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "graph '%s': op '%s' is in phase %s; ExtractLayerChain expects a forward graph", forward.name(),
           op.name, PhaseName(op.phase)));

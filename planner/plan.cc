@@ -12,11 +12,6 @@
 namespace headroom {
 namespace {
 
-TensorId StorageOf(const Graph& g, TensorId t) {
-  const TensorId base = g.tensor(t).view_of;
-  return base == kNone ? t : base;
-}
-
 // Prices a materialized schedule (entry i made op i of `scheduled`) on one
 // compute stream and two copy engines (Note [Plan costs]).
 void PriceSchedule(const PlanProblem& problem, const Schedule& schedule, const Graph& scheduled,
@@ -34,7 +29,7 @@ void PriceSchedule(const PlanProblem& problem, const Schedule& schedule, const G
     const Op& op = scheduled.op(static_cast<OpId>(i));
     switch (entry.action) {
       case ScheduleAction::kOffload: {
-        const TensorId storage = StorageOf(scheduled, op.inputs[0]);
+        const TensorId storage = scheduled.storage(op.inputs[0]);
         const uint64_t bytes = scheduled.tensor(storage).bytes();
         const double done = std::max(last_touch[static_cast<size_t>(storage)], d2h_free) + copy_time(bytes);
         d2h_free = done;
@@ -68,8 +63,8 @@ void PriceSchedule(const PlanProblem& problem, const Schedule& schedule, const G
           e.extra_cost += cost;
           ++e.recomputed_ops;
         }
-        for (TensorId in : op.inputs) last_touch[static_cast<size_t>(StorageOf(scheduled, in))] = now;
-        for (TensorId out : op.outputs) last_touch[static_cast<size_t>(StorageOf(scheduled, out))] = now;
+        for (TensorId in : op.inputs) last_touch[static_cast<size_t>(scheduled.storage(in))] = now;
+        for (TensorId out : op.outputs) last_touch[static_cast<size_t>(scheduled.storage(out))] = now;
         break;
       }
     }

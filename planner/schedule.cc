@@ -19,8 +19,6 @@ constexpr NameTable<ScheduleAction, 4> kActionNames("schedule action", {{
     {"prefetch", ScheduleAction::kPrefetch},
 }});
 
-bool IsForwardSide(Phase phase) { return phase == Phase::kForward || phase == Phase::kLoss; }
-
 std::string EntryName(size_t index, const ScheduleEntry& entry) {
   return absl::StrFormat("schedule entry %d (%s %d)", index, ScheduleActionName(entry.action), entry.target);
 }
@@ -240,7 +238,7 @@ absl::StatusOr<Schedule> SegmentSchedule(const Graph& step, const CheckpointPlan
   }
   std::vector<bool> boundary(step.num_tensors(), false);
   for (const Op& op : step.ops()) {
-    if (!IsForwardSide(op.phase)) continue;
+    if (!IsForwardPhase(op.phase)) continue;
     for (TensorId in : op.inputs) {
       const int32_t s = segment_of_tensor[static_cast<size_t>(in)];
       if (s != kNone && s != segment_of(op.id)) boundary[static_cast<size_t>(in)] = true;
@@ -249,7 +247,7 @@ absl::StatusOr<Schedule> SegmentSchedule(const Graph& step, const CheckpointPlan
   // Each segment is replayed before the first later op reading one of its internal tensors.
   std::vector<OpId> replay_before(static_cast<size_t>(segments), kNone);
   for (const Op& op : step.ops()) {
-    if (IsForwardSide(op.phase)) continue;
+    if (IsForwardPhase(op.phase)) continue;
     for (TensorId in : op.inputs) {
       const int32_t s = segment_of_tensor[static_cast<size_t>(in)];
       if (s == kNone || boundary[static_cast<size_t>(in)]) continue;
