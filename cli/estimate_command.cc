@@ -40,17 +40,9 @@ struct EstimateFlags {
 // machine.gpu may point into.
 absl::StatusOr<Machine> ToMachine(const EstimateFlags& flags, std::optional<GpuCatalog>& catalog) {
   Machine machine;
-  if (!flags.catalog.empty()) {
-    HEADROOM_ASSIGN_OR_RETURN(catalog, GpuCatalog::LoadFile(flags.catalog));
-  }
-  if (!flags.gpu.empty()) {
-    HEADROOM_ASSIGN_OR_RETURN(machine.gpu, (catalog ? *catalog : GpuCatalog::Builtin()).Find(flags.gpu));
-  }
+  HEADROOM_ASSIGN_OR_RETURN(machine.gpu, FindGpuFlag(flags.gpu, flags.catalog, catalog));
   if (!flags.budget.empty()) {
-    absl::StatusOr<uint64_t> budget = ParseBytes(flags.budget);
-    if (!budget.ok()) return absl::InvalidArgumentError(absl::StrCat("--budget: ", budget.status().message()));
-    if (*budget == 0) return absl::InvalidArgumentError("--budget: must be positive");
-    machine.budget = *budget;
+    HEADROOM_ASSIGN_OR_RETURN(machine.budget, ParseBudgetFlag(flags.budget));
   }
   if (machine.gpu == nullptr && !machine.budget) {
     return absl::InvalidArgumentError("--gpu or --budget: name a GPU (see 'headroom gpus') or give a byte budget");

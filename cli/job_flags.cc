@@ -242,4 +242,20 @@ std::string FlagsForChange(const JobSpec& from, const JobSpec& to) {
   return absl::StrJoin(flags, " ");
 }
 
+absl::StatusOr<const GpuSpec*> FindGpuFlag(const std::string& gpu, const std::string& catalog_path,
+                                           std::optional<GpuCatalog>& catalog) {
+  if (!catalog_path.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(catalog, GpuCatalog::LoadFile(catalog_path));
+  }
+  if (gpu.empty()) return nullptr;
+  return (catalog ? *catalog : GpuCatalog::Builtin()).Find(gpu);
+}
+
+absl::StatusOr<uint64_t> ParseBudgetFlag(const std::string& text) {
+  absl::StatusOr<uint64_t> budget = ParseBytes(text);
+  if (!budget.ok()) return absl::InvalidArgumentError(absl::StrCat("--budget: ", budget.status().message()));
+  if (*budget == 0) return absl::InvalidArgumentError("--budget: must be positive");
+  return *budget;
+}
+
 }  // namespace headroom::cli

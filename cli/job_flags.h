@@ -20,6 +20,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "hardware/gpu_catalog.h"
 #include "job/job_spec.h"
 
 namespace headroom::cli {
@@ -74,6 +75,15 @@ absl::Status InFlagTerms(const absl::Status& status);
 // then batch, checkpointing, attention, optimizer, KV cache, LoRA). Fields
 // the command line cannot set do not appear.
 std::string FlagsForChange(const JobSpec& from, const JobSpec& to);
+
+// The GPU `--gpu NAME` names, in the built-in catalog or in `--catalog FILE`
+// (loaded into `catalog`, which the result then points into); nullptr when
+// no GPU is named.
+absl::StatusOr<const GpuSpec*> FindGpuFlag(const std::string& gpu, const std::string& catalog_path,
+                                           std::optional<GpuCatalog>& catalog);
+
+// `--budget BYTES` ("24GiB"): a positive byte count.
+absl::StatusOr<uint64_t> ParseBudgetFlag(const std::string& text);
 
 }  // namespace headroom::cli
 
