@@ -58,10 +58,8 @@ absl::StatusOr<std::pair<uint64_t, std::string>> ResolveBudget(const PlanFlags& 
       if (bytes == 0) return absl::InvalidArgumentError("--budget: rounds to 0 bytes");
       return std::pair{bytes, absl::StrFormat("%s of the store-all peak", flags.budget)};
     }
-    absl::StatusOr<uint64_t> bytes = ParseBytes(flags.budget);
-    if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat("--budget: ", bytes.status().message()));
-    if (*bytes == 0) return absl::InvalidArgumentError("--budget: must be positive");
-    return std::pair{*bytes, std::string("--budget")};
+    HEADROOM_ASSIGN_OR_RETURN(uint64_t bytes, ParseBudgetFlag(flags.budget));
+    return std::pair{bytes, std::string("--budget")};
   }
   if (machine.gpu == nullptr) {
     return absl::InvalidArgumentError("--budget or --gpu: give the bytes for activations, or a GPU to fit");
@@ -82,12 +80,10 @@ absl::StatusOr<std::pair<uint64_t, std::string>> ResolveBudget(const PlanFlags& 
 std::string SmallestReachable(const PlanProblem& problem) {
   uint64_t smallest = std::numeric_limits<uint64_t>::max();
   std::string by;
-  PlanProblem unbounded = problem;
-  unbounded.budget = std::numeric_limits<uint64_t>::max();
   for (Strategy s : AllStrategies()) {
-    absl::StatusOr<PlanResult> r = RunStrategy(unbounded, s);
-    if (r.ok() && r->evaluation.peak_bytes < smallest) {
-      smallest = r->evaluation.peak_bytes;
+    absl::StatusOr<uint64_t> peak = SmallestPeak(problem, s);
+    if (peak.ok() && *peak < smallest) {
+      smallest = *peak;
       by = std::string(StrategyName(s));
     }
   }
@@ -133,12 +129,7 @@ absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
   HEADROOM_ASSIGN_OR_RETURN(JobSpec job, ToJob(flags.job));
   std::optional<GpuCatalog> catalog;
   Machine machine;
-  if (!flags.catalog.empty()) {
-    HEADROOM_ASSIGN_OR_RETURN(catalog, GpuCatalog::LoadFile(flags.catalog));
-  }
-  if (!flags.gpu.empty()) {
-    HEADROOM_ASSIGN_OR_RETURN(machine.gpu, (catalog ? *catalog : GpuCatalog::Builtin()).Find(flags.gpu));
-  }
+  HEADROOM_ASSIGN_OR_RETURN(machine.gpu, FindGpuFlag(flags.gpu, flags.catalog, catalog));
   std::optional<Strategy> strategy;
   if (!flags.compare && flags.load.empty()) {
     absl::StatusOr<Strategy> parsed = ParseStrategy(flags.strategy);

@@ -14,11 +14,6 @@
 namespace headroom {
 namespace {
 
-TensorId StorageOf(const Graph& g, TensorId t) {
-  const TensorId base = g.tensor(t).view_of;
-  return base == kNone ? t : base;
-}
-
 // A plan with segment s starting at forward position starts[s] (starts[0] = 0).
 CheckpointPlan PlanFromStarts(const Graph& step, const ForwardCuts& cuts, const std::vector<size_t>& starts) {
   CheckpointPlan plan;
@@ -42,8 +37,8 @@ std::vector<uint64_t> SavedBytes(const PlanProblem& problem, const ForwardCuts& 
   const Graph& step = *problem.step;
   std::vector<bool> read_later(step.num_tensors(), false);
   for (const Op& op : step.ops()) {
-    if (op.phase == Phase::kForward || op.phase == Phase::kLoss) continue;
-    for (TensorId in : op.inputs) read_later[static_cast<size_t>(StorageOf(step, in))] = true;
+    if (IsForwardPhase(op.phase)) continue;
+    for (TensorId in : op.inputs) read_later[static_cast<size_t>(step.storage(in))] = true;
   }
   std::vector<uint64_t> saved(cuts.forward_ops.size(), 0);
   for (size_t i = 0; i < cuts.forward_ops.size(); ++i) {
@@ -72,7 +67,7 @@ ForwardCuts FindForwardCuts(const Graph& step, bool linearized) {
     const int64_t at = op.phase == Phase::kLoss ? n : position[static_cast<size_t>(op.id)];
     if (at < 0) continue;
     for (TensorId in : op.inputs) {
-      int64_t& last = last_reader[static_cast<size_t>(StorageOf(step, in))];
+      int64_t& last = last_reader[static_cast<size_t>(step.storage(in))];
       last = std::max(last, at);
     }
   }
@@ -138,7 +133,16 @@ CheckpointPlan SqrtNPlan(const Graph& step, const ForwardCuts& cuts) {
   return PlanFromStarts(step, cuts, starts);
 }
 
-absl::StatusOr<Schedule> ChenGreedySchedule(const PlanProblem& problem, const ForwardCuts& cuts) {
+namespace {
+
+struct ThresholdPlan {
+  Schedule schedule;
+  PlanEvaluation evaluation;
+};
+
+// Chen's greedy for a geometric range of thresholds b, from "a segment at
+// every cut" to "one segment", each distinct plan evaluated once.
+absl::StatusOr<std::vector<ThresholdPlan>> GreedyOverThresholds(const PlanProblem& problem, const ForwardCuts& cuts) {
   HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
   const Graph& step = *problem.step;
   const std::vector<uint64_t> saved = SavedBytes(problem, cuts);
@@ -148,7 +152,6 @@ absl::StatusOr<Schedule> ChenGreedySchedule(const PlanProblem& problem, const Fo
     total += b;
     if (b > 0) smallest = std::min(smallest, b);
   }
-  // Thresholds from "a segment at every cut" to "one segment", geometrically.
   std::vector<double> thresholds = {0};
   if (total > 0) {
     constexpr int kSteps = 24;
@@ -159,10 +162,7 @@ absl::StatusOr<Schedule> ChenGreedySchedule(const PlanProblem& problem, const Fo
   std::vector<bool> is_cut(cuts.forward_ops.size() + 1, false);
   for (size_t p : cuts.positions) is_cut[p] = true;
 
-  std::optional<Schedule> best;
-  double best_extra = 0;
-  uint64_t best_peak = 0;
-  uint64_t lowest_peak = std::numeric_limits<uint64_t>::max();
+  std::vector<ThresholdPlan> plans;
   std::vector<size_t> previous;
   for (double b : thresholds) {
     std::vector<size_t> starts = {0};
@@ -178,20 +178,41 @@ absl::StatusOr<Schedule> ChenGreedySchedule(const PlanProblem& problem, const Fo
     previous = starts;
     HEADROOM_ASSIGN_OR_RETURN(Schedule s, SegmentSchedule(step, PlanFromStarts(step, cuts, starts)));
     HEADROOM_ASSIGN_OR_RETURN(PlanEvaluation e, EvaluateSchedule(problem, s));
-    lowest_peak = std::min(lowest_peak, e.peak_bytes);
+    plans.push_back({std::move(s), std::move(e)});
+  }
+  return plans;
+}
+
+uint64_t LowestPeak(const std::vector<ThresholdPlan>& plans) {
+  uint64_t lowest = std::numeric_limits<uint64_t>::max();
+  for (const ThresholdPlan& p : plans) lowest = std::min(lowest, p.evaluation.peak_bytes);
+  return lowest;
+}
+
+}  // namespace
+
+absl::StatusOr<Schedule> ChenGreedySchedule(const PlanProblem& problem, const ForwardCuts& cuts) {
+  HEADROOM_ASSIGN_OR_RETURN(std::vector<ThresholdPlan> plans, GreedyOverThresholds(problem, cuts));
+  const ThresholdPlan* best = nullptr;
+  for (const ThresholdPlan& p : plans) {
+    const PlanEvaluation& e = p.evaluation;
     if (e.peak_bytes > problem.budget) continue;
-    if (!best || e.extra_cost < best_extra || (e.extra_cost == best_extra && e.peak_bytes < best_peak)) {
-      best = std::move(s);
-      best_extra = e.extra_cost;
-      best_peak = e.peak_bytes;
+    if (best == nullptr || e.extra_cost < best->evaluation.extra_cost ||
+        (e.extra_cost == best->evaluation.extra_cost && e.peak_bytes < best->evaluation.peak_bytes)) {
+      best = &p;
     }
   }
-  if (!best) {
+  if (best == nullptr) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "chen-greedy: no threshold fits '%s' in a budget of %s; its smallest peak is %s", step.name(),
-        FormatBytes(problem.budget), FormatBytes(lowest_peak)));
+        "chen-greedy: no threshold fits '%s' in a budget of %s; its smallest peak is %s", problem.step->name(),
+        FormatBytes(problem.budget), FormatBytes(LowestPeak(plans))));
   }
-  return *std::move(best);
+  return best->schedule;
+}
+
+absl::StatusOr<uint64_t> ChenGreedyLowestPeak(const PlanProblem& problem, const ForwardCuts& cuts) {
+  HEADROOM_ASSIGN_OR_RETURN(std::vector<ThresholdPlan> plans, GreedyOverThresholds(problem, cuts));
+  return LowestPeak(plans);
 }
 
 }  // namespace headroom

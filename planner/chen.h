@@ -61,6 +61,9 @@ CheckpointPlan SqrtNPlan(const Graph& step, const ForwardCuts& cuts);
 // ResourceExhausted names the smallest peak any threshold reached when none fits.
 absl::StatusOr<Schedule> ChenGreedySchedule(const PlanProblem& problem, const ForwardCuts& cuts);
 
+// The lowest peak any threshold of the greedy reaches, whatever the budget.
+absl::StatusOr<uint64_t> ChenGreedyLowestPeak(const PlanProblem& problem, const ForwardCuts& cuts);
+
 }  // namespace headroom
 
 #endif  // HEADROOM_PLANNER_CHEN_H_

@@ -64,6 +64,14 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
   return result;
 }
 
+absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strategy) {
+  HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
+  if (strategy == Strategy::kChenGreedy) return ChenGreedyLowestPeak(problem, FindForwardCuts(*problem.step));
+  HEADROOM_ASSIGN_OR_RETURN(Planned planned, Plan(problem, strategy));
+  HEADROOM_ASSIGN_OR_RETURN(PlanEvaluation e, EvaluateSchedule(problem, planned.schedule));
+  return e.peak_bytes;
+}
+
 std::vector<absl::StatusOr<PlanResult>> CompareStrategies(const PlanProblem& problem) {
   std::vector<absl::StatusOr<PlanResult>> results;
   for (Strategy s : AllStrategies()) results.push_back(RunStrategy(problem, s));

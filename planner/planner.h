@@ -50,6 +50,12 @@ struct PlanResult {
 // cannot meet the budget, naming the smallest peak it reached.
 absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy strategy);
 
+// The lowest peak `strategy` reaches on `problem`, whatever its budget: the
+// plan's peak for strategies that ignore the budget, the least over the
+// plans a budget-driven strategy searches. What an error for a budget that
+// no strategy meets states.
+absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strategy);
+
 // Every strategy on one problem, in AllStrategies() order.
 std::vector<absl::StatusOr<PlanResult>> CompareStrategies(const PlanProblem& problem);
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/units.h"
 #include "gmock/gmock.h"
 #include "graph/liveness.h"
 #include "graph/training_step.h"
@@ -99,7 +100,13 @@ TEST(ChenGreedy, MeetsBudgetsOnATransformer) {
   }
   const absl::StatusOr<PlanResult> impossible = RunStrategy(ProblemFor(step, store_all / 20), Strategy::kChenGreedy);
   EXPECT_EQ(impossible.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(impossible.status().message(), HasSubstr("smallest peak is"));
+  // The smallest peak it names is SmallestPeak's, and no fitting plan goes lower.
+  const uint64_t lowest = *SmallestPeak(ProblemFor(step, store_all), Strategy::kChenGreedy);
+  EXPECT_THAT(impossible.status().message(), HasSubstr("smallest peak is " + FormatBytes(lowest)));
+  const PlanResult at_lowest = *RunStrategy(ProblemFor(step, lowest), Strategy::kChenGreedy);
+  EXPECT_EQ(at_lowest.evaluation.peak_bytes, lowest);
+  EXPECT_FALSE(RunStrategy(ProblemFor(step, lowest - 1), Strategy::kChenGreedy).ok());
+  EXPECT_EQ(*SmallestPeak(ProblemFor(step, store_all), Strategy::kStoreAll), store_all);
 }
 
 TEST(Strategies, EveryStrategyIsValidOnATransformer) {
