@@ -10,6 +10,7 @@
 #include "CoinPackedMatrix.hpp"
 #include "OsiClpSolverInterface.hpp"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -289,6 +290,10 @@ absl::StatusOr<MilpOutcome> SolveCheckmateMilp(const Model& model, uint64_t budg
                      b.row_ub.data());
   for (int c : b.integer_cols) solver.setInteger(c);
 
+  // CBC's driver keeps parameters and messages in globals: one solve at a
+  // time in this process.
+  static absl::Mutex cbc_mutex(absl::kConstInit);
+  absl::MutexLock lock(&cbc_mutex);
   CbcModel cbc(solver);
   cbc.setLogLevel(0);
   CbcSolverUsefulData data;

@@ -3,8 +3,8 @@
 // planner/remat_solver.h is the interface. The COIN-OR headers stay in the
 // .cc, so the library links them privately.
 //
-// CBC's command-line driver keeps some global state, so at most one thread
-// at a time may run these functions.
+// CBC's command-line driver keeps some global state, so MILP solves take a
+// process-wide lock; the LPs (CLP alone) run concurrently.
 #ifndef HEADROOM_PLANNER_REMAT_LP_H_
 #define HEADROOM_PLANNER_REMAT_LP_H_
 

@@ -69,7 +69,7 @@ std::string Percent(uint64_t bytes, uint64_t of) {
 //    over budget and then the repair and fills, keeping the result if the
 //    compute falls.
 // Each candidate is simulated in full (O(entries * inputs)); an evaluation
-// budget bounds the search.
+// budget, split between the seeds and the kicks, bounds the search.
 struct Gap {
   int32_t op;
   int32_t from;  // stage of the earlier touch
@@ -340,7 +340,7 @@ Retention Round(const Model& model, const LpOutcome& lp, double threshold) {
   const auto n = static_cast<size_t>(model.n);
   Retention keep(n, std::vector<uint8_t>(n, 0));
   for (size_t i = 0; i < n; ++i) {
-    for (size_t t = i; t < n; ++t) keep[i][t] = lp.carry[i][t] > threshold ? 1 : 0;
+    for (size_t t = i; t < n; ++t) keep[i][t] = lp.carry[i][t] > threshold ? remat::kHold : remat::kDrop;
   }
   return keep;
 }
@@ -362,10 +362,10 @@ struct Found {
 Found SearchSchedule(const Model& model, uint64_t budget, const LpOutcome* lp, const RematOptions& options,
                      bool descend = true) {
   Search search(model, budget, options.search_evaluations);
-  // Seeds: the LP rounded at several thresholds, and keeping everything.
-  // Replaying everything is the other extreme, a long way from any cheap
-  // schedule, so it seeds only the search for the least peak, or a search
-  // without an LP.
+  // Seeds: the LP rounded at several thresholds, keeping everything, and
+  // replaying everything (the least memory, far from any cheap schedule,
+  // yet on small graphs a start that the others miss; its schedules are
+  // long, so its share of evaluations runs out fast on large ones).
   struct Seed {
     Point point;
     std::string how;
@@ -399,7 +399,6 @@ Found SearchSchedule(const Model& model, uint64_t budget, const LpOutcome* lp, c
     search.Allow(share);
     Seed s{descend ? search.Improve(std::move(seed.point)) : search.Repair(std::move(seed.point)),
            std::move(seed.how)};
-
     if (!best || search.Better(s.point, best->point)) best = std::move(s);
   }
   if (descend && search.Fits(best->point)) {
@@ -460,7 +459,8 @@ absl::Status OverBudget(const PlanProblem& problem, const Model& model, const Re
   }
   std::string floor_reason =
       r.floor == model.floor && !model.floor_at.empty()
-          ? absl::StrFormat("op '%s' needs that much with its inputs, outputs and the gradients live across it",
+          ? absl::StrFormat("op '%s' needs that much: its inputs and outputs, and what no replay can restore "
+                            "live across it",
                             step.op(static_cast<OpId>(floor_op)).name)
           : "the LP relaxation is infeasible below it";
   if (problem.budget < r.floor) {
