@@ -37,6 +37,7 @@ int ExitCodeFor(const absl::Status& status);
 Subcommand AddGpusCommand(CLI::App& root);
 Subcommand AddEstimateCommand(CLI::App& root);
 Subcommand AddReplayCommand(CLI::App& root);
+Subcommand AddPlanCommand(CLI::App& root);
 
 }  // namespace headroom::cli
 

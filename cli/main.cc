@@ -31,7 +31,7 @@ int Main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough(false);
 
-  std::vector<Subcommand> commands = {AddGpusCommand(app), AddEstimateCommand(app), AddReplayCommand(app)};
+  std::vector<Subcommand> commands = {AddGpusCommand(app), AddEstimateCommand(app), AddPlanCommand(app), AddReplayCommand(app)};
 
   // CLI11 reports an unknown first word as an unexpected extra argument; name
   // it as what it is.

@@ -1,0 +1,213 @@
+// `headroom plan --model M [setup flags] --budget BYTES|N% | --gpu NAME
+// [--strategy S | --compare]`: which activations to keep, replay or send to
+// host memory so that the step fits, at the least extra time
+// (planner/planner.h; the problem from estimators/plan_input.h; printed by
+// report/plan_report.h). --out writes the plan file, --load reads one back.
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cli/command.h"
+#include "cli/job_flags.h"
+#include "common/json_fields.h"
+#include "common/status_macros.h"
+#include "common/units.h"
+#include "estimators/plan_input.h"
+#include "hardware/gpu_catalog.h"
+#include "models/model_source.h"
+#include "planner/plan_json.h"
+#include "planner/planner.h"
+#include "report/plan_report.h"
+
+namespace headroom::cli {
+namespace {
+
+struct PlanFlags {
+  std::string model;
+  std::string gpu;
+  std::string catalog;
+  std::string budget;
+  std::string strategy = "chen-greedy";
+  JobFlags job;
+  bool compare = false;
+  bool json = false;
+  std::string out;
+  std::string load;
+};
+
+// The budget for planned tensors (Note [Plan budget]) and how it was set.
+absl::StatusOr<std::pair<uint64_t, std::string>> ResolveBudget(const PlanFlags& flags, const PlanInput& in,
+                                                               const Machine& machine,
+                                                               const PlanEvaluation& store_all) {
+  if (!flags.budget.empty()) {
+    if (flags.budget.back() == '%') {
+      double percent = 0;
+      const std::string number = flags.budget.substr(0, flags.budget.size() - 1);
+      if (!absl::SimpleAtod(number, &percent) || !(percent > 0) || percent > 1000) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("--budget: '%s' is not a percentage of the store-all peak in (0, 1000]", flags.budget));
+      }
+      const auto bytes = static_cast<uint64_t>(percent / 100 * static_cast<double>(store_all.peak_bytes));
+      if (bytes == 0) return absl::InvalidArgumentError("--budget: rounds to 0 bytes");
+      return std::pair{bytes, absl::StrFormat("%s of the store-all peak", flags.budget)};
+    }
+    absl::StatusOr<uint64_t> bytes = ParseBytes(flags.budget);
+    if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat("--budget: ", bytes.status().message()));
+    if (*bytes == 0) return absl::InvalidArgumentError("--budget: must be positive");
+    return std::pair{*bytes, std::string("--budget")};
+  }
+  if (machine.gpu == nullptr) {
+    return absl::InvalidArgumentError("--budget or --gpu: give the bytes for activations, or a GPU to fit");
+  }
+  if (!in.gpu_budget) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--gpu %s: the step's fixed state (%s: weights, gradients, optimizer state, context) already fills its %s; "
+        "no activation plan can help (see 'headroom estimate' for sharding and offload of the states)",
+        flags.gpu, FormatBytes(in.fixed.total()), FormatBytes(in.capacity)));
+  }
+  return std::pair{*in.gpu_budget,
+                   absl::StrFormat("%s: %s minus fixed state %s, less the %.0f%% fragmentation allowance",
+                                   machine.gpu->name, FormatBytes(in.capacity), FormatBytes(in.fixed.total()),
+                                   100 * in.fragmentation_fraction)};
+}
+
+// The smallest peak any strategy reaches, for the error when none fits.
+std::string SmallestReachable(const PlanProblem& problem) {
+  uint64_t smallest = std::numeric_limits<uint64_t>::max();
+  std::string by;
+  PlanProblem unbounded = problem;
+  unbounded.budget = std::numeric_limits<uint64_t>::max();
+  for (Strategy s : AllStrategies()) {
+    absl::StatusOr<PlanResult> r = RunStrategy(unbounded, s);
+    if (r.ok() && r->evaluation.peak_bytes < smallest) {
+      smallest = r->evaluation.peak_bytes;
+      by = std::string(StrategyName(s));
+    }
+  }
+  return by.empty() ? "no strategy produced a plan"
+                    : absl::StrFormat("the smallest peak any strategy reaches is %s (%s)", FormatBytes(smallest), by);
+}
+
+absl::StatusOr<PlanResult> LoadPlan(const std::string& path, const PlanProblem& problem) {
+  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  HEADROOM_ASSIGN_OR_RETURN(PlanFile file, ParsePlanFile(text, path));
+  HEADROOM_RETURN_IF_ERROR(CheckPlanMatchesStep(file, *problem.step, path));
+  absl::StatusOr<Strategy> strategy = ParseStrategy(file.strategy);
+  if (!strategy.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": strategy: ", strategy.status().message()));
+  PlanProblem structural = problem;  // the budget is checked below, against this run's
+  structural.budget = std::numeric_limits<uint64_t>::max();
+  absl::Status valid = ValidateSchedule(structural, file.schedule);
+  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", valid.message()));
+  HEADROOM_ASSIGN_OR_RETURN(PlanEvaluation e, EvaluateSchedule(problem, file.schedule));
+  PlanResult result{.strategy = *strategy, .schedule = std::move(file.schedule), .evaluation = std::move(e),
+                    .detail = absl::StrCat("loaded from ", path)};
+  result.fits = result.evaluation.peak_bytes <= problem.budget;
+  return result;
+}
+
+absl::Status WritePlan(const std::string& path, const PlanFlags& flags, const PlanProblem& problem,
+                       const PlanResult& result) {
+  const PlanFile file{.model = flags.model,
+                      .strategy = std::string(StrategyName(result.strategy)),
+                      .budget_bytes = problem.budget,
+                      .step_name = problem.step->name(),
+                      .step_ops = problem.step->num_ops(),
+                      .step_tensors = problem.step->num_tensors(),
+                      .fingerprint = StepFingerprint(*problem.step),
+                      .schedule = result.schedule};
+  std::ofstream out(path);
+  out << PlanFileToJson(file).dump() << "\n";
+  out.close();
+  if (!out) return absl::InvalidArgumentError(absl::StrFormat("--out %s: cannot write the plan file", path));
+  return absl::OkStatus();
+}
+
+absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
+  HEADROOM_ASSIGN_OR_RETURN(JobSpec job, ToJob(flags.job));
+  std::optional<GpuCatalog> catalog;
+  Machine machine;
+  if (!flags.catalog.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(catalog, GpuCatalog::LoadFile(flags.catalog));
+  }
+  if (!flags.gpu.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(machine.gpu, (catalog ? *catalog : GpuCatalog::Builtin()).Find(flags.gpu));
+  }
+  std::optional<Strategy> strategy;
+  if (!flags.compare && flags.load.empty()) {
+    absl::StatusOr<Strategy> parsed = ParseStrategy(flags.strategy);
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--strategy: ", parsed.status().message()));
+    strategy = *parsed;
+  }
+  HEADROOM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(flags.model));
+  absl::StatusOr<PlanInput> built = BuildPlanInput(model, job, machine);
+  if (!built.ok()) return InFlagTerms(built.status());
+  const PlanInput& in = *built;
+
+  const PlanProblem unbounded = in.Problem(std::numeric_limits<uint64_t>::max());
+  HEADROOM_ASSIGN_OR_RETURN(const PlanEvaluation store_all, EvaluateSchedule(unbounded, StoreAllSchedule(in.step)));
+  HEADROOM_ASSIGN_OR_RETURN(auto budget, ResolveBudget(flags, in, machine, store_all));
+  const PlanProblem problem = in.Problem(budget.first);
+
+  PlanReport report{.model = flags.model, .input = &in, .budget = budget.first,
+                    .budget_source = std::move(budget.second), .store_all = store_all};
+  if (flags.compare) {
+    report.strategies = AllStrategies();
+    report.results = CompareStrategies(problem);
+  } else if (!flags.load.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(PlanResult loaded, LoadPlan(flags.load, problem));
+    report.strategies = {loaded.strategy};
+    report.results.push_back(std::move(loaded));
+  } else {
+    report.strategies = {*strategy};
+    report.results.push_back(RunStrategy(problem, *strategy));
+    if (!report.results[0].ok()) {
+      const absl::Status& error = report.results[0].status();
+      if (error.code() != absl::StatusCode::kResourceExhausted) return error;
+      return absl::ResourceExhaustedError(absl::StrCat(error.message(), "; ", SmallestReachable(problem)));
+    }
+  }
+  if (!flags.out.empty()) {
+    if (report.results.size() != 1 || !report.results[0].ok()) {
+      return absl::InvalidArgumentError("--out: writes one plan; drop --compare");
+    }
+    HEADROOM_RETURN_IF_ERROR(WritePlan(flags.out, flags, problem, *report.results[0]));
+  }
+  out << (flags.json ? PlanJson(report).dump(2) + "\n" : PlanText(report));
+
+  bool any_fits = false;
+  for (const absl::StatusOr<PlanResult>& r : report.results) any_fits = any_fits || (r.ok() && r->fits);
+  if (!any_fits) {
+    return absl::ResourceExhaustedError(absl::StrFormat("no plan fits the budget of %s; %s",
+                                                        FormatBytes(budget.first), SmallestReachable(problem)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Subcommand AddPlanCommand(CLI::App& root) {
+  auto f = std::make_shared<PlanFlags>();
+  CLI::App* app = root.add_subcommand(
+      "plan", "Which activations to keep, replay or offload so the step fits, at the least extra time");
+  app->add_option("--model", f->model, "Preset name, config.json, graph JSON or node-link JSON path")->required();
+  app->add_option("--gpu", f->gpu, "Fit this catalog GPU: the budget is its memory minus the step's fixed state");
+  app->add_option("--catalog", f->catalog, "Find --gpu in this catalog file instead of the built-in one");
+  app->add_option("--budget", f->budget, "Bytes for planned tensors (e.g. 20GiB), or N% of the store-all peak");
+  app->add_option("--strategy", f->strategy, "store-all, sqrt-n, sqrt-n-linear or chen-greedy")
+      ->default_str("chen-greedy");
+  app->add_flag("--compare", f->compare, "Run every strategy and print one row each");
+  AddJobFlags(*app, f->job);
+  app->add_flag("--json", f->json, "Print a JSON object (exact bytes)");
+  app->add_option("--out", f->out, "Write the plan file (JSON schedule) here");
+  app->add_option("--load", f->load, "Evaluate a plan file written by --out (same --model and job flags)");
+  return {app, [f](std::ostream& out) { return RunPlan(*f, out); }};
+}
+
+}  // namespace headroom::cli

@@ -1,0 +1,89 @@
+#include "estimators/plan_input.h"
+
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "estimators/estimate_stages.h"
+#include "hardware/cost_model.h"
+#include "hardware/gpu_catalog.h"
+
+namespace headroom {
+namespace {
+
+// The GPU whose roofline prices ops when only a byte budget was given.
+constexpr std::string_view kReferenceGpu = "H100-80GB";
+
+}  // namespace
+
+PlanProblem PlanInput::Problem(uint64_t budget) const {
+  return {.step = &step, .op_cost = op_cost, .cost_unit = cost_unit, .profile = profile, .budget = budget,
+          .copy_bytes_per_cost = copy_bytes_per_cost};
+}
+
+absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec& job, const Machine& machine) {
+  HEADROOM_RETURN_IF_ERROR(ValidateJob(job));
+  if (!job.training) {
+    return absl::InvalidArgumentError(
+        "--inference: an inference step keeps nothing for backward, so there is nothing to plan");
+  }
+  if (job.layout.pipeline_parallel > 1) {
+    return absl::InvalidArgumentError(
+        "--pp: the planner plans one GPU's whole step; pipeline stages are not supported yet");
+  }
+  if (job.checkpoint != CheckpointMode::kOff) {
+    return absl::InvalidArgumentError(
+        "--checkpoint: the planner chooses what to replay; drop --checkpoint (compare its modes with --compare)");
+  }
+  HEADROOM_RETURN_IF_ERROR(CheckJobAgainstModel(model, job));
+  const JobSpec& unplanned = job;  // no checkpoint mode: the planner decides what to replay
+  const EstimateSetup setup = ResolveSetup(model, unplanned);
+  HEADROOM_ASSIGN_OR_RETURN(Graph forward, BuildForwardGraph(model, unplanned, setup));
+
+  PlanInput in;
+  in.capacity = machine.capacity();
+  in.fragmentation_fraction = job.overheads.fragmentation_fraction;
+  const bool whole_step = model.graph && HasBackward(forward);
+  if (whole_step) {
+    in.step = std::move(forward);
+    in.profile = {};
+  } else {
+    HEADROOM_ASSIGN_OR_RETURN(in.step, BuildStep(forward, unplanned, setup));
+    in.profile.count_parameter_gradients = !setup.persistent_gradients;
+    const PeakAttribution peak = AttributePeak(in.step, setup);
+    HEADROOM_ASSIGN_OR_RETURN(const WorstStage stage, FindWorstPipelineStage(forward, peak, unplanned, setup));
+    const ModelStates& s = stage.states;
+    in.fixed.weights = s.weights + s.buffers + s.gathered_parameters + s.fp8_weight_cache;
+    in.fixed.gradients = setup.persistent_gradients ? s.gradients : 0;
+    in.fixed.optimizer_state = s.optimizer_state + s.master_weights;
+    const Overheads overheads = EstimateJobOverheads(machine, unplanned, 0, 0);
+    in.fixed.other = overheads.cuda_context + overheads.cublas_workspace + s.communication_buffers;
+  }
+
+  bool measured = false;
+  for (const Op& op : in.step.ops()) measured = measured || op.measured_cost > 0;
+  const GpuSpec* gpu = machine.gpu;
+  if (gpu == nullptr) {
+    HEADROOM_ASSIGN_OR_RETURN(gpu, GpuCatalog::Builtin().Find(kReferenceGpu));
+  }
+  in.op_cost.reserve(in.step.num_ops());
+  if (measured) {
+    for (const Op& op : in.step.ops()) in.op_cost.push_back(op.measured_cost);
+    in.cost_unit = "units";
+    in.cost_source = "the graph's measured costs";
+  } else {
+    const CostModelOptions cost{.allow_tf32 = setup.precision.allow_tf32};
+    for (const Op& op : in.step.ops()) in.op_cost.push_back(EstimateOpTime(op, *gpu, cost).seconds);
+    in.cost_unit = "s";
+    in.cost_source = absl::StrFormat("roofline on %s", gpu->name);
+    in.copy_bytes_per_cost = gpu->host_link.bandwidth_bytes_per_s * cost.host_link_efficiency;
+  }
+
+  if (in.capacity > in.fixed.total()) {
+    in.gpu_budget = static_cast<uint64_t>(static_cast<double>(in.capacity - in.fixed.total()) /
+                                          (1 + in.fragmentation_fraction));
+  }
+  return in;
+}
+
+}  // namespace headroom

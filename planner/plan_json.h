@@ -1,0 +1,60 @@
+// The plan file: a schedule with what it was planned for, as JSON that
+// `headroom plan --out` writes and `headroom plan --load` reads back.
+//
+//   nlohmann::json j = PlanFileToJson(file);
+//   absl::StatusOr<PlanFile> back = ParsePlanFile(text, "plan.json");
+//
+// Note [Plan file format]
+// {"format": "headroom-plan", "version": 1,
+//  "model": "gpt2", "strategy": "chen-greedy", "budget_bytes": 123,
+//  "step": {"name": "GPT2LMHeadModel", "ops": 1234, "tensors": 2345,
+//           "fingerprint": "9f3c..."},
+//  "schedule": [["compute", 0], ["recompute", 12], ["offload", 301], ...]}
+// Schedule entries are [action, target]: an op id for compute and
+// recompute, a tensor id for offload and prefetch (planner/schedule.h).
+// The step block identifies the step the ids refer to: --load rebuilds the
+// step from the same model and flags and refuses a plan whose op count,
+// tensor count or fingerprint (a hash of op kinds, names and tensor sizes,
+// StepFingerprint) differ. Unknown keys are ignored; a newer version is an
+// error.
+#ifndef HEADROOM_PLANNER_PLAN_JSON_H_
+#define HEADROOM_PLANNER_PLAN_JSON_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+#include "nlohmann/json.hpp"
+#include "planner/schedule.h"
+
+namespace headroom {
+
+inline constexpr int kPlanFileVersion = 1;
+
+struct PlanFile {
+  std::string model;
+  std::string strategy;
+  uint64_t budget_bytes = 0;
+  std::string step_name;
+  uint64_t step_ops = 0;
+  uint64_t step_tensors = 0;
+  std::string fingerprint;
+  Schedule schedule;
+};
+
+// 16 hex digits identifying the step's ops and tensor sizes.
+std::string StepFingerprint(const Graph& step);
+
+nlohmann::json PlanFileToJson(const PlanFile& file);
+
+// Errors (InvalidArgument) name `origin` and the field at fault.
+absl::StatusOr<PlanFile> ParsePlanFile(std::string_view text, std::string_view origin);
+
+// Checks that `file` was planned for `step` (Note [Plan file format]).
+absl::Status CheckPlanMatchesStep(const PlanFile& file, const Graph& step, std::string_view origin);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_PLANNER_PLAN_JSON_H_

@@ -1,0 +1,129 @@
+#include "report/plan_report.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/text_table.h"
+#include "common/units.h"
+
+namespace headroom {
+namespace {
+
+std::string Cost(double cost, const std::string& unit) {
+  return unit == "s" ? absl::StrFormat("%.4g s", cost) : absl::StrFormat("%.6g %s", cost, unit);
+}
+
+std::string Percent(double part, double whole) {
+  return whole > 0 ? absl::StrFormat("%+.1f%%", 100 * part / whole) : "-";
+}
+
+nlohmann::json EvaluationJson(const PlanEvaluation& e) {
+  return {{"peak_bytes", e.peak_bytes},       {"base_cost", e.base_cost},
+          {"extra_cost", e.extra_cost},       {"wait_cost", e.wait_cost},
+          {"step_cost", e.step_cost},         {"host_peak_bytes", e.host_peak_bytes},
+          {"offloaded_bytes", e.offloaded_bytes}, {"recomputed_ops", e.recomputed_ops}};
+}
+
+std::string Header(const PlanReport& r) {
+  const PlanInput& in = *r.input;
+  std::string out = absl::StrFormat("Plan for %s: %d ops, costs from %s\n", r.model, in.step.num_ops(), in.cost_source);
+  absl::StrAppend(&out, absl::StrFormat("budget:      %s for planned tensors (%s)\n", FormatBytes(r.budget),
+                                        r.budget_source));
+  if (in.fixed.total() > 0) {
+    absl::StrAppend(&out, absl::StrFormat(
+                              "fixed state: %s (weights %s, gradients %s, optimizer state %s, context and "
+                              "workspaces %s)\n",
+                              FormatBytes(in.fixed.total()), FormatBytes(in.fixed.weights),
+                              FormatBytes(in.fixed.gradients), FormatBytes(in.fixed.optimizer_state),
+                              FormatBytes(in.fixed.other)));
+  }
+  absl::StrAppend(&out, absl::StrFormat("store-all:   peak %s, step %s\n", FormatBytes(r.store_all.peak_bytes),
+                                        Cost(r.store_all.step_cost, in.cost_unit)));
+  return out;
+}
+
+std::string OneText(const PlanReport& r, const PlanResult& p) {
+  const PlanInput& in = *r.input;
+  const PlanEvaluation& e = p.evaluation;
+  std::string out = Header(r);
+  absl::StrAppend(&out, absl::StrFormat("\nstrategy:    %s (%s)\n", StrategyName(p.strategy), p.detail));
+  absl::StrAppend(&out, absl::StrFormat("peak:        %s of %s: %s\n", FormatBytes(e.peak_bytes), FormatBytes(r.budget),
+                                        p.fits ? "fits" : "does NOT fit"));
+  absl::StrAppend(&out, absl::StrFormat("step:        %s, %s over store-all (replays %s, copy waits %s)\n",
+                                        Cost(e.step_cost, in.cost_unit), Percent(e.step_cost - e.base_cost, e.base_cost),
+                                        Cost(e.extra_cost, in.cost_unit), Cost(e.wait_cost, in.cost_unit)));
+  if (p.lower_bound_extra_cost) {
+    const double gap = e.extra_cost - *p.lower_bound_extra_cost;
+    absl::StrAppend(&out, absl::StrFormat("lower bound: replays of at least %s; this plan is within %s of it "
+                                          "(%.2f%% of the base step)\n",
+                                          Cost(*p.lower_bound_extra_cost, in.cost_unit), Cost(gap, in.cost_unit),
+                                          e.base_cost > 0 ? 100 * gap / e.base_cost : 0.0));
+  }
+  absl::StrAppend(&out, absl::StrFormat("host memory: %s at most, %s copied out\n", FormatBytes(e.host_peak_bytes),
+                                        FormatBytes(e.offloaded_bytes)));
+  absl::StrAppend(&out, absl::StrFormat("schedule:    %d entries: %d computes, %d replays, %d offloads, %d prefetches\n",
+                                        p.schedule.entries.size(), p.schedule.CountOf(ScheduleAction::kCompute),
+                                        p.schedule.CountOf(ScheduleAction::kRecompute),
+                                        p.schedule.CountOf(ScheduleAction::kOffload),
+                                        p.schedule.CountOf(ScheduleAction::kPrefetch)));
+  return out;
+}
+
+}  // namespace
+
+std::string PlanText(const PlanReport& r) {
+  if (r.results.size() == 1 && r.results[0].ok()) return OneText(r, *r.results[0]);
+  std::string out = Header(r);
+  TextTable table({"strategy", "peak", "fits", "step", "overhead", "host", "detail"},
+                  {Align::kLeft, Align::kRight, Align::kLeft,
+                   Align::kRight, Align::kRight, Align::kRight,
+                   Align::kLeft});
+  for (size_t i = 0; i < r.results.size(); ++i) {
+    const absl::StatusOr<PlanResult>& result = r.results[i];
+    if (!result.ok()) {
+      table.AddRow({std::string(StrategyName(r.strategies[i])), "-", "no", "-", "-", "-",
+                    std::string(result.status().message())});
+      continue;
+    }
+    const PlanEvaluation& e = result->evaluation;
+    table.AddRow({std::string(StrategyName(result->strategy)), FormatBytes(e.peak_bytes), result->fits ? "yes" : "no",
+                  Cost(e.step_cost, r.input->cost_unit), Percent(e.step_cost - e.base_cost, e.base_cost),
+                  FormatBytes(e.host_peak_bytes), result->detail});
+  }
+  absl::StrAppend(&out, "\n", table.Render());
+  return out;
+}
+
+nlohmann::json PlanJson(const PlanReport& r) {
+  const PlanInput& in = *r.input;
+  nlohmann::json plans = nlohmann::json::array();
+  for (size_t i = 0; i < r.results.size(); ++i) {
+    const absl::StatusOr<PlanResult>& result = r.results[i];
+    if (!result.ok()) {
+      plans.push_back({{"strategy", StrategyName(r.strategies[i])}, {"error", std::string(result.status().message())}});
+      continue;
+    }
+    nlohmann::json j = {{"strategy", StrategyName(result->strategy)},
+                        {"fits", result->fits},
+                        {"detail", result->detail},
+                        {"evaluation", EvaluationJson(result->evaluation)}};
+    if (result->lower_bound_extra_cost) j["lower_bound_extra_cost"] = *result->lower_bound_extra_cost;
+    plans.push_back(std::move(j));
+  }
+  return {{"model", r.model},
+          {"ops", in.step.num_ops()},
+          {"cost_unit", in.cost_unit},
+          {"cost_source", in.cost_source},
+          {"budget_bytes", r.budget},
+          {"budget_source", r.budget_source},
+          {"fixed_bytes",
+           {{"weights", in.fixed.weights},
+            {"gradients", in.fixed.gradients},
+            {"optimizer_state", in.fixed.optimizer_state},
+            {"other", in.fixed.other}}},
+          {"store_all", EvaluationJson(r.store_all)},
+          {"plans", std::move(plans)}};
+}
+
+}  // namespace headroom

@@ -1,0 +1,103 @@
+// `headroom plan`: a plan that fits, the comparison table, plan files that
+// round-trip, and the error paths (one line naming the input).
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/cli/run_command.h"
+
+namespace headroom {
+namespace {
+
+using ::headroom::testing::RunHeadroom;
+using ::headroom::testing::WriteTempFile;
+using ::testing::HasSubstr;
+
+TEST(PlanCli, Gpt2FitsEightyPercentOfItsPeak) {
+  auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--strategy", "chen-greedy"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("(80% of the store-all peak)"));
+  EXPECT_THAT(r.out, HasSubstr("strategy:    chen-greedy"));
+  EXPECT_THAT(r.out, HasSubstr(": fits"));
+  EXPECT_THAT(r.out, HasSubstr("replays"));
+}
+
+TEST(PlanCli, CompareListsEveryStrategyInJson) {
+  auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "90%", "--compare", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_GE(j["plans"].size(), 4u);
+  EXPECT_EQ(j["plans"][0]["strategy"], "store-all");
+  EXPECT_EQ(j["plans"][0]["evaluation"]["peak_bytes"], j["store_all"]["peak_bytes"]);
+  EXPECT_EQ(j["plans"][0]["fits"], false);  // 90% of its own peak
+  EXPECT_GT(j["budget_bytes"].get<uint64_t>(), 0u);
+}
+
+TEST(PlanCli, PlanFileRoundTrips) {
+  const std::string path = WriteTempFile("gpt2.plan.json", "");
+  auto planned = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--strategy", "sqrt-n", "--out", path});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  auto loaded = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--load", path});
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
+  EXPECT_THAT(loaded.out, HasSubstr("strategy:    sqrt-n (loaded from"));
+  // Same schedule, same peak line.
+  auto peak_line = [](const std::string& text) {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("peak:", 0) == 0) return line;
+    }
+    return std::string();
+  };
+  EXPECT_EQ(peak_line(planned.out), peak_line(loaded.out));
+  // A plan for another step is refused, naming the file.
+  auto other = RunHeadroom({"plan", "--model", "gpt2", "--seq", "512", "--budget", "80%", "--load", path});
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_THAT(other.err, HasSubstr(path + ": the plan is for a step of"));
+}
+
+TEST(PlanCli, NodeLinkGraphAtNinetyPercent) {
+  const std::string graph = std::string(HEADROOM_SOURCE_DIR) + "/../shared/data/checkmate_vgg16_b256_train.nx.json";
+  if (!std::filesystem::exists(graph)) GTEST_SKIP() << graph << " is not here";
+  auto r = RunHeadroom({"plan", "--model", graph, "--budget", "90%", "--compare"});
+  EXPECT_THAT(r.out, HasSubstr("costs from the graph's measured costs"));
+  EXPECT_THAT(r.out, HasSubstr("units"));
+}
+
+TEST(PlanCli, BadInputIsOneLineNamingIt) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"plan", "--model", "gpt2", "--budget", "80%", "--strategy", "magic"}, "--strategy: unknown strategy 'magic'"},
+      {{"plan", "--model", "gpt2"}, "--budget or --gpu"},
+      {{"plan", "--model", "gpt2", "--budget", "-5%"}, "--budget: '-5%' is not a percentage"},
+      {{"plan", "--model", "gpt2", "--budget", "lots"}, "--budget:"},
+      {{"plan", "--model", "gpt2", "--budget", "1GiB", "--inference"}, "nothing to plan"},
+      {{"plan", "--model", "gpt2", "--budget", "1GiB", "--checkpoint", "full"}, "--checkpoint: the planner chooses"},
+      {{"plan", "--model", "llama-2-70b", "--gpu", "T4"}, "already fills"},
+      {{"plan", "--model", "gpt2", "--budget", "1GiB", "--load", "/nonexistent/plan.json"}, "/nonexistent/plan.json"},
+  };
+  for (const Case& c : cases) {
+    auto r = RunHeadroom(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.message << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  const std::string bad = WriteTempFile("bad.plan.json", R"({"format": "headroom-plan", "version": 9})");
+  auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "1GiB", "--load", bad});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("version 9 is not one this Headroom reads"));
+}
+
+TEST(PlanCli, ImpossibleBudgetStatesTheSmallestReachable) {
+  auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "5%"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("the smallest peak any strategy reaches is"));
+}
+
+}  // namespace
+}  // namespace headroom
