@@ -72,6 +72,8 @@ namespace {
 // what S drops: a copy not held into the next stage has no reader after its
 // stage, since every later reader reads a newer replay.
 
+constexpr double kInf = 1e30;
+
 double Seconds(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
 // The last stage at which a copy of each op can be read: its last reader,
@@ -87,6 +89,9 @@ std::vector<int32_t> ReachLast(const Model& m) {
   }
   return reach;
 }
+
+constexpr int kAbsent = -1;
+constexpr int kOne = -2;
 
 // Columns and rows of an LP/MILP, gathered as triplets.
 struct LpBuilder {
@@ -109,7 +114,14 @@ struct LpBuilder {
     row_ub.push_back(ub);
     return static_cast<int>(row_lb.size()) - 1;
   }
+  // `col` may be kAbsent (a variable fixed at 0: nothing to add) or kOne
+  // (fixed at 1: the term moves into the row's bounds).
   void Add(int row, int col, double value) {
+    if (col == kOne) {
+      row_lb[static_cast<size_t>(row)] -= value;
+      row_ub[static_cast<size_t>(row)] -= value;
+      return;
+    }
     if (col < 0) return;
     row_index.push_back(row);
     col_index.push_back(col);
@@ -124,7 +136,6 @@ struct LpBuilder {
   }
 };
 
-constexpr double kInf = 1e30;
 
 struct CheckmateColumns {
   std::vector<std::vector<int>> r;  // r[t][k], k <= t; -1 where fixed at 0
@@ -400,15 +411,27 @@ absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, doub
 
   LpBuilder b;
   // p[v][t - producer]: P[t][v]; r[t][k]: R[t][k].
+  // Operands of op t are live while it runs: P[t][v] = 1, a constant
+  // rather than a fixed column (CLP's presolve spends long removing those).
   std::vector<std::vector<int>> p(num_values);
   for (size_t v = 0; v < num_values; ++v) {
-    const int32_t first = model.value_producer[v];
-    p[v].resize(static_cast<size_t>(value_reach[v] - first + 1));
-    for (int32_t t = first; t <= value_reach[v]; ++t) p[v][static_cast<size_t>(t - first)] = b.AddCol(0, 1, 0, false);
+    p[v].assign(static_cast<size_t>(value_reach[v] - model.value_producer[v] + 1), kAbsent);
+  }
+  for (size_t t = 0; t < n; ++t) {
+    for (const std::vector<int32_t>* vs : {&model.reads[t], &model.writes[t]}) {
+      for (int32_t v : *vs) {
+        p[static_cast<size_t>(v)][t - static_cast<size_t>(model.value_producer[static_cast<size_t>(v)])] = kOne;
+      }
+    }
+  }
+  for (size_t v = 0; v < num_values; ++v) {
+    for (int& c : p[v]) {
+      if (c == kAbsent) c = b.AddCol(0, 1, 0, false);
+    }
   }
   auto P = [&](int32_t t, int32_t v) {
     const int32_t first = model.value_producer[static_cast<size_t>(v)];
-    if (t < first || t > value_reach[static_cast<size_t>(v)]) return -1;
+    if (t < first || t > value_reach[static_cast<size_t>(v)]) return kAbsent;
     return p[static_cast<size_t>(v)][static_cast<size_t>(t - first)];
   };
   std::vector<std::vector<int>> r(n);
@@ -424,17 +447,12 @@ absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, doub
 
   for (size_t t = 0; t < n; ++t) {
     const auto st = static_cast<int32_t>(t);
-    // Operands live.
-    for (const std::vector<int32_t>* vs : {&model.reads[t], &model.writes[t]}) {
-      for (int32_t v : *vs) b.col_lb[static_cast<size_t>(P(st, v))] = 1;
-    }
     // Memory during op t.
     // No margin under the budget here: a schedule peaking at the budget
     // itself must stay feasible for the bound to hold.
     const int mem_row = b.AddRow(-kInf, 1.0 - static_cast<double>(model.fixed_bytes) / scale);
     for (size_t v = 0; v < num_values; ++v) {
-      const int c = P(st, static_cast<int32_t>(v));
-      if (c >= 0) b.Add(mem_row, c, static_cast<double>(model.value_bytes[v]) / scale);
+      b.Add(mem_row, P(st, static_cast<int32_t>(v)), static_cast<double>(model.value_bytes[v]) / scale);
     }
     // Replays read copies that existed or were replayed.
     for (size_t k = 0; k < t; ++k) {
@@ -476,6 +494,7 @@ absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, doub
       double carry = model.writes[i].empty() ? 1.0 : 0.0;
       for (int32_t v : model.writes[i]) {
         const int c = P(static_cast<int32_t>(t + 1), v);
+        if (c == kOne) carry = std::max(carry, 1.0 - replayed);
         if (c >= 0) carry = std::max(carry, x[c] - replayed);
       }
       out.carry[i][t] = std::clamp(carry, 0.0, 1.0);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -238,15 +239,39 @@ std::vector<Step> DeriveSteps(const Model& model, const Retention& keep) {
   std::vector<std::vector<int32_t>> early(n);
   for (size_t i = 0; i < n && i < keep.size(); ++i) {
     if (!model.recomputable[i]) continue;
-    for (size_t t = i + 1; t < keep[i].size() && t < n; ++t) {
-      if (keep[i][t] == kReplay) early[t].push_back(static_cast<int32_t>(i));
+    // Patterns are dense (n * n flags) and early replays rare: memchr
+    // skips the rest at memory speed.
+    const std::vector<uint8_t>& row = keep[i];
+    const size_t end = std::min(row.size(), n);
+    for (size_t t = i + 1; t < end;) {
+      const void* hit = std::memchr(row.data() + t, kReplay, end - t);
+      if (hit == nullptr) break;
+      t = static_cast<size_t>(static_cast<const uint8_t*>(hit) - row.data());
+      early[t].push_back(static_cast<int32_t>(i));
+      ++t;
     }
   }
   std::vector<uint8_t> held(n, 0);
   std::vector<int32_t> mark(n, -1);  // stage that already replays the op
   std::vector<int32_t> replay;
   std::vector<std::pair<int32_t, size_t>> stack;  // (op, next dep to visit)
-  std::vector<int32_t> held_list;  // recomputable ops with held[op] set
+  // A held copy is dropped at the end of the first stage, from the one
+  // that made it, whose flag is kDrop: found once, when the copy is made,
+  // rather than by checking every held copy at every stage.
+  std::vector<std::vector<int32_t>> drop_at(n);
+  std::vector<int32_t> drop_stage(n, -1);
+  auto hold = [&](int32_t op, size_t from) {
+    held[static_cast<size_t>(op)] = 1;
+    if (!model.recomputable[static_cast<size_t>(op)]) return;
+    const std::vector<uint8_t>& row = keep[static_cast<size_t>(op)];
+    size_t at = from;
+    if (from < row.size()) {
+      const void* hit = std::memchr(row.data() + from, kDrop, row.size() - from);
+      at = hit == nullptr ? n : static_cast<size_t>(static_cast<const uint8_t*>(hit) - row.data());
+    }
+    drop_stage[static_cast<size_t>(op)] = static_cast<int32_t>(at);
+    if (at < n) drop_at[at].push_back(op);
+  };
   for (size_t t = 0; t < n; ++t) {
     const auto stage = static_cast<int32_t>(t);
     replay.clear();
@@ -276,25 +301,14 @@ std::vector<Step> DeriveSteps(const Model& model, const Retention& keep) {
     std::sort(replay.begin(), replay.end());
     for (int32_t op : replay) {
       steps.push_back({op, true});
-      if (!held[static_cast<size_t>(op)]) {
-        held[static_cast<size_t>(op)] = 1;
-        held_list.push_back(op);
-      }
+      hold(op, t);
     }
     steps.push_back({stage, false});
-    held[t] = 1;
-    if (model.recomputable[t]) held_list.push_back(stage);
+    hold(stage, t);
     // Drop what the pattern does not hold past this stage.
-    size_t kept = 0;
-    for (int32_t op : held_list) {
-      const std::vector<uint8_t>& row = keep[static_cast<size_t>(op)];
-      if (t < row.size() && row[t] != kDrop) {
-        held_list[kept++] = op;
-      } else {
-        held[static_cast<size_t>(op)] = 0;
-      }
+    for (int32_t op : drop_at[t]) {
+      if (drop_stage[static_cast<size_t>(op)] == stage) held[static_cast<size_t>(op)] = 0;
     }
-    held_list.resize(kept);
   }
   return steps;
 }
