@@ -31,8 +31,7 @@ absl::StatusOr<Model> CheckedModel(const PlanProblem& problem) {
   HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
   if (problem.step->num_ops() > kMaxRematOps) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "plan problem for '%s': %d ops, more than the %d the rematerialization solvers take (their "
-        "programs grow with the square of the op count)",
+        "plan problem for '%s': %d ops, more than the %d the rematerialization solvers take",
         problem.step->name(), problem.step->num_ops(), kMaxRematOps));
   }
   return remat::BuildModel(problem);

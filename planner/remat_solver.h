@@ -111,9 +111,11 @@ struct ReachableBudget {
 absl::StatusOr<ReachableBudget> SmallestReachableBudget(const PlanProblem& problem,
                                                         const RematOptions& options = {});
 
-// The solvers keep O(ops^2) variables and retention flags; beyond this
-// many ops they refuse rather than run for hours.
-inline constexpr size_t kMaxRematOps = 4096;
+// The solvers keep O(ops^2) variables and retention flags: a 646-op GPT-2
+// step takes PlanRemat about 10 s, and time grows faster than the square.
+// Beyond this many ops they refuse rather than run for many minutes; the
+// Checkmate benchmark graphs have at most a few hundred.
+inline constexpr size_t kMaxRematOps = 1024;
 
 }  // namespace headroom
 
