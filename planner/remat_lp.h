@@ -50,9 +50,10 @@ struct LpOutcome {
 // and its infeasibility proves that no schedule meets `budget`.
 absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, double time_limit_s);
 
-// The LP relaxation of Checkmate's MILP: a bound within Checkmate's schedule
-// space only (ops of a stage in program order), and the fractional retention
-// that Checkmate's two-phase rounding starts from.
+// The LP relaxation of Checkmate's MILP, for comparison with ours
+// (bench/remat_bench.cc): a bound within Checkmate's schedule space only
+// (replays of a stage in program order). Its carry is S, the fractional
+// retention that Checkmate's two-phase rounding starts from.
 absl::StatusOr<LpOutcome> SolveCheckmateLp(const Model& model, uint64_t budget, double time_limit_s);
 
 }  // namespace headroom::remat

@@ -322,13 +322,4 @@ Schedule ToSchedule(std::span<const Step> steps) {
   return s;
 }
 
-std::vector<Step> FromSchedule(const Schedule& schedule) {
-  std::vector<Step> steps;
-  steps.reserve(schedule.entries.size());
-  for (const ScheduleEntry& e : schedule.entries) {
-    steps.push_back({e.target, e.action == ScheduleAction::kRecompute});
-  }
-  return steps;
-}
-
 }  // namespace headroom::remat

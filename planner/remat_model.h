@@ -102,10 +102,8 @@ enum Keep : uint8_t { kDrop = 0, kHold = 1, kReplay = 2 };
 using Retention = std::vector<std::vector<uint8_t>>;
 std::vector<Step> DeriveSteps(const Model& model, const Retention& keep);
 
-// The steps as a Schedule, and back (a schedule of compute/recompute
-// entries only).
+// The steps as a Schedule of compute and recompute entries.
 Schedule ToSchedule(std::span<const Step> steps);
-std::vector<Step> FromSchedule(const Schedule& schedule);
 
 }  // namespace headroom::remat
 

@@ -293,6 +293,10 @@ TEST(RematSolver, FastIsWithinTenPercentOfTheMilp) {
       EXPECT_TRUE(fast->lower_bound_solved);
       EXPECT_GE(fast->evaluation.extra_cost, fast->lower_bound - 1e-6);
       EXPECT_LE(fast->lower_bound, milp->evaluation.extra_cost + 1e-6);
+      absl::StatusOr<remat::LpOutcome> checkmate_lp = remat::SolveCheckmateLp(*model, budget, 30);
+      ASSERT_TRUE(checkmate_lp.ok());
+      ASSERT_EQ(checkmate_lp->status, remat::LpOutcome::Status::kOptimal);
+      EXPECT_LE(checkmate_lp->objective, milp->evaluation.extra_cost + 1e-6);
       // Both replay in program order within a stage, where the MILP is exact.
       EXPECT_GE(fast->evaluation.extra_cost, milp->evaluation.extra_cost - 1e-6);
       EXPECT_LE(fast->evaluation.extra_cost, Allowed(milp->evaluation.extra_cost, fast->evaluation.base_cost));
