@@ -1,25 +1,29 @@
 #include "planner/planner.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "common/name_table.h"
 #include "common/status_macros.h"
 #include "planner/chen.h"
+#include "planner/remat_solver.h"
 
 namespace headroom {
 namespace {
 
-constexpr NameTable<Strategy, 4> kStrategyNames("strategy", {{
+constexpr NameTable<Strategy, 5> kStrategyNames("strategy", {{
     {"store-all", Strategy::kStoreAll},
     {"sqrt-n", Strategy::kSqrtN},
     {"sqrt-n-linear", Strategy::kSqrtNLinear},
     {"chen-greedy", Strategy::kChenGreedy},
+    {"optimal", Strategy::kOptimal},
 }});
 
 struct Planned {
   Schedule schedule;
   std::string detail;
+  std::optional<double> lower_bound;
 };
 
 absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy) {
@@ -40,6 +44,12 @@ absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy) {
       HEADROOM_ASSIGN_OR_RETURN(Schedule s, ChenGreedySchedule(problem, cuts));
       return Planned{std::move(s), absl::StrFormat("cuts crossed by %d tensor(s)", cuts.min_crossing)};
     }
+    case Strategy::kOptimal: {
+      HEADROOM_ASSIGN_OR_RETURN(RematPlan plan, PlanRemat(problem));
+      std::optional<double> bound;
+      if (plan.lower_bound_solved) bound = plan.lower_bound;
+      return Planned{std::move(plan.schedule), std::move(plan.detail), bound};
+    }
   }
   return absl::InternalError("unknown strategy");
 }
@@ -51,7 +61,7 @@ std::string_view StrategyName(Strategy strategy) { return kStrategyNames.Name(st
 absl::StatusOr<Strategy> ParseStrategy(std::string_view name) { return kStrategyNames.Parse(name); }
 
 std::vector<Strategy> AllStrategies() {
-  return {Strategy::kStoreAll, Strategy::kSqrtN, Strategy::kSqrtNLinear, Strategy::kChenGreedy};
+  return {Strategy::kStoreAll, Strategy::kSqrtN, Strategy::kSqrtNLinear, Strategy::kChenGreedy, Strategy::kOptimal};
 }
 
 absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy strategy) {
@@ -59,7 +69,7 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
   HEADROOM_ASSIGN_OR_RETURN(Planned planned, Plan(problem, strategy));
   HEADROOM_ASSIGN_OR_RETURN(PlanEvaluation e, EvaluateSchedule(problem, planned.schedule));
   PlanResult result{.strategy = strategy, .schedule = std::move(planned.schedule), .evaluation = std::move(e),
-                    .detail = std::move(planned.detail)};
+                    .lower_bound_extra_cost = planned.lower_bound, .detail = std::move(planned.detail)};
   result.fits = result.evaluation.peak_bytes <= problem.budget;
   return result;
 }

@@ -12,6 +12,9 @@
 //    graph (planner/chen.h); sqrt-n-linear cuts anywhere, keeping whatever
 //    crosses a cut (Chen et al.'s linearized variant for non-chains).
 //  - chen-greedy: Chen et al.'s greedy under the budget (planner/chen.h).
+//  - optimal: replays chosen over the whole DAG, near Checkmate's MILP
+//    optimum in seconds, with an LP lower bound on the extra cost
+//    (planner/remat_solver.h, PlanRemat).
 // A strategy that does not take the budget into account (store-all,
 // sqrt-n) still returns its plan; `fits` says whether it meets the budget.
 #ifndef HEADROOM_PLANNER_PLANNER_H_
@@ -29,7 +32,7 @@
 
 namespace headroom {
 
-enum class Strategy : uint8_t { kStoreAll, kSqrtN, kSqrtNLinear, kChenGreedy };
+enum class Strategy : uint8_t { kStoreAll, kSqrtN, kSqrtNLinear, kChenGreedy, kOptimal };
 std::string_view StrategyName(Strategy strategy);  // "store-all", "sqrt-n", ...
 absl::StatusOr<Strategy> ParseStrategy(std::string_view name);
 std::vector<Strategy> AllStrategies();  // in the order --compare lists them
