@@ -7,7 +7,7 @@
 //  - extra: the DP plan's replay cost;
 //  - every_stage, selective: the plans users reach for, baselines of the
 //    same run: checkpointing every stage alone (PlanForMode's kFull, which
-//    replays the whole forward: 1) and selective recomputation wherever a
+//    replays the forward but the stages' outputs) and selective recomputation wherever a
 //    stage has an attention core; *_fits says whether each fits the budget;
 //  - exact_extra: the DP at a 1 MiB unit, which is exact for RandomChain (its
 //    figures are whole MiB), where that table stays within kMaxChainDpCells;
@@ -37,7 +37,7 @@ namespace {
 
 double ForwardCost(const Chain& chain) {
   double total = 0;
-  for (const ChainStage& s : chain.stages) total += s.forward_cost;
+  for (const ChainStage& s : chain.stages) total += s.forward_cost + s.boundary_cost;
   return total;
 }
 

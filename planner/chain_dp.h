@@ -33,12 +33,13 @@
 //   D[L][u]  = 0 if u + tail <= M
 //   D[i][u]  = min( D[i+1][u + all_i]                  if u + all_i + bwd_i <= M,
 //                   sel_cost_i + D[i+1][u + sel_i]     if core, u + all_i + bwd_i <= M,
-//                   min over k of  fwd(i..k) + D[k+1][u + in_i]
+//                   min over k of  replay(i..k) + D[k+1][u + in_i]
 //                                  if u + max_{m<=k}(all(i..m) + bwd_m) <= M )
 // The segment term reads D[k+1] at the same column u + in_i for every k, and
 // the feasible k form a range [i, K(i, u)] (a longer segment only needs
-// more), so it is a range minimum of G[k'][v] = D[k'][v] + fwd(0..k'-1) over
-// k' in [i+1, K+1]. Keeping, per column v, the positions whose G is below
+// more), and replay(i..k) = R(k+1) - boundary_k - R(i) for the prefix sums R
+// of forward and boundary costs, so it is a range minimum of
+// G[k'][v] = D[k'][v] + R(k') - boundary_{k'-1} over k' in [i+1, K+1]. Keeping, per column v, the positions whose G is below
 // every G to their left (a monotonic stack, amortized O(1) per row) answers
 // each query by binary search: O(L * M * log L) time, O(L * M) 4-byte
 // decisions for the plan and O(M) rows; the feasible range adds

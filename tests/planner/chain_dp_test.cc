@@ -21,6 +21,8 @@
 #include "models/builders.h"
 #include "models/model_source.h"
 #include "planner/checkpoint_plan.h"
+#include "planner/plan.h"
+#include "planner/schedule.h"
 
 namespace headroom {
 namespace {
@@ -351,6 +353,42 @@ TEST(ChainPlanToCheckpointPlan, DpPlansOnGpt2AreMeasuredAsPredicted) {
   // The budget of the last step is just below keeping everything: a little is replayed.
   EXPECT_GT(previous, 0);
   EXPECT_LT(previous, every_layer);
+}
+
+// The whole chain-dp pipeline on a plan problem (planner/plan.h), as the
+// planner's driver runs it: the chain of the problem's step, the DP's plan,
+// its segments as a schedule (torch.utils.checkpoint), evaluated and checked
+// by the independent validator. Here with gradient accumulation, whose
+// "gradient_buffers" op shifts every op id of the step.
+TEST(ChainPlanToCheckpointPlan, PlanProblemEndToEnd) {
+  absl::StatusOr<Graph> step = BuildTrainingStep(Gpt2(), {.gradients_preexist = true});
+  ASSERT_TRUE(step.ok()) << step.status();
+  const std::vector<double> cost = FlopCosts(*step);
+  absl::StatusOr<Chain> chain = ExtractLayerChain(*step, cost);
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  // kFull and kSelective over the step itself are the uniform plans.
+  EXPECT_EQ(Converted(*step, UniformChainPlan(*chain, StageChoice::kCheckpoint)), Named(*step, CheckpointMode::kFull));
+  EXPECT_EQ(Converted(*step, UniformChainPlan(*chain, StageChoice::kSelective)),
+            Named(*step, CheckpointMode::kSelective));
+
+  const uint64_t all = UniformChainPlan(*chain, StageChoice::kKeepAll).predicted_peak;
+  const uint64_t least = *MinimumChainPeak(*chain);
+  for (int tenth : {2, 5, 8}) {
+    const uint64_t budget = least + (all - least) / 10 * static_cast<uint64_t>(tenth);
+    absl::StatusOr<ChainPlan> plan = SolveChainDp(*chain, {.budget = budget});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<CheckpointPlan> cp = ChainPlanToCheckpointPlan(*step, *plan);
+    ASSERT_TRUE(cp.ok()) << cp.status();
+    absl::StatusOr<Schedule> schedule = SegmentSchedule(*step, *cp);
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    const PlanProblem problem{.step = &*step, .op_cost = cost, .budget = budget};
+    absl::StatusOr<PlanEvaluation> e = EvaluateSchedule(problem, *schedule);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->peak_bytes, plan->predicted_peak) << budget;
+    // The model's replay costs are the schedule's (ExtractLayerChain).
+    EXPECT_DOUBLE_EQ(e->extra_cost, plan->extra_cost) << budget;
+    EXPECT_TRUE(ValidateSchedule(problem, *schedule).ok()) << ValidateSchedule(problem, *schedule);
+  }
 }
 
 }  // namespace
