@@ -162,6 +162,11 @@ absl::StatusOr<Chain> ExtractLayerChain(const Graph& forward_or_step, std::span<
                                                         op.name, op_cost[static_cast<size_t>(op.id)]));
     }
     has_backward = has_backward || op.phase == Phase::kBackward;
+    if (op.recompute) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "graph '%s': op '%s' is a replay; ExtractLayerChain expects a step with nothing checkpointed",
+          graph.name(), op.name));
+    }
     if (op.layer < 0 || op.phase != Phase::kForward) continue;
     // A stage is one contiguous stretch of the forward (PlanForMode's
     // segments assume the same), so layers must come in program order.

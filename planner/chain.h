@@ -77,7 +77,7 @@ struct Chain {
   uint64_t fixed_bytes = 0;         // live throughout the chain, whatever the plan
   uint64_t tail_bytes = 0;          // on top of every stage's held bytes after the chain
   uint64_t outside_peak_bytes = 0;  // the peak before and after the chain, plan-free
-  std::string cost_unit = "s";
+  std::string cost_unit = "s";  // as op_cost's (PlanProblem::cost_unit); for reports only
 
   int num_stages() const { return static_cast<int>(stages.size()); }
   // InvalidArgument naming the stage and field: no stages, a cost negative or
@@ -117,10 +117,10 @@ struct Chain {
 //    boundary_cost is the rest of the layer's forward cost, which a longer
 //    segment replays too (exact when every op the single-layer replay skips
 //    produces the layer's output or feeds only ops that do).
-// Errors (InvalidArgument): an invalid graph, no layers, a layer with no
-// forward op, layers not in program order (the op is named), op_cost of the
-// wrong size or with a bad entry (the op is named), and the step builder's
-// and schedule's errors.
+// Errors (InvalidArgument): an invalid graph, a step that already replays
+// ops, no layers, a layer with no forward op, layers not in program order
+// (the op is named), op_cost of the wrong size or with a bad entry (the op
+// is named), and the step builder's and schedule's errors.
 absl::StatusOr<Chain> ExtractLayerChain(const Graph& forward_or_step, std::span<const double> op_cost,
                                         const ProfileOptions& profile = {});
 

@@ -470,7 +470,8 @@ ChainPlan UniformChainPlan(const Chain& chain, StageChoice choice) {
   return plan;
 }
 
-absl::StatusOr<CheckpointPlan> ChainPlanToCheckpointPlan(const Graph& forward, const ChainPlan& plan) {
+absl::StatusOr<CheckpointPlan> ChainPlanToCheckpointPlan(const Graph& forward_or_step, const ChainPlan& plan) {
+  const Graph& forward = forward_or_step;  // only its forward ops get segments
   int num_layers = 0;
   for (const Op& op : forward.ops()) num_layers = std::max(num_layers, op.layer + 1);
   HEADROOM_RETURN_IF_ERROR(ValidateShape(plan, num_layers));

@@ -177,6 +177,13 @@ TEST(Chain, ExtractRefusesWhatIsNotALayerChain) {
   loss = flat.AddTensor({.name = "loss", .shape = {}});
   flat.AddOp({.kind = "sum", .name = "loss", .inputs = {x}, .outputs = {loss}, .phase = Phase::kLoss});
   EXPECT_THAT(ExtractLayerChain(flat, std::vector<double>{1.0}).status().message(), HasSubstr("has no layers"));
+
+  // A step that replays already has a plan; its chain would count replays as layers.
+  absl::StatusOr<Graph> checkpointed =
+      BuildTrainingStep(forward, {.checkpoint = *PlanForMode(forward, CheckpointMode::kFull)});
+  ASSERT_TRUE(checkpointed.ok()) << checkpointed.status();
+  EXPECT_THAT(ExtractLayerChain(*checkpointed, std::vector<double>(checkpointed->num_ops(), 1.0)).status().message(),
+              HasSubstr("is a replay; ExtractLayerChain expects a step with nothing checkpointed"));
 }
 
 // The planner's problems hold a step (PlanProblem::step): its chain is its
