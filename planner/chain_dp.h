@@ -109,7 +109,7 @@ inline constexpr uint64_t kMaxChainDpCells = uint64_t{1} << 27;
 // within kMaxChainDpCells. Rounding every figure up costs plans roughly in
 // proportion to stages / slots (Note [Chain DP]; bench/planner_bench.cc
 // measures it: at 1,000 stages and half the store-all peak, 8 units per
-// stage replay about a fifth more than the exact model's plan, 32 about a
+// stage replay about a quarter more than the exact model's plan, 32 about a
 // twentieth more), and time grows with slots; 8 per stage keeps 1,000
 // stages near a tenth of a second. From about 11,600 stages on, the table
 // bound leaves under one unit per stage and rounding dominates the plans.
