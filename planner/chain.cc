@@ -12,6 +12,7 @@
 #include "common/units.h"
 #include "graph/training_step.h"
 #include "planner/checkpoint_plan.h"
+#include "planner/schedule.h"
 
 namespace headroom {
 namespace {
@@ -33,6 +34,10 @@ absl::Status Chain::Validate() const {
     if (!ValidCost(s.forward_cost)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("chain stage %d: forward_cost %g is not a finite non-negative cost", i, s.forward_cost));
+    }
+    if (!ValidCost(s.boundary_cost)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chain stage %d: boundary_cost %g is not a finite non-negative cost", i, s.boundary_cost));
     }
     if (!ValidCost(s.selective_cost)) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -110,13 +115,27 @@ Regions RegionsOf(const Graph& step) {
   return r;
 }
 
-absl::StatusOr<MemoryProfile> ProfileWith(const Graph& forward, CheckpointMode mode,
-                                          const ProfileOptions& profile, Graph* step_out = nullptr) {
-  HEADROOM_ASSIGN_OR_RETURN(CheckpointPlan plan, PlanForMode(forward, mode));
-  HEADROOM_ASSIGN_OR_RETURN(Graph step, BuildTrainingStep(forward, {.checkpoint = std::move(plan)}));
-  MemoryProfile p = ProfileMemory(step, profile);
-  if (step_out != nullptr) *step_out = std::move(step);
-  return p;
+// The step under PlanForMode's `mode`, replayed as torch.utils.checkpoint
+// does (SegmentSchedule): its profile, and per layer what the replays cost.
+struct Replayed {
+  MemoryProfile profile;
+  std::vector<double> cost_by_layer;
+};
+
+absl::StatusOr<Replayed> ReplayWith(const Graph& step, std::span<const double> op_cost, CheckpointMode mode,
+                                    const ProfileOptions& profile, int num_layers) {
+  HEADROOM_ASSIGN_OR_RETURN(CheckpointPlan plan, PlanForMode(step, mode));
+  HEADROOM_ASSIGN_OR_RETURN(Schedule schedule, SegmentSchedule(step, plan));
+  HEADROOM_ASSIGN_OR_RETURN(Graph scheduled, MaterializeSchedule(step, schedule));
+  Replayed r{.profile = ProfileMemory(scheduled, profile),
+             .cost_by_layer = std::vector<double>(static_cast<size_t>(num_layers), 0)};
+  for (const ScheduleEntry& e : schedule.entries) {
+    const int layer = step.op(e.target).layer;
+    if (e.action == ScheduleAction::kRecompute && layer >= 0) {
+      r.cost_by_layer[static_cast<size_t>(layer)] += op_cost[static_cast<size_t>(e.target)];
+    }
+  }
+  return r;
 }
 
 uint64_t LayerBytes(const MemoryProfile& p, int layer) {
@@ -126,67 +145,83 @@ uint64_t LayerBytes(const MemoryProfile& p, int layer) {
 
 }  // namespace
 
-absl::StatusOr<Chain> ExtractLayerChain(const Graph& forward, std::span<const double> op_cost,
+absl::StatusOr<Chain> ExtractLayerChain(const Graph& forward_or_step, std::span<const double> op_cost,
                                         const ProfileOptions& profile) {
-  HEADROOM_RETURN_IF_ERROR(forward.Validate());
-  if (op_cost.size() != forward.num_ops()) {
+  const Graph& graph = forward_or_step;
+  HEADROOM_RETURN_IF_ERROR(graph.Validate());
+  if (op_cost.size() != graph.num_ops()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "op_cost has %d entries, graph '%s' has %d ops", op_cost.size(), forward.name(), forward.num_ops()));
+        "op_cost has %d entries, graph '%s' has %d ops", op_cost.size(), graph.name(), graph.num_ops()));
   }
   int num_layers = 0;
   int last_layer = -1;
-  for (const Op& op : forward.ops()) {
+  bool has_backward = false;
+  for (const Op& op : graph.ops()) {
     if (!ValidCost(op_cost[static_cast<size_t>(op.id)])) {
       return absl::InvalidArgumentError(absl::StrFormat("op_cost of op '%s' is %g, not a finite non-negative cost",
                                                         op.name, op_cost[static_cast<size_t>(op.id)]));
     }
-    if (!IsForwardPhase(op.phase)) {
+    has_backward = has_backward || op.phase == Phase::kBackward;
+    if (op.recompute) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "graph '%s': op '%s' is in phase %s; ExtractLayerChain expects a forward graph", forward.name(),
-          op.name, PhaseName(op.phase)));
+          "graph '%s': op '%s' is a replay; ExtractLayerChain expects a step with nothing checkpointed",
+          graph.name(), op.name));
     }
-    if (op.layer < 0) continue;
+    if (op.layer < 0 || op.phase != Phase::kForward) continue;
     // A stage is one contiguous stretch of the forward (PlanForMode's
     // segments assume the same), so layers must come in program order.
     if (op.layer < last_layer) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "graph '%s': op '%s' of layer %d runs after layer %d; a chain needs layers in program order",
-          forward.name(), op.name, op.layer, last_layer));
+          graph.name(), op.name, op.layer, last_layer));
     }
     last_layer = op.layer;
     num_layers = std::max(num_layers, op.layer + 1);
   }
   if (num_layers == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "graph '%s' has no layers (no op with layer >= 0): there is no chain to plan", forward.name()));
+        "graph '%s' has no layers (no forward op with layer >= 0): there is no chain to plan", graph.name()));
   }
 
   Chain chain;
   chain.stages.resize(static_cast<size_t>(num_layers));
   std::vector<bool> has_op(static_cast<size_t>(num_layers), false);
-  for (const Op& op : forward.ops()) {
+  for (const Op& op : graph.ops()) {
     if (op.layer < 0 || op.phase != Phase::kForward) continue;
     ChainStage& s = chain.stages[static_cast<size_t>(op.layer)];
-    const double cost = op_cost[static_cast<size_t>(op.id)];
     has_op[static_cast<size_t>(op.layer)] = true;
-    s.forward_cost += cost;
-    if (op.attention_core) {
-      s.has_attention_core = true;
-      s.selective_cost += cost;
-    }
+    s.boundary_cost += op_cost[static_cast<size_t>(op.id)];  // the whole forward, for now
+    s.has_attention_core = s.has_attention_core || op.attention_core;
   }
   for (int layer = 0; layer < num_layers; ++layer) {
     if (!has_op[static_cast<size_t>(layer)]) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "graph '%s': layer %d has no forward op; a chain's stages are layers 0..%d", forward.name(), layer,
+          "graph '%s': layer %d has no forward op; a chain's stages are layers 0..%d", graph.name(), layer,
           num_layers - 1));
     }
   }
 
-  Graph step;
-  HEADROOM_ASSIGN_OR_RETURN(MemoryProfile all, ProfileWith(forward, CheckpointMode::kOff, profile, &step));
-  HEADROOM_ASSIGN_OR_RETURN(MemoryProfile full, ProfileWith(forward, CheckpointMode::kFull, profile));
-  HEADROOM_ASSIGN_OR_RETURN(MemoryProfile selective, ProfileWith(forward, CheckpointMode::kSelective, profile));
+  // A forward graph gets the step the step builder derives with nothing
+  // checkpointed, whose forward ops keep their ids (and so their costs).
+  Graph built;
+  if (!has_backward) {
+    HEADROOM_ASSIGN_OR_RETURN(built, BuildTrainingStep(graph, {}));
+  }
+  const Graph& step = has_backward ? graph : built;
+  // A forward graph's op_cost indexes the step's forward ops too.
+  const MemoryProfile all = ProfileMemory(step, profile);
+  HEADROOM_ASSIGN_OR_RETURN(const Replayed full_replay,
+                            ReplayWith(step, op_cost, CheckpointMode::kFull, profile, num_layers));
+  HEADROOM_ASSIGN_OR_RETURN(const Replayed selective_replay,
+                            ReplayWith(step, op_cost, CheckpointMode::kSelective, profile, num_layers));
+  const MemoryProfile& full = full_replay.profile;
+  const MemoryProfile& selective = selective_replay.profile;
+  for (int layer = 0; layer < num_layers; ++layer) {
+    ChainStage& s = chain.stages[static_cast<size_t>(layer)];
+    s.forward_cost = full_replay.cost_by_layer[static_cast<size_t>(layer)];
+    s.boundary_cost = std::max(0.0, s.boundary_cost - s.forward_cost);
+    s.selective_cost = s.has_attention_core ? selective_replay.cost_by_layer[static_cast<size_t>(layer)] : 0;
+  }
 
   // held[i]: what stages 0..i hold in the step that keeps everything.
   std::vector<uint64_t> held(static_cast<size_t>(num_layers));
@@ -272,6 +307,7 @@ Chain RandomChain(int num_stages, uint64_t seed) {
     }
     s.input_bytes = input * kMiB;
     s.backward_bytes = input * Uniform(rng, 1, 4) * kMiB;
+    s.boundary_cost = static_cast<double>(input * Uniform(rng, 0, 3));  // a residual add, a pooling
   }
   chain.fixed_bytes = Uniform(rng, 64, 512) * kMiB;
   chain.tail_bytes = widest * Uniform(rng, 4, 40) * kMiB;

@@ -121,7 +121,7 @@ std::pair<uint64_t, double> EvaluateInUnits(const Chain& chain, const Units& u, 
           const auto sm = static_cast<size_t>(m);
           replayed += u.all[sm];
           worst = std::max(worst, held + replayed + u.backward[sm]);
-          cost += chain.stages[sm].forward_cost;
+          cost += chain.stages[sm].forward_cost + (m < seg.last ? chain.stages[sm].boundary_cost : 0);
         }
         held += u.input[s];
         i = seg.last;
@@ -224,7 +224,7 @@ constexpr int32_t kDecideNothing = -3;
 // One candidate of a column's range-minimum stack (Note [Chain DP]).
 struct Candidate {
   int32_t row;  // k': the stage after the segment
-  double g;     // D[k'][v] + forward cost of stages 0..k'-1
+  double g;     // D[k'][v] + replay cost of stages 0..k'-1 less stage k'-1's boundary
 };
 
 // The candidate of the highest row <= last_row in a column's stack (rows
@@ -305,17 +305,21 @@ absl::StatusOr<ChainPlan> SolveChainDp(const Chain& chain, const ChainDpOptions&
   const size_t columns = static_cast<size_t>(m) + 1;
   constexpr double kInf = std::numeric_limits<double>::infinity();
 
-  // Forward cost of stages 0..i-1, so that a segment i..k costs
-  // prefix[k+1] - prefix[i] (Note [Chain DP]).
+  // Replay cost of stages 0..i-1 with their boundaries, so that a segment
+  // i..k costs prefix[k+1] - boundary(k) - prefix[i] (Note [Chain DP]).
   std::vector<double> prefix(static_cast<size_t>(n) + 1, 0);
-  for (size_t i = 0; i < chain.stages.size(); ++i) prefix[i + 1] = prefix[i] + chain.stages[i].forward_cost;
+  for (size_t i = 0; i < chain.stages.size(); ++i) {
+    prefix[i + 1] = prefix[i] + chain.stages[i].forward_cost + chain.stages[i].boundary_cost;
+  }
 
   // Every cell is written before it is read: no need to fill 4 x cells bytes first.
   const std::unique_ptr<int32_t[]> decision = std::make_unique_for_overwrite<int32_t[]>(static_cast<size_t>(cells));
   std::vector<double> next(columns), current(columns);
   std::vector<std::vector<Candidate>> stacks(columns);
   auto push_row = [&](int row, const std::vector<double>& d_row) {
-    const double offset = prefix[static_cast<size_t>(row)];
+    // Row k' ends segments at stage k'-1, whose boundary is kept, not replayed.
+    const double offset =
+        prefix[static_cast<size_t>(row)] - (row > 0 ? chain.stages[static_cast<size_t>(row) - 1].boundary_cost : 0);
     for (size_t v = 0; v < columns; ++v) {
       const double g = d_row[v] + offset;
       std::vector<Candidate>& stack = stacks[v];
@@ -466,7 +470,8 @@ ChainPlan UniformChainPlan(const Chain& chain, StageChoice choice) {
   return plan;
 }
 
-absl::StatusOr<CheckpointPlan> ChainPlanToCheckpointPlan(const Graph& forward, const ChainPlan& plan) {
+absl::StatusOr<CheckpointPlan> ChainPlanToCheckpointPlan(const Graph& forward_or_step, const ChainPlan& plan) {
+  const Graph& forward = forward_or_step;  // only its forward ops get segments
   int num_layers = 0;
   for (const Op& op : forward.ops()) num_layers = std::max(num_layers, op.layer + 1);
   HEADROOM_RETURN_IF_ERROR(ValidateShape(plan, num_layers));

@@ -3,12 +3,13 @@
 // over the stages with memory discretized in a stated unit, and its
 // translation into the CheckpointPlan the step builder runs.
 //
-//   Chain chain = *ExtractLayerChain(forward, op_cost, problem.profile);
+//   Chain chain = *ExtractLayerChain(*problem.step, problem.op_cost, problem.profile);
 //   HEADROOM_ASSIGN_OR_RETURN(ChainPlan plan, SolveChainDp(chain, {.budget = 20 * kGiB}));
 //   plan.choice[3];        // kKeepAll, kSelective or kCheckpoint
 //   plan.segments;         // the checkpointed runs of stages, {first, last}
 //   plan.memory_unit;      // bytes per DP memory slot
-//   HEADROOM_ASSIGN_OR_RETURN(CheckpointPlan cp, ChainPlanToCheckpointPlan(forward, plan));
+//   HEADROOM_ASSIGN_OR_RETURN(CheckpointPlan cp, ChainPlanToCheckpointPlan(*problem.step, plan));
+//   HEADROOM_ASSIGN_OR_RETURN(Schedule schedule, SegmentSchedule(*problem.step, cp));
 //
 // Note [Single-replay plans]
 // Plans map one to one onto what users run: each stage is kept whole,
@@ -33,16 +34,20 @@
 //   D[L][u]  = 0 if u + tail <= M
 //   D[i][u]  = min( D[i+1][u + all_i]                  if u + all_i + bwd_i <= M,
 //                   sel_cost_i + D[i+1][u + sel_i]     if core, u + all_i + bwd_i <= M,
-//                   min over k of  fwd(i..k) + D[k+1][u + in_i]
+//                   min over k of  replay(i..k) + D[k+1][u + in_i]
 //                                  if u + max_{m<=k}(all(i..m) + bwd_m) <= M )
-// The segment term reads D[k+1] at the same column u + in_i for every k, and
-// the feasible k form a range [i, K(i, u)] (a longer segment only needs
-// more), so it is a range minimum of G[k'][v] = D[k'][v] + fwd(0..k'-1) over
-// k' in [i+1, K+1]. Keeping, per column v, the positions whose G is below
-// every G to their left (a monotonic stack, amortized O(1) per row) answers
-// each query by binary search: O(L * M * log L) time, O(L * M) 4-byte
-// decisions for the plan and O(M) rows; the feasible range adds
-// O(sum of segment lengths) per stage.
+// The budget must also cover fixed_bytes and outside_peak_bytes, which are
+// checked first.
+// The segment term reads D[k+1] at the same column u + in_i for every k; the
+// feasible k form a range [i, K(i, u)] (a longer segment only needs more);
+// and replay(i..k) = R(k+1) - boundary_k - R(i) for the prefix sums R of
+// forward and boundary costs. So it is a range minimum of
+//   G[k'][v] = D[k'][v] + R(k') - boundary_{k'-1}  over k' in [i+1, K+1].
+// Keeping, per column v, the rows whose G is below that of every row before
+// them (a monotonic stack, amortized O(1) per row) answers each query by a
+// galloping search from the newest rows: O(L * M * log L) time, O(L * M)
+// 4-byte decisions for the plan and O(M) rows; the feasible ranges add
+// O(sum of their lengths).
 #ifndef HEADROOM_PLANNER_CHAIN_DP_H_
 #define HEADROOM_PLANNER_CHAIN_DP_H_
 
@@ -80,7 +85,7 @@ struct ChainPlan {
   double extra_cost = 0;               // replays, in the chain's cost unit
   uint64_t predicted_peak = 0;         // exact bytes under Note [Chain memory model]
   uint64_t memory_unit = 1;            // bytes per DP memory unit (Note [Chain DP]); 1: exact
-  int64_t memory_slots = 0;            // units of the budget above fixed_bytes
+  int64_t memory_slots = 0;            // M, the budget's units above fixed_bytes (0: not a DP plan)
 
   // InvalidArgument naming the stage or segment: a choice per stage of
   // `chain`, kSelective only where a stage has an attention core, and
@@ -104,9 +109,9 @@ inline constexpr uint64_t kMaxChainDpCells = uint64_t{1} << 27;
 // within kMaxChainDpCells. Rounding every figure up costs plans roughly in
 // proportion to stages / slots (Note [Chain DP]; bench/planner_bench.cc
 // measures it: at 1,000 stages and half the store-all peak, 8 units per
-// stage replay about a fifth more than the exact model's plan, 32 about a
+// stage replay about a quarter more than the exact model's plan, 32 about a
 // twentieth more), and time grows with slots; 8 per stage keeps 1,000
-// stages near a tenth of a second. From about 16,000 stages on, the table
+// stages near a tenth of a second. From about 11,600 stages on, the table
 // bound leaves under one unit per stage and rounding dominates the plans.
 int64_t AutoMemorySlots(int num_stages);
 
@@ -143,11 +148,12 @@ absl::StatusOr<ChainPlan> BruteForceChainPlan(const Chain& chain, const ChainDpO
 // stage has no core (kSelective); priced and measured exactly.
 ChainPlan UniformChainPlan(const Chain& chain, StageChoice choice);
 
-// The plan over `forward`'s ops, as PlanForMode makes its modes
+// The plan over the forward ops of a forward graph or a step (indexed by its
+// OpId, as SegmentSchedule takes it), as PlanForMode makes its modes
 // (planner/checkpoint_plan.h): a segment per checkpointed run of layers, one
 // per contiguous run of attention-core ops of a selective layer; stage i is
 // layer i. InvalidArgument when the plan's stages are not the graph's layers.
-absl::StatusOr<CheckpointPlan> ChainPlanToCheckpointPlan(const Graph& forward, const ChainPlan& plan);
+absl::StatusOr<CheckpointPlan> ChainPlanToCheckpointPlan(const Graph& forward_or_step, const ChainPlan& plan);
 
 }  // namespace headroom
 

@@ -90,6 +90,7 @@ TEST(Chain, RandomChainIsValidHeterogeneousAndReproducible) {
     }
     EXPECT_EQ(s.forward_cost, std::floor(s.forward_cost));
     EXPECT_EQ(s.selective_cost, std::floor(s.selective_cost));
+    EXPECT_EQ(s.boundary_cost, std::floor(s.boundary_cost));
   }
   EXPECT_GT(cores, 50);
   EXPECT_LT(cores, 150);
@@ -114,10 +115,21 @@ TEST(Chain, ExtractGpt2Layers) {
     EXPECT_GT(stage.selective_cost, 0);
     EXPECT_LT(stage.selective_cost, stage.forward_cost);
   }
-  // The costs are the layer's op costs.
-  double layer0 = 0;
-  for (const Op& op : forward.ops()) layer0 += op.layer == 0 ? op.flops : 0;
-  EXPECT_DOUBLE_EQ(chain->stages[0].forward_cost, layer0);
+  // The costs are the layer's op costs: a layer replayed alone skips the
+  // residual add making its output (the boundary), and the attention core's
+  // replay skips probs @ V, whose output the projection after the core saves.
+  double layer0 = 0, last = 0, core = 0, pv = 0;
+  for (const Op& op : forward.ops()) {
+    if (op.layer != 0) continue;
+    layer0 += op.flops;
+    last = op.flops;
+    core += op.attention_core ? op.flops : 0;
+    if (op.attention_core && op.name.ends_with(".pv")) pv = op.flops;
+  }
+  EXPECT_DOUBLE_EQ(chain->stages[0].forward_cost + chain->stages[0].boundary_cost, layer0);
+  EXPECT_DOUBLE_EQ(chain->stages[0].boundary_cost, last);
+  EXPECT_GT(pv, 0);
+  EXPECT_DOUBLE_EQ(chain->stages[0].selective_cost, core - pv);
 
   const uint64_t all = MeasuredPeak(forward, *PlanForMode(forward, CheckpointMode::kOff));
   EXPECT_EQ(UniformChainPlan(*chain, StageChoice::kKeepAll).predicted_peak, all);
@@ -166,11 +178,39 @@ TEST(Chain, ExtractRefusesWhatIsNotALayerChain) {
   flat.AddOp({.kind = "sum", .name = "loss", .inputs = {x}, .outputs = {loss}, .phase = Phase::kLoss});
   EXPECT_THAT(ExtractLayerChain(flat, std::vector<double>{1.0}).status().message(), HasSubstr("has no layers"));
 
-  // A step is not a forward graph.
+  // A step that replays already has a plan; its chain would count replays as layers.
+  absl::StatusOr<Graph> checkpointed =
+      BuildTrainingStep(forward, {.checkpoint = *PlanForMode(forward, CheckpointMode::kFull)});
+  ASSERT_TRUE(checkpointed.ok()) << checkpointed.status();
+  EXPECT_THAT(ExtractLayerChain(*checkpointed, std::vector<double>(checkpointed->num_ops(), 1.0)).status().message(),
+              HasSubstr("is a replay; ExtractLayerChain expects a step with nothing checkpointed"));
+}
+
+// The planner's problems hold a step (PlanProblem::step): its chain is its
+// forward graph's, and with gradient accumulation (a "gradient_buffers" op
+// first, shifting every op id) the costs still land on their layers.
+TEST(Chain, ExtractFromAStep) {
+  const Graph forward = Gpt2();
+  absl::StatusOr<Chain> from_forward = ExtractLayerChain(forward, FlopCosts(forward));
+  ASSERT_TRUE(from_forward.ok()) << from_forward.status();
   absl::StatusOr<Graph> step = BuildTrainingStep(forward, {});
-  ASSERT_TRUE(step.ok());
-  EXPECT_THAT(ExtractLayerChain(*step, std::vector<double>(step->num_ops(), 1.0)).status().message(),
-              HasSubstr("expects a forward graph"));
+  ASSERT_TRUE(step.ok()) << step.status();
+  absl::StatusOr<Chain> from_step = ExtractLayerChain(*step, FlopCosts(*step));
+  ASSERT_TRUE(from_step.ok()) << from_step.status();
+  EXPECT_EQ(*from_step, *from_forward);
+
+  absl::StatusOr<Graph> accumulating = BuildTrainingStep(forward, {.gradients_preexist = true});
+  ASSERT_TRUE(accumulating.ok()) << accumulating.status();
+  ASSERT_EQ(accumulating->op(0).kind, "gradient_buffers");
+  absl::StatusOr<Chain> chain = ExtractLayerChain(*accumulating, FlopCosts(*accumulating));
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  for (size_t i = 0; i < chain->stages.size(); ++i) {
+    EXPECT_EQ(chain->stages[i].forward_cost, from_forward->stages[i].forward_cost);
+    EXPECT_EQ(chain->stages[i].all_bytes, from_forward->stages[i].all_bytes);
+  }
+  // Every parameter gradient lives from the start, so the model's peak of
+  // keeping everything is still the measured one.
+  EXPECT_EQ(UniformChainPlan(*chain, StageChoice::kKeepAll).predicted_peak, ProfileMemory(*accumulating).peak_bytes);
 }
 
 }  // namespace
