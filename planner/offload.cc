@@ -322,6 +322,7 @@ struct Decisions {
   std::vector<OpId> prefetch_from;    // the kPrefetch entry comes before this op at the earliest
   std::vector<double> prefetch_lead;  // issue the prefetch this much sooner than just in time
   std::vector<TensorId> order;        // tensors given offload or recompute, in the order chosen
+  bool chain_prefetches = true;       // place prefetches through the H2D queue (Build)
 
   explicit Decisions(size_t tensors)
       : choice(tensors, Choice::kKeep),
@@ -439,18 +440,27 @@ Built Build(const StepFacts& f, const Decisions& d) {
   for (TensorId s : f.saved) {
     if (At(b.mode, s) == Choice::kOffload) offloaded.push_back(s);
   }
-  // Each prefetch as late as lets it land before its first reader, as if it
-  // had the H2D engine to itself: the least device memory for the set. Queue
-  // contention then shows as waits, which PrefetchSooner trades for memory
-  // left under the budget.
+  // Prefetches just in time through the H2D queue (first in, first out):
+  // latest deadline first, each lands before its first reader and before
+  // the next one issues. Without chain_prefetches, each as if it had the
+  // engine to itself: less device memory held, more waits.
+  if (d.chain_prefetches) {
+    std::sort(offloaded.begin(), offloaded.end(), [&b](TensorId x, TensorId y) {
+      return At(b.deadline, x) != At(b.deadline, y) ? At(b.deadline, x) > At(b.deadline, y) : x > y;
+    });
+  }
+  double next_issue = std::numeric_limits<double>::infinity();
   for (TensorId s : offloaded) {
     const OpId deadline = At(b.deadline, s);
-    const double start = At(b.slot_start, deadline) - f.CopyTime(s) - At(d.prefetch_lead, s);
+    double land = At(b.slot_start, deadline);
+    if (d.chain_prefetches) land = std::min(land, next_issue);
+    const double start = land - f.CopyTime(s) - At(d.prefetch_lead, s);
     const OpId lo = std::min(std::max(At(d.prefetch_from, s), At(f.last_forward_use, s) + 1), deadline);
     const auto first = b.slot_start.begin() + lo;
     const auto last = b.slot_start.begin() + deadline + 1;
     const auto slot = static_cast<OpId>(std::upper_bound(first, last, start) - b.slot_start.begin()) - 1;
     At(b.prefetch_at, s) = std::max(slot, lo);
+    next_issue = At(b.slot_start, At(b.prefetch_at, s));
   }
   // Offloads through the D2H queue in order of last forward use: each entry
   // follows the first op that ends after its copy completes, or the op the
@@ -568,6 +578,7 @@ class Greedy {
     if (state_.sim.peak > budget) return false;
     DropUnneeded();
     Relax();
+    OtherPrefetchPlacement();
     PrefetchSooner();
     return true;
   }
@@ -742,6 +753,15 @@ class Greedy {
       Evaluate(trial);
       if (Better(trial) && trial.sim.step_cost < state_.sim.step_cost - tolerance_) state_ = std::move(trial);
     }
+  }
+
+  // Tries the other prefetch placement (Build): unchained prefetches hold
+  // less memory, chained ones wait less.
+  void OtherPrefetchPlacement() {
+    PlanState trial{state_.decisions, {}, {}};
+    trial.decisions.chain_prefetches = !trial.decisions.chain_prefetches;
+    Evaluate(trial);
+    if (Better(trial) && trial.sim.step_cost < state_.sim.step_cost - tolerance_) state_ = std::move(trial);
   }
 
   // Undoes, latest first, the decisions the plan no longer needs.

@@ -28,11 +28,11 @@
 //    the copy has completed, so that compute does not wait, unless the plan
 //    needs S gone sooner (then compute waits there for it and for the copies
 //    ahead of it).
-//  - Its prefetch goes as late as lets the copy land before S's first later
-//    use on the step's timeline (op costs, no waits) with the H2D engine to
-//    itself: the least device memory for the decisions. Contention in the
-//    H2D queue then shows as waits, which the last pass below trades for
-//    memory left under the budget. The plan may hold a prefetch back further.
+//  - Its prefetch is placed just in time through the H2D queue (first in,
+//    first out): latest deadline first, each copy lands before S's first
+//    later use and before the next copy issues, on the step's timeline (op
+//    costs, no waits), so that the device copy is not re-occupied sooner
+//    than it must be. The plan may hold a prefetch back further.
 // PlanOffload chooses the decisions greedily. While the peak is over budget,
 // it takes the op at the peak and the run of ops around it that are over
 // budget (the window); lists the saved tensors resident at the peak that
@@ -42,10 +42,11 @@
 // that does not fit in the timeline around it) and keeps the one that
 // removes the most bytes over budget, summed over schedule entries, per unit
 // of added step cost, without raising the peak. It stops when no trial
-// removes any. Once within budget, three trims, each kept only if the plan
+// removes any. Once within budget, four trims, each kept only if the plan
 // stays within budget and gets no slower: undo decisions no longer needed
-// (latest first), release constraints set for earlier peaks, and issue
-// sooner the prefetches compute waited for.
+// (latest first); release constraints set for earlier peaks; place each
+// prefetch as if it had the H2D engine to itself (less memory held, more
+// waits); issue sooner the prefetches compute still waits for.
 // Trials are priced by a private simulation of EvaluateSchedule's semantics
 // on flat arrays (Note [Planner simulation] in offload.cc: tens of
 // microseconds for a 32-layer step, where materializing a graph takes about
