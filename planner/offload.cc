@@ -570,6 +570,8 @@ class Greedy {
   bool Run() {
     const uint64_t budget = f_.problem->budget;
     Remember(state_);
+    // Every step adds a decision or tightens one, so the greedy ends on its
+    // own; the bound caps a long tail of small tightenings.
     const size_t limit = 4 * f_.saved.size() + 64;
     for (size_t step = 0; step < limit && state_.sim.peak > budget; ++step) {
       if (!Improve()) break;
