@@ -172,7 +172,8 @@ class ArenaIndex {
           b += step;
           step *= 2;
         }
-        b = std::partition_point(b + 1, std::min(b + step, b_end), [covered](const Range& r) { return r.end <= covered; });
+        b = std::partition_point(b + 1, std::min(b + step, b_end),
+                                 [covered](const Range& r) { return r.end <= covered; });
       }
     }
     occupied_.swap(merged_);

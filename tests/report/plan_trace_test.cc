@@ -156,9 +156,10 @@ TEST(PlanTrace, RmmLogRoundTrips) {
   const AllocationTrace trace{
       .source = "t",
       .format = "rmm-csv",
-      .events = {{.op = TraceOp::kAllocate, .pointer = 0x7f00deadbe00, .size = 123, .stream = 0, .time_ns = 1634567890234567891},
-                 {.op = TraceOp::kAllocateFailure, .pointer = 0, .size = uint64_t{1} << 40, .stream = 0x5a, .time_ns = 7},
-                 {.op = TraceOp::kFree, .pointer = 0x7f00deadbe00, .size = 123, .stream = 0x5a, .time_ns = 1'000'000'000}}};
+      .events = {{.op = TraceOp::kAllocate, .pointer = 0x7f00deadbe00, .size = 123, .time_ns = 1634567890234567891},
+                 {.op = TraceOp::kAllocateFailure, .size = uint64_t{1} << 40, .stream = 0x5a, .time_ns = 7},
+                 {.op = TraceOp::kFree, .pointer = 0x7f00deadbe00, .size = 123, .stream = 0x5a,
+                  .time_ns = 1'000'000'000}}};
   const std::string csv = FormatRmmLog(trace);
   EXPECT_THAT(csv, HasSubstr("1,1634567890.234567891,allocate,0x7f00deadbe00,123,0x0\n"));
   EXPECT_THAT(csv, HasSubstr("1,0.000000007,allocate failure,0x0,1099511627776,0x5a\n"));
