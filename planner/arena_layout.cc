@@ -106,8 +106,8 @@ class ArenaIndex {
       if (partial(a)) View(cover_, a);
       if (b != a && partial(b)) View(cover_, b);
     }
-    // Their union, merged set by set: linear in the sets' sizes, and the
-    // union stays as short as the gaps it has.
+    // Their union, merged set by set, smallest first: the larger sets then
+    // meet a union that covers much of them already, and gallop over it.
     std::sort(sets_in_view_.begin(), sets_in_view_.end(), [](const RangeSet* x, const RangeSet* y) {
       return x->ranges().size() < y->ranges().size();
     });

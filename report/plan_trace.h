@@ -4,7 +4,7 @@
 // caching allocator like a recorded run.
 //
 //   HEADROOM_ASSIGN_OR_RETURN(AllocationTrace trace, PlanAllocationTrace(scheduled, {}));
-//   WriteFile("plan.rmm.csv", FormatRmmLog(trace));
+//   std::ofstream("plan.rmm.csv") << FormatRmmLog(trace);   // for `headroom replay plan.rmm.csv`
 //   ReplayTrace(trace, options)->peak_live_bytes == ProfileMemory(scheduled).peak_bytes
 //
 // Note [Plan trace order]
