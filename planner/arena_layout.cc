@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <deque>
 #include <iterator>
 #include <limits>
 #include <numeric>
@@ -57,6 +56,15 @@ class RangeSet {
  public:
   // Adds [start, end); false when it was covered already.
   bool Insert(uint64_t start, uint64_t end) {
+    if (ranges_.empty() || start >= ranges_.back().start) {  // at the top: the usual case
+      if (ranges_.empty() || start > ranges_.back().end) {
+        ranges_.push_back({start, end});
+        return true;
+      }
+      if (end <= ranges_.back().end) return false;
+      ranges_.back().end = end;
+      return true;
+    }
     auto it = std::upper_bound(ranges_.begin(), ranges_.end(), start,
                                [](uint64_t s, const Range& r) { return s < r.start; });
     if (it != ranges_.begin() && std::prev(it)->end >= start) {  // extend the range below
@@ -106,8 +114,8 @@ class ArenaIndex {
       if (partial(a)) View(cover_, a);
       if (b != a && partial(b)) View(cover_, b);
     }
-    // Their union, merged set by set: linear in the sets' sizes, and the
-    // union stays as short as the gaps it has.
+    // Their union, merged set by set, smallest first: the larger sets then
+    // meet a union that covers much of them already, and gallop over it.
     std::sort(sets_in_view_.begin(), sets_in_view_.end(), [](const RangeSet* x, const RangeSet* y) {
       return x->ranges().size() < y->ranges().size();
     });
@@ -147,6 +155,10 @@ class ArenaIndex {
   // than `size`: the union's gaps only shrink as sets join it, so those
   // can never hold the block.
   void Unite(std::span<const Range> ranges, uint64_t size) {
+    if (ranges.size() <= 2) {  // most sets: in place, no copy of the union
+      for (const Range& r : ranges) UniteOne(r, size);
+      return;
+    }
     merged_.clear();
     auto add = [&](Range r) {
       if (merged_.empty()) {
@@ -172,10 +184,33 @@ class ArenaIndex {
           b += step;
           step *= 2;
         }
-        b = std::partition_point(b + 1, std::min(b + step, b_end), [covered](const Range& r) { return r.end <= covered; });
+        b = std::partition_point(b + 1, std::min(b + step, b_end),
+                                 [covered](const Range& r) { return r.end <= covered; });
       }
     }
     occupied_.swap(merged_);
+  }
+
+  // Unite for one range, in place.
+  void UniteOne(Range r, uint64_t size) {
+    auto it = std::upper_bound(occupied_.begin(), occupied_.end(), r.start,
+                               [](uint64_t s, const Range& x) { return s < x.start; });
+    if (it != occupied_.begin() && (r.start <= std::prev(it)->end || r.start - std::prev(it)->end < size)) {
+      --it;
+      r.start = it->start;
+    } else if (it == occupied_.begin() && r.start < size) {
+      r.start = 0;
+    }
+    auto last = it;
+    for (; last != occupied_.end() && (last->start <= r.end || last->start - r.end < size); ++last) {
+      r.end = std::max(r.end, last->end);
+    }
+    if (last == it) {
+      occupied_.insert(it, r);
+    } else {
+      *it = r;
+      occupied_.erase(std::next(it), last);
+    }
   }
 
   RangeSet& Set(std::vector<int32_t>& index, uint32_t node) {
@@ -194,7 +229,7 @@ class ArenaIndex {
   uint32_t leaves_;  // a power of two, at least the number of ops
   std::vector<int32_t> cover_;  // node -> sets_ index, -1 when empty
   std::vector<int32_t> below_;
-  std::deque<RangeSet> sets_;  // grows without moving the sets already made
+  std::vector<RangeSet> sets_;  // Place holds no reference across a Set()
   std::vector<const RangeSet*> sets_in_view_;  // scratch for Place
   std::vector<Range> occupied_;  // scratch for Place: the union of the sets in view
   std::vector<Range> merged_;
