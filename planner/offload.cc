@@ -880,10 +880,15 @@ absl::StatusOr<Schedule> PlanOffload(const PlanProblem& problem) {
   return Finish(f, greedy.state().built.schedule, "PlanOffload");
 }
 
-absl::StatusOr<Schedule> PlanHybrid(const PlanProblem& problem) {
-  HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
-  const StepFacts f = MakeFacts(problem);
-  const Graph& step = *problem.step;
+namespace {
+
+// Budgets SmallestOffloadPeak tries: the least peak to within
+// 2^-10 of the store-all peak.
+constexpr int kSmallestPeakRounds = 10;
+
+// Every hybrid candidate (Note [Hybrid planning]) within the budget, and the
+// smallest peak any of them reached.
+struct HybridSearch {
   struct Candidate {
     Schedule schedule;
     SimResult sim;
@@ -891,7 +896,12 @@ absl::StatusOr<Schedule> PlanHybrid(const PlanProblem& problem) {
   std::vector<Candidate> candidates;
   uint64_t smallest = std::numeric_limits<uint64_t>::max();
   OpId smallest_at = kNone;
-  if (StoreAllPeak(f) <= problem.budget) return StoreAllSchedule(step);
+};
+
+HybridSearch SearchHybrid(const StepFacts& f) {
+  const PlanProblem& problem = *f.problem;
+  const Graph& step = *problem.step;
+  HybridSearch out;
   const bool offload = problem.copy_bytes_per_cost > 0;
   const std::vector<std::pair<bool, bool>> kinds =
       offload ? std::vector<std::pair<bool, bool>>{{true, true}, {true, false}, {false, true}}
@@ -899,11 +909,11 @@ absl::StatusOr<Schedule> PlanHybrid(const PlanProblem& problem) {
   for (const auto& [may_offload, may_recompute] : kinds) {
     Greedy greedy(f, may_offload, may_recompute);
     const bool fits = greedy.Run();
-    if (greedy.smallest_peak() < smallest) {
-      smallest = greedy.smallest_peak();
-      smallest_at = greedy.smallest_peak_op();
+    if (greedy.smallest_peak() < out.smallest) {
+      out.smallest = greedy.smallest_peak();
+      out.smallest_at = greedy.smallest_peak_op();
     }
-    if (fits) candidates.push_back({greedy.state().built.schedule, greedy.state().sim});
+    if (fits) out.candidates.push_back({greedy.state().built.schedule, greedy.state().sim});
   }
   // Checkpoint modes over the step's own layers (PlanForMode reads only
   // forward ops, which keep their ids in the step).
@@ -916,19 +926,67 @@ absl::StatusOr<Schedule> PlanHybrid(const PlanProblem& problem) {
     if (!plan.ok() || plan->empty()) continue;
     absl::StatusOr<Schedule> segments = SegmentSchedule(step, *plan);
     if (!segments.ok()) continue;  // a step whose layers do not form segments
-    Candidate c{*std::move(segments), {}};
+    HybridSearch::Candidate c{*std::move(segments), {}};
     sim.Run(c.schedule, c.sim);
-    if (c.sim.peak < smallest) {
-      smallest = c.sim.peak;
-      smallest_at = ComputeAtOrAfter(c.schedule, c.sim.peak_entry);
+    if (c.sim.peak < out.smallest) {
+      out.smallest = c.sim.peak;
+      out.smallest_at = ComputeAtOrAfter(c.schedule, c.sim.peak_entry);
     }
-    if (c.sim.peak <= problem.budget) candidates.push_back(std::move(c));
+    if (c.sim.peak <= problem.budget) out.candidates.push_back(std::move(c));
   }
-  if (candidates.empty()) return Unreachable(f, "keeping, recomputing and offloading", smallest, smallest_at);
-  const auto best = std::min_element(candidates.begin(), candidates.end(), [](const Candidate& x, const Candidate& y) {
-    return x.sim.step_cost != y.sim.step_cost ? x.sim.step_cost < y.sim.step_cost : x.sim.host_peak < y.sim.host_peak;
-  });
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Schedule> PlanHybrid(const PlanProblem& problem) {
+  HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
+  const StepFacts f = MakeFacts(problem);
+  if (StoreAllPeak(f) <= problem.budget) return StoreAllSchedule(*problem.step);
+  HybridSearch search = SearchHybrid(f);
+  if (search.candidates.empty()) {
+    return Unreachable(f, "keeping, recomputing and offloading", search.smallest, search.smallest_at);
+  }
+  const auto best = std::min_element(
+      search.candidates.begin(), search.candidates.end(),
+      [](const HybridSearch::Candidate& x, const HybridSearch::Candidate& y) {
+        return x.sim.step_cost != y.sim.step_cost ? x.sim.step_cost < y.sim.step_cost
+                                                  : x.sim.host_peak < y.sim.host_peak;
+      });
   return Finish(f, best->schedule, "PlanHybrid");
+}
+
+absl::StatusOr<uint64_t> SmallestOffloadPeak(const PlanProblem& problem, bool hybrid) {
+  HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
+  const uint64_t store_all = StoreAllPeak(MakeFacts(problem));
+  if (!hybrid && problem.copy_bytes_per_cost <= 0) return store_all;
+  // The greedy aims at the ops over its budget, so with no budget at all it
+  // has nothing to aim at: search over budgets instead, keeping the least
+  // peak reached, fitted or not (Note [Offload planning]).
+  uint64_t smallest = store_all;
+  uint64_t lo = 0;  // no plan found at or below
+  uint64_t hi = store_all;
+  for (int round = 0; round < kSmallestPeakRounds && hi - lo > 1; ++round) {
+    PlanProblem at = problem;
+    at.budget = lo + (hi - lo) / 2;
+    const StepFacts f = MakeFacts(at);
+    bool fits = false;
+    if (hybrid) {
+      const HybridSearch search = SearchHybrid(f);
+      smallest = std::min(smallest, search.smallest);
+      fits = !search.candidates.empty();
+    } else {
+      Greedy greedy(f, /*offload=*/true, /*recompute=*/false);
+      fits = greedy.Run();
+      smallest = std::min(smallest, fits ? greedy.state().sim.peak : greedy.smallest_peak());
+    }
+    if (fits) {
+      hi = std::min(at.budget, smallest);
+    } else {
+      lo = at.budget;
+    }
+  }
+  return smallest;
 }
 
 }  // namespace headroom

@@ -79,6 +79,8 @@
 #ifndef HEADROOM_PLANNER_OFFLOAD_H_
 #define HEADROOM_PLANNER_OFFLOAD_H_
 
+#include <cstdint>
+
 #include "absl/status/statusor.h"
 #include "planner/plan.h"
 #include "planner/schedule.h"
@@ -99,6 +101,12 @@ absl::StatusOr<Schedule> PlanOffload(const PlanProblem& problem);
 // ResourceExhausted, giving the smallest peak reached, when no candidate
 // fits.
 absl::StatusOr<Schedule> PlanHybrid(const PlanProblem& problem);
+
+// The smallest peak PlanOffload (or PlanHybrid, when `hybrid`) reaches,
+// whatever problem.budget says, found by bisecting the budget: what an error
+// for a budget no strategy meets names. Not a bound: the greedy may stop
+// above the least peak any offload plan could reach.
+absl::StatusOr<uint64_t> SmallestOffloadPeak(const PlanProblem& problem, bool hybrid);
 
 }  // namespace headroom
 
