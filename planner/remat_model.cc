@@ -322,4 +322,40 @@ Schedule ToSchedule(std::span<const Step> steps) {
   return s;
 }
 
+Retention RetentionOf(const Model& model, const Schedule& schedule) {
+  const auto n = static_cast<size_t>(model.n);
+  Retention keep(n, std::vector<uint8_t>(n, kDrop));
+  // First pass: the last entry reading each copy (copies named by the entry
+  // that made them) under the latest-copy rule.
+  std::vector<int64_t> copy_of(n, -1);
+  std::vector<int64_t> last_read(schedule.entries.size(), -1);
+  for (size_t k = 0; k < schedule.entries.size(); ++k) {
+    const ScheduleEntry& e = schedule.entries[k];
+    if (e.action != ScheduleAction::kCompute && e.action != ScheduleAction::kRecompute) continue;
+    const auto op = static_cast<size_t>(e.target);
+    if (op >= n) continue;
+    for (int32_t d : model.deps[op]) {
+      if (copy_of[static_cast<size_t>(d)] >= 0) last_read[static_cast<size_t>(copy_of[static_cast<size_t>(d)])] =
+          static_cast<int64_t>(k);
+    }
+    copy_of[op] = static_cast<int64_t>(k);
+  }
+  // Second pass: at the end of each stage (the compute of op t), hold the
+  // copies that are read later.
+  std::fill(copy_of.begin(), copy_of.end(), -1);
+  for (size_t k = 0; k < schedule.entries.size(); ++k) {
+    const ScheduleEntry& e = schedule.entries[k];
+    if (e.action != ScheduleAction::kCompute && e.action != ScheduleAction::kRecompute) continue;
+    const auto op = static_cast<size_t>(e.target);
+    if (op >= n) continue;
+    copy_of[op] = static_cast<int64_t>(k);
+    if (e.action != ScheduleAction::kCompute) continue;
+    for (size_t i = 0; i <= op; ++i) {
+      const int64_t copy = copy_of[i];
+      if (copy >= 0 && last_read[static_cast<size_t>(copy)] > static_cast<int64_t>(k)) keep[i][op] = kHold;
+    }
+  }
+  return keep;
+}
+
 }  // namespace headroom::remat

@@ -105,6 +105,13 @@ std::vector<Step> DeriveSteps(const Model& model, const Retention& keep);
 // The steps as a Schedule of compute and recompute entries.
 Schedule ToSchedule(std::span<const Step> steps);
 
+// A retention pattern that derives a schedule close to `schedule` (another
+// strategy's plan, as a start for the search): each stage holds the copies
+// that `schedule` reads after it, and drops the rest, to be replayed lazily
+// where they are read again. Entries other than computes and recomputes are
+// ignored.
+Retention RetentionOf(const Model& model, const Schedule& schedule);
+
 }  // namespace headroom::remat
 
 #endif  // HEADROOM_PLANNER_REMAT_MODEL_H_

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -379,6 +380,9 @@ Found SearchSchedule(const Model& model, uint64_t budget, const LpOutcome* lp, c
   }
   seeds.push_back({search.Evaluate(Uniform(model, remat::kHold)), "store-all"});
   seeds.push_back({search.Evaluate(Uniform(model, remat::kDrop)), "replay-all"});
+  for (const auto& [name, schedule] : options.starts) {
+    seeds.push_back({search.Evaluate(remat::RetentionOf(model, schedule)), name});
+  }
   std::stable_sort(seeds.begin(), seeds.end(),
                    [&](const Seed& a, const Seed& b) { return search.Better(a.point, b.point); });
   // Thresholds often round to the same schedule; improve each one once, on
@@ -426,6 +430,11 @@ uint64_t LpFloor(const Model& model, uint64_t lo, uint64_t hi, const RematOption
 absl::StatusOr<ReachableBudget> Reachable(const PlanProblem& problem, const Model& model,
                                           const RematOptions& options) {
   ReachableBudget out;
+  // A start that peaks at the op floor reaches the least any schedule can.
+  for (const auto& [name, schedule] : options.starts) {
+    absl::StatusOr<PlanEvaluation> e = EvaluateSchedule(problem, schedule);
+    if (e.ok() && e->peak_bytes <= model.floor) return ReachableBudget{e->peak_bytes, e->peak_bytes, schedule};
+  }
   const uint64_t store_all = ProfileMemory(*problem.step, problem.profile).peak_bytes;
   // Aim at the op floor: the search's repair lowers the peak until it gets
   // there (then it is the least possible) or stalls. Where the bound LP is
@@ -528,14 +537,39 @@ absl::StatusOr<RematPlan> PlanRemat(const PlanProblem& problem, const RematOptio
       target -= over;
       continue;
     }
+    std::string how = absl::StrCat("from ", found.how);
+    // A start the search could not improve on as derived (its lazy replays
+    // may differ) may still be the cheapest plan as it stands.
+    for (const auto& [name, schedule] : options.starts) {
+      absl::StatusOr<PlanEvaluation> e = EvaluateSchedule(problem, schedule);
+      if (e.ok() && e->peak_bytes <= problem.budget && e->extra_cost < plan.evaluation.extra_cost) {
+        plan.schedule = schedule;
+        plan.evaluation = *std::move(e);
+        how = absl::StrCat("as ", name, " planned it");
+      }
+    }
     plan.lower_bound_solved = lp.status == LpOutcome::Status::kOptimal;
     plan.lower_bound = plan.lower_bound_solved ? std::min(lp.objective, plan.evaluation.extra_cost) : 0;
     plan.seconds = SecondsSince(start);
-    plan.detail = absl::StrFormat("%d replays from %s; LP bound %.6g", plan.evaluation.recomputed_ops, found.how,
+    plan.detail = absl::StrFormat("%d replays %s; LP bound %.6g", plan.evaluation.recomputed_ops, how,
                                   plan.lower_bound);
     return plan;
   }
-  return over_budget();
+  // The search found nothing within budget; a start may still fit.
+  std::optional<RematPlan> best;
+  for (const auto& [name, schedule] : options.starts) {
+    absl::StatusOr<PlanEvaluation> e = EvaluateSchedule(problem, schedule);
+    if (!e.ok() || e->peak_bytes > problem.budget) continue;
+    if (best && best->evaluation.extra_cost <= e->extra_cost) continue;
+    best = RematPlan{.schedule = schedule, .evaluation = *std::move(e)};
+    best->detail = absl::StrFormat("%d replays as %s planned it", best->evaluation.recomputed_ops, name);
+  }
+  if (!best) return over_budget();
+  best->lower_bound_solved = lp.status == LpOutcome::Status::kOptimal;
+  best->lower_bound = best->lower_bound_solved ? std::min(lp.objective, best->evaluation.extra_cost) : 0;
+  absl::StrAppend(&best->detail, absl::StrFormat("; LP bound %.6g", best->lower_bound));
+  best->seconds = SecondsSince(start);
+  return *std::move(best);
 }
 
 absl::StatusOr<RematPlan> SolveRematMilp(const PlanProblem& problem, const RematOptions& options) {

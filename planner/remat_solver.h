@@ -45,6 +45,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "planner/plan.h"
@@ -62,6 +64,11 @@ struct RematOptions {
   // its iterated local search. Both fix the work, so results repeat.
   int search_evaluations = 30000;
   int search_kicks = 200;
+  // Other plans of the same problem (compute and recompute entries), named:
+  // the search starts from each as well, PlanRemat returns the cheapest of
+  // them that fits when its search finds nothing cheaper, and one that
+  // peaks at the op floor ends SmallestReachableBudget's search at once.
+  std::vector<std::pair<std::string, Schedule>> starts;
 };
 
 struct RematPlan {
