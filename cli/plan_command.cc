@@ -34,7 +34,7 @@ struct PlanFlags {
   std::string gpu;
   std::string catalog;
   std::string budget;
-  std::string strategy = "chen-greedy";
+  std::string strategy = "hybrid";
   JobFlags job;
   bool compare = false;
   bool json = false;
@@ -191,8 +191,9 @@ Subcommand AddPlanCommand(CLI::App& root) {
   app->add_option("--gpu", f->gpu, "Fit this catalog GPU: the budget is its memory minus the step's fixed state");
   app->add_option("--catalog", f->catalog, "Find --gpu in this catalog file instead of the built-in one");
   app->add_option("--budget", f->budget, "Bytes for planned tensors (e.g. 20GiB), or N% of the store-all peak");
-  app->add_option("--strategy", f->strategy, "store-all, sqrt-n, sqrt-n-linear or chen-greedy")
-      ->default_str("chen-greedy");
+  app->add_option("--strategy", f->strategy,
+                  "store-all, sqrt-n, sqrt-n-linear, chen-greedy, chain-dp, optimal, offload or hybrid")
+      ->default_str("hybrid");
   app->add_flag("--compare", f->compare, "Run every strategy and print one row each");
   AddJobFlags(*app, f->job);
   app->add_flag("--json", f->json, "Print a JSON object (exact bytes)");

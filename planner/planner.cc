@@ -1,30 +1,102 @@
 #include "planner/planner.h"
 
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "common/name_table.h"
 #include "common/status_macros.h"
+#include "common/units.h"
+#include "planner/chain.h"
+#include "planner/chain_dp.h"
 #include "planner/chen.h"
+#include "planner/offload.h"
 #include "planner/remat_solver.h"
 
 namespace headroom {
 namespace {
 
-constexpr NameTable<Strategy, 5> kStrategyNames("strategy", {{
+constexpr NameTable<Strategy, 8> kStrategyNames("strategy", {{
     {"store-all", Strategy::kStoreAll},
     {"sqrt-n", Strategy::kSqrtN},
     {"sqrt-n-linear", Strategy::kSqrtNLinear},
     {"chen-greedy", Strategy::kChenGreedy},
+    {"chain-dp", Strategy::kChainDp},
     {"optimal", Strategy::kOptimal},
+    {"offload", Strategy::kOffload},
+    {"hybrid", Strategy::kHybrid},
 }});
+
+// What a chain-dp plan chose, per stage, and the DP's memory unit.
+std::string DescribeChainPlan(const ChainPlan& plan) {
+  int kept = 0;
+  int selective = 0;
+  int checkpointed = 0;
+  for (StageChoice c : plan.choice) {
+    kept += c == StageChoice::kKeepAll;
+    selective += c == StageChoice::kSelective;
+    checkpointed += c == StageChoice::kCheckpoint;
+  }
+  return absl::StrFormat("%d layers: %d kept, %d selective, %d in %d checkpointed segment(s); memory unit %s",
+                         plan.choice.size(), kept, selective, checkpointed, plan.segments.size(),
+                         FormatBytes(plan.memory_unit));
+}
+
+// Note [Chain-dp budget]
+// The DP's peak is the step's measured peak for the plans it makes (its
+// byte figures are measured on the step, ExtractLayerChain), and rounding
+// only overestimates it, so its plan fits at the first try. Should a step
+// break that model, the DP is asked again with the budget lowered by the
+// excess measured, a few times, before the strategy gives up.
+constexpr int kChainDpAttempts = 4;
+
+absl::StatusOr<std::pair<Schedule, std::string>> PlanChainDp(const PlanProblem& problem) {
+  const Graph& step = *problem.step;
+  HEADROOM_ASSIGN_OR_RETURN(const Chain chain, ExtractLayerChain(step, problem.op_cost, problem.profile));
+  uint64_t dp_budget = problem.budget;
+  uint64_t measured = 0;
+  for (int attempt = 0; attempt < kChainDpAttempts; ++attempt) {
+    absl::StatusOr<ChainPlan> plan = SolveChainDp(chain, {.budget = dp_budget});
+    if (!plan.ok()) {
+      // The chain is valid and the table sized by default: the budget is
+      // what the DP could not meet.
+      return absl::ResourceExhaustedError(absl::StrCat("chain-dp: ", plan.status().message()));
+    }
+    HEADROOM_ASSIGN_OR_RETURN(const CheckpointPlan cp, ChainPlanToCheckpointPlan(step, *plan));
+    HEADROOM_ASSIGN_OR_RETURN(Schedule schedule, SegmentSchedule(step, cp));
+    HEADROOM_ASSIGN_OR_RETURN(const PlanEvaluation e, EvaluateSchedule(problem, schedule));
+    measured = e.peak_bytes;
+    if (measured <= problem.budget) return std::pair{std::move(schedule), DescribeChainPlan(*plan)};
+    const uint64_t excess = measured - problem.budget;
+    if (excess >= dp_budget) break;
+    dp_budget -= excess;
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "chain-dp: the plans the DP made for step '%s' measure over the budget of %s (last: %s)", step.name(),
+      FormatBytes(problem.budget), FormatBytes(measured)));
+}
 
 struct Planned {
   Schedule schedule;
   std::string detail;
   std::optional<double> lower_bound;
 };
+absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy);
+
+// The other replay strategies' plans, as starts for the optimal strategy's
+// search (RematOptions::starts), so that it is never costlier than any of
+// them and, where one reaches the op floor, finds the smallest budget at
+// once.
+RematOptions StartsFrom(const PlanProblem& problem) {
+  RematOptions options;
+  for (Strategy start : {Strategy::kChenGreedy, Strategy::kChainDp, Strategy::kSqrtN}) {
+    absl::StatusOr<Planned> other = Plan(problem, start);
+    if (other.ok()) options.starts.emplace_back(StrategyName(start), std::move(other->schedule));
+  }
+  return options;
+}
+
 
 absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy) {
   const Graph& step = *problem.step;
@@ -44,11 +116,23 @@ absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy) {
       HEADROOM_ASSIGN_OR_RETURN(Schedule s, ChenGreedySchedule(problem, cuts));
       return Planned{std::move(s), absl::StrFormat("cuts crossed by %d tensor(s)", cuts.min_crossing)};
     }
+    case Strategy::kChainDp: {
+      HEADROOM_ASSIGN_OR_RETURN(auto planned, PlanChainDp(problem));
+      return Planned{std::move(planned.first), std::move(planned.second)};
+    }
     case Strategy::kOptimal: {
-      HEADROOM_ASSIGN_OR_RETURN(RematPlan plan, PlanRemat(problem));
+      HEADROOM_ASSIGN_OR_RETURN(RematPlan plan, PlanRemat(problem, StartsFrom(problem)));
       std::optional<double> bound;
       if (plan.lower_bound_solved) bound = plan.lower_bound;
       return Planned{std::move(plan.schedule), std::move(plan.detail), bound};
+    }
+    case Strategy::kOffload: {
+      HEADROOM_ASSIGN_OR_RETURN(Schedule s, PlanOffload(problem));
+      return Planned{std::move(s), "saved activations to pinned host memory and back"};
+    }
+    case Strategy::kHybrid: {
+      HEADROOM_ASSIGN_OR_RETURN(Schedule s, PlanHybrid(problem));
+      return Planned{std::move(s), "keep, replay or offload, per saved tensor"};
     }
   }
   return absl::InternalError("unknown strategy");
@@ -61,7 +145,8 @@ std::string_view StrategyName(Strategy strategy) { return kStrategyNames.Name(st
 absl::StatusOr<Strategy> ParseStrategy(std::string_view name) { return kStrategyNames.Parse(name); }
 
 std::vector<Strategy> AllStrategies() {
-  return {Strategy::kStoreAll, Strategy::kSqrtN, Strategy::kSqrtNLinear, Strategy::kChenGreedy, Strategy::kOptimal};
+  return {Strategy::kStoreAll, Strategy::kSqrtN,   Strategy::kSqrtNLinear, Strategy::kChenGreedy,
+          Strategy::kChainDp,  Strategy::kOptimal, Strategy::kOffload,     Strategy::kHybrid};
 }
 
 absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy strategy) {
@@ -76,7 +161,24 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
 
 absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strategy) {
   HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
-  if (strategy == Strategy::kChenGreedy) return ChenGreedyLowestPeak(problem, FindForwardCuts(*problem.step));
+  switch (strategy) {
+    case Strategy::kChenGreedy:
+      return ChenGreedyLowestPeak(problem, FindForwardCuts(*problem.step));
+    case Strategy::kChainDp: {
+      HEADROOM_ASSIGN_OR_RETURN(const Chain chain, ExtractLayerChain(*problem.step, problem.op_cost, problem.profile));
+      return MinimumChainPeak(chain);
+    }
+    case Strategy::kOptimal: {
+      HEADROOM_ASSIGN_OR_RETURN(const ReachableBudget reachable,
+                                SmallestReachableBudget(problem, StartsFrom(problem)));
+      return reachable.reached;
+    }
+    case Strategy::kOffload:
+    case Strategy::kHybrid:
+      return SmallestOffloadPeak(problem, strategy == Strategy::kHybrid);
+    default:
+      break;
+  }
   HEADROOM_ASSIGN_OR_RETURN(Planned planned, Plan(problem, strategy));
   HEADROOM_ASSIGN_OR_RETURN(PlanEvaluation e, EvaluateSchedule(problem, planned.schedule));
   return e.peak_bytes;

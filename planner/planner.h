@@ -15,6 +15,14 @@
 //  - optimal: replays chosen over the whole DAG, near Checkmate's MILP
 //    optimum in seconds, with an LP lower bound on the extra cost
 //    (planner/remat_solver.h, PlanRemat).
+//  - chain-dp: for layer stacks, each layer kept, selective or in a
+//    checkpointed segment, the cheapest such plan by dynamic programming
+//    (planner/chain_dp.h); what torch.utils.checkpoint and Megatron run.
+//  - offload: saved activations to pinned host memory after their last
+//    forward use and back before their backward use, overlapped with
+//    compute (planner/offload.h, PlanOffload).
+//  - hybrid: keep, replay or offload per saved tensor, the least step time
+//    (planner/offload.h, PlanHybrid).
 // A strategy that does not take the budget into account (store-all,
 // sqrt-n) still returns its plan; `fits` says whether it meets the budget.
 #ifndef HEADROOM_PLANNER_PLANNER_H_
@@ -32,7 +40,16 @@
 
 namespace headroom {
 
-enum class Strategy : uint8_t { kStoreAll, kSqrtN, kSqrtNLinear, kChenGreedy, kOptimal };
+enum class Strategy : uint8_t {
+  kStoreAll,
+  kSqrtN,
+  kSqrtNLinear,
+  kChenGreedy,
+  kChainDp,
+  kOptimal,
+  kOffload,
+  kHybrid,
+};
 std::string_view StrategyName(Strategy strategy);  // "store-all", "sqrt-n", ...
 absl::StatusOr<Strategy> ParseStrategy(std::string_view name);
 std::vector<Strategy> AllStrategies();  // in the order --compare lists them

@@ -2,6 +2,7 @@
 // and the greedy under a budget, each checked by the independent validator.
 #include "planner/chen.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -120,7 +121,66 @@ TEST(Strategies, EveryStrategyIsValidOnATransformer) {
     EXPECT_TRUE(ValidateSchedule(ProblemFor(step, r->evaluation.peak_bytes), r->schedule).ok());
   }
   EXPECT_EQ(*ParseStrategy("chen-greedy"), Strategy::kChenGreedy);
+  EXPECT_EQ(*ParseStrategy("chain-dp"), Strategy::kChainDp);
+  EXPECT_EQ(*ParseStrategy("hybrid"), Strategy::kHybrid);
   EXPECT_THAT(ParseStrategy("magic").status().message(), HasSubstr("store-all"));
+}
+
+// Under a budget that needs a plan, every budget-driven strategy meets it
+// with a schedule the independent validator accepts at that budget; optimal,
+// which starts from the other replay strategies' plans, replays no more than
+// any of them; and each strategy's smallest peak is one it reaches.
+TEST(Strategies, BudgetDrivenStrategiesFitAndValidate) {
+  const Graph step = Gpt2Step(4);
+  const uint64_t store_all = ProfileMemory(step).peak_bytes;
+  PlanProblem problem = ProblemFor(step, store_all / 10 * 8);
+  problem.copy_bytes_per_cost = 1 << 20;  // a MiB per op's time: copies overlap a few ops
+  std::map<Strategy, PlanResult> results;
+  for (Strategy s : {Strategy::kChenGreedy, Strategy::kChainDp, Strategy::kOptimal, Strategy::kOffload,
+                     Strategy::kHybrid}) {
+    SCOPED_TRACE(std::string(StrategyName(s)));
+    absl::StatusOr<PlanResult> r = RunStrategy(problem, s);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->fits);
+    EXPECT_TRUE(ValidateSchedule(problem, r->schedule).ok()) << ValidateSchedule(problem, r->schedule);
+    EXPECT_GT(r->evaluation.step_cost, r->evaluation.base_cost - 1e-9);
+    absl::StatusOr<uint64_t> smallest = SmallestPeak(problem, s);
+    ASSERT_TRUE(smallest.ok()) << smallest.status();
+    EXPECT_LT(*smallest, store_all);
+    results.emplace(s, *std::move(r));
+  }
+  EXPECT_GT(results.at(Strategy::kOffload).evaluation.offloaded_bytes, 0u);
+  EXPECT_EQ(results.at(Strategy::kChainDp).evaluation.offloaded_bytes, 0u);
+  ASSERT_TRUE(results.at(Strategy::kOptimal).lower_bound_extra_cost.has_value());
+  const double optimal = results.at(Strategy::kOptimal).evaluation.extra_cost;
+  EXPECT_LE(optimal, results.at(Strategy::kChenGreedy).evaluation.extra_cost + 1e-9);
+  EXPECT_LE(optimal, results.at(Strategy::kChainDp).evaluation.extra_cost + 1e-9);
+  EXPECT_LE(*results.at(Strategy::kOptimal).lower_bound_extra_cost, optimal + 1e-9);
+
+  // chain-dp's smallest peak is exact: it fits there and not a byte below.
+  const uint64_t least = *SmallestPeak(problem, Strategy::kChainDp);
+  EXPECT_TRUE(RunStrategy(ProblemFor(step, least), Strategy::kChainDp)->fits);
+  const absl::StatusOr<PlanResult> below = RunStrategy(ProblemFor(step, least - 1), Strategy::kChainDp);
+  EXPECT_EQ(below.status().code(), absl::StatusCode::kResourceExhausted) << below.status();
+}
+
+// A graph without layers has no chain: chain-dp says so; the others plan it.
+TEST(Strategies, ChainDpNeedsLayers) {
+  Graph g("dag");
+  TensorId x = g.AddTensor({.name = "x", .shape = {64, 64}, .role = TensorRole::kInput});
+  for (int i = 0; i < 4; ++i) {
+    const std::string p = "op" + std::to_string(i);
+    TensorId w = g.AddTensor({.name = p + ".w", .shape = {64, 64}, .role = TensorRole::kParameter});
+    TensorId y = g.AddTensor({.name = p + ".y", .shape = {64, 64}});
+    g.AddOp({.kind = "linear", .name = p, .inputs = {x, w}, .outputs = {y}, .saved = {x}});
+    x = y;
+  }
+  TensorId loss = g.AddTensor({.name = "loss", .shape = {}});
+  g.AddOp({.kind = "sum", .name = "loss", .inputs = {x}, .outputs = {loss}, .phase = Phase::kLoss});
+  const Graph step = *BuildTrainingStep(g, {});
+  const absl::StatusOr<PlanResult> r = RunStrategy(ProblemFor(step, ProfileMemory(step).peak_bytes), Strategy::kChainDp);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("layer"));
 }
 
 }  // namespace
