@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -24,7 +25,10 @@
 #include "models/model_source.h"
 #include "planner/plan_json.h"
 #include "planner/planner.h"
+#include "planner/arena_layout.h"
+#include "report/memory_timeline_svg.h"
 #include "report/plan_report.h"
+#include "report/plan_trace.h"
 
 namespace headroom::cli {
 namespace {
@@ -40,7 +44,17 @@ struct PlanFlags {
   bool json = false;
   std::string out;
   std::string load;
+  std::string trace_out;
+  std::string svg;
 };
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text, std::string_view flag) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) return absl::InvalidArgumentError(absl::StrFormat("%s %s: cannot write the file", flag, path));
+  return absl::OkStatus();
+}
 
 // The budget for planned tensors (Note [Plan budget]) and how it was set.
 absl::StatusOr<std::pair<uint64_t, std::string>> ResolveBudget(const PlanFlags& flags, const PlanInput& in,
@@ -118,15 +132,42 @@ absl::Status WritePlan(const std::string& path, const PlanFlags& flags, const Pl
                       .step_tensors = problem.step->num_tensors(),
                       .fingerprint = StepFingerprint(*problem.step),
                       .schedule = result.schedule};
-  std::ofstream out(path);
-  out << PlanFileToJson(file).dump() << "\n";
-  out.close();
-  if (!out) return absl::InvalidArgumentError(absl::StrFormat("--out %s: cannot write the plan file", path));
+  return WriteTextFile(path, PlanFileToJson(file).dump() + "\n", "--out");
+}
+
+// What one plan's schedule looks like from the allocator's side: its static
+// arena in the report, and on request its allocation trace for `headroom
+// replay` and its memory timeline.
+absl::Status DescribeSchedule(const PlanFlags& flags, const PlanInput& in, const PlanResult& plan,
+                              PlanReport& report) {
+  HEADROOM_ASSIGN_OR_RETURN(const Graph scheduled, MaterializeSchedule(in.step, plan.schedule));
+  HEADROOM_ASSIGN_OR_RETURN(report.arena, LayoutActivationArena(scheduled, {.profile = in.profile}));
+  if (!flags.trace_out.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(const AllocationTrace trace, PlanAllocationTrace(scheduled, in.profile));
+    HEADROOM_RETURN_IF_ERROR(WriteTextFile(flags.trace_out, FormatRmmLog(trace), "--trace-out"));
+  }
+  if (!flags.svg.empty()) {
+    // The drawn fixed state leaves out the CUDA context and workspaces,
+    // which are not tensors; the budget line sits on what is drawn.
+    const FixedBytes fixed{.weights = in.fixed.weights, .optimizer_state = in.fixed.optimizer_state,
+                           .gradients = in.fixed.gradients};
+    MemoryTimelineOptions options{
+        .title = absl::StrFormat("%s: %s plan", flags.model, StrategyName(plan.strategy)),
+        .profile = in.profile,
+        .fixed = fixed,
+        .budget_bytes = report.budget + fixed.weights + fixed.optimizer_state + fixed.gradients,
+        .budget_label = "budget"};
+    HEADROOM_ASSIGN_OR_RETURN(const std::string svg, RenderMemoryTimelineSvg(scheduled, options));
+    HEADROOM_RETURN_IF_ERROR(WriteTextFile(flags.svg, svg, "--svg"));
+  }
   return absl::OkStatus();
 }
 
 absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
   HEADROOM_ASSIGN_OR_RETURN(JobSpec job, ToJob(flags.job));
+  if (flags.compare && !(flags.out.empty() && flags.trace_out.empty() && flags.svg.empty())) {
+    return absl::InvalidArgumentError("--out, --trace-out, --svg: each writes one plan; drop --compare");
+  }
   std::optional<GpuCatalog> catalog;
   Machine machine;
   HEADROOM_ASSIGN_OR_RETURN(machine.gpu, FindGpuFlag(flags.gpu, flags.catalog, catalog));
@@ -164,12 +205,9 @@ absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
       return absl::ResourceExhaustedError(absl::StrCat(error.message(), "; ", SmallestReachable(problem)));
     }
   }
-  if (!flags.out.empty()) {
-    if (report.results.size() != 1 || !report.results[0].ok()) {
-      return absl::InvalidArgumentError("--out: writes one plan; drop --compare");
-    }
-    HEADROOM_RETURN_IF_ERROR(WritePlan(flags.out, flags, problem, *report.results[0]));
-  }
+  const bool one_plan = report.results.size() == 1 && report.results[0].ok();
+  if (one_plan) HEADROOM_RETURN_IF_ERROR(DescribeSchedule(flags, in, *report.results[0], report));
+  if (!flags.out.empty()) HEADROOM_RETURN_IF_ERROR(WritePlan(flags.out, flags, problem, *report.results[0]));
   out << (flags.json ? PlanJson(report).dump(2) + "\n" : PlanText(report));
 
   bool any_fits = false;
@@ -199,6 +237,8 @@ Subcommand AddPlanCommand(CLI::App& root) {
   app->add_flag("--json", f->json, "Print a JSON object (exact bytes)");
   app->add_option("--out", f->out, "Write the plan file (JSON schedule) here");
   app->add_option("--load", f->load, "Evaluate a plan file written by --out (same --model and job flags)");
+  app->add_option("--trace-out", f->trace_out, "Write the plan's allocations as an RMM CSV trace for 'headroom replay'");
+  app->add_option("--svg", f->svg, "Write the plan's memory timeline as an SVG");
   return {app, [f](std::ostream& out) { return RunPlan(*f, out); }};
 }
 

@@ -67,6 +67,12 @@ std::string OneText(const PlanReport& r, const PlanResult& p) {
                                         p.schedule.CountOf(ScheduleAction::kRecompute),
                                         p.schedule.CountOf(ScheduleAction::kOffload),
                                         p.schedule.CountOf(ScheduleAction::kPrefetch)));
+  if (r.arena) {
+    absl::StrAppend(&out, absl::StrFormat("arena:       %s as one static buffer (greedy by size), at least %s: "
+                                          "%s over the bound; %s without reuse\n",
+                                          FormatBytes(r.arena->arena_bytes), FormatBytes(r.arena->lower_bound_bytes),
+                                          FormatBytes(r.arena->gap_bytes()), FormatBytes(r.arena->naive_bytes)));
+  }
   return out;
 }
 
@@ -111,7 +117,7 @@ nlohmann::json PlanJson(const PlanReport& r) {
     if (result->lower_bound_extra_cost) j["lower_bound_extra_cost"] = *result->lower_bound_extra_cost;
     plans.push_back(std::move(j));
   }
-  return {{"model", r.model},
+  nlohmann::json out = {{"model", r.model},
           {"ops", in.step.num_ops()},
           {"cost_unit", in.cost_unit},
           {"cost_source", in.cost_source},
@@ -124,6 +130,14 @@ nlohmann::json PlanJson(const PlanReport& r) {
             {"other", in.fixed.other}}},
           {"store_all", EvaluationJson(r.store_all)},
           {"plans", std::move(plans)}};
+  if (r.arena) {
+    out["arena"] = {{"bytes", r.arena->arena_bytes},
+                    {"lower_bound_bytes", r.arena->lower_bound_bytes},
+                    {"gap_bytes", r.arena->gap_bytes()},
+                    {"naive_bytes", r.arena->naive_bytes},
+                    {"alignment", r.arena->alignment}};
+  }
+  return out;
 }
 
 }  // namespace headroom

@@ -9,12 +9,14 @@
 #define HEADROOM_REPORT_PLAN_REPORT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "estimators/plan_input.h"
 #include "nlohmann/json.hpp"
+#include "planner/arena_layout.h"
 #include "planner/planner.h"
 
 namespace headroom {
@@ -29,6 +31,9 @@ struct PlanReport {
   // strategies[i] is the strategy of results[i].
   std::vector<Strategy> strategies;
   std::vector<absl::StatusOr<PlanResult>> results;
+  // The single plan's activation arena laid out statically
+  // (planner/arena_layout.h); absent for --compare.
+  std::optional<ArenaLayout> arena;
 };
 
 std::string PlanText(const PlanReport& report);

@@ -2,6 +2,7 @@
 // round-trip, and the error paths (one line naming the input).
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "gmock/gmock.h"
@@ -34,6 +35,37 @@ TEST(PlanCli, CompareListsEveryStrategyInJson) {
   EXPECT_EQ(j["plans"][0]["evaluation"]["peak_bytes"], j["store_all"]["peak_bytes"]);
   EXPECT_EQ(j["plans"][0]["fits"], false);  // 90% of its own peak
   EXPECT_GT(j["budget_bytes"].get<uint64_t>(), 0u);
+}
+
+// A plan as the allocator sees it: the trace --trace-out writes replays to
+// the plan's own peak, the SVG is a drawing of the same step, and the
+// report lays out the arena no smaller than its lower bound.
+TEST(PlanCli, TraceAndTimelineOfOnePlan) {
+  const std::string trace = WriteTempFile("gpt2.plan.rmm.csv", "");
+  const std::string svg = WriteTempFile("gpt2.plan.svg", "");
+  auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--strategy", "hybrid", "--json",
+                        "--trace-out", trace, "--svg", svg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const uint64_t peak = j["plans"][0]["evaluation"]["peak_bytes"];
+  EXPECT_GE(j["arena"]["bytes"].get<uint64_t>(), j["arena"]["lower_bound_bytes"].get<uint64_t>());
+  EXPECT_GE(j["arena"]["lower_bound_bytes"].get<uint64_t>(), peak);  // sizes rounded up to 512 bytes
+  EXPECT_GT(j["arena"]["naive_bytes"].get<uint64_t>(), j["arena"]["bytes"].get<uint64_t>());
+
+  auto replay = RunHeadroom({"replay", trace, "--json"});
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  EXPECT_EQ(nlohmann::json::parse(replay.out)["runs"][0]["peak_live_bytes"].get<uint64_t>(), peak);
+
+  std::ifstream in(svg);
+  const std::string drawing((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(drawing.rfind("<svg", 0), 0u);
+  EXPECT_THAT(drawing, HasSubstr("gpt2: hybrid plan"));
+  EXPECT_THAT(drawing, HasSubstr("budget"));
+  EXPECT_THAT(drawing, HasSubstr("offload / prefetch"));
+
+  auto compare = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--compare", "--svg", svg});
+  EXPECT_EQ(compare.exit_code, 2);
+  EXPECT_THAT(compare.err, HasSubstr("drop --compare"));
 }
 
 TEST(PlanCli, PlanFileRoundTrips) {
