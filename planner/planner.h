@@ -76,7 +76,13 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
 // no strategy meets states.
 absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strategy);
 
-// Every strategy on one problem, in AllStrategies() order.
+// Whether `strategy` makes schedules of computes and replays only (no copies
+// to host), the space the optimal strategy's LP bound covers.
+bool IsReplayOnly(Strategy strategy);
+
+// Every strategy on one problem, in AllStrategies() order. The optimal
+// strategy's lower bound, when it has one, is given to every replay-only
+// plan that fits.
 std::vector<absl::StatusOr<PlanResult>> CompareStrategies(const PlanProblem& problem);
 
 }  // namespace headroom

@@ -81,20 +81,23 @@ std::string OneText(const PlanReport& r, const PlanResult& p) {
 std::string PlanText(const PlanReport& r) {
   if (r.results.size() == 1 && r.results[0].ok()) return OneText(r, *r.results[0]);
   std::string out = Header(r);
-  TextTable table({"strategy", "peak", "fits", "step", "overhead", "host", "detail"},
-                  {Align::kLeft, Align::kRight, Align::kLeft,
-                   Align::kRight, Align::kRight, Align::kRight,
-                   Align::kLeft});
+  // gap: the plan's replays above the lower bound, as a share of the base
+  // step, where a bound covers the plan.
+  TextTable table({"strategy", "peak", "fits", "step", "overhead", "gap", "host", "detail"},
+                  {Align::kLeft, Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
+                   Align::kRight, Align::kLeft});
   for (size_t i = 0; i < r.results.size(); ++i) {
     const absl::StatusOr<PlanResult>& result = r.results[i];
     if (!result.ok()) {
-      table.AddRow({std::string(StrategyName(r.strategies[i])), "-", "no", "-", "-", "-",
+      table.AddRow({std::string(StrategyName(r.strategies[i])), "-", "no", "-", "-", "-", "-",
                     std::string(result.status().message())});
       continue;
     }
     const PlanEvaluation& e = result->evaluation;
     table.AddRow({std::string(StrategyName(result->strategy)), FormatBytes(e.peak_bytes), result->fits ? "yes" : "no",
                   Cost(e.step_cost, r.input->cost_unit), Percent(e.step_cost - e.base_cost, e.base_cost),
+                  result->lower_bound_extra_cost ? Percent(e.extra_cost - *result->lower_bound_extra_cost, e.base_cost)
+                                                 : "-",
                   FormatBytes(e.host_peak_bytes), result->detail});
   }
   absl::StrAppend(&out, "\n", table.Render());
