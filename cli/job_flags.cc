@@ -23,6 +23,7 @@ constexpr std::pair<std::string_view, std::string_view> kFieldFlags[] = {
     {"precision", "--precision"},
     {"optimizer", "--optimizer"},
     {"optimizer_impl", "--optimizer-impl"},
+    {"ema", "--ema"},
     {"attention", "--attention"},
     {"checkpoint", "--checkpoint"},
     {"checkpoint_every", "--checkpoint-every"},
@@ -96,6 +97,7 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
                  "fp32, tf32, fp16-mixed, bf16-mixed (training default), bf16 (inference default), fp16, fp8");
   app.add_option("--optimizer", f.optimizer, "adamw (default), adam8bit, sgd-momentum, sgd, adafactor, lion");
   app.add_option("--optimizer-impl", f.optimizer_impl, "foreach (PyTorch default), for-loop or fused");
+  app.add_option("--ema", f.ema, "An EMA copy of the trainable weights: none (default), gpu or cpu (host memory)");
   app.add_option("--micro-batch,--batch", f.micro_batch, "Samples per GPU per forward/backward (default 1)");
   app.add_option("--seq", f.seq, "Sequence length (default: the model's maximum, at most 4096)");
   app.add_option("--grad-accum", f.grad_accum, "Micro-batches per optimizer step (default 1)");
@@ -137,6 +139,7 @@ absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
   HEADROOM_ASSIGN_OR_RETURN(job.precision, ForFlag("--precision", ParsePrecision(precision)));
   HEADROOM_ASSIGN_OR_RETURN(job.optimizer, ForFlag("--optimizer", ParseOptimizer(f.optimizer)));
   HEADROOM_ASSIGN_OR_RETURN(job.optimizer_impl, ForFlag("--optimizer-impl", ParseOptimizerImpl(f.optimizer_impl)));
+  HEADROOM_ASSIGN_OR_RETURN(job.ema, ForFlag("--ema", ParseEmaPlacement(f.ema)));
   HEADROOM_ASSIGN_OR_RETURN(job.attention, ForFlag("--attention", ParseAttentionImpl(f.attention)));
   HEADROOM_ASSIGN_OR_RETURN(job.checkpoint, ForFlag("--checkpoint", ParseCheckpointMode(f.checkpoint)));
   job.checkpoint_every = f.checkpoint_every;
@@ -229,6 +232,7 @@ std::string FlagsForChange(const JobSpec& from, const JobSpec& to) {
   word(from.precision != to.precision, "--precision", PrecisionName(to.precision));
   word(from.optimizer != to.optimizer, "--optimizer", OptimizerName(to.optimizer));
   word(from.optimizer_impl != to.optimizer_impl, "--optimizer-impl", OptimizerImplName(to.optimizer_impl));
+  word(from.ema != to.ema, "--ema", EmaPlacementName(to.ema));
   // fp8 is the flag's documented spelling of the e4m3 format.
   word(from.kv_dtype != to.kv_dtype && to.kv_dtype, "--kv-dtype",
        to.kv_dtype == DType::kF8E4M3 ? "fp8" : DTypeName(to.kv_dtype.value_or(DType::kF32)));

@@ -35,6 +35,7 @@ struct JobFlags {
   std::string fsdp;
   int shard_group = 8;
   std::string offload = "none";
+  std::string ema = "none";
   std::string precision;  // empty: bf16-mixed for training, bf16 for inference
   std::string optimizer = "adamw";
   std::string optimizer_impl = "foreach";

@@ -262,6 +262,7 @@ absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const Pe
   ModelStateOptions state_options{.precision = setup.precision,
                                   .optimizer = job.optimizer,
                                   .layout = job.layout,
+                                  .ema = job.ema,
                                   .training = job.training};
   const int stages = job.layout.pipeline_parallel;
   const int num_layers = LayersOf(forward);

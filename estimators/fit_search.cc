@@ -68,12 +68,17 @@ int64_t SamplesPerStep(const JobSpec& job) {
 
 // Bytes an offloading setup moves over the host link per step and GPU.
 double OffloadTime(const JobSpec& job, const MemoryEstimate& e, const GpuSpec& gpu) {
-  if (!job.layout.offload_optimizer && !job.layout.offload_params) return 0;
+  const bool offload_states = job.layout.offload_optimizer || job.layout.offload_params;
+  const bool ema_on_host = job.ema == EmaPlacement::kCpu;
+  if (!offload_states && !ema_on_host) return 0;
   const uint64_t p16 = e.parameters * 2 / static_cast<uint64_t>(std::max(1, job.layout.data_parallel()));
   // 16-bit gradients out, updated 16-bit parameters back; offloaded
   // parameters are also fetched for forward and backward.
-  const uint64_t to_host = p16;
-  const uint64_t to_device = p16 + (job.layout.offload_params ? 2 * p16 : 0);
+  uint64_t to_host = offload_states ? p16 : 0;
+  const uint64_t to_device = offload_states ? p16 + (job.layout.offload_params ? 2 * p16 : 0) : 0;
+  // An EMA in host memory reads the updated weights each step: 16-bit ones
+  // when the optimizer runs on the host too (it has them there already).
+  if (ema_on_host && !job.layout.offload_optimizer) to_host += e.trainable_parameters * 2;
   return OffloadSeconds(to_host, to_device, gpu);
 }
 
@@ -229,6 +234,16 @@ std::vector<Fix> OffloadAll(const JobSpec& job) {
                     "CPU Adam time not included")};
 }
 
+Applicability EmaToHostApplies(const LoadedModel&, const JobSpec& job) {
+  return job.ema == EmaPlacement::kGpu ? Applies() : DoesNotApply("no EMA copy on the GPU");
+}
+std::vector<Fix> EmaToHost(const JobSpec& job) {
+  JobSpec j = job;
+  j.ema = EmaPlacement::kCpu;
+  return {Candidate("EMA copy of the weights in host memory", FixKind::kExact, j,
+                    "CPU update of the average not included")};
+}
+
 Applicability LoraApplies(const LoadedModel& model, const JobSpec& job) {
   if (job.lora.enabled()) return DoesNotApply("LoRA is already on");
   // The builders put adapters on transformer Linears only (models/builders.h).
@@ -261,6 +276,7 @@ constexpr FixGenerator kTrainingFixes[] = {
     {"ZeRO/FSDP sharding", ShardingApplies, Shardings},
     {"optimizer offload", OffloadOptimizerApplies, OffloadOptimizer},
     {"parameter offload", OffloadAllApplies, OffloadAll},
+    {"EMA in host memory", EmaToHostApplies, EmaToHost},
     {"LoRA/QLoRA", LoraApplies, Lora},
 };
 

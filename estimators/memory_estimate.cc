@@ -74,7 +74,7 @@ absl::Status CheckTotal(const MemoryEstimate& e) {
 uint64_t MemoryEstimate::total_bytes() const {
   // Note [Checked totals]: EstimateMemory has checked that this cannot wrap.
   return weights + master_weights + gradients + optimizer_state + gathered_parameters +
-         communication_buffers + fp8_weight_cache + activations + activation_gradients +
+         communication_buffers + fp8_weight_cache + ema_weights + activations + activation_gradients +
          temporaries + kv_cache + overheads.total();
 }
 
@@ -87,6 +87,7 @@ std::vector<BudgetRow> MemoryEstimate::rows() const {
       {"gathered_parameters", "gathered layer (ZeRO-3/FSDP)", gathered_parameters, ""},
       {"communication_buffers", "DDP gradient buckets", communication_buffers, ""},
       {"fp8_weight_cache", "fp8 weight copies", fp8_weight_cache, ""},
+      {"ema_weights", "EMA weights", ema_weights, ""},
       {"activations", "activations", activations, ""},
       {"activation_gradients", "activation gradients", activation_gradients, ""},
       {"temporaries", "temporaries", temporaries, ""},
@@ -164,6 +165,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
   out.gathered_parameters = states.gathered_parameters;
   out.communication_buffers = states.communication_buffers;
   out.fp8_weight_cache = states.fp8_weight_cache;
+  out.ema_weights = states.ema_weights;
   out.activations = activations;
   out.activation_gradients = activation_grads;
   out.temporaries = temporaries;

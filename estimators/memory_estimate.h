@@ -84,6 +84,7 @@ struct MemoryEstimate {
   uint64_t gathered_parameters = 0;
   uint64_t communication_buffers = 0;
   uint64_t fp8_weight_cache = 0;
+  uint64_t ema_weights = 0;  // on the GPU (--ema gpu); in host_bytes with --ema cpu
   // Dynamic bytes at the peak.
   uint64_t activations = 0;           // forward outputs and saved tensors (inputs included)
   uint64_t activation_gradients = 0;

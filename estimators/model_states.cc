@@ -33,12 +33,13 @@ struct TensorStates {
   uint64_t grad16 = 0;   // DeepSpeed's 16-bit gradient (Note [DeepSpeed gradient buffers])
   uint64_t optimizer = 0;
   uint64_t fp8 = 0;
+  uint64_t ema = 0;
 };
 
 // Per-stage sums before sharding; experts already divided by the EP degree.
 struct StageSums {
-  double dense[6] = {};   // weights, master, grad, grad16, optimizer, fp8
-  double expert[6] = {};
+  double dense[7] = {};   // weights, master, grad, grad16, optimizer, fp8, ema
+  double expert[7] = {};
   uint64_t buffers = 0;
   double parameters = 0;
   double trainable = 0;
@@ -122,6 +123,9 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
         s.grad16 = DTypeBytes(precision.weight_dtype, n);
       }
       s.optimizer = OptimizerStateBytes(options.optimizer, t.shape, state_dtype);
+      if (options.ema != EmaPlacement::kOff) {
+        s.ema = precision.master_weights ? DTypeBytes(DType::kF32, n) : DTypeBytes(precision.weight_dtype, n);
+      }
     }
     if (precision.fp8_weight_cache_bytes_per_param > 0 && feeds_linear[t.id] && t.shape.size() == 2) {
       s.fp8 = n * precision.fp8_weight_cache_bytes_per_param;
@@ -129,8 +133,8 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     const bool expert = t.name.find(".experts.") != std::string::npos;
     const double share = expert ? 1.0 / layout.expert_parallel : 1.0;
     double* into = expert ? stage.expert : stage.dense;
-    const uint64_t parts[6] = {s.weights, s.master, s.grad, s.grad16, s.optimizer, s.fp8};
-    for (int i = 0; i < 6; ++i) into[i] += static_cast<double>(parts[i]) * share;
+    const uint64_t parts[7] = {s.weights, s.master, s.grad, s.grad16, s.optimizer, s.fp8, s.ema};
+    for (int i = 0; i < 7; ++i) into[i] += static_cast<double>(parts[i]) * share;
     stage.parameters += static_cast<double>(n) * share;
     if (trains) stage.trainable += static_cast<double>(n) * share;
     stage.modules[ModuleName(t.name)] += n;
@@ -168,6 +172,7 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     uint64_t grad = part(2, shard_optimizer);
     uint64_t grad16 = part(3, shard_grad16);
     uint64_t optimizer = part(4, shard_optimizer);
+    uint64_t ema = part(6, shard_optimizer);
     // FSDP with mixed precision keeps only the sharded fp32 flat parameters;
     // the 16-bit copies exist while a unit is gathered.
     if (fsdp && precision.master_weights) weights = 0;
@@ -186,6 +191,11 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     out.gradients = grad + grad16;
     out.optimizer_state = optimizer;
     out.fp8_weight_cache = part(5, false);
+    if (options.ema == EmaPlacement::kCpu) {
+      host += ema;
+      ema = 0;
+    }
+    out.ema_weights = ema;
     out.host_bytes = host;
     // Megatron (tensor/pipeline parallel) reduces from its contiguous
     // main_grad buffer: no second copy.

@@ -65,6 +65,7 @@ struct ModelStateOptions {
   PrecisionSetup precision;
   Optimizer optimizer = Optimizer::kAdamW;
   ParallelLayout layout;
+  EmaPlacement ema = EmaPlacement::kOff;  // Note [EMA weights] (job/optimizer.h)
   bool training = true;  // false: weights and buffers only
   // Pipeline stage to report; -1 picks the stage with the most model-state bytes.
   int pipeline_stage = -1;
@@ -79,7 +80,8 @@ struct ModelStates {
   uint64_t communication_buffers = 0;  // DDP buckets (Note [DDP gradient buckets])
   uint64_t gathered_parameters = 0;    // ZeRO-3/FSDP unsharded layer(s) in use
   uint64_t fp8_weight_cache = 0;       // Transformer Engine fp8 weight copies
-  uint64_t host_bytes = 0;             // offloaded to host memory by this rank
+  uint64_t ema_weights = 0;            // an EMA copy of the trainable weights on the GPU
+  uint64_t host_bytes = 0;             // offloaded to host memory by this rank (an EMA on the CPU too)
 
   uint64_t parameters = 0;            // elements held by this GPU's stage/shard before ZeRO
   uint64_t trainable_parameters = 0;
@@ -90,7 +92,7 @@ struct ModelStates {
 
   uint64_t gpu_bytes() const {
     return weights + buffers + master_weights + gradients + optimizer_state +
-           communication_buffers + gathered_parameters + fp8_weight_cache;
+           communication_buffers + gathered_parameters + fp8_weight_cache + ema_weights;
   }
 };
 

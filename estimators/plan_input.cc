@@ -55,7 +55,8 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
     const ModelStates& s = stage.states;
     in.fixed.weights = s.weights + s.buffers + s.gathered_parameters + s.fp8_weight_cache;
     in.fixed.gradients = setup.persistent_gradients ? s.gradients : 0;
-    in.fixed.optimizer_state = s.optimizer_state + s.master_weights;
+    in.fixed.optimizer_state = s.optimizer_state + s.master_weights + s.ema_weights;
+    in.host_bytes = s.host_bytes;
     const Overheads overheads = EstimateJobOverheads(machine, unplanned, 0, 0);
     in.fixed.other = overheads.cuda_context + overheads.cublas_workspace + s.communication_buffers;
   }

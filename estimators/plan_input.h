@@ -44,7 +44,7 @@ namespace headroom {
 struct FixedState {
   uint64_t weights = 0;          // weights, buffers, gathered parameters, fp8 caches
   uint64_t gradients = 0;        // resident gradient buffers
-  uint64_t optimizer_state = 0;  // moments and master weights
+  uint64_t optimizer_state = 0;  // moments, master weights, an EMA copy (--ema gpu)
   uint64_t other = 0;            // CUDA context, cuBLAS workspaces, communication buffers
   uint64_t total() const { return weights + gradients + optimizer_state + other; }
 };
@@ -60,6 +60,9 @@ struct PlanInput {
   uint64_t capacity = 0;          // the machine's bytes
   std::optional<uint64_t> gpu_budget;  // Note [Plan budget]; unset when fixed state fills the GPU
   double fragmentation_fraction = 0;
+  // States this rank keeps in host memory (--offload, --ema cpu), beside any
+  // activations a plan offloads.
+  uint64_t host_bytes = 0;
 
   // The problem for `budget` bytes of planned tensors; points into `step`.
   PlanProblem Problem(uint64_t budget) const;

@@ -55,6 +55,9 @@ absl::Status ValidateJob(const JobSpec& job) {
     if (job.grad_accum > 1) {
       return absl::InvalidArgumentError("grad_accum: gradient accumulation applies to training");
     }
+    if (job.ema != EmaPlacement::kOff) {
+      return absl::InvalidArgumentError("ema: an EMA of the weights is kept while training");
+    }
   } else if (job.context > 0) {
     return absl::InvalidArgumentError("context: a KV cache is for inference");
   }

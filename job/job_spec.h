@@ -46,6 +46,8 @@ struct JobSpec {
   // How the optimizer step runs, which sets its transient memory (Note
   // [Optimizer step transients]).
   OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
+  // An EMA copy of the trainable weights, and where (Note [EMA weights]).
+  EmaPlacement ema = EmaPlacement::kOff;
   AttentionImpl attention = AttentionImpl::kFlash;
   CheckpointMode checkpoint = CheckpointMode::kOff;
   int checkpoint_every = 1;

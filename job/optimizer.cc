@@ -24,6 +24,12 @@ constexpr NameTable<OptimizerImpl, 5> kOptimizerImplNames("optimizer implementat
     {"loop", OptimizerImpl::kForLoop, kAlias},
 }});
 
+constexpr NameTable<EmaPlacement, 3> kEmaPlacementNames("EMA placement", {{
+    {"none", EmaPlacement::kOff},
+    {"gpu", EmaPlacement::kGpu},
+    {"cpu", EmaPlacement::kCpu},
+}});
+
 }  // namespace
 
 std::string_view OptimizerName(Optimizer optimizer) { return kOptimizerNames.Name(optimizer); }
@@ -33,5 +39,8 @@ std::string_view OptimizerImplName(OptimizerImpl impl) { return kOptimizerImplNa
 absl::StatusOr<OptimizerImpl> ParseOptimizerImpl(std::string_view name) {
   return kOptimizerImplNames.Parse(name);
 }
+
+std::string_view EmaPlacementName(EmaPlacement placement) { return kEmaPlacementNames.Name(placement); }
+absl::StatusOr<EmaPlacement> ParseEmaPlacement(std::string_view name) { return kEmaPlacementNames.Parse(name); }
 
 }  // namespace headroom

@@ -38,6 +38,19 @@ std::string_view OptimizerImplName(OptimizerImpl impl);  // "foreach", "for-loop
 // Also accepts "single-tensor" and "loop" for kForLoop.
 absl::StatusOr<OptimizerImpl> ParseOptimizerImpl(std::string_view name);
 
+// Note [EMA weights]
+// An exponential moving average of the weights, updated after each
+// optimizer step (timm's ModelEmaV2, torch_ema, diffusers' EMAModel), is one
+// more copy of the trainable parameters. It is kept in the precision the
+// weights are trained in: fp32 under mixed precision (the masters' dtype),
+// else the weight dtype. Like optimizer state it is sharded with the
+// optimizer's shards under ZeRO and FSDP (each rank averages what it
+// updates). It lives on the GPU, or in host memory (kCpu), where the update
+// runs on the CPU from the weights copied out each step.
+enum class EmaPlacement { kOff, kGpu, kCpu };
+std::string_view EmaPlacementName(EmaPlacement placement);  // "none", "gpu", "cpu"
+absl::StatusOr<EmaPlacement> ParseEmaPlacement(std::string_view name);
+
 }  // namespace headroom
 
 #endif  // HEADROOM_JOB_OPTIMIZER_H_

@@ -38,6 +38,11 @@ std::string Header(const PlanReport& r) {
                               FormatBytes(in.fixed.gradients), FormatBytes(in.fixed.optimizer_state),
                               FormatBytes(in.fixed.other)));
   }
+  if (in.host_bytes > 0) {
+    absl::StrAppend(&out, absl::StrFormat("host state:  %s in host memory (offloaded optimizer state, master "
+                                          "weights or EMA copy; not in the budget)\n",
+                                          FormatBytes(in.host_bytes)));
+  }
   absl::StrAppend(&out, absl::StrFormat("store-all:   peak %s, step %s\n", FormatBytes(r.store_all.peak_bytes),
                                         Cost(r.store_all.step_cost, in.cost_unit)));
   return out;
@@ -131,6 +136,7 @@ nlohmann::json PlanJson(const PlanReport& r) {
             {"gradients", in.fixed.gradients},
             {"optimizer_state", in.fixed.optimizer_state},
             {"other", in.fixed.other}}},
+          {"host_state_bytes", in.host_bytes},
           {"store_all", EvaluationJson(r.store_all)},
           {"plans", std::move(plans)}};
   if (r.arena) {

@@ -191,6 +191,8 @@ TEST(EstimateCli, AbsurdSetupsAreRefusedNamingTheFlag) {
       {{"--attention", "magic"}, "--attention: unknown attention 'magic' (expected flash or eager)"},
       {{"--head", "regression"}, "--head: unknown encoder head 'regression'"},
       {{"--sp"}, "--sp: sequence parallelism needs a tensor-parallel degree above 1"},
+      {{"--ema", "disk"}, "--ema: unknown EMA placement 'disk'"},
+      {{"--inference", "--ema", "gpu"}, "--ema: an EMA of the weights is kept while training"},
   };
   ExpectEachRefused({"estimate", "--model", "gpt2", "--gpu", "t4"}, cases);
 }

@@ -68,6 +68,26 @@ TEST(PlanCli, TraceAndTimelineOfOnePlan) {
   EXPECT_THAT(compare.err, HasSubstr("drop --compare"));
 }
 
+// An EMA copy on the GPU is fixed state that shrinks the --gpu budget by
+// its size; on the CPU it is host state and the budget is as without it.
+TEST(PlanCli, EmaCopyIsFixedStateOrHostState) {
+  auto budget = [](const std::string& ema) {
+    auto r = RunHeadroom({"plan", "--model", "gpt2", "--gpu", "t4", "--ema", ema, "--strategy", "store-all", "--json"});
+    EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    return std::pair{j["budget_bytes"].get<int64_t>(), j["host_state_bytes"].get<int64_t>()};
+  };
+  const auto [none, none_host] = budget("none");
+  const auto [gpu, gpu_host] = budget("gpu");
+  const auto [cpu, cpu_host] = budget("cpu");
+  const int64_t gpt2_fp32_copy = 4 * 124439808;  // GPT-2's parameters, tied head counted once
+  EXPECT_EQ(none_host, 0);
+  EXPECT_EQ(cpu, none);
+  EXPECT_EQ(cpu_host, gpt2_fp32_copy);
+  EXPECT_EQ(gpu_host, 0);
+  EXPECT_NEAR(static_cast<double>(none - gpu), gpt2_fp32_copy / 1.25, 1.0);  // less the fragmentation allowance
+}
+
 TEST(PlanCli, PlanFileRoundTrips) {
   const std::string path = WriteTempFile("gpt2.plan.json", "");
   auto planned = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--strategy", "sqrt-n", "--out", path});

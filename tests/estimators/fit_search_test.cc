@@ -45,6 +45,37 @@ TEST(RankFixes, LoraDoesNotApplyToAnMlpAndNothingFails) {
   }
 }
 
+// An EMA copy on the GPU that tips the job over: moving it to host memory
+// is an exact fix, which frees exactly its bytes; without an EMA on the
+// GPU the fix does not apply.
+TEST(RankFixes, EmaCopyMovesToHostMemory) {
+  const LoadedModel mlp = FromConfig(
+      R"({"architectures": ["MlpChain"], "input_size": 4096, "layer_sizes": [8192, 8192, 10]})");
+  JobSpec job{.micro_batch = 8, .ema = EmaPlacement::kGpu};
+  absl::StatusOr<MemoryEstimate> with_ema = EstimateMemory(mlp, job, Machine{.budget = uint64_t{1} << 40});
+  ASSERT_TRUE(with_ema.ok()) << with_ema.status();
+  ASSERT_GT(with_ema->ema_weights, 0u);
+  const Machine machine{.budget = with_ema->total_bytes() - with_ema->ema_weights / 2};
+  absl::StatusOr<MemoryEstimate> base = EstimateMemory(mlp, job, machine);
+  ASSERT_TRUE(base.ok()) << base.status();
+  ASSERT_FALSE(base->fits());
+  absl::StatusOr<std::vector<Fix>> fixes = RankFixes(mlp, job, machine, *base);
+  ASSERT_TRUE(fixes.ok()) << fixes.status();
+  const auto fix = std::find_if(fixes->begin(), fixes->end(),
+                                [](const Fix& f) { return f.change == "EMA copy of the weights in host memory"; });
+  ASSERT_NE(fix, fixes->end());
+  EXPECT_EQ(fix->kind, FixKind::kExact);
+  EXPECT_EQ(fix->estimate.total_bytes(), base->total_bytes() - base->ema_weights);
+  EXPECT_EQ(fix->estimate.host_bytes, base->host_bytes + base->ema_weights);
+
+  job.ema = EmaPlacement::kOff;
+  absl::StatusOr<MemoryEstimate> plain = EstimateMemory(mlp, job, machine);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  absl::StatusOr<std::vector<Fix>> none = RankFixes(mlp, job, machine, *plain);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(HasChange(*none, "EMA"));
+}
+
 // Inference adds tensor-parallel ranks only while they divide GPT-2's 12
 // heads: 2 and 4 are tried, 8 is not applicable, so the search stops there
 // instead of reading the builder's error as "does not fit".

@@ -75,6 +75,36 @@ TEST(ModelStates, MegatronEighteenBytesPerParameter) {
   }
 }
 
+// An EMA copy of the trainable weights (Note [EMA weights]): fp32 under
+// mixed precision, the weight dtype in pure bf16, none for frozen
+// parameters, sharded like the optimizer state under ZeRO, and in host
+// memory with EmaPlacement::kCpu.
+TEST(ModelStates, EmaCopyOfTheTrainableWeights) {
+  auto with_ema = [](const Graph& g, Precision precision, EmaPlacement ema, ParallelLayout layout = {}) {
+    absl::StatusOr<ModelStates> s =
+        EstimateModelStates(g, {.precision = SetupFor(precision), .layout = layout, .ema = ema});
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : ModelStates{};
+  };
+  const Graph toy = ToyModel();
+  const ModelStates none = Estimate(toy, Precision::kBf16Mixed);
+  const ModelStates gpu = with_ema(toy, Precision::kBf16Mixed, EmaPlacement::kGpu);
+  EXPECT_EQ(gpu.ema_weights, 4 * kP);
+  EXPECT_EQ(gpu.gpu_bytes(), none.gpu_bytes() + 4 * kP);
+  EXPECT_EQ(with_ema(toy, Precision::kBf16, EmaPlacement::kGpu).ema_weights, 2 * kP);
+  const ModelStates cpu = with_ema(toy, Precision::kBf16Mixed, EmaPlacement::kCpu);
+  EXPECT_EQ(cpu.ema_weights, 0u);
+  EXPECT_EQ(cpu.gpu_bytes(), none.gpu_bytes());
+  EXPECT_EQ(cpu.host_bytes, none.host_bytes + 4 * kP);
+  EXPECT_EQ(with_ema(toy, Precision::kBf16Mixed, EmaPlacement::kGpu, {.gpus = 4, .sharding = Sharding::kZero2})
+                .ema_weights,
+            4 * kP / 4);
+  // Frozen blocks: only the embedding and the head (2 x 8192 x 512) train.
+  EXPECT_EQ(with_ema(ToyModel(DType::kBF16, /*frozen_blocks=*/true), Precision::kBf16Mixed, EmaPlacement::kGpu)
+                .ema_weights,
+            4 * 2 * kLargest);
+}
+
 TEST(ModelStates, Fp32AndPureBf16) {
   EXPECT_EQ(Estimate(ToyModel(DType::kF32), Precision::kFp32).gpu_bytes(), 16 * kP);
   EXPECT_EQ(Estimate(ToyModel(), Precision::kBf16).gpu_bytes(), 8 * kP);  // 2 + 2 + 2*2
