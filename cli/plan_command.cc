@@ -123,7 +123,7 @@ absl::StatusOr<PlanResult> LoadPlan(const std::string& path, const PlanProblem& 
 }
 
 absl::Status WritePlan(const std::string& path, const PlanFlags& flags, const PlanProblem& problem,
-                       const PlanResult& result) {
+                       const PlanResult& result, std::vector<PlanTensor> tensors) {
   const PlanFile file{.model = flags.model,
                       .strategy = std::string(StrategyName(result.strategy)),
                       .budget_bytes = problem.budget,
@@ -131,17 +131,25 @@ absl::Status WritePlan(const std::string& path, const PlanFlags& flags, const Pl
                       .step_ops = problem.step->num_ops(),
                       .step_tensors = problem.step->num_tensors(),
                       .fingerprint = StepFingerprint(*problem.step),
-                      .schedule = result.schedule};
+                      .schedule = result.schedule,
+                      .tensors = std::move(tensors)};
   return WriteTextFile(path, PlanFileToJson(file).dump() + "\n", "--out");
 }
 
 // What one plan's schedule looks like from the allocator's side: its static
-// arena in the report, and on request its allocation trace for `headroom
-// replay` and its memory timeline.
-absl::Status DescribeSchedule(const PlanFlags& flags, const PlanInput& in, const PlanResult& plan,
-                              PlanReport& report) {
+// arena in the report, its tensors' lives and offsets for the plan file, and
+// on request its allocation trace for `headroom replay` and its memory
+// timeline.
+absl::StatusOr<std::vector<PlanTensor>> DescribeSchedule(const PlanFlags& flags, const PlanInput& in,
+                                                         const PlanResult& plan, PlanReport& report) {
   HEADROOM_ASSIGN_OR_RETURN(const Graph scheduled, MaterializeSchedule(in.step, plan.schedule));
   HEADROOM_ASSIGN_OR_RETURN(report.arena, LayoutActivationArena(scheduled, {.profile = in.profile}));
+  std::vector<PlanTensor> tensors;
+  tensors.reserve(report.arena->blocks.size());
+  for (const ArenaBlock& b : report.arena->blocks) {
+    const Tensor& t = scheduled.tensor(b.id);
+    tensors.push_back({.name = t.name, .bytes = t.bytes(), .first = b.first, .last = b.last, .offset = b.offset});
+  }
   if (!flags.trace_out.empty()) {
     HEADROOM_ASSIGN_OR_RETURN(const AllocationTrace trace, PlanAllocationTrace(scheduled, in.profile));
     HEADROOM_RETURN_IF_ERROR(WriteTextFile(flags.trace_out, FormatRmmLog(trace), "--trace-out"));
@@ -160,7 +168,7 @@ absl::Status DescribeSchedule(const PlanFlags& flags, const PlanInput& in, const
     HEADROOM_ASSIGN_OR_RETURN(const std::string svg, RenderMemoryTimelineSvg(scheduled, options));
     HEADROOM_RETURN_IF_ERROR(WriteTextFile(flags.svg, svg, "--svg"));
   }
-  return absl::OkStatus();
+  return tensors;
 }
 
 absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
@@ -205,9 +213,13 @@ absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
       return absl::ResourceExhaustedError(absl::StrCat(error.message(), "; ", SmallestReachable(problem)));
     }
   }
-  const bool one_plan = report.results.size() == 1 && report.results[0].ok();
-  if (one_plan) HEADROOM_RETURN_IF_ERROR(DescribeSchedule(flags, in, *report.results[0], report));
-  if (!flags.out.empty()) HEADROOM_RETURN_IF_ERROR(WritePlan(flags.out, flags, problem, *report.results[0]));
+  if (report.results.size() == 1 && report.results[0].ok()) {
+    HEADROOM_ASSIGN_OR_RETURN(std::vector<PlanTensor> tensors,
+                              DescribeSchedule(flags, in, *report.results[0], report));
+    if (!flags.out.empty()) {
+      HEADROOM_RETURN_IF_ERROR(WritePlan(flags.out, flags, problem, *report.results[0], std::move(tensors)));
+    }
+  }
   out << (flags.json ? PlanJson(report).dump(2) + "\n" : PlanText(report));
 
   bool any_fits = false;

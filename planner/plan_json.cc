@@ -49,7 +49,7 @@ nlohmann::json PlanFileToJson(const PlanFile& file) {
   for (const ScheduleEntry& e : file.schedule.entries) {
     schedule.push_back(nlohmann::json::array({std::string(ScheduleActionName(e.action)), e.target}));
   }
-  return {{"format", kFormat},
+  nlohmann::json out = {{"format", kFormat},
           {"version", kPlanFileVersion},
           {"model", file.model},
           {"strategy", file.strategy},
@@ -60,6 +60,14 @@ nlohmann::json PlanFileToJson(const PlanFile& file) {
             {"tensors", file.step_tensors},
             {"fingerprint", file.fingerprint}}},
           {"schedule", std::move(schedule)}};
+  if (!file.tensors.empty()) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const PlanTensor& t : file.tensors) {
+      tensors.push_back(nlohmann::json::array({t.name, t.bytes, t.first, t.last, t.offset}));
+    }
+    out["tensors"] = std::move(tensors);
+  }
+  return out;
 }
 
 absl::StatusOr<PlanFile> ParsePlanFile(std::string_view text, std::string_view origin) {

@@ -9,9 +9,15 @@
 //  "model": "gpt2", "strategy": "chen-greedy", "budget_bytes": 123,
 //  "step": {"name": "GPT2LMHeadModel", "ops": 1234, "tensors": 2345,
 //           "fingerprint": "9f3c..."},
-//  "schedule": [["compute", 0], ["recompute", 12], ["offload", 301], ...]}
+//  "schedule": [["compute", 0], ["recompute", 12], ["offload", 301], ...],
+//  "tensors": [["h.0.attn.out", 3145728, 12, 901, 1048576], ...]}
 // Schedule entries are [action, target]: an op id for compute and
 // recompute, a tensor id for offload and prefetch (planner/schedule.h).
+// "tensors", written by `plan --out` for people and executors and not read
+// back, lists every device tensor of the scheduled step (a replay's copy is
+// its own tensor, named with "@recompute"): [name, bytes, first, last,
+// offset], allocated before schedule entry `first` and freed after entry
+// `last`, at `offset` in the plan's static arena (planner/arena_layout.h).
 // The step block identifies the step the ids refer to: --load rebuilds the
 // step from the same model and flags and refuses a plan whose op count,
 // tensor count or fingerprint (a hash of op kinds, names and tensor sizes,
@@ -23,6 +29,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
@@ -33,6 +40,17 @@ namespace headroom {
 
 inline constexpr int kPlanFileVersion = 1;
 
+// One device tensor of the scheduled step (Note [Plan file format]).
+struct PlanTensor {
+  std::string name;
+  uint64_t bytes = 0;
+  int64_t first = 0;  // schedule entries, inclusive
+  int64_t last = 0;
+  uint64_t offset = 0;  // in the static arena
+
+  friend bool operator==(const PlanTensor&, const PlanTensor&) = default;
+};
+
 struct PlanFile {
   std::string model;
   std::string strategy;
@@ -42,6 +60,7 @@ struct PlanFile {
   uint64_t step_tensors = 0;
   std::string fingerprint;
   Schedule schedule;
+  std::vector<PlanTensor> tensors;  // written when present; ParsePlanFile leaves it empty
 };
 
 // 16 hex digits identifying the step's ops and tensor sizes.

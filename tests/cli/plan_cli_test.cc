@@ -1,9 +1,12 @@
 // `headroom plan`: a plan that fits, the comparison table, plan files that
 // round-trip, and the error paths (one line naming the input).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -104,6 +107,33 @@ TEST(PlanCli, PlanFileRoundTrips) {
     return std::string();
   };
   EXPECT_EQ(peak_line(planned.out), peak_line(loaded.out));
+  // The file's tensors: their lives give the plan's peak, and tensors alive
+  // at the same entry never share arena bytes.
+  std::ifstream in(path);
+  const nlohmann::json file = nlohmann::json::parse(in);
+  const size_t entries = file["schedule"].size();
+  std::vector<uint64_t> live(entries, 0);
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> ranges(entries);
+  for (const nlohmann::json& t : file["tensors"]) {
+    const uint64_t bytes = t[1];
+    const size_t first = t[2];
+    const size_t last = t[3];
+    const uint64_t offset = t[4];
+    ASSERT_LE(first, last);
+    ASSERT_LT(last, entries);
+    for (size_t i = first; i <= last; ++i) {
+      live[i] += bytes;
+      if (bytes > 0) ranges[i].push_back({offset, offset + bytes});
+    }
+  }
+  EXPECT_EQ(*std::max_element(live.begin(), live.end()),
+            nlohmann::json::parse(RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--load", path, "--json"})
+                                      .out)["plans"][0]["evaluation"]["peak_bytes"]
+                .get<uint64_t>());
+  for (std::vector<std::pair<uint64_t, uint64_t>>& at : ranges) {
+    std::sort(at.begin(), at.end());
+    for (size_t k = 1; k < at.size(); ++k) ASSERT_LE(at[k - 1].second, at[k].first);
+  }
   // A plan for another step is refused, naming the file.
   auto other = RunHeadroom({"plan", "--model", "gpt2", "--seq", "512", "--budget", "80%", "--load", path});
   EXPECT_EQ(other.exit_code, 2);
