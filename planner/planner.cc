@@ -97,7 +97,6 @@ RematOptions StartsFrom(const PlanProblem& problem) {
   return options;
 }
 
-
 absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy) {
   const Graph& step = *problem.step;
   switch (strategy) {
