@@ -312,7 +312,7 @@ std::string EmitHf(const StackPlan& plan, const EmitContext& context) {
   for (const LayerPlan& l : plan.layers) {
     if (!l.exact) partial.push_back(l.layer);
   }
-  if (!partial.empty()) why.push_back(absl::StrCat(LayersPhrase(partial), " are treated only in part"));
+  if (!partial.empty()) why.push_back(absl::StrCat(LayersPhrase(partial), " are replayed or offloaded only in part"));
   if (plan.outside_replayed_ops > 0 || plan.outside.offloaded > 0) {
     why.push_back("the plan also replays or offloads activations outside the layers");
   }
