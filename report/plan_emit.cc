@@ -45,6 +45,11 @@ std::string Comment(std::string_view text) {
   return out;
 }
 
+// `one` after a single layer, `many` after several: "layer 3 keeps", "layers 3-5 keep".
+std::string_view Agree(const std::vector<int>& layers, std::string_view one, std::string_view many) {
+  return layers.size() == 1 ? one : many;
+}
+
 std::string LayersPhrase(const std::vector<int>& layers) {
   if (layers.empty()) return "none";
   return absl::StrCat(layers.size() == 1 ? "layer " : "layers ", LayerRanges(layers));
@@ -297,9 +302,18 @@ std::string EmitHf(const StackPlan& plan, const EmitContext& context) {
   const std::vector<int> keep = plan.LayersWith(LayerTreatment::kKeep);
   const std::vector<int> selective = plan.LayersWith(LayerTreatment::kSelective);
   const std::vector<int> offload = plan.LayersWith(LayerTreatment::kOffload);
-  if (!keep.empty()) why.push_back(absl::StrCat(LayersPhrase(keep), " keep their activations"));
-  if (!selective.empty()) why.push_back(absl::StrCat(LayersPhrase(selective), " replay only the attention core"));
-  if (!offload.empty()) why.push_back(absl::StrCat(LayersPhrase(offload), " offload to host memory"));
+  if (!keep.empty()) {
+    why.push_back(absl::StrCat(LayersPhrase(keep), std::string(Agree(keep, " keeps its", " keep their")),
+                               " activations"));
+  }
+  if (!selective.empty()) {
+    why.push_back(absl::StrCat(LayersPhrase(selective), std::string(Agree(selective, " replays", " replay")),
+                               " only the attention core"));
+  }
+  if (!offload.empty()) {
+    why.push_back(absl::StrCat(LayersPhrase(offload), std::string(Agree(offload, " offloads", " offload")),
+                               " to host memory"));
+  }
   const std::vector<std::string> segments = MultiLayerSegments(plan);
   if (!segments.empty()) why.push_back(absl::StrCat("layers ", absl::StrJoin(segments, ", "), " are replayed as one "
                                                     "segment each"));
@@ -312,7 +326,10 @@ std::string EmitHf(const StackPlan& plan, const EmitContext& context) {
   for (const LayerPlan& l : plan.layers) {
     if (!l.exact) partial.push_back(l.layer);
   }
-  if (!partial.empty()) why.push_back(absl::StrCat(LayersPhrase(partial), " are replayed or offloaded only in part"));
+  if (!partial.empty()) {
+    why.push_back(absl::StrCat(LayersPhrase(partial), std::string(Agree(partial, " is", " are")),
+                               " replayed or offloaded only in part"));
+  }
   if (plan.outside_replayed_ops > 0 || plan.outside.offloaded > 0) {
     why.push_back("the plan also replays or offloads activations outside the layers");
   }
@@ -384,8 +401,13 @@ std::string EmitMegatron(const StackPlan& plan, const EmitContext& context) {
       const std::vector<int> keep = plan.LayersWith(LayerTreatment::kKeep);
       absl::StrAppend(&out, absl::StrFormat("--recompute-granularity full --recompute-method block "
                                             "--recompute-num-layers %d\n", block),
-                      Comment(absl::StrFormat("block: the first %d layers of the stage are recomputed, each from its "
-                                              "own input; %s keep their activations.", block, LayersPhrase(keep))));
+                      Comment(absl::StrFormat(
+                          "block: the first %d %s of the stage %s recomputed, each from its own input%s.", block,
+                          block == 1 ? "layer" : "layers", block == 1 ? "is" : "are",
+                          keep.empty() ? ""
+                                       : absl::StrCat("; ", LayersPhrase(keep),
+                                                      std::string(Agree(keep, " keeps its", " keep their")),
+                                                      " activations"))));
     } else {
       std::string shape = absl::StrFormat("the plan checkpoints %s", LayersPhrase(full));
       const std::vector<std::string> segments = MultiLayerSegments(plan);

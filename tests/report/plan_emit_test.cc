@@ -152,6 +152,9 @@ TEST(EmitMegatron, FlagsForThePlansTheyExpress) {
   const std::string block = Emit(EmitFormat::kMegatron, LayersSchedule({0, 1}));
   EXPECT_THAT(block, HasSubstr("--recompute-granularity full --recompute-method block --recompute-num-layers 2\n"));
   EXPECT_THAT(block, HasSubstr("layers 2-3 keep their activations"));
+  EXPECT_THAT(Emit(EmitFormat::kMegatron, LayersSchedule({0, 1, 2})),
+              HasSubstr("--recompute-num-layers 3\n# block: the first 3 layers of the stage are recomputed, each "
+                        "from its own input; layer 3 keeps its activations."));
   EXPECT_THAT(Emit(EmitFormat::kMegatron, ModeSchedule(CheckpointMode::kSelective)),
               HasSubstr("--recompute-granularity selective\n"));
   EXPECT_THAT(Emit(EmitFormat::kMegatron, StoreAllSchedule(Gpt2Step())),
