@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/name_table.h"
 #include "common/units.h"
 
@@ -80,7 +81,7 @@ std::vector<std::string> Departures(const StackPlan& plan) {
     if (l.exact || l.treatment == LayerTreatment::kKeep) continue;
     const SavedBytes& o = l.own;
     const std::string split =
-        absl::StrFormat("of the %s of saved activations each makes, the plan recomputes %s, offloads %s and "
+        absl::StrFormat("of the %s of saved activations {each makes}, the plan recomputes %s, offloads %s and "
                         "keeps %s", FormatBytes(o.total()), FormatBytes(o.recomputed), FormatBytes(o.offloaded),
                         FormatBytes(o.kept));
     std::string text;
@@ -88,7 +89,7 @@ std::vector<std::string> Departures(const StackPlan& plan) {
       text = absl::StrCat(split, "; checkpointing the whole layer recomputes all of them (less memory than the "
                                  "plan, more time).");
     } else if (l.treatment == LayerTreatment::kSelective) {
-      text = absl::StrFormat("the plan recomputes %s of the %s inside each one's attention core; selective "
+      text = absl::StrFormat("the plan recomputes %s of the %s inside {each one's} attention core; selective "
                              "recomputation replays all of the core.",
                              FormatBytes(l.core.recomputed), FormatBytes(l.core.total()));
     } else {
@@ -107,7 +108,10 @@ std::vector<std::string> Departures(const StackPlan& plan) {
   for (size_t i = 0; i < texts.size(); ++i) {
     std::string who = LayersPhrase(layers_of[i]);
     who[0] = 'L';
-    notes.push_back(absl::StrCat(who, ": ", texts[i]));
+    const bool one = layers_of[i].size() == 1;
+    const std::string text = absl::StrReplaceAll(
+        texts[i], {{"{each makes}", one ? "it makes" : "each makes"}, {"{each one's}", one ? "its" : "each one's"}});
+    notes.push_back(absl::StrCat(who, ": ", text));
   }
   const SavedBytes& out = plan.outside;
   if (out.recomputed > 0 || out.offloaded > 0 || plan.outside_replayed_ops > 0) {

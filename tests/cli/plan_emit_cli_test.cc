@@ -30,7 +30,8 @@ TEST(PlanEmitCli, EveryFormatForGpt2AtSixtyPercent) {
       {"torch-budget", "torch._functorch.config.activation_memory_budget = 0."},
   };
   for (const Case& c : cases) {
-    auto r = RunHeadroom({"plan", "--model", "gpt2", "--attention", "eager", "--budget", "60%", "--emit", c.format});
+    auto r = RunHeadroom({"plan", "--model", "gpt2", "--attention", "eager", "--budget", "60%", "--strategy",
+                          "chen-greedy", "--emit", c.format});
     ASSERT_EQ(r.exit_code, 0) << c.format << "\n" << r.err;
     EXPECT_THAT(r.out, HasSubstr(c.expect)) << c.format;
     EXPECT_THAT(r.out, HasSubstr("12 layers.")) << c.format;
@@ -45,7 +46,8 @@ TEST(PlanEmitCli, HfSaysWhenItsSwitchCannotExpressThePlan) {
   auto keep = RunHeadroom({"plan", "--model", "gpt2", "--budget", "100%", "--strategy", "store-all", "--emit", "hf"});
   ASSERT_EQ(keep.exit_code, 0) << keep.err;
   EXPECT_THAT(keep.out, HasSubstr("leave gradient checkpointing off"));
-  auto greedy = RunHeadroom({"plan", "--model", "gpt2", "--attention", "eager", "--budget", "60%", "--emit", "hf"});
+  auto greedy = RunHeadroom({"plan", "--model", "gpt2", "--attention", "eager", "--budget", "60%", "--strategy",
+                             "chen-greedy", "--emit", "hf"});
   ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
   EXPECT_THAT(greedy.out, HasSubstr("it cannot express this plan"));
   EXPECT_THAT(greedy.out, HasSubstr("Use --emit torch"));
@@ -53,11 +55,32 @@ TEST(PlanEmitCli, HfSaysWhenItsSwitchCannotExpressThePlan) {
 }
 
 TEST(PlanEmitCli, LlamaTorchSnippetNamesItsLayers) {
-  auto r = RunHeadroom(
-      {"plan", "--model", "llama-2-7b", "--attention", "eager", "--budget", "60%", "--emit", "torch"});
+  auto r = RunHeadroom({"plan", "--model", "llama-2-7b", "--attention", "eager", "--budget", "60%", "--strategy",
+                        "chen-greedy", "--emit", "torch"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\"model.layers.31\""));
   EXPECT_THAT(r.out, HasSubstr("32 layers."));
+}
+
+// The default strategy (hybrid) mixes keeping, replaying and offloading per
+// layer: whatever it chooses, the torch snippet offloads exactly the layers
+// the header names, and megatron's flags cannot express an offload.
+TEST(PlanEmitCli, HybridPlanOffloadsTheLayersItNames) {
+  const std::vector<std::string> args = {"plan", "--model", "gpt2", "--attention", "eager", "--budget", "60%",
+                                         "--emit"};
+  std::vector<std::string> torch = args, megatron = args;
+  torch.push_back("torch");
+  megatron.push_back("megatron");
+  auto t = RunHeadroom(torch);
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_THAT(t.out, HasSubstr(": gpt2, hybrid, peak"));
+  const bool offloads = t.out.find("Offload: none.") == std::string::npos;
+  EXPECT_EQ(t.out.find("OFFLOAD = [\n") != std::string::npos, offloads) << t.out;
+  auto m = RunHeadroom(megatron);
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  if (offloads) {
+    EXPECT_THAT(m.out, HasSubstr("Cannot be expressed: the activations of"));
+  }
 }
 
 TEST(PlanEmitCli, EmitsALoadedPlan) {
