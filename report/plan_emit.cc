@@ -455,8 +455,10 @@ std::string EmitDeepSpeed(const StackPlan& plan, const EmitContext& context) {
       one_layer_each = one_layer_each && s.num_layers == 1;
     }
     const std::string which =
-        one_layer_each ? absl::StrCat("one per layer, ", LayersPhrase(plan.LayersWith(LayerTreatment::kFull)))
-                       : absl::StrCat("layers ", absl::StrJoin(segments, ", "));
+        one_layer_each && plan.segments.size() > 1
+            ? absl::StrCat("one per layer, ", LayersPhrase(plan.LayersWith(LayerTreatment::kFull)))
+            : absl::StrCat(plan.segments.size() == 1 && one_layer_each ? "layer " : "layers ",
+                           absl::StrJoin(segments, ", "));
     absl::StrAppend(
         &out, Comment(absl::StrFormat(
                   "It configures deepspeed.checkpointing.checkpoint(function, *args), which the model code calls "
