@@ -3,6 +3,8 @@
 // host memory so that the step fits, at the least extra time
 // (planner/planner.h; the problem from estimators/plan_input.h; printed by
 // report/plan_report.h). --out writes the plan file, --load reads one back.
+// --emit prints the framework settings that realize the plan instead
+// (report/plan_emit.h).
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -27,6 +29,7 @@
 #include "planner/planner.h"
 #include "planner/arena_layout.h"
 #include "report/memory_timeline_svg.h"
+#include "report/plan_emit.h"
 #include "report/plan_report.h"
 #include "report/plan_trace.h"
 
@@ -46,6 +49,7 @@ struct PlanFlags {
   std::string load;
   std::string trace_out;
   std::string svg;
+  std::string emit;
 };
 
 absl::Status WriteTextFile(const std::string& path, const std::string& text, std::string_view flag) {
@@ -171,7 +175,42 @@ absl::StatusOr<std::vector<PlanTensor>> DescribeSchedule(const PlanFlags& flags,
   return tensors;
 }
 
+// --emit: checked before planning, so a bad format fails fast.
+absl::StatusOr<std::optional<EmitFormat>> ParseEmitFlags(const PlanFlags& flags) {
+  if (flags.emit.empty()) return std::optional<EmitFormat>();
+  absl::StatusOr<EmitFormat> format = ParseEmitFormat(flags.emit);
+  if (!format.ok()) return absl::InvalidArgumentError(absl::StrCat("--emit: ", format.status().message()));
+  if (flags.compare) return absl::InvalidArgumentError("--emit: prints the settings of one plan; drop --compare");
+  if (flags.json) return absl::InvalidArgumentError("--emit: prints framework settings, not JSON; drop --json");
+  return std::optional<EmitFormat>(*format);
+}
+
+// --emit: the settings that realize the one plan of `report`, per layer of a transformer stack.
+absl::Status EmitPlanSettings(EmitFormat format, const PlanFlags& flags, const LoadedModel& model,
+                              const PlanReport& report, std::ostream& out) {
+  const ModelFamily family = model.config ? model.config->family : ModelFamily::kDecoder;
+  if (family == ModelFamily::kCnn || family == ModelFamily::kMlp) {
+    return absl::InvalidArgumentError(absl::StrFormat("--emit needs a transformer stack; %s is %s", flags.model,
+                                                      family == ModelFamily::kCnn ? "a CNN" : "an MLP chain"));
+  }
+  const PlanResult& plan = *report.results[0];
+  absl::StatusOr<StackPlan> stack = ClassifyStack(report.input->step, plan.schedule);
+  if (stack.status().code() == absl::StatusCode::kFailedPrecondition) {
+    return absl::InvalidArgumentError("--emit needs a transformer stack; this graph has no layers");
+  }
+  HEADROOM_RETURN_IF_ERROR(stack.status());
+  const EmitContext context{
+      .title = absl::StrFormat("%s, %s, peak %s for a budget of %s%s", flags.model,
+                               std::string(StrategyName(plan.strategy)),
+                               FormatBytes(plan.evaluation.peak_bytes), FormatBytes(report.budget),
+                               plan.fits ? "" : " (does not fit)"),
+      .model_type = model.config ? model.config->model_type : ""};
+  out << EmitPlan(format, *stack, context);
+  return absl::OkStatus();
+}
+
 absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
+  HEADROOM_ASSIGN_OR_RETURN(const std::optional<EmitFormat> emit, ParseEmitFlags(flags));
   HEADROOM_ASSIGN_OR_RETURN(JobSpec job, ToJob(flags.job));
   if (flags.compare && !(flags.out.empty() && flags.trace_out.empty() && flags.svg.empty())) {
     return absl::InvalidArgumentError("--out, --trace-out, --svg: each writes one plan; drop --compare");
@@ -220,7 +259,11 @@ absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
       HEADROOM_RETURN_IF_ERROR(WritePlan(flags.out, flags, problem, *report.results[0], std::move(tensors)));
     }
   }
-  out << (flags.json ? PlanJson(report).dump(2) + "\n" : PlanText(report));
+  if (emit) {
+    HEADROOM_RETURN_IF_ERROR(EmitPlanSettings(*emit, flags, model, report, out));
+  } else {
+    out << (flags.json ? PlanJson(report).dump(2) + "\n" : PlanText(report));
+  }
 
   bool any_fits = false;
   for (const absl::StatusOr<PlanResult>& r : report.results) any_fits = any_fits || (r.ok() && r->fits);
@@ -251,6 +294,8 @@ Subcommand AddPlanCommand(CLI::App& root) {
   app->add_option("--load", f->load, "Evaluate a plan file written by --out (same --model and job flags)");
   app->add_option("--trace-out", f->trace_out, "Write the plan's allocations as an RMM CSV trace for 'headroom replay'");
   app->add_option("--svg", f->svg, "Write the plan's memory timeline as an SVG");
+  app->add_option("--emit", f->emit,
+                  "Print the settings that realize the plan: torch, hf, megatron, deepspeed or torch-budget");
   return {app, [f](std::ostream& out) { return RunPlan(*f, out); }};
 }
 
