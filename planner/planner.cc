@@ -90,6 +90,7 @@ absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy);
 // once.
 RematOptions StartsFrom(const PlanProblem& problem) {
   RematOptions options;
+  if (problem.step->num_ops() > kMaxRematOps) return options;  // refused anyway: plan nothing
   for (Strategy start : {Strategy::kChenGreedy, Strategy::kChainDp, Strategy::kSqrtN}) {
     absl::StatusOr<Planned> other = Plan(problem, start);
     if (other.ok()) options.starts.emplace_back(StrategyName(start), std::move(other->schedule));
