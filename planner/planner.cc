@@ -1,5 +1,7 @@
 #include "planner/planner.h"
 
+#include <algorithm>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -90,12 +92,50 @@ absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy);
 // once.
 RematOptions StartsFrom(const PlanProblem& problem) {
   RematOptions options;
-  if (problem.step->num_ops() > kMaxRematOps) return options;  // refused anyway: plan nothing
   for (Strategy start : {Strategy::kChenGreedy, Strategy::kChainDp, Strategy::kSqrtN}) {
     absl::StatusOr<Planned> other = Plan(problem, start);
     if (other.ok()) options.starts.emplace_back(StrategyName(start), std::move(other->schedule));
   }
   return options;
+}
+
+// Note [Optimal beyond the solvers]
+// Up to kMaxRematOps ops the optimal strategy is PlanRemat, started from the
+// other replay strategies' plans, with the better of its LP bound and the
+// knapsack bound (Note [Replay knapsack bound]). Beyond that the search and
+// the LP grow too large for seconds, so it returns the cheapest of those
+// starts that fits, and the knapsack bound, which takes one pass per op, so
+// that the plan still states how far from optimal it can be.
+absl::StatusOr<Planned> PlanOptimal(const PlanProblem& problem) {
+  absl::StatusOr<RematBound> knapsack = ReplayKnapsackBound(problem);
+  if (problem.step->num_ops() <= kMaxRematOps) {
+    HEADROOM_ASSIGN_OR_RETURN(RematPlan plan, PlanRemat(problem, StartsFrom(problem)));
+    std::optional<double> bound;
+    if (plan.lower_bound_solved) bound = plan.lower_bound;
+    if (knapsack.ok()) bound = std::max(bound.value_or(0), std::min(knapsack->extra_cost, plan.evaluation.extra_cost));
+    return Planned{std::move(plan.schedule), std::move(plan.detail), bound};
+  }
+  std::optional<std::pair<std::string, PlanEvaluation>> best;
+  Schedule schedule;
+  for (auto& [name, start] : StartsFrom(problem).starts) {
+    absl::StatusOr<PlanEvaluation> e = EvaluateSchedule(problem, start);
+    if (!e.ok() || e->peak_bytes > problem.budget) continue;
+    if (best && best->second.extra_cost <= e->extra_cost) continue;
+    best = std::pair{name, *std::move(e)};
+    schedule = std::move(start);
+  }
+  if (!best) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "optimal: step '%s' has %d ops, more than the %d the rematerialization search takes, and none of "
+        "chen-greedy, chain-dp and sqrt-n fits its budget of %s",
+        problem.step->name(), problem.step->num_ops(), kMaxRematOps, FormatBytes(problem.budget)));
+  }
+  std::optional<double> bound;
+  if (knapsack.ok()) bound = std::min(knapsack->extra_cost, best->second.extra_cost);
+  return Planned{std::move(schedule),
+                 absl::StrFormat("%d ops, over the search's %d: %s's plan, the cheapest that fits; knapsack bound",
+                                 problem.step->num_ops(), kMaxRematOps, best->first),
+                 bound};
 }
 
 absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy) {
@@ -120,12 +160,8 @@ absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy) {
       HEADROOM_ASSIGN_OR_RETURN(auto planned, PlanChainDp(problem));
       return Planned{std::move(planned.first), std::move(planned.second)};
     }
-    case Strategy::kOptimal: {
-      HEADROOM_ASSIGN_OR_RETURN(RematPlan plan, PlanRemat(problem, StartsFrom(problem)));
-      std::optional<double> bound;
-      if (plan.lower_bound_solved) bound = plan.lower_bound;
-      return Planned{std::move(plan.schedule), std::move(plan.detail), bound};
-    }
+    case Strategy::kOptimal:
+      return PlanOptimal(problem);
     case Strategy::kOffload: {
       HEADROOM_ASSIGN_OR_RETURN(Schedule s, PlanOffload(problem));
       return Planned{std::move(s), "saved activations to pinned host memory and back"};
@@ -169,9 +205,19 @@ absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strat
       return MinimumChainPeak(chain);
     }
     case Strategy::kOptimal: {
-      HEADROOM_ASSIGN_OR_RETURN(const ReachableBudget reachable,
-                                SmallestReachableBudget(problem, StartsFrom(problem)));
-      return reachable.reached;
+      if (problem.step->num_ops() <= kMaxRematOps) {
+        HEADROOM_ASSIGN_OR_RETURN(const ReachableBudget reachable,
+                                  SmallestReachableBudget(problem, StartsFrom(problem)));
+        return reachable.reached;
+      }
+      // Note [Optimal beyond the solvers]: the least of its starts'.
+      uint64_t least = std::numeric_limits<uint64_t>::max();
+      for (Strategy start : {Strategy::kChenGreedy, Strategy::kChainDp, Strategy::kSqrtN}) {
+        absl::StatusOr<uint64_t> peak = SmallestPeak(problem, start);
+        if (peak.ok()) least = std::min(least, *peak);
+      }
+      if (least == std::numeric_limits<uint64_t>::max()) return absl::InternalError("no start plans the step");
+      return least;
     }
     case Strategy::kOffload:
     case Strategy::kHybrid:

@@ -497,6 +497,66 @@ absl::StatusOr<RematBound> RematLowerBound(const PlanProblem& problem, const Rem
   return b;
 }
 
+absl::StatusOr<RematBound> ReplayKnapsackBound(const PlanProblem& problem) {
+  const absl::Time start = absl::Now();
+  HEADROOM_ASSIGN_OR_RETURN(const Model model, remat::BuildModel(problem));
+  const auto n = static_cast<size_t>(model.n);
+  const size_t num_values = model.value_producer.size();
+  // Each value's store-all life: its producer to its last reader.
+  std::vector<int32_t> last_reader(num_values, -1);
+  for (size_t i = 0; i < n; ++i) {
+    for (int32_t v : model.reads[i]) last_reader[static_cast<size_t>(v)] = static_cast<int32_t>(i);
+  }
+  std::vector<int64_t> live_delta(n + 1, 0);
+  for (size_t v = 0; v < num_values; ++v) {
+    const auto p = static_cast<size_t>(model.value_producer[v]);
+    const size_t end = std::max<size_t>(p, static_cast<size_t>(std::max(last_reader[v], 0)));
+    live_delta[p] += static_cast<int64_t>(model.value_bytes[v]);
+    live_delta[end + 1] -= static_cast<int64_t>(model.value_bytes[v]);
+  }
+  RematBound out{.solved = true};
+  std::vector<uint64_t> droppable(n, 0);  // by producer, at the op in hand
+  std::vector<int32_t> touched;
+  std::vector<std::pair<double, size_t>> items;  // (cost per byte, producer)
+  int64_t live = 0;
+  for (size_t t = 0; t < n; ++t) {
+    live += live_delta[t];
+    const uint64_t held = model.fixed_bytes + static_cast<uint64_t>(live);
+    if (held <= problem.budget) continue;
+    const uint64_t need = held - problem.budget;
+    // Copies held across t that t does not read, from ops that can replay.
+    touched.clear();
+    uint64_t total = 0;
+    for (size_t v = 0; v < num_values; ++v) {
+      const auto p = static_cast<size_t>(model.value_producer[v]);
+      if (p >= t || last_reader[v] <= static_cast<int32_t>(t) || !model.recomputable[p]) continue;
+      if (std::binary_search(model.reads[t].begin(), model.reads[t].end(), static_cast<int32_t>(v))) continue;
+      if (droppable[p] == 0) touched.push_back(static_cast<int32_t>(p));
+      droppable[p] += model.value_bytes[v];
+      total += model.value_bytes[v];
+    }
+    items.clear();
+    for (int32_t p : touched) {
+      const auto i = static_cast<size_t>(p);
+      items.push_back({model.cost[i] / static_cast<double>(droppable[i]), i});
+    }
+    std::sort(items.begin(), items.end());
+    double cost = 0;
+    uint64_t freed = 0;
+    for (const auto& [per_byte, p] : items) {
+      if (freed >= need) break;
+      const uint64_t take = std::min(droppable[p], need - freed);
+      cost += per_byte * static_cast<double>(take);
+      freed += take;
+    }
+    for (int32_t p : touched) droppable[static_cast<size_t>(p)] = 0;
+    if (total < need) out.feasible = false;
+    out.extra_cost = std::max(out.extra_cost, cost);
+  }
+  out.seconds = SecondsSince(start);
+  return out;
+}
+
 absl::StatusOr<ReachableBudget> SmallestReachableBudget(const PlanProblem& problem, const RematOptions& options) {
   HEADROOM_ASSIGN_OR_RETURN(Model model, CheckedModel(problem));
   return Reachable(problem, model, options);

@@ -109,6 +109,22 @@ struct RematBound {
 };
 absl::StatusOr<RematBound> RematLowerBound(const PlanProblem& problem, const RematOptions& options = {});
 
+// Note [Replay knapsack bound]
+// A bound without an LP, for steps of any size. While op t runs, any
+// schedule in program order holds t's inputs and outputs; a copy that
+// store-all holds across t and that is read after t is either held too or
+// dropped before t and made again after it, by a replay of its op. So where
+// store-all holds `need` bytes over budget at t, some ops whose copies span
+// t must each replay at least once, and the cheapest such set costs at
+// least the fractional knapsack: ops by cost per byte spanning t, cheapest
+// first, until `need` bytes are covered. Memory is counted per value (Note
+// [Remat LP bound] in remat_lp.cc), so what counts is really live. The
+// largest over ops is the bound; `feasible` is false when at some op even
+// dropping everything droppable leaves too much (a budget below the floor).
+// Weaker than the LP (one op at a time, replays free of memory), it takes
+// one pass over the values per op over budget. RematBound::solved is true.
+absl::StatusOr<RematBound> ReplayKnapsackBound(const PlanProblem& problem);
+
 struct ReachableBudget {
   uint64_t reached = 0;  // the peak of `schedule`, the least found
   uint64_t floor = 0;    // proven: no schedule in program order peaks below it

@@ -14,6 +14,7 @@
 #include "models/builders.h"
 #include "models/model_source.h"
 #include "planner/planner.h"
+#include "planner/remat_solver.h"
 
 namespace headroom {
 namespace {
@@ -162,6 +163,30 @@ TEST(Strategies, BudgetDrivenStrategiesFitAndValidate) {
   EXPECT_TRUE(RunStrategy(ProblemFor(step, least), Strategy::kChainDp)->fits);
   const absl::StatusOr<PlanResult> below = RunStrategy(ProblemFor(step, least - 1), Strategy::kChainDp);
   EXPECT_EQ(below.status().code(), absl::StatusCode::kResourceExhausted) << below.status();
+}
+
+// Past the search's size (Note [Optimal beyond the solvers]) optimal is the
+// cheapest of the other replay plans with the knapsack bound under it.
+TEST(Strategies, OptimalBeyondTheSearchKeepsABound) {
+  const Graph step = Gpt2Step(21);
+  ASSERT_GT(step.num_ops(), kMaxRematOps);
+  const PlanProblem problem = ProblemFor(step, ProfileMemory(step).peak_bytes / 10 * 8);
+  absl::StatusOr<PlanResult> optimal = RunStrategy(problem, Strategy::kOptimal);
+  ASSERT_TRUE(optimal.ok()) << optimal.status();
+  EXPECT_TRUE(optimal->fits);
+  EXPECT_THAT(optimal->detail, HasSubstr("over the search's 1024"));
+  ASSERT_TRUE(optimal->lower_bound_extra_cost.has_value());
+  EXPECT_GT(*optimal->lower_bound_extra_cost, 0);
+  EXPECT_LE(*optimal->lower_bound_extra_cost, optimal->evaluation.extra_cost);
+  for (Strategy other : {Strategy::kChenGreedy, Strategy::kChainDp, Strategy::kSqrtN}) {
+    absl::StatusOr<PlanResult> r = RunStrategy(problem, other);
+    if (r.ok() && r->fits) {
+      EXPECT_LE(optimal->evaluation.extra_cost, r->evaluation.extra_cost) << StrategyName(other);
+    }
+  }
+  const absl::StatusOr<uint64_t> least = SmallestPeak(problem, Strategy::kOptimal);
+  ASSERT_TRUE(least.ok()) << least.status();
+  EXPECT_TRUE(RunStrategy(ProblemFor(step, *least), Strategy::kOptimal)->fits);
 }
 
 // A graph without layers has no chain: chain-dp says so; the others plan it.

@@ -239,6 +239,10 @@ TEST(RematSolver, BoundAndMilpAgainstEverySchedule) {
       ++checked;
       ASSERT_TRUE(bound->solved && bound->feasible);
       EXPECT_LE(bound->extra_cost, best.any + 1e-6);
+      absl::StatusOr<RematBound> knapsack = ReplayKnapsackBound(problem);
+      ASSERT_TRUE(knapsack.ok()) << knapsack.status();
+      EXPECT_TRUE(knapsack->feasible);
+      EXPECT_LE(knapsack->extra_cost, best.any + 1e-6);
       if (best.ordered == std::numeric_limits<double>::infinity()) {
         // Only a replay order other than program order fits.
         EXPECT_EQ(milp.status().code(), absl::StatusCode::kResourceExhausted);
@@ -267,6 +271,7 @@ TEST(RematSolver, BoundAndMilpAgainstEverySchedule) {
 // all.)
 TEST(RematSolver, FastIsWithinTenPercentOfTheMilp) {
   int checked = 0;
+  int knapsack_bites = 0;
   for (uint32_t seed = 0; seed < 10; ++seed) {
     const Dag d = TrainingDag(seed, 6 + static_cast<int>(seed % 7));
     const uint64_t store_all = StoreAllPeak(d.graph);
@@ -301,9 +306,16 @@ TEST(RematSolver, FastIsWithinTenPercentOfTheMilp) {
       EXPECT_GE(fast->evaluation.extra_cost, milp->evaluation.extra_cost - 1e-6);
       EXPECT_LE(fast->evaluation.extra_cost, Allowed(milp->evaluation.extra_cost, fast->evaluation.base_cost));
       EXPECT_NEAR(fast->gap(), fast->evaluation.extra_cost - fast->lower_bound, 1e-9);
+      // The knapsack bound (Note [Replay knapsack bound]) is below the optimum too.
+      absl::StatusOr<RematBound> knapsack = ReplayKnapsackBound(problem);
+      ASSERT_TRUE(knapsack.ok()) << knapsack.status();
+      EXPECT_TRUE(knapsack->feasible);
+      EXPECT_LE(knapsack->extra_cost, milp->evaluation.extra_cost + 1e-6);
+      knapsack_bites += knapsack->extra_cost > 0;
     }
   }
   EXPECT_GE(checked, 15);
+  EXPECT_GE(knapsack_bites, checked / 2) << "the bound should not be 0 where every plan replays";
 }
 
 TEST(RematSolver, BudgetBelowTheFloorNamesTheSmallestBudget) {
