@@ -45,6 +45,18 @@ std::string DescribeChainPlan(const ChainPlan& plan) {
                          FormatBytes(plan.memory_unit));
 }
 
+// Megatron's --recompute-method block: the first `n` layers checkpointed,
+// each on its own, the rest kept.
+ChainPlan LeadingBlock(int num_stages, int n) {
+  ChainPlan plan;
+  plan.choice.assign(static_cast<size_t>(num_stages), StageChoice::kKeepAll);
+  for (int i = 0; i < n; ++i) {
+    plan.choice[static_cast<size_t>(i)] = StageChoice::kCheckpoint;
+    plan.segments.push_back({i, i});
+  }
+  return plan;
+}
+
 // Note [Chain-dp budget]
 // The DP's peak is the step's measured peak for the plans it makes (its
 // byte figures are measured on the step, ExtractLayerChain), and rounding
@@ -69,7 +81,34 @@ absl::StatusOr<std::pair<Schedule, std::string>> PlanChainDp(const PlanProblem& 
     HEADROOM_ASSIGN_OR_RETURN(Schedule schedule, SegmentSchedule(step, cp));
     HEADROOM_ASSIGN_OR_RETURN(const PlanEvaluation e, EvaluateSchedule(problem, schedule));
     measured = e.peak_bytes;
-    if (measured <= problem.budget) return std::pair{std::move(schedule), DescribeChainPlan(*plan)};
+    if (measured <= problem.budget) {
+      // Note [Block-shaped plans]
+      // Where layers are alike, many sets of checkpointed layers cost the
+      // same, and the DP's choice among them follows its memory rounding
+      // (layers 0-1, 3, 5-6, ...). The same number of leading layers is
+      // what Megatron's block method and most hand-written loops run; it is
+      // taken when it fits and replays no more.
+      const int n = static_cast<int>(
+          std::count(plan->choice.begin(), plan->choice.end(), StageChoice::kCheckpoint));
+      const bool replay_only_whole_layers =
+          std::count(plan->choice.begin(), plan->choice.end(), StageChoice::kSelective) == 0;
+      if (n > 0 && replay_only_whole_layers) {
+        const ChainPlan block = LeadingBlock(chain.num_stages(), n);
+        absl::StatusOr<CheckpointPlan> block_cp = ChainPlanToCheckpointPlan(step, block);
+        absl::StatusOr<Schedule> block_schedule =
+            block_cp.ok() ? SegmentSchedule(step, *block_cp) : absl::StatusOr<Schedule>(block_cp.status());
+        absl::StatusOr<PlanEvaluation> block_e =
+            block_schedule.ok() ? EvaluateSchedule(problem, *block_schedule)
+                                : absl::StatusOr<PlanEvaluation>(block_schedule.status());
+        if (block_e.ok() && block_e->peak_bytes <= problem.budget &&
+            block_e->extra_cost <= e.extra_cost * (1 + 1e-12)) {
+          ChainPlan described = block;
+          described.memory_unit = plan->memory_unit;
+          return std::pair{*std::move(block_schedule), DescribeChainPlan(described) + "; leading layers (Megatron's block method)"};
+        }
+      }
+      return std::pair{std::move(schedule), DescribeChainPlan(*plan)};
+    }
     const uint64_t excess = measured - problem.budget;
     if (excess >= dp_budget) break;
     dp_budget -= excess;

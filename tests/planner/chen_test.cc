@@ -2,6 +2,7 @@
 // and the greedy under a budget, each checked by the independent validator.
 #include "planner/chen.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -151,6 +152,22 @@ TEST(Strategies, BudgetDrivenStrategiesFitAndValidate) {
     results.emplace(s, *std::move(r));
   }
   EXPECT_GT(results.at(Strategy::kOffload).evaluation.offloaded_bytes, 0u);
+  // Alike layers: chain-dp checkpoints leading ones (Note [Block-shaped plans]),
+  // so every replay is of a layer before the first kept one.
+  const PlanResult& chain = results.at(Strategy::kChainDp);
+  EXPECT_THAT(chain.detail, HasSubstr("leading layers"));
+  int last_replayed = -1;
+  int first_kept = 1 << 30;
+  for (const ScheduleEntry& e : chain.schedule.entries) {
+    if (e.action == ScheduleAction::kRecompute && step.op(e.target).layer >= 0) {
+      last_replayed = std::max(last_replayed, step.op(e.target).layer);
+    }
+  }
+  for (const Op& op : step.ops()) {
+    if (op.layer > last_replayed && IsForwardPhase(op.phase)) first_kept = std::min(first_kept, op.layer);
+  }
+  EXPECT_GE(last_replayed, 0);
+  EXPECT_EQ(first_kept, last_replayed + 1);
   EXPECT_EQ(results.at(Strategy::kChainDp).evaluation.offloaded_bytes, 0u);
   ASSERT_TRUE(results.at(Strategy::kOptimal).lower_bound_extra_cost.has_value());
   const double optimal = results.at(Strategy::kOptimal).evaluation.extra_cost;
