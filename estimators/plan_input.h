@@ -63,14 +63,19 @@ struct PlanInput {
   // States this rank keeps in host memory (--offload, --ema cpu), beside any
   // activations a plan offloads.
   uint64_t host_bytes = 0;
+  // With --pp: the stage `step` is (Note [Pipeline stage step] in the .cc)
+  // and the micro-batches it holds at once (PlanProblem::in_flight).
+  int pipeline_stage = 0;
+  int in_flight = 1;
 
   // The problem for `budget` bytes of planned tensors; points into `step`.
   PlanProblem Problem(uint64_t budget) const;
 };
 
 // Errors name the flag or file at fault: an inference job (nothing to
-// replay), pipeline parallelism (the planner plans one stage's step; not
-// supported yet), a graph file holding only a forward pass without a loss.
+// replay), --checkpoint (the planner decides), a graph file holding only a
+// forward pass without a loss, or --pp on a graph file with its own backward
+// or with fewer layers than stages.
 absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec& job, const Machine& machine);
 
 }  // namespace headroom

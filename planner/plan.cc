@@ -10,6 +10,10 @@
 #include "common/status_macros.h"
 
 namespace headroom {
+
+// Far above any pipeline's micro-batches in flight (stages), low enough that
+// times a step's bytes stays far from 2^64.
+constexpr int kMaxInFlight = 1 << 16;
 namespace {
 
 // Prices a materialized schedule (entry i made op i of `scheduled`) on one
@@ -88,6 +92,11 @@ absl::Status ValidateProblem(const PlanProblem& problem) {
                           op.name, c));
     }
   }
+  if (problem.in_flight < 1 || problem.in_flight > kMaxInFlight) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "plan problem for '%s': %d micro-batches in flight; expected 1 to %d", step.name(), problem.in_flight,
+        kMaxInFlight));
+  }
   if (problem.budget == 0) {
     return absl::InvalidArgumentError(absl::StrFormat("plan problem for '%s': the budget is 0 bytes", step.name()));
   }
@@ -99,6 +108,34 @@ absl::Status ValidateProblem(const PlanProblem& problem) {
   return absl::OkStatus();
 }
 
+
+namespace {
+
+// Note [Pipeline in-flight], on the materialized schedule: tensors that
+// compute entries of forward-side ops make (not replays: those run in
+// backward; not gradients: the buffers a step with gradient accumulation
+// allocates first are shared by every micro-batch), live at the last such
+// entry.
+uint64_t HeldAfterForward(const Graph& scheduled, const ProfileOptions& profile) {
+  OpId last_forward = kNone;
+  for (const Op& op : scheduled.ops()) {
+    if (IsForwardPhase(op.phase) && !op.recompute) last_forward = op.id;
+  }
+  if (last_forward == kNone) return 0;
+  const std::vector<TensorLifetime> lives = ComputeLifetimes(scheduled, profile);
+  uint64_t held = 0;
+  for (const Tensor& t : scheduled.tensors()) {
+    const TensorLifetime& life = lives[static_cast<size_t>(t.id)];
+    const OpId producer = scheduled.producer(t.id);
+    if (producer == kNone || t.role == TensorRole::kGradient) continue;
+    if (life.first > last_forward || life.last < last_forward) continue;
+    const Op& op = scheduled.op(producer);
+    if (IsForwardPhase(op.phase) && !op.recompute) held += t.bytes();
+  }
+  return held;
+}
+
+}  // namespace
 
 absl::StatusOr<PlanEvaluation> EvaluateSchedule(const PlanProblem& problem, const Schedule& schedule) {
   HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
@@ -114,6 +151,18 @@ absl::StatusOr<PlanEvaluation> EvaluateSchedule(const PlanProblem& problem, cons
   e.peak_bytes = profile.peak_bytes;
   e.peak_entry = profile.peak_op;
   e.live_bytes = std::move(profile.live_bytes);
+  if (problem.in_flight > 1) {
+    e.held_after_forward = HeldAfterForward(scheduled, problem.profile);
+    const uint64_t others = static_cast<uint64_t>(problem.in_flight - 1) * e.held_after_forward;
+    e.peak_bytes = 0;
+    for (size_t i = 0; i < e.live_bytes.size(); ++i) {
+      e.live_bytes[i] += others;
+      if (e.live_bytes[i] > e.peak_bytes) {
+        e.peak_bytes = e.live_bytes[i];
+        e.peak_entry = static_cast<OpId>(i);
+      }
+    }
+  }
   for (double c : problem.op_cost) e.base_cost += c;
   PriceSchedule(problem, schedule, scheduled, e);
   e.step_cost = e.base_cost + e.extra_cost + e.wait_cost;
@@ -230,6 +279,27 @@ absl::Status ValidateSchedule(const PlanProblem& problem, const Schedule& schedu
         "schedule of '%s' never computes op %d ('%s'), so its gradients are missing", step.name(), next,
         step.op(next).name));
   }
+  // Note [Pipeline in-flight]: copies that compute entries of forward-side
+  // ops make, live at the last such entry.
+  int64_t last_forward = -1;
+  for (size_t i = 0; i < schedule.entries.size(); ++i) {
+    const ScheduleEntry& e = schedule.entries[i];
+    if (e.action == ScheduleAction::kCompute && IsForwardPhase(step.op(e.target).phase)) {
+      last_forward = static_cast<int64_t>(i);
+    }
+  }
+  int64_t held_after_forward = 0;
+  for (const Copy& c : copies) {
+    const Tensor& t = step.tensor(c.tensor);
+    const OpId producer = step.producer(t.id);
+    if (!counts(t) || whole_step(t) || t.role == TensorRole::kGradient || producer == kNone ||
+        !IsForwardPhase(step.op(producer).phase)) {
+      continue;
+    }
+    const ScheduleEntry& made_by = schedule.entries[static_cast<size_t>(c.first)];
+    if (made_by.action != ScheduleAction::kCompute) continue;  // a replay or a prefetch
+    if (c.first <= last_forward && last_forward <= c.last) held_after_forward += static_cast<int64_t>(t.bytes());
+  }
   std::vector<int64_t> delta(schedule.entries.size() + 1, 0);
   for (const Copy& c : copies) {
     const Tensor& t = step.tensor(c.tensor);
@@ -241,7 +311,7 @@ absl::Status ValidateSchedule(const PlanProblem& problem, const Schedule& schedu
     delta[static_cast<size_t>(first)] += static_cast<int64_t>(t.bytes());
     delta[static_cast<size_t>(last) + 1] -= static_cast<int64_t>(t.bytes());
   }
-  int64_t live = 0;
+  int64_t live = (problem.in_flight - 1) * held_after_forward;
   for (size_t i = 0; i < schedule.entries.size(); ++i) {
     live += delta[i];
     if (static_cast<uint64_t>(live) > problem.budget) {

@@ -46,7 +46,20 @@ struct PlanProblem {
   uint64_t budget = 0;  // device bytes for counted tensors
   // Copy engine speed, bytes per cost unit each way; 0: no offload possible.
   double copy_bytes_per_cost = 0;
+  // Micro-batches a pipeline stage holds at once under 1F1B, each running
+  // this schedule (Note [Pipeline in-flight]); 1 without pipelining.
+  int in_flight = 1;
 };
+
+// Note [Pipeline in-flight]
+// Under 1F1B a pipeline stage runs up to in_flight micro-batches between
+// their forward and their backward, all with the same schedule (frameworks
+// set checkpointing once for every micro-batch). While one micro-batch runs
+// its schedule, each of the others holds what its forward leaves behind:
+// the device copies made by compute entries of forward-side ops that are
+// still live at the last such entry. So every entry's live bytes, and the
+// peak, carry (in_flight - 1) times that; both EvaluateSchedule and
+// ValidateSchedule count it, each in its own way.
 
 // Checks the problem itself: a step, one finite non-negative cost per op.
 absl::Status ValidateProblem(const PlanProblem& problem);
@@ -61,7 +74,10 @@ struct PlanEvaluation {
   uint64_t host_peak_bytes = 0;      // most bytes in host memory at once
   uint64_t offloaded_bytes = 0;      // total device-to-host bytes
   size_t recomputed_ops = 0;
-  std::vector<uint64_t> live_bytes;  // counted device bytes during each entry
+  std::vector<uint64_t> live_bytes;  // counted device bytes during each entry, in-flight bytes included
+  // What each other in-flight micro-batch holds (Note [Pipeline in-flight]);
+  // peak_bytes and live_bytes include in_flight - 1 times it.
+  uint64_t held_after_forward = 0;
 };
 
 // Materializes and profiles `schedule`, and prices it (Note [Plan costs]).

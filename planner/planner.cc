@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/name_table.h"
 #include "common/status_macros.h"
@@ -224,9 +225,11 @@ std::vector<Strategy> AllStrategies() {
           Strategy::kChainDp,  Strategy::kOptimal, Strategy::kOffload,     Strategy::kHybrid};
 }
 
-absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy strategy) {
-  HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
-  HEADROOM_ASSIGN_OR_RETURN(Planned planned, Plan(problem, strategy));
+namespace {
+
+// `strategy` planned on `one` (one micro-batch) and evaluated on `problem`.
+absl::StatusOr<PlanResult> PlanAndEvaluate(const PlanProblem& problem, const PlanProblem& one, Strategy strategy) {
+  HEADROOM_ASSIGN_OR_RETURN(Planned planned, Plan(one, strategy));
   HEADROOM_ASSIGN_OR_RETURN(PlanEvaluation e, EvaluateSchedule(problem, planned.schedule));
   PlanResult result{.strategy = strategy, .schedule = std::move(planned.schedule), .evaluation = std::move(e),
                     .lower_bound_extra_cost = planned.lower_bound, .detail = std::move(planned.detail)};
@@ -234,8 +237,66 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
   return result;
 }
 
+bool IgnoresBudget(Strategy strategy) {
+  return strategy == Strategy::kStoreAll || strategy == Strategy::kSqrtN || strategy == Strategy::kSqrtNLinear;
+}
+
+// Note [Pipeline budgets]
+// The strategies plan one micro-batch. Under 1F1B the others in flight hold
+// what its forward leaves (Note [Pipeline in-flight] in plan.h), and that
+// depends on the plan. So a budget-driven strategy plans again for a lower
+// budget: the previous plan's own peak, less the measured excess divided
+// among the micro-batches in flight, until the pipelined peak fits or a
+// dozen tries have not. Its lower bounds are for one micro-batch at the
+// lowered budget, not for the pipelined problem, so none is reported.
+constexpr int kPipelineAttempts = 12;
+
+}  // namespace
+
+absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy strategy) {
+  HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
+  if (problem.in_flight == 1 || IgnoresBudget(strategy)) {
+    HEADROOM_ASSIGN_OR_RETURN(PlanResult result, PlanAndEvaluate(problem, problem, strategy));
+    if (problem.in_flight > 1) result.lower_bound_extra_cost.reset();
+    return result;
+  }
+  PlanProblem one = problem;
+  one.in_flight = 1;
+  uint64_t measured = 0;
+  for (int attempt = 0; attempt < kPipelineAttempts; ++attempt) {
+    HEADROOM_ASSIGN_OR_RETURN(PlanResult result, PlanAndEvaluate(problem, one, strategy));
+    if (result.lower_bound_extra_cost) {
+      result.lower_bound_extra_cost.reset();
+      absl::StrAppend(&result.detail, " (for one micro-batch; no bound in flight)");
+    }
+    measured = result.evaluation.peak_bytes;
+    if (result.fits) return result;
+    // The plan's own peak, lowered by the excess shared among the micro-
+    // batches: a peak at the end of forward falls in_flight times as fast.
+    const uint64_t single = *std::max_element(result.evaluation.live_bytes.begin(), result.evaluation.live_bytes.end()) -
+                            static_cast<uint64_t>(problem.in_flight - 1) * result.evaluation.held_after_forward;
+    const uint64_t step_down = std::max<uint64_t>(1, (measured - problem.budget) / problem.in_flight);
+    const uint64_t next = std::min(one.budget, single);
+    if (step_down >= next) break;
+    one.budget = next - step_down;
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s: with %d micro-batches in flight, its plans for one micro-batch of '%s' still peak over the budget of "
+      "%s (last: %s)",
+      StrategyName(strategy), problem.in_flight, problem.step->name(), FormatBytes(problem.budget),
+      FormatBytes(measured)));
+}
+
 absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strategy) {
   HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
+  if (problem.in_flight > 1) {
+    // The pipelined peak of the plan with the least peak for one micro-batch.
+    PlanProblem one = problem;
+    one.in_flight = 1;
+    HEADROOM_ASSIGN_OR_RETURN(one.budget, SmallestPeak(one, strategy));
+    HEADROOM_ASSIGN_OR_RETURN(const PlanResult least, PlanAndEvaluate(problem, one, strategy));
+    return least.evaluation.peak_bytes;
+  }
   switch (strategy) {
     case Strategy::kChenGreedy:
       return ChenGreedyLowestPeak(problem, FindForwardCuts(*problem.step));

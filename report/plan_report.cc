@@ -22,7 +22,8 @@ nlohmann::json EvaluationJson(const PlanEvaluation& e) {
   return {{"peak_bytes", e.peak_bytes},       {"base_cost", e.base_cost},
           {"extra_cost", e.extra_cost},       {"wait_cost", e.wait_cost},
           {"step_cost", e.step_cost},         {"host_peak_bytes", e.host_peak_bytes},
-          {"offloaded_bytes", e.offloaded_bytes}, {"recomputed_ops", e.recomputed_ops}};
+          {"offloaded_bytes", e.offloaded_bytes}, {"recomputed_ops", e.recomputed_ops},
+          {"held_after_forward_bytes", e.held_after_forward}};
 }
 
 std::string Header(const PlanReport& r) {
@@ -37,6 +38,11 @@ std::string Header(const PlanReport& r) {
                               FormatBytes(in.fixed.total()), FormatBytes(in.fixed.weights),
                               FormatBytes(in.fixed.gradients), FormatBytes(in.fixed.optimizer_state),
                               FormatBytes(in.fixed.other)));
+  }
+  if (in.step.name().find("(pipeline stage") != std::string::npos) {
+    absl::StrAppend(&out, absl::StrFormat("pipeline:    the fullest stage's step (stage %d), %d micro-batch(es) in flight "
+                                          "(1F1B): each other one holds what its forward leaves, in every peak\n",
+                                          in.pipeline_stage, in.in_flight));
   }
   if (in.host_bytes > 0) {
     absl::StrAppend(&out, absl::StrFormat("host state:  %s in host memory (offloaded optimizer state, master "
@@ -67,6 +73,11 @@ std::string OneText(const PlanReport& r, const PlanResult& p) {
   }
   absl::StrAppend(&out, absl::StrFormat("host memory: %s at most, %s copied out\n", FormatBytes(e.host_peak_bytes),
                                         FormatBytes(e.offloaded_bytes)));
+  if (in.in_flight > 1) {
+    absl::StrAppend(&out, absl::StrFormat("in flight:   %d other micro-batch(es) hold %s each after their forward "
+                                          "(in the peak)\n",
+                                          in.in_flight - 1, FormatBytes(e.held_after_forward)));
+  }
   absl::StrAppend(&out, absl::StrFormat("schedule:    %d entries: %d computes, %d replays, %d offloads, %d prefetches\n",
                                         p.schedule.entries.size(), p.schedule.CountOf(ScheduleAction::kCompute),
                                         p.schedule.CountOf(ScheduleAction::kRecompute),
@@ -137,6 +148,7 @@ nlohmann::json PlanJson(const PlanReport& r) {
             {"optimizer_state", in.fixed.optimizer_state},
             {"other", in.fixed.other}}},
           {"host_state_bytes", in.host_bytes},
+          {"pipeline", {{"stage", in.pipeline_stage}, {"in_flight", in.in_flight}}},
           {"store_all", EvaluationJson(r.store_all)},
           {"plans", std::move(plans)}};
   if (r.arena) {

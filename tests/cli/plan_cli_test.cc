@@ -91,6 +91,31 @@ TEST(PlanCli, EmaCopyIsFixedStateOrHostState) {
   EXPECT_NEAR(static_cast<double>(none - gpu), gpt2_fp32_copy / 1.25, 1.0);  // less the fragmentation allowance
 }
 
+// --pp: the fullest stage's step, half of GPT-2's layers renumbered from 0,
+// with two micro-batches in flight, planned to fit; Megatron's flags then
+// count the stage's layers.
+TEST(PlanCli, PipelineStageWithMicroBatchesInFlight) {
+  auto whole = RunHeadroom({"plan", "--model", "gpt2", "--budget", "90%", "--strategy", "store-all", "--json"});
+  ASSERT_TRUE(whole.exit_code == 0 || whole.exit_code == 1) << whole.err;
+  auto r = RunHeadroom({"plan", "--model", "gpt2", "--pp", "2", "--gpus", "2", "--grad-accum", "4", "--budget",
+                        "90%", "--strategy", "chain-dp", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["pipeline"]["in_flight"], 2);
+  EXPECT_EQ(j["pipeline"]["stage"], 0);
+  EXPECT_LT(j["ops"].get<int>(), nlohmann::json::parse(whole.out)["ops"].get<int>() * 6 / 10);
+  EXPECT_EQ(j["plans"][0]["fits"], true);
+  EXPECT_GT(j["plans"][0]["evaluation"]["held_after_forward_bytes"].get<uint64_t>(), 0u);
+  auto megatron = RunHeadroom({"plan", "--model", "gpt2", "--pp", "2", "--gpus", "2", "--grad-accum", "4",
+                               "--budget", "90%", "--strategy", "chain-dp", "--emit", "megatron"});
+  ASSERT_EQ(megatron.exit_code, 0) << megatron.err;
+  EXPECT_THAT(megatron.out, HasSubstr("6 layers"));
+  // More stages than layers is refused, naming the flag.
+  auto too_many = RunHeadroom({"plan", "--model", "gpt2", "--pp", "16", "--gpus", "16", "--budget", "90%"});
+  EXPECT_EQ(too_many.exit_code, 2);
+  EXPECT_THAT(too_many.err, HasSubstr("--pp"));
+}
+
 TEST(PlanCli, PlanFileRoundTrips) {
   const std::string path = WriteTempFile("gpt2.plan.json", "");
   auto planned = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--strategy", "sqrt-n", "--out", path});

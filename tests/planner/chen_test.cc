@@ -206,6 +206,53 @@ TEST(Strategies, OptimalBeyondTheSearchKeepsABound) {
   EXPECT_TRUE(RunStrategy(ProblemFor(step, *least), Strategy::kOptimal)->fits);
 }
 
+// Note [Pipeline in-flight]: with k micro-batches in flight every entry
+// carries k - 1 times what the forward leaves; the evaluation and the
+// independent validator agree on it to the byte, for plans that keep,
+// replay and offload; and budget-driven strategies plan for it.
+TEST(Strategies, InFlightMicroBatchesHoldWhatTheirForwardLeaves) {
+  const Graph step = Gpt2Step(4);
+  PlanProblem one = ProblemFor(step, ProfileMemory(step).peak_bytes);
+  one.copy_bytes_per_cost = 1 << 20;
+  PlanProblem three = one;
+  three.in_flight = 3;
+  std::vector<Schedule> schedules = {StoreAllSchedule(step)};
+  for (Strategy s : {Strategy::kSqrtN, Strategy::kOffload}) {
+    PlanProblem tight = one;
+    tight.budget = one.budget / 10 * 8;
+    absl::StatusOr<PlanResult> r = RunStrategy(tight, s);
+    ASSERT_TRUE(r.ok()) << r.status();
+    schedules.push_back(r->schedule);
+  }
+  for (const Schedule& schedule : schedules) {
+    const PlanEvaluation e1 = *EvaluateSchedule(one, schedule);
+    const PlanEvaluation e3 = *EvaluateSchedule(three, schedule);
+    EXPECT_EQ(e1.held_after_forward, 0u);
+    ASSERT_GT(e3.held_after_forward, 0u);
+    EXPECT_LT(e3.held_after_forward, e1.peak_bytes);
+    uint64_t expected = 0;
+    for (uint64_t live : e1.live_bytes) expected = std::max(expected, live + 2 * e3.held_after_forward);
+    EXPECT_EQ(e3.peak_bytes, expected);
+    PlanProblem at = three;
+    at.budget = e3.peak_bytes;
+    EXPECT_TRUE(ValidateSchedule(at, schedule).ok()) << ValidateSchedule(at, schedule);
+    at.budget = e3.peak_bytes - 1;
+    EXPECT_FALSE(ValidateSchedule(at, schedule).ok());
+  }
+  // Planning for the pipelined peak: fits, validated, no bound claimed.
+  const PlanEvaluation store_all = *EvaluateSchedule(three, StoreAllSchedule(step));
+  three.budget = store_all.peak_bytes / 20 * 19;
+  for (Strategy s : {Strategy::kChainDp, Strategy::kOptimal, Strategy::kHybrid}) {
+    absl::StatusOr<PlanResult> r = RunStrategy(three, s);
+    ASSERT_TRUE(r.ok()) << StrategyName(s) << ": " << r.status();
+    EXPECT_TRUE(r->fits) << StrategyName(s);
+    EXPECT_FALSE(r->lower_bound_extra_cost.has_value()) << StrategyName(s);
+    EXPECT_TRUE(ValidateSchedule(three, r->schedule).ok()) << ValidateSchedule(three, r->schedule);
+  }
+  three.in_flight = 0;
+  EXPECT_THAT(ValidateProblem(three).message(), HasSubstr("micro-batches in flight"));
+}
+
 // A graph without layers has no chain: chain-dp says so; the others plan it.
 TEST(Strategies, ChainDpNeedsLayers) {
   Graph g("dag");
