@@ -85,9 +85,10 @@ std::string OneText(const PlanReport& r, const PlanResult& p) {
                                         p.schedule.CountOf(ScheduleAction::kPrefetch)));
   if (r.arena) {
     absl::StrAppend(&out, absl::StrFormat("arena:       %s as one static buffer (greedy by size), at least %s: "
-                                          "%s over the bound; %s without reuse\n",
+                                          "%s over the bound; %s without reuse%s\n",
                                           FormatBytes(r.arena->arena_bytes), FormatBytes(r.arena->lower_bound_bytes),
-                                          FormatBytes(r.arena->gap_bytes()), FormatBytes(r.arena->naive_bytes)));
+                                          FormatBytes(r.arena->gap_bytes()), FormatBytes(r.arena->naive_bytes),
+                                          in.in_flight > 1 ? " (one micro-batch)" : ""));
   }
   return out;
 }
