@@ -67,7 +67,10 @@ absl::StatusOr<Graph> PipelineStageForward(const Graph& forward, int stage, int 
     t.layer = renumber(t.layer);
     if (!made_here[static_cast<size_t>(id)] && forward.producer(id) != kNone) {
       // Made by another stage: it arrives as an input, whole.
-      if (t.view_of != kNone) t.shape = forward.tensor(t.view_of).shape, t.dtype = forward.tensor(t.view_of).dtype;
+      if (t.view_of != kNone) {  // the base arrives, not the view
+        t.shape = forward.tensor(t.view_of).shape;
+        t.dtype = forward.tensor(t.view_of).dtype;
+      }
       t.view_of = kNone;
       t.role = TensorRole::kInput;
     } else if (t.view_of != kNone) {
