@@ -5,6 +5,7 @@
 // report/plan_report.h). --out writes the plan file, --load reads one back.
 // --emit prints the framework settings that realize the plan instead
 // (report/plan_emit.h).
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -25,9 +26,9 @@
 #include "estimators/plan_input.h"
 #include "hardware/gpu_catalog.h"
 #include "models/model_source.h"
+#include "planner/arena_layout.h"
 #include "planner/plan_json.h"
 #include "planner/planner.h"
-#include "planner/arena_layout.h"
 #include "report/memory_timeline_svg.h"
 #include "report/plan_emit.h"
 #include "report/plan_report.h"
@@ -160,15 +161,19 @@ absl::StatusOr<std::vector<PlanTensor>> DescribeSchedule(const PlanFlags& flags,
   }
   if (!flags.svg.empty()) {
     // The drawn fixed state leaves out the CUDA context and workspaces,
-    // which are not tensors; the budget line sits on what is drawn.
+    // which are not tensors; the budget line sits on what is drawn. One
+    // micro-batch is drawn, so with others in flight the line is lowered by
+    // what they hold.
     const FixedBytes fixed{.weights = in.fixed.weights, .optimizer_state = in.fixed.optimizer_state,
                            .gradients = in.fixed.gradients};
+    const uint64_t others = static_cast<uint64_t>(in.in_flight - 1) * plan.evaluation.held_after_forward;
     MemoryTimelineOptions options{
         .title = absl::StrFormat("%s: %s plan", flags.model, StrategyName(plan.strategy)),
         .profile = in.profile,
         .fixed = fixed,
-        .budget_bytes = report.budget + fixed.weights + fixed.optimizer_state + fixed.gradients,
-        .budget_label = "budget"};
+        .budget_bytes = report.budget - std::min(report.budget, others) + fixed.weights + fixed.optimizer_state +
+                        fixed.gradients,
+        .budget_label = others > 0 ? "budget less in-flight" : "budget"};
     HEADROOM_ASSIGN_OR_RETURN(const std::string svg, RenderMemoryTimelineSvg(scheduled, options));
     HEADROOM_RETURN_IF_ERROR(WriteTextFile(flags.svg, svg, "--svg"));
   }
