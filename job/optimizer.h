@@ -40,8 +40,10 @@ absl::StatusOr<OptimizerImpl> ParseOptimizerImpl(std::string_view name);
 
 // Note [EMA weights]
 // An exponential moving average of the weights, updated after each
-// optimizer step (timm's ModelEmaV2, torch_ema, diffusers' EMAModel), is one
-// more copy of the trainable parameters. It is kept in the precision the
+// optimizer step (torch_ema, diffusers' EMAModel, timm's ModelEmaV2), is
+// counted as one more copy of the trainable parameters, as the first two
+// keep it (ModelEmaV2 copies the whole state dict, frozen weights and
+// buffers too, so for it this is a floor). It is kept in the precision the
 // weights are trained in: fp32 under mixed precision (the masters' dtype),
 // else the weight dtype. Like optimizer state it is sharded with the
 // optimizer's shards under ZeRO and FSDP (each rank averages what it
