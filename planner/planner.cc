@@ -270,7 +270,7 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
       absl::StrAppend(&result.detail, " (for one micro-batch; no bound in flight)");
     }
     measured = result.evaluation.peak_bytes;
-    if (result.fits) return result;
+    if (result.fits || result.evaluation.live_bytes.empty()) return result;
     // The plan's own peak, lowered by the excess shared among the micro-
     // batches: a peak at the end of forward falls in_flight times as fast.
     const uint64_t single = *std::max_element(result.evaluation.live_bytes.begin(), result.evaluation.live_bytes.end()) -
