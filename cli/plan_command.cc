@@ -297,7 +297,8 @@ Subcommand AddPlanCommand(CLI::App& root) {
   app->add_flag("--json", f->json, "Print a JSON object (exact bytes)");
   app->add_option("--out", f->out, "Write the plan file (JSON schedule) here");
   app->add_option("--load", f->load, "Evaluate a plan file written by --out (same --model and job flags)");
-  app->add_option("--trace-out", f->trace_out, "Write the plan's allocations as an RMM CSV trace for 'headroom replay'");
+  app->add_option("--trace-out", f->trace_out,
+                  "Write the plan's allocations as an RMM CSV trace for 'headroom replay'");
   app->add_option("--svg", f->svg, "Write the plan's memory timeline as an SVG");
   app->add_option("--emit", f->emit,
                   "Print the settings that realize the plan: torch, hf, megatron, deepspeed or torch-budget");

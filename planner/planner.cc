@@ -66,6 +66,19 @@ ChainPlan LeadingBlock(int num_stages, int n) {
 // excess measured, a few times, before the strategy gives up.
 constexpr int kChainDpAttempts = 4;
 
+// A chain plan as the step runs it: its segments' schedule, evaluated.
+struct MeasuredChainPlan {
+  Schedule schedule;
+  PlanEvaluation evaluation;
+};
+absl::StatusOr<MeasuredChainPlan> Measure(const PlanProblem& problem, const ChainPlan& plan) {
+  HEADROOM_ASSIGN_OR_RETURN(const CheckpointPlan cp, ChainPlanToCheckpointPlan(*problem.step, plan));
+  MeasuredChainPlan out;
+  HEADROOM_ASSIGN_OR_RETURN(out.schedule, SegmentSchedule(*problem.step, cp));
+  HEADROOM_ASSIGN_OR_RETURN(out.evaluation, EvaluateSchedule(problem, out.schedule));
+  return out;
+}
+
 absl::StatusOr<std::pair<Schedule, std::string>> PlanChainDp(const PlanProblem& problem) {
   const Graph& step = *problem.step;
   HEADROOM_ASSIGN_OR_RETURN(const Chain chain, ExtractLayerChain(step, problem.op_cost, problem.profile));
@@ -78,10 +91,8 @@ absl::StatusOr<std::pair<Schedule, std::string>> PlanChainDp(const PlanProblem& 
       // what the DP could not meet.
       return absl::ResourceExhaustedError(absl::StrCat("chain-dp: ", plan.status().message()));
     }
-    HEADROOM_ASSIGN_OR_RETURN(const CheckpointPlan cp, ChainPlanToCheckpointPlan(step, *plan));
-    HEADROOM_ASSIGN_OR_RETURN(Schedule schedule, SegmentSchedule(step, cp));
-    HEADROOM_ASSIGN_OR_RETURN(const PlanEvaluation e, EvaluateSchedule(problem, schedule));
-    measured = e.peak_bytes;
+    HEADROOM_ASSIGN_OR_RETURN(MeasuredChainPlan dp, Measure(problem, *plan));
+    measured = dp.evaluation.peak_bytes;
     if (measured <= problem.budget) {
       // Note [Block-shaped plans]
       // Where layers are alike, many sets of checkpointed layers cost the
@@ -89,26 +100,19 @@ absl::StatusOr<std::pair<Schedule, std::string>> PlanChainDp(const PlanProblem& 
       // (layers 0-1, 3, 5-6, ...). The same number of leading layers is
       // what Megatron's block method and most hand-written loops run; it is
       // taken when it fits and replays no more.
-      const int n = static_cast<int>(
-          std::count(plan->choice.begin(), plan->choice.end(), StageChoice::kCheckpoint));
-      const bool replay_only_whole_layers =
-          std::count(plan->choice.begin(), plan->choice.end(), StageChoice::kSelective) == 0;
-      if (n > 0 && replay_only_whole_layers) {
-        const ChainPlan block = LeadingBlock(chain.num_stages(), n);
-        absl::StatusOr<CheckpointPlan> block_cp = ChainPlanToCheckpointPlan(step, block);
-        absl::StatusOr<Schedule> block_schedule =
-            block_cp.ok() ? SegmentSchedule(step, *block_cp) : absl::StatusOr<Schedule>(block_cp.status());
-        absl::StatusOr<PlanEvaluation> block_e =
-            block_schedule.ok() ? EvaluateSchedule(problem, *block_schedule)
-                                : absl::StatusOr<PlanEvaluation>(block_schedule.status());
-        if (block_e.ok() && block_e->peak_bytes <= problem.budget &&
-            block_e->extra_cost <= e.extra_cost * (1 + 1e-12)) {
-          ChainPlan described = block;
-          described.memory_unit = plan->memory_unit;
-          return std::pair{*std::move(block_schedule), DescribeChainPlan(described) + "; leading layers (Megatron's block method)"};
+      const auto n = static_cast<int>(std::count(plan->choice.begin(), plan->choice.end(), StageChoice::kCheckpoint));
+      const bool selective = std::count(plan->choice.begin(), plan->choice.end(), StageChoice::kSelective) > 0;
+      if (n > 0 && !selective) {
+        ChainPlan block = LeadingBlock(chain.num_stages(), n);
+        block.memory_unit = plan->memory_unit;
+        absl::StatusOr<MeasuredChainPlan> leading = Measure(problem, block);
+        if (leading.ok() && leading->evaluation.peak_bytes <= problem.budget &&
+            leading->evaluation.extra_cost <= dp.evaluation.extra_cost * (1 + 1e-12)) {
+          return std::pair{std::move(leading->schedule),
+                           DescribeChainPlan(block) + "; leading layers (Megatron's block method)"};
         }
       }
-      return std::pair{std::move(schedule), DescribeChainPlan(*plan)};
+      return std::pair{std::move(dp.schedule), DescribeChainPlan(*plan)};
     }
     const uint64_t excess = measured - problem.budget;
     if (excess >= dp_budget) break;
@@ -273,7 +277,8 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
     if (result.fits || result.evaluation.live_bytes.empty()) return result;
     // The plan's own peak, lowered by the excess shared among the micro-
     // batches: a peak at the end of forward falls in_flight times as fast.
-    const uint64_t single = *std::max_element(result.evaluation.live_bytes.begin(), result.evaluation.live_bytes.end()) -
+    const std::vector<uint64_t>& live = result.evaluation.live_bytes;
+    const uint64_t single = *std::max_element(live.begin(), live.end()) -
                             static_cast<uint64_t>(problem.in_flight - 1) * result.evaluation.held_after_forward;
     const uint64_t step_down = std::max<uint64_t>(1, (measured - problem.budget) / problem.in_flight);
     const uint64_t next = std::min(one.budget, single);

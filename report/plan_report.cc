@@ -40,8 +40,9 @@ std::string Header(const PlanReport& r) {
                               FormatBytes(in.fixed.other)));
   }
   if (in.step.name().find("(pipeline stage") != std::string::npos) {
-    absl::StrAppend(&out, absl::StrFormat("pipeline:    the fullest stage's step (stage %d), %d micro-batch(es) in flight "
-                                          "(1F1B): each other one holds what its forward leaves, in every peak\n",
+    absl::StrAppend(&out, absl::StrFormat("pipeline:    the fullest stage's step (stage %d), %d micro-batch(es) "
+                                          "in flight (1F1B): each other one holds what its forward leaves, in every "
+                                          "peak\n",
                                           in.pipeline_stage, in.in_flight));
   }
   if (in.host_bytes > 0) {
