@@ -99,10 +99,11 @@ absl::StatusOr<Model> BuildModel(const PlanProblem& problem) {
   // Floors: a value made by a non-recomputable op has one copy, live from
   // its producer to its last reader; it spans every op strictly between.
   const size_t num_values = m.value_producer.size();
-  std::vector<int32_t> last_reader(num_values, -1);
+  m.value_last_reader.assign(num_values, -1);
   for (size_t i = 0; i < n; ++i) {
-    for (int32_t v : m.reads[i]) last_reader[static_cast<size_t>(v)] = static_cast<int32_t>(i);
+    for (int32_t v : m.reads[i]) m.value_last_reader[static_cast<size_t>(v)] = static_cast<int32_t>(i);
   }
+  const std::vector<int32_t>& last_reader = m.value_last_reader;
   std::vector<int64_t> span_delta(n + 1, 0);
   for (size_t v = 0; v < num_values; ++v) {
     const int32_t p = m.value_producer[v];

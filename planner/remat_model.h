@@ -51,6 +51,7 @@ struct Model {
   std::vector<uint64_t> value_bytes;
   std::vector<std::vector<int32_t>> reads;   // per op: values it reads, ascending
   std::vector<std::vector<int32_t>> writes;  // per op: values it produces, ascending
+  std::vector<int32_t> value_last_reader;     // per value: the last op reading it, -1 for none
 
   // Per op, bytes that must be live while it runs in any schedule: fixed,
   // its own inputs and outputs, and values made by non-recomputable ops

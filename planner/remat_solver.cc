@@ -503,10 +503,7 @@ absl::StatusOr<RematBound> ReplayKnapsackBound(const PlanProblem& problem) {
   const auto n = static_cast<size_t>(model.n);
   const size_t num_values = model.value_producer.size();
   // Each value's store-all life: its producer to its last reader.
-  std::vector<int32_t> last_reader(num_values, -1);
-  for (size_t i = 0; i < n; ++i) {
-    for (int32_t v : model.reads[i]) last_reader[static_cast<size_t>(v)] = static_cast<int32_t>(i);
-  }
+  const std::vector<int32_t>& last_reader = model.value_last_reader;
   std::vector<int64_t> live_delta(n + 1, 0);
   for (size_t v = 0; v < num_values; ++v) {
     const auto p = static_cast<size_t>(model.value_producer[v]);
