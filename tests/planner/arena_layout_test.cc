@@ -18,9 +18,12 @@
 #include "models/builders.h"
 #include "models/model_source.h"
 #include "planner/checkpoint_plan.h"
+#include "tests/planner/step_fixtures.h"
 
 namespace headroom {
 namespace {
+
+using ::headroom::testing::Gpt2Step;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -253,21 +256,6 @@ TEST(ArenaLayout, ErrorsNameTheInput) {
   EXPECT_THAT(status.message(), HasSubstr("arena request 1 (id 57): 1099511627777 bytes"));
   bad[1] = {.id = 57, .first = 0, .last = static_cast<OpId>(kMaxGraphOps), .bytes = 1};
   EXPECT_THAT(LayoutArena(bad).status().message(), HasSubstr("lifetime ends at op 2097152"));
-}
-
-// GPT-2 small, batch 2, sequence 512, bf16, eager attention.
-Graph Gpt2Step(CheckpointMode mode) {
-  absl::StatusOr<ModelConfig> config = LoadPresetConfig("gpt2");
-  EXPECT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<Graph> forward = BuildModelGraph(
-      *config, {.batch = 2, .seq_len = 512, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,
-                .attention = AttentionImpl::kEager, .training = true});
-  EXPECT_TRUE(forward.ok()) << forward.status();
-  absl::StatusOr<CheckpointPlan> plan = PlanForMode(*forward, mode);
-  EXPECT_TRUE(plan.ok()) << plan.status();
-  absl::StatusOr<Graph> step = BuildTrainingStep(*forward, {.checkpoint = *std::move(plan)});
-  EXPECT_TRUE(step.ok()) << step.status();
-  return *std::move(step);
 }
 
 TEST(ArenaLayout, TrainingStepOfAModel) {

@@ -17,49 +17,16 @@
 #include "models/builders.h"
 #include "models/model_source.h"
 #include "planner/checkpoint_plan.h"
+#include "tests/planner/step_fixtures.h"
 
 namespace headroom {
 namespace {
 
+using ::headroom::testing::Gpt2Step;
+using ::headroom::testing::OffloadGraph;
+
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// GPT-2 small, batch 2, sequence 512, bf16, eager attention.
-Graph Gpt2Step(CheckpointMode mode) {
-  absl::StatusOr<ModelConfig> config = LoadPresetConfig("gpt2");
-  EXPECT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<Graph> forward = BuildModelGraph(
-      *config, {.batch = 2, .seq_len = 512, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,
-                .attention = AttentionImpl::kEager, .training = true});
-  EXPECT_TRUE(forward.ok()) << forward.status();
-  absl::StatusOr<CheckpointPlan> plan = PlanForMode(*forward, mode);
-  EXPECT_TRUE(plan.ok()) << plan.status();
-  absl::StatusOr<Graph> step = BuildTrainingStep(*forward, {.checkpoint = *std::move(plan)});
-  EXPECT_TRUE(step.ok()) << step.status();
-  return *std::move(step);
-}
-
-// An offload schedule as MaterializeSchedule writes it (planner/schedule.h).
-Graph OffloadGraph() {
-  Graph g("offload <&> \"quoted\"");
-  auto f32 = [&g](std::string name, int64_t n, TensorRole role = TensorRole::kActivation) {
-    return g.AddTensor({.name = std::move(name), .shape = {n}, .dtype = DType::kF32, .role = role});
-  };
-  const TensorId x = f32("x", 256, TensorRole::kInput);
-  const TensorId a = f32("a", 1024);
-  const TensorId b = f32("b", 2048);
-  const TensorId c = f32("c", 512);
-  const TensorId a2 = f32("a@prefetch0", 1024);
-  const TensorId grad = f32("grad", 256, TensorRole::kGradient);
-  g.AddOp({.kind = "linear", .name = "fc1", .inputs = {x}, .outputs = {a}});
-  g.AddOp({.kind = "linear", .name = "fc2", .inputs = {a}, .outputs = {b}});
-  g.AddOp({.kind = "offload_copy", .name = "offload a", .inputs = {a}, .phase = Phase::kBackward});
-  g.AddOp({.kind = "linear", .name = "fc3", .inputs = {b}, .outputs = {c}, .phase = Phase::kLoss});
-  g.AddOp({.kind = "prefetch_copy", .name = "prefetch a", .outputs = {a2}, .phase = Phase::kBackward});
-  g.AddOp({.kind = "linear_backward", .name = "fc1.backward", .inputs = {a2, c}, .outputs = {grad},
-           .phase = Phase::kBackward});
-  return g;
-}
 
 constexpr FixedBytes kFixed = {.weights = 250 * kMiB, .optimizer_state = 950 * kMiB, .gradients = 0};
 constexpr uint64_t kFixedSum = 1200 * kMiB;
@@ -236,7 +203,7 @@ TEST(MemoryTimelineSvg, StructureOfACheckpointedStep) {
 }
 
 TEST(MemoryTimelineSvg, CopiesAndEscapedNames) {
-  const Graph g = OffloadGraph();
+  const Graph g = OffloadGraph("offload <&> \"quoted\"");
   absl::StatusOr<std::string> svg = RenderMemoryTimelineSvg(g, {.budget_bytes = 10000, .budget_label = "HBM <1>"});
   ASSERT_TRUE(svg.ok()) << svg.status();
   std::string error;
@@ -283,7 +250,7 @@ TEST(MemoryTimelineSvg, EmptyGraph) {
 }
 
 TEST(MemoryTimelineSvg, ErrorsNameTheInput) {
-  const Graph g = OffloadGraph();
+  const Graph g = OffloadGraph("offload <&> \"quoted\"");
   EXPECT_THAT(RenderMemoryTimelineSvg(g, {.width = 100}).status().message(),
               HasSubstr("width is 100 pixels; expected 400 to 20000"));
   EXPECT_THAT(RenderMemoryTimelineSvg(g, {.height = 50000}).status().message(), HasSubstr("height is 50000"));

@@ -18,35 +18,15 @@
 #include "planner/checkpoint_plan.h"
 #include "replay/allocation_trace.h"
 #include "replay/trace_replay.h"
+#include "tests/planner/step_fixtures.h"
 
 namespace headroom {
 namespace {
 
-using ::testing::HasSubstr;
+using ::headroom::testing::Gpt2Step;
+using ::headroom::testing::OffloadGraph;
 
-// A schedule written out as MaterializeSchedule does (planner/schedule.h):
-// `a` is offloaded after its last forward reader and prefetched back as a
-// fresh tensor for the backward op.
-Graph OffloadGraph() {
-  Graph g("offload");
-  auto f32 = [&g](std::string name, int64_t n, TensorRole role = TensorRole::kActivation) {
-    return g.AddTensor({.name = std::move(name), .shape = {n}, .dtype = DType::kF32, .role = role});
-  };
-  const TensorId x = f32("x", 256, TensorRole::kInput);
-  const TensorId a = f32("a", 1024);
-  const TensorId b = f32("b", 2048);
-  const TensorId c = f32("c", 512);
-  const TensorId a2 = f32("a@prefetch0", 1024);
-  const TensorId grad = f32("grad", 256, TensorRole::kGradient);
-  g.AddOp({.kind = "linear", .name = "fc1", .inputs = {x}, .outputs = {a}});
-  g.AddOp({.kind = "linear", .name = "fc2", .inputs = {a}, .outputs = {b}});
-  g.AddOp({.kind = "offload_copy", .name = "offload a", .inputs = {a}, .phase = Phase::kBackward});
-  g.AddOp({.kind = "linear", .name = "fc3", .inputs = {b}, .outputs = {c}, .phase = Phase::kLoss});
-  g.AddOp({.kind = "prefetch_copy", .name = "prefetch a", .outputs = {a2}, .phase = Phase::kBackward});
-  g.AddOp({.kind = "linear_backward", .name = "fc1.backward", .inputs = {a2, c}, .outputs = {grad},
-           .phase = Phase::kBackward});
-  return g;
-}
+using ::testing::HasSubstr;
 
 TEST(PlanTrace, OrderOnAScheduleWithCopies) {
   const Graph g = OffloadGraph();
@@ -87,21 +67,6 @@ uint64_t RoundedPeak(const Graph& step, const ProfileOptions& options) {
     for (OpId op = l.first; op <= l.last; ++op) live[static_cast<size_t>(op)] += RoundSize(t.bytes(), {});
   }
   return *std::max_element(live.begin(), live.end());
-}
-
-// GPT-2 small, batch 2, sequence 512, bf16, eager attention.
-Graph Gpt2Step(CheckpointMode mode) {
-  absl::StatusOr<ModelConfig> config = LoadPresetConfig("gpt2");
-  EXPECT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<Graph> forward = BuildModelGraph(
-      *config, {.batch = 2, .seq_len = 512, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,
-                .attention = AttentionImpl::kEager, .training = true});
-  EXPECT_TRUE(forward.ok()) << forward.status();
-  absl::StatusOr<CheckpointPlan> plan = PlanForMode(*forward, mode);
-  EXPECT_TRUE(plan.ok()) << plan.status();
-  absl::StatusOr<Graph> step = BuildTrainingStep(*forward, {.checkpoint = *std::move(plan)});
-  EXPECT_TRUE(step.ok()) << step.status();
-  return *std::move(step);
 }
 
 TEST(PlanTrace, ReplayedStepPeaksWhereProfileMemoryDoes) {
