@@ -1,0 +1,174 @@
+"""Runs configurations and writes one fixture per configuration.
+
+    python -m headroom_validation.record --out validation/fixtures [--device cpu|cuda] [NAME ...]
+
+Each configuration runs in its own process (a fresh allocator, nothing left over from another model): a
+warm-up step first, so optimizer state exists as in any later step, then the measured step. The fixture
+records the live bytes before the step, their peak during it, the op and phase at the peak, the bytes at
+the end of forward and those saved for backward, and the step's allocation trace (RMM CSV on CPU, a
+PyTorch memory snapshot on CUDA; `headroom replay` reads both).
+"""
+import argparse
+import contextlib
+import gc
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+
+import torch
+
+from headroom_validation import configs, hook as hooks, workloads
+
+FIXTURE_VERSION = 1
+
+
+def measure(cfg, device, trace_path):
+    counters = hooks.CpuHook() if device.type == "cpu" else hooks.CudaCounters()
+    if device.type == "cuda":
+        torch.cuda.init()
+        free0, total = torch.cuda.mem_get_info()
+    w = workloads.build(cfg, device)
+    w.step(lambda phase: None)  # warm-up: optimizer state, lazily built caches
+    gc.collect()
+
+    marker = hooks.OpMarker(counters)
+    # PyTorch 1.13 fails a backward that runs non-reentrant checkpointing's saved-tensor hooks under a
+    # dispatch mode, so checkpointed steps there are measured without naming the peak's op.
+    name_ops = not (cfg.get("checkpoint", "none") == "full" and torch.__version__.startswith("1."))
+    if not name_ops:
+        w.notes.append("peak op not recorded: PyTorch 1.13 cannot run a dispatch mode under checkpointing")
+    boundaries = {}
+
+    def phase(name):
+        boundaries[name] = counters.live()
+        marker.phase = name
+
+    baseline = counters.live()
+    counters.reset_peak()
+    with counters.log(trace_path), (marker if name_ops else contextlib.nullcontext()):
+        out = w.step(phase)
+        del out
+    peak = counters.peak()
+    peak_mark = counters.peak_mark()
+    end_of_forward = boundaries.get("backward", boundaries.get("done"))
+
+    # Saved tensors are counted in a third step: PyTorch 1.13 fails a backward that runs under both a
+    # dispatch mode and saved-tensor hooks. That step's peak must repeat the measured one.
+    saved = hooks.SavedTensors()
+    forward_hooks = contextlib.ExitStack()
+
+    def saved_phase(name):
+        if name == "forward":
+            forward_hooks.enter_context(saved.hooks())
+        else:
+            forward_hooks.close()
+
+    counters.reset_peak()
+    out = w.step(saved_phase)
+    del out
+    repeat_peak = counters.peak()
+    if counters.dropped():
+        raise RuntimeError(f"the allocation hook's table overflowed ({counters.dropped()} blocks uncounted)")
+    measured = {
+        "baseline_bytes": baseline,
+        "peak_allocated_bytes": peak,
+        "end_of_forward_bytes": end_of_forward,
+        "saved_for_backward_bytes": saved.bytes(),
+        "repeat_peak_allocated_bytes": repeat_peak,
+    }
+    if name_ops:
+        measured["ops"] = len(marker.ops)
+    i = peak_mark
+    if 0 <= i < len(marker.ops):
+        measured["peak_op"], measured["peak_phase"] = marker.ops[i]
+    if device.type == "cuda":
+        free1, _ = torch.cuda.mem_get_info()
+        measured["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        measured["driver_used_bytes"] = total - free1
+        measured["driver_used_before_bytes"] = total - free0
+    if os.environ.get("HEADROOM_VALIDATION_OPS"):  # debugging: every op with the live bytes after it
+        with open(os.environ["HEADROOM_VALIDATION_OPS"], "w") as f:
+            for (op, ph), (live, events) in zip(marker.ops, marker.live_after):
+                f.write(f"{ph}\t{op}\t{live}\t{events}\n")
+    return w, measured
+
+
+def versions():
+    out = {"torch": torch.__version__, "python": platform.python_version()}
+    for name in ("transformers", "peft", "torchvision"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return out
+
+
+def run_one(name, device_name, out_dir):
+    cfg = configs.by_name(name)
+    device = torch.device(device_name)
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    traces = out_dir / "traces"
+    traces.mkdir(parents=True, exist_ok=True)
+    suffix = "rmm.csv" if device.type == "cpu" else "snapshot.pickle"
+    trace = traces / f"{name}.{suffix}"
+    w, measured = measure(cfg, device, trace)
+    fixture = {
+        "headroom_fixture_version": FIXTURE_VERSION,
+        "name": name,
+        "description": cfg["description"],
+        "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "versions": versions(),
+        "setup": {k: v for k, v in cfg.items() if k not in ("name", "description", "model")},
+        "model": w.estimate_model,
+        "estimate_args": configs.estimate_args(cfg, device.type, torch.__version__),
+        "measured": measured,
+        "trace": f"traces/{trace.name}",
+        "notes": w.notes,
+    }
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(fixture, indent=1, sort_keys=False) + "\n")
+    print(f"{name}: peak {measured['peak_allocated_bytes']:,} B at {measured.get('peak_op', '?')} "
+          f"({measured.get('peak_phase', '?')})", flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=pathlib.Path, required=True, help="fixture folder")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process
+    parser.add_argument("--rewrite-args", action="store_true",
+                        help="rewrite the estimate_args of the fixtures in --out from configs.py; measure nothing")
+    parser.add_argument("names", nargs="*", help="configurations (default: all that run on --device)")
+    args = parser.parse_args(argv)
+    if args.one:
+        run_one(args.names[0], args.device, args.out)
+        return 0
+    if args.rewrite_args:
+        for path in sorted(args.out.glob("*.json")):
+            fixture = json.loads(path.read_text())
+            device = "cpu" if fixture["device"] == "cpu" else "cuda"
+            fixture["estimate_args"] = configs.estimate_args(configs.by_name(fixture["name"]), device,
+                                                             fixture["versions"]["torch"])
+            path.write_text(json.dumps(fixture, indent=1) + "\n")
+        return 0
+    names = args.names or [c["name"] for c in configs.CONFIGS if args.device in c["devices"]]
+    unknown = [n for n in names if n not in {c["name"] for c in configs.CONFIGS}]
+    if unknown:
+        parser.error(f"unknown configuration(s): {', '.join(unknown)}")
+    failed = []
+    for name in names:
+        rc = subprocess.call([sys.executable, "-m", "headroom_validation.record", "--one", "--device",
+                              args.device, "--out", str(args.out), name])
+        if rc != 0:
+            failed.append(name)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
