@@ -118,6 +118,12 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
                  "Fragmentation allowance as a fraction of dynamic bytes (0.25)");
   app.add_flag("--keep-grads", f.keep_grads, "zero_grad(set_to_none=False): gradients stay between steps");
   app.add_option("--head", f.head, "Encoders: classification or mlm head");
+  app.add_option("--loop", f.loop,
+                 "hand (default: the loop holds the outputs through backward and the step) or trainer "
+                 "(Hugging Face Trainer drops them before backward)");
+  app.add_option("--rms-norm", f.rms_norm, "RMSNorm: eager (Hugging Face, default) or fused (one kernel)");
+  app.add_option("--torch", f.torch_version, "PyTorch version that runs the step, e.g. 2.5 (default) or 1.13");
+  app.add_option("--kernels", f.kernels, "cuda (default) or cpu: whose kernels run the ops (validation on a CPU)");
 }
 
 absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
@@ -167,6 +173,12 @@ absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
   if (!f.head.empty()) {
     HEADROOM_ASSIGN_OR_RETURN(job.encoder_head, ForFlag("--head", ParseEncoderHead(f.head)));
   }
+  HEADROOM_ASSIGN_OR_RETURN(job.loop, ForFlag("--loop", ParseTrainingLoop(f.loop)));
+  HEADROOM_ASSIGN_OR_RETURN(job.rms_norm, ForFlag("--rms-norm", ParseRmsNormImpl(f.rms_norm)));
+  if (!f.torch_version.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(job.runtime, ForFlag("--torch", ParseTorchVersion(f.torch_version)));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(job.runtime.kernels, ForFlag("--kernels", ParseKernels(f.kernels)));
   HEADROOM_RETURN_IF_ERROR(InFlagTerms(ValidateJob(job)));
   return job;
 }

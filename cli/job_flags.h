@@ -58,6 +58,10 @@ struct JobFlags {
   double fragmentation = 0.25;
   bool keep_grads = false;
   std::string head;
+  std::string loop = "hand";
+  std::string rms_norm = "eager";
+  std::string torch_version;  // empty: the current 2.x line
+  std::string kernels = "cuda";
 };
 
 void AddJobFlags(CLI::App& app, JobFlags& flags);

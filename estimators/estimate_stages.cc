@@ -187,7 +187,9 @@ absl::StatusOr<Graph> BuildForwardGraph(const LoadedModel& model, const JobSpec&
                      .training = job.training,
                      .tensor_parallel = layout.tensor_parallel,
                      .sequence_parallel = layout.sequence_parallel,
-                     .lora = job.lora};
+                     .lora = job.lora,
+                     .rms_norm = job.rms_norm,
+                     .runtime = job.runtime};
   ModelConfig config = *model.config;
   if (job.encoder_head && config.family == ModelFamily::kEncoder) {
     config.encoder_head = *job.encoder_head;
@@ -214,6 +216,7 @@ absl::StatusOr<Graph> BuildStep(const Graph& forward, const JobSpec& job, const 
                       .checkpoint = std::move(plan),
                       .gradients_preexist = job.training && job.grad_accum > 1,
                       .optimizer_step = job.training,
+                      .hold_model_outputs = job.training && job.loop == TrainingLoop::kHand,
                       .optimizer_state_bytes_per_element =
                           static_cast<uint32_t>(OptimizerStateBytesPerParam(job.optimizer))};
   if (!setup.autocast && job.training) options.parameter_gradient_dtype = setup.precision.grad_dtype;
@@ -300,16 +303,19 @@ absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const Pe
   return worst;
 }
 
-std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, const JobSpec& job,
+std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, const Graph& step, const JobSpec& job,
                                                        const EstimateSetup& setup,
                                                        uint64_t forward_backward_bytes) {
   // Note [Optimizer step transients]: the optimizer step may be the peak.
   const bool has_transient = job.training && job.optimizer != Optimizer::kSgd &&
+                             job.optimizer != Optimizer::kSgdMomentum &&
                              job.optimizer_impl != OptimizerImpl::kFused && !job.layout.offload_optimizer &&
                              setup.framework != Framework::kDeepSpeed;
   if (!has_transient) return std::nullopt;
   const DType state_dtype = setup.precision.master_weights ? DType::kF32 : setup.precision.optimizer_state_dtype;
-  const bool foreach = job.optimizer_impl == OptimizerImpl::kForeach;
+  // Adafactor has no multi-tensor implementation: it always runs per parameter.
+  const bool foreach = job.optimizer_impl == OptimizerImpl::kForeach && job.optimizer != Optimizer::kAdafactor;
+  const uint64_t copies = foreach ? (job.runtime.ForeachAdamKeepsTwoTemporaries() ? 2 : 1) : 2;
   OptimizerStepPeak out;
   // Parameters are at most 2^44 (Note [Model size bounds]): these sums cannot wrap.
   for (const Tensor& t : forward.tensors()) {
@@ -317,6 +323,7 @@ std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, con
     const uint64_t bytes = DTypeBytes(state_dtype, t.elements());
     out.temporaries = foreach ? out.temporaries + bytes : std::max(out.temporaries, bytes);
   }
+  out.temporaries *= copies;
   if (foreach) {
     out.temporaries /= static_cast<uint64_t>(job.layout.shard_group()) *
                        static_cast<uint64_t>(job.layout.pipeline_parallel);
@@ -327,10 +334,17 @@ std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, con
       if (t.role == TensorRole::kParameter && t.trainable) out.gradients += DTypeBytes(t.dtype, t.elements());
     }
   }
+  // The batch, and what the loop holds (BuildTrainingStep's last op, "release_outputs").
+  for (const Tensor& t : step.tensors()) {
+    if (t.role == TensorRole::kInput) out.activations += t.bytes();
+  }
+  if (step.num_ops() > 0 && step.ops().back().kind == "release_outputs") {
+    for (TensorId held : step.ops().back().inputs) out.activations += step.tensor(held).bytes();
+  }
   // Compare like with like: each side with the fragmentation allowance its
   // dynamic bytes carry (the optimizer's temporaries; Note [Optimizer step transients]).
-  const uint64_t step_bytes =
-      out.gradients + out.temporaries + FragmentationAllowance(job, out.temporaries);
+  const uint64_t step_bytes = out.gradients + out.activations + out.temporaries +
+                              FragmentationAllowance(job, out.activations + out.temporaries);
   if (step_bytes <= forward_backward_bytes) return std::nullopt;
   return out;
 }

@@ -9,7 +9,7 @@
 //   HEADROOM_ASSIGN_OR_RETURN(Graph step, BuildStep(forward, job, setup));      // or the fixed graph
 //   const PeakAttribution peak = AttributePeak(step, setup);
 //   HEADROOM_ASSIGN_OR_RETURN(WorstStage stage, FindWorstPipelineStage(forward, peak, job, setup));
-//   std::optional<OptimizerStepPeak> opt = FindOptimizerStepPeak(forward, job, setup, fwd_bwd_bytes);
+//   std::optional<OptimizerStepPeak> opt = FindOptimizerStepPeak(forward, step, job, setup, fwd_bwd_bytes);
 //   Overheads overheads = EstimateJobOverheads(machine, job, rounding, dynamic_bytes);
 //   StepSeconds time = EstimateJobStepTime(step, machine, job, setup);
 //
@@ -105,9 +105,13 @@ absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const Pe
 // micro-batch report less memory.)
 struct OptimizerStepPeak {
   uint64_t gradients = 0;   // all parameter gradients (0 when already resident)
-  uint64_t temporaries = 0;  // the implementation's transient (foreach: a copy of the states)
+  uint64_t temporaries = 0;  // the implementation's transient (Note [Optimizer step transients])
+  // Activations live through the step: the batch, and the model's outputs
+  // when the training loop holds them (Note [Training loop] in job/job_spec.h).
+  uint64_t activations = 0;
 };
-std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, const JobSpec& job,
+// `step` is the training step BuildStep made from `forward`.
+std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, const Graph& step, const JobSpec& job,
                                                        const EstimateSetup& setup,
                                                        uint64_t forward_backward_bytes);
 

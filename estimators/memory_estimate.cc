@@ -143,9 +143,9 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
       SaturatingAdd(SaturatingAdd(dynamic, FragmentationAllowance(job, dynamic)),
                     parameter_grads + autocast_copies + rounding);
   const std::optional<OptimizerStepPeak> optimizer_peak =
-      FindOptimizerStepPeak(forward, job, setup, forward_backward);
+      FindOptimizerStepPeak(forward, step, job, setup, forward_backward);
   if (optimizer_peak) {
-    activations = 0;
+    activations = optimizer_peak->activations;
     activation_grads = 0;
     parameter_grads = optimizer_peak->gradients;
     temporaries = optimizer_peak->temporaries;

@@ -72,7 +72,10 @@ BackwardRule BackwardRuleFor(const Graph& graph, const Op& op) {
   if (IsGemmKind(kind)) return BackwardRule::kGemm;
   if (IsFlashAttentionKind(kind)) return BackwardRule::kFlashAttention;
   if (kind.starts_with("embedding")) return BackwardRule::kEmbedding;
-  if (kind == "add" || kind == "residual_add") return BackwardRule::kPassThrough;
+  // contiguous()/clone() hand the output gradient back (CloneBackward).
+  if (kind == "add" || kind == "residual_add" || kind == "contiguous" || kind == "clone") {
+    return BackwardRule::kPassThrough;
+  }
   const bool all_views =
       !op.outputs.empty() && std::all_of(op.outputs.begin(), op.outputs.end(), [&](TensorId t) {
         return graph.tensor(t).view_of != kNone;

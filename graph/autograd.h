@@ -23,7 +23,8 @@
 //    attention matrix from q, k, v and the logsumexp).
 //  - kEmbedding (prefix embedding): scatter-add of dY into the weight
 //    gradient; the integer indices get no gradient.
-//  - kPassThrough: view ops (every output is a view), `add`, `residual_add`
+//  - kPassThrough: view ops (every output is a view), `add`, `residual_add`,
+//    `contiguous` and `clone`
 //    and in-place ops that save nothing (all_reduce, index_add): an input gradient with as many elements as the output
 //    gradient aliases its storage (a view) and allocates nothing; a
 //    broadcast operand (a bias) gets a reduced, freshly allocated gradient.

@@ -11,6 +11,7 @@ std::string_view ActivationName(ActivationKind kind) {
   switch (kind) {
     case ActivationKind::kGelu: return "gelu";
     case ActivationKind::kGeluTanh: return "gelu_tanh";
+    case ActivationKind::kGeluNew: return "gelu_new";
     case ActivationKind::kSilu: return "silu";
     case ActivationKind::kRelu: return "relu";
     case ActivationKind::kTanh: return "tanh";
@@ -332,6 +333,49 @@ TensorId OpEmitter::MaskedScale(const std::string& name, TensorId scores) {
   return y;
 }
 
+TensorId OpEmitter::Pow(const std::string& name, TensorId x) {
+  const Tensor xt = graph_.tensor(x);
+  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
+  const bool rg = RequiresGrad(x);
+  Op op{.kind = "pow", .name = name, .inputs = {x}, .outputs = {y},
+        .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
+  if (rg) op.saved = {x};
+  Emit(std::move(op), rg);
+  return y;
+}
+
+TensorId OpEmitter::MeanLastDim(const std::string& name, TensorId x) {
+  const Tensor xt = graph_.tensor(x);
+  std::vector<int64_t> shape = xt.shape;
+  if (!shape.empty()) shape.back() = 1;
+  TensorId y = NewTensor(name + ".out", shape, xt.dtype);
+  const bool rg = RequiresGrad(x);
+  Op op{.kind = "mean", .name = name, .inputs = {x}, .outputs = {y},
+        .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
+  if (rg && options_.runtime.MeanSavesInput()) op.saved = {x};
+  Emit(std::move(op), rg);
+  return y;
+}
+
+TensorId OpEmitter::Rsqrt(const std::string& name, TensorId x) {
+  const Tensor xt = graph_.tensor(x);
+  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
+  const bool rg = RequiresGrad(x);
+  Op op{.kind = "rsqrt", .name = name, .inputs = {x}, .outputs = {y},
+        .flops = 2.0 * static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
+  if (rg) op.saved = {y};
+  Emit(std::move(op), rg);
+  return y;
+}
+
+TensorId OpEmitter::Contiguous(const std::string& name, TensorId x) {
+  const Tensor xt = graph_.tensor(x);
+  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
+  Emit({.kind = "contiguous", .name = name, .inputs = {x}, .outputs = {y}, .compute_dtype = xt.dtype},
+       RequiresGrad(x));
+  return y;
+}
+
 TensorId OpEmitter::Softmax(const std::string& name, TensorId x, bool force_f32) {
   const Tensor xt = graph_.tensor(x);
   const DType dtype = force_f32 ? DType::kF32
@@ -350,8 +394,7 @@ TensorId OpEmitter::Dropout(const std::string& name, TensorId x, double p) {
   if (!options_.training || p <= 0) return x;
   const Tensor xt = graph_.tensor(x);
   TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
-  // native_dropout keeps a bool mask, one byte per element.
-  TensorId mask = NewTensor(name + ".mask", xt.shape, DType::kBool);
+  TensorId mask = NewTensor(name + ".mask", xt.shape, options_.runtime.DropoutMaskDType(xt.dtype));
   const bool rg = RequiresGrad(x);
   Op op{.kind = "dropout", .name = name, .inputs = {x}, .outputs = {y, mask},
         .flops = 2.0 * static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
@@ -508,14 +551,17 @@ OpEmitter::Routing OpEmitter::RouterTopK(const std::string& name, TensorId logit
 TensorId OpEmitter::CrossEntropy(const std::string& name, TensorId logits, TensorId labels) {
   if (options_.autocast) logits = Cast(name + ".input_cast", logits, options_.autocast_wide_dtype);
   const Tensor lt = graph_.tensor(logits);
-  TensorId loss = NewTensor(name.empty() ? "loss" : name + ".loss", {}, DType::kF32);
-  TensorId log_probs = NewTensor(name + ".log_probs", lt.shape, lt.dtype);
   const bool rg = RequiresGrad(logits);
-  Op op{.kind = "cross_entropy", .name = name, .inputs = {logits, labels},
-        .outputs = {loss, log_probs}, .flops = 6.0 * static_cast<double>(lt.elements()),
-        .compute_dtype = lt.dtype};
-  if (rg) op.saved = {log_probs, labels};
-  Emit(std::move(op), rg);
+  TensorId log_probs = NewTensor(name + ".log_probs", lt.shape, lt.dtype);
+  Op log_softmax{.kind = "log_softmax", .name = name + ".log_softmax", .inputs = {logits}, .outputs = {log_probs},
+                 .flops = 5.0 * static_cast<double>(lt.elements()), .compute_dtype = lt.dtype};
+  if (rg) log_softmax.saved = {log_probs};
+  Emit(std::move(log_softmax), rg);
+  TensorId loss = NewTensor(name.empty() ? "loss" : name + ".loss", {}, DType::kF32);
+  Op nll{.kind = "nll_loss", .name = name, .inputs = {log_probs, labels}, .outputs = {loss},
+         .flops = static_cast<double>(lt.shape.empty() ? 1 : lt.shape.front()), .compute_dtype = lt.dtype};
+  if (rg) nll.saved = {log_probs, labels};
+  Emit(std::move(nll), rg);
   return loss;
 }
 

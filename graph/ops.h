@@ -36,7 +36,12 @@
 //   scale          (x) -> y, multiply by a constant     saves nothing
 //   masked_scale   (scores) -> y, scale + causal/padding mask   saves nothing
 //   softmax        (x) -> y                             saves y
-//   dropout        (x) -> (y, mask u8)                  saves mask
+//   dropout        (x) -> (y, mask)                     saves mask: bool on CUDA, x's dtype on a CPU
+//                  (Note [Runtime differences] in graph/torch_runtime.h)
+//   pow            (x) -> x^c                           saves x
+//   mean           (x) -> mean over the last dim, kept  saves x before PyTorch 2.0, else nothing
+//   rsqrt          (x) -> y                             saves y
+//   contiguous     (x view) -> dense copy               saves nothing; its gradient is the output's
 //   rotary         (x, cos, sin) -> y                   saves nothing (cos/sin are buffers)
 //   sdpa_flash     (q, k, v) -> (out, logsumexp f32)    saves q, k, v, out, logsumexp
 //                  (dropout inside the kernel keeps only an RNG seed)
@@ -49,8 +54,9 @@
 //   index_add      (acc, src) -> acc (in place)         saves nothing
 //   router_topk    (logits) -> (probs f32, weights, indices i64), HF Mixtral's
 //                  softmax(f32) + topk + renormalize   saves probs, indices
-//   cross_entropy  (logits, labels) -> (loss, log_probs)  saves log_probs (log_softmax
-//                  output), labels
+//   log_softmax    (logits) -> log_probs                saves log_probs
+//   nll_loss       (log_probs, labels) -> loss          saves log_probs, labels; its backward
+//                  writes a dense log_probs-sized gradient (F.cross_entropy is these two ops)
 //   dequantize_nf4 (weight nf4, absmax[, nested_absmax, quant_map, nested_quant_map])
 //                  -> w temporary in compute dtype      saves nothing; QLoRA's
 //                  backward dequantizes again (bitsandbytes MatMul4Bit)
@@ -76,11 +82,15 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "graph/torch_runtime.h"
 
 namespace headroom {
 
-// Elementwise nonlinearity. kGeluTanh is HF's "gelu_new"/"gelu_pytorch_tanh".
-enum class ActivationKind : uint8_t { kGelu, kGeluTanh, kSilu, kRelu, kTanh };
+// Elementwise nonlinearity. kGeluTanh is one tanh-approximated GELU kernel
+// (HF's "gelu_pytorch_tanh"); kGeluNew is HF's "gelu_new", the same function
+// written in PyTorch ops, which builders emit op by op (Note [gelu_new] in
+// models/builders.cc); OpEmitter::Activation emits it as one kGeluTanh-like op.
+enum class ActivationKind : uint8_t { kGelu, kGeluTanh, kGeluNew, kSilu, kRelu, kTanh };
 std::string_view ActivationName(ActivationKind kind);  // "gelu", "gelu_tanh", "silu", ...
 
 struct EmitterOptions {
@@ -93,6 +103,8 @@ struct EmitterOptions {
   // recipe over 16-bit weights (Transformer Engine style).
   DType autocast_wide_dtype = DType::kF32;
   bool training = true;  // dropout is identity (no op) when false
+  // The PyTorch version and kernels (Note [Runtime differences]).
+  TorchRuntime runtime;
 };
 
 class OpEmitter {
@@ -138,6 +150,13 @@ class OpEmitter {
   TensorId AddInplace(const std::string& name, TensorId acc, TensorId other);
   TensorId Scale(const std::string& name, TensorId x);
   TensorId MaskedScale(const std::string& name, TensorId scores);
+  // x to a constant power, a mean over the last dimension (kept as size 1),
+  // and 1/sqrt(x): Hugging Face's eager RMSNorm and gelu_new use these.
+  TensorId Pow(const std::string& name, TensorId x);
+  TensorId MeanLastDim(const std::string& name, TensorId x);
+  TensorId Rsqrt(const std::string& name, TensorId x);
+  // x.contiguous() of a strided view: a dense copy.
+  TensorId Contiguous(const std::string& name, TensorId x);
   // Output dtype: x's, f32 under autocast, or `force_f32` (HF Llama's
   // softmax(..., dtype=torch.float32)).
   TensorId Softmax(const std::string& name, TensorId x, bool force_f32 = false);
@@ -164,8 +183,8 @@ class OpEmitter {
     TensorId indices;  // [tokens, k] i64
   };
   Routing RouterTopK(const std::string& name, TensorId logits, int64_t k);
-  // logits [n, classes]; returns the scalar loss. Under autocast the logits
-  // are cast to f32 first.
+  // F.cross_entropy: log_softmax then nll_loss over logits [n, classes];
+  // returns the scalar loss. Under autocast the logits are cast to f32 first.
   TensorId CrossEntropy(const std::string& name, TensorId logits, TensorId labels);
   TensorId DequantizeNf4(const std::string& name, TensorId weight,
                          const std::vector<TensorId>& constants, std::vector<int64_t> shape);

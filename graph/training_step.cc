@@ -238,6 +238,22 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions&
                   .layer = p.layer});
     }
   }
+  if (options.hold_model_outputs) {
+    // The model's outputs: storages of what the loss ops read that forward ops made.
+    Op release{.kind = "release_outputs", .name = "release_outputs", .phase = Phase::kOptimizer};
+    for (const Op& op : forward.ops()) {
+      if (op.phase != Phase::kLoss) continue;
+      for (TensorId in : op.inputs) {
+        const TensorId base = forward.storage(in);
+        const OpId producer = forward.producer(base);
+        if (producer == kNone || forward.op(producer).phase != Phase::kForward) continue;
+        if (std::find(release.inputs.begin(), release.inputs.end(), base) == release.inputs.end()) {
+          release.inputs.push_back(base);
+        }
+      }
+    }
+    if (!release.inputs.empty()) step.AddOp(std::move(release));
+  }
   // Gradients and replayed tensors add to the forward graph's (Note [Size bounds]).
   HEADROOM_RETURN_IF_ERROR(step.CheckBounds());
   return step;

@@ -60,6 +60,10 @@ struct StepOptions {
   // is freed (zero_grad(set_to_none=True)). The two figures only price the op
   // (hardware/cost_model.h); optimizer state memory is the estimators' business.
   bool optimizer_step = true;
+  // The training loop holds the model's outputs (the tensors the loss reads)
+  // until the step ends (Note [Training loop] in job/job_spec.h): a last op,
+  // "release_outputs", reads them after the optimizer step.
+  bool hold_model_outputs = false;
   double optimizer_flops_per_element = 12;        // AdamW: moments, bias correction, decay
   uint32_t optimizer_state_bytes_per_element = 8;  // AdamW: two fp32 moments
 };

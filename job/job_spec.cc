@@ -3,10 +3,16 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "common/name_table.h"
 #include "common/status_macros.h"
 
 namespace headroom {
 namespace {
+
+constexpr NameTable<TrainingLoop, 2> kTrainingLoopNames("training loop", {{
+    {"hand", TrainingLoop::kHand},
+    {"trainer", TrainingLoop::kTrainer},
+}});
 
 absl::Status InRange(int64_t value, int64_t low, int64_t high, std::string_view field) {
   if (value < low) {
@@ -19,6 +25,9 @@ absl::Status InRange(int64_t value, int64_t low, int64_t high, std::string_view 
 }
 
 }  // namespace
+
+std::string_view TrainingLoopName(TrainingLoop loop) { return kTrainingLoopNames.Name(loop); }
+absl::StatusOr<TrainingLoop> ParseTrainingLoop(std::string_view name) { return kTrainingLoopNames.Parse(name); }
 
 absl::Status ValidateJob(const JobSpec& job) {
   HEADROOM_RETURN_IF_ERROR(InRange(job.micro_batch, 1, kMaxMicroBatch, "micro_batch"));

@@ -12,10 +12,13 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 #include "graph/graph.h"
+#include "graph/torch_runtime.h"
 #include "hardware/gpu_catalog.h"
 #include "job/checkpoint_mode.h"
 #include "job/optimizer.h"
@@ -34,6 +37,18 @@ struct OverheadOptions {
   // gradients of activations, temporaries) at the peak.
   double fragmentation_fraction = 0.25;
 };
+
+// Note [Training loop]
+// What the loop keeps referenced decides how long the model's outputs live.
+// A hand-written loop, `out = model(**batch); out.loss.backward();
+// optimizer.step()`, holds `out` (the logits) through backward and the
+// optimizer step; Hugging Face's Trainer computes the loss in compute_loss
+// and drops the outputs before backward. kHand is the default: it is what
+// most scripts, and PyTorch's and Hugging Face's examples, do, and it is the
+// safe side of the two.
+enum class TrainingLoop : uint8_t { kHand, kTrainer };
+std::string_view TrainingLoopName(TrainingLoop loop);  // "hand", "trainer"
+absl::StatusOr<TrainingLoop> ParseTrainingLoop(std::string_view name);
 
 // What the user runs: everything but the model and the machine.
 struct JobSpec {
@@ -63,6 +78,9 @@ struct JobSpec {
   int64_t kv_block_size = 16;
   std::optional<DType> kv_dtype;  // default: the compute dtype
   OverheadOptions overheads;
+  TrainingLoop loop = TrainingLoop::kHand;
+  RmsNormImpl rms_norm = RmsNormImpl::kEager;  // Note [Eager RMSNorm] in models/builders.cc
+  TorchRuntime runtime;                        // graph/torch_runtime.h
 };
 
 // Upper bounds on the sizes a job may name: far above any real job, low

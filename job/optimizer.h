@@ -22,17 +22,26 @@ std::string_view OptimizerName(Optimizer optimizer);
 absl::StatusOr<Optimizer> ParseOptimizer(std::string_view name);
 
 // Note [Optimizer step transients]
-// torch.optim's multi-tensor ("foreach") AdamW, the CUDA default since
-// PyTorch 2.0, computes sqrt(exp_avg_sq) for the whole parameter group into a
-// new tensor list (torch/optim/adamw.py, _multi_tensor_adamw:
-// torch._foreach_sqrt): one state-sized fp32 copy of the trainable
-// parameters lives during the step. The single-tensor loop (and
-// transformers' old AdamW) allocates that per parameter: the largest
-// parameter's worth. Fused kernels (fused=True, DeepSpeed FusedAdam, apex)
-// allocate nothing. Momentum-free optimizers and 8-bit ones are charged the
-// same way on their state dtype. The step's peak is the larger of the
-// forward/backward peak and the optimizer step (all gradients live plus this
-// transient).
+// The step's own temporaries, read from torch.optim (2.x and 1.13) and
+// checked against measured steps (validation/):
+//  - the single-tensor loop (AdamW foreach=False, and transformers' old AdamW)
+//    computes `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`
+//    per parameter: sqrt(v) and its quotient coexist, two state-sized
+//    temporaries of the largest parameter;
+//  - the multi-tensor ("foreach") AdamW, the CUDA default since PyTorch 2.0,
+//    computes torch._foreach_sqrt over the whole parameter group: one
+//    state-sized copy of the trainable parameters (two before 2.0, Note
+//    [Runtime differences] in graph/torch_runtime.h);
+//  - transformers' Adafactor builds `grad**2 + eps` and then the factored
+//    second-moment estimate while the first is referenced: two of the largest
+//    parameter, in fp32; lion-pytorch's `exp_avg.clone().mul_(b1).add(...)`
+//    likewise two;
+//  - SGD (with or without momentum) updates in place; fused kernels
+//    (fused=True, DeepSpeed FusedAdam, apex) allocate nothing.
+// 8-bit optimizers are charged like AdamW on their state dtype. The step's
+// peak is the larger of the forward/backward peak and the optimizer step
+// (all gradients live plus these temporaries, plus what the training loop
+// holds).
 enum class OptimizerImpl { kForeach, kForLoop, kFused };
 std::string_view OptimizerImplName(OptimizerImpl impl);  // "foreach", "for-loop", "fused"
 // Also accepts "single-tensor" and "loop" for kForLoop.

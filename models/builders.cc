@@ -61,7 +61,8 @@ class Builder {
                       .compute_dtype = options.compute_dtype,
                       .autocast = options.param_dtype != options.compute_dtype,
                       .autocast_wide_dtype = options.param_dtype,
-                      .training = options.training}),
+                      .training = options.training,
+                      .runtime = options.runtime}),
         t_(options.tensor_parallel),
         sp_(options.sequence_parallel) {
     if (o_.lora.enabled()) {
@@ -106,7 +107,12 @@ class Builder {
   TensorId Attention(const std::string& prefix, TensorId x, TensorId x_shard);
   TensorId Mlp(const std::string& prefix, TensorId x, TensorId x_shard);
   TensorId Moe(const std::string& prefix, TensorId x, TensorId x_shard);
+  // The training loss over logits [rows, classes] (Note [Causal LM loss]).
   TensorId Loss(TensorId logits, int64_t rows, int64_t classes);
+  TensorId CausalLmLoss(TensorId logits, int64_t vocab);
+  TensorId EagerRmsNorm(const std::string& prefix, TensorId x, TensorId weight);
+  // The MLP's nonlinearity, gelu_new as Hugging Face writes it (Note [gelu_new]).
+  TensorId Activation(const std::string& name, TensorId x);
 
   const ModelConfig& c_;
   const BuildOptions& o_;
@@ -228,9 +234,46 @@ TensorId Builder::LayerNormModule(const std::string& prefix, TensorId x) {
 
 TensorId Builder::Norm(const std::string& prefix, TensorId x) {
   if (c_.norm == NormKind::kRmsNorm) {
-    return e_.RmsNorm(prefix, x, Param(prefix + ".weight", {c_.hidden_size}));
+    TensorId weight = Param(prefix + ".weight", {c_.hidden_size});
+    if (o_.rms_norm == RmsNormImpl::kEager) return EagerRmsNorm(prefix, x, weight);
+    return e_.RmsNorm(prefix, x, weight);
   }
   return LayerNormModule(prefix, x);
+}
+
+// Note [gelu_new]
+// transformers' NewGELUActivation ("gelu_new", GPT-2's default) computes
+//   0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
+// in PyTorch ops, so autograd keeps x (for pow), 0.5 * x, the tanh's output
+// and 1 + tanh besides the result: four intermediate-sized tensors per layer
+// where F.gelu(approximate="tanh") ("gelu_pytorch_tanh") keeps one.
+TensorId Builder::Activation(const std::string& name, TensorId x) {
+  if (c_.activation != ActivationKind::kGeluNew) return e_.Activation(name, c_.activation, x);
+  TensorId half = e_.Scale(name + ".half", x);
+  TensorId cube = e_.Scale(name + ".cube_scale", e_.Pow(name + ".cube", x));
+  TensorId inner = e_.Scale(name + ".inner_scale", e_.Add(name + ".inner", x, cube));
+  TensorId one_plus = e_.Scale(name + ".one_plus", e_.Activation(name + ".tanh", ActivationKind::kTanh, inner));
+  return e_.Mul(name, half, one_plus);
+}
+
+// Note [Eager RMSNorm]
+// Hugging Face's LlamaRMSNorm (also Mistral's, Qwen2's and Mixtral's) is
+// written in PyTorch ops:
+//   x32 = x.to(float32); var = x32.pow(2).mean(-1, keepdim=True)
+//   normed = x32 * torch.rsqrt(var + eps); return weight * normed.to(x.dtype)
+// so autograd keeps x32 (a copy when x is 16-bit), rstd and the normalized
+// tensor (saved by the weight multiplication), besides the output the next
+// linear saves: one hidden-sized tensor more than a fused kernel, which keeps
+// only x and rstd. Before PyTorch 2.0 the mean also kept x^2 (Note [Runtime
+// differences]). The "+ eps" is folded into the rsqrt: its [b, s, 1] result
+// is freed at once.
+TensorId Builder::EagerRmsNorm(const std::string& prefix, TensorId x, TensorId weight) {
+  const DType input_dtype = g_.tensor(x).dtype;
+  TensorId wide = e_.Cast(prefix + ".to_float", x, DType::kF32);
+  TensorId variance = e_.MeanLastDim(prefix + ".variance", e_.Pow(prefix + ".square", wide));
+  TensorId rstd = e_.Rsqrt(prefix + ".rstd", variance);
+  TensorId normed = e_.Cast(prefix + ".to_input_dtype", e_.Mul(prefix + ".normalize", wide, rstd), input_dtype);
+  return e_.Mul(prefix, weight, normed);
 }
 
 TensorId Builder::Proj(const std::string& module, TensorId x, int64_t in, int64_t out, bool bias,
@@ -309,6 +352,12 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox") {
     const bool gpt2 = c_.model_type == "gpt2";
     const std::string module = prefix + (gpt2 ? "attn.c_attn" : "attention.query_key_value");
+    if (gpt2) {
+      // GPT2Attention registers its causal mask as a buffer in every layer:
+      // tril(ones(n_positions, n_positions)) as bool, 1 MiB per layer at 1024 positions.
+      const int64_t n = c_.max_position_embeddings;
+      e_.Buffer(prefix + "attn.bias", {1, 1, n, n}, DType::kBool);
+    }
     TensorId qkv = Proj(module, x, h, 3 * heads * d, c_.qkv_bias, Parallel::kColumn, gpt2,
                         x_shard);
     // Splitting heads out of the fused projection is views of one storage:
@@ -375,7 +424,7 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
                          false, x_shard);
     TensorId up = Proj(prefix + "mlp.up_proj", x, h, inner, c_.mlp_bias, Parallel::kColumn, false,
                        x_shard);
-    TensorId act = e_.Activation(prefix + "mlp.act_fn", c_.activation, gate);
+    TensorId act = Activation(prefix + "mlp.act_fn", gate);
     TensorId prod = e_.Mul(prefix + "mlp.gate_mul", act, up);
     down = prefix + "mlp.down_proj";
     y = Proj(down, prod, inner, h, c_.mlp_bias, Parallel::kRow);
@@ -391,7 +440,7 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
     }
     TensorId up = Proj(prefix + up_name, x, h, inner, c_.mlp_bias, Parallel::kColumn, conv1d,
                        x_shard);
-    TensorId act = e_.Activation(prefix + up_name + ".act", c_.activation, up);
+    TensorId act = Activation(prefix + up_name + ".act", up);
     down = prefix + down_name;
     y = Proj(down, act, inner, h, c_.mlp_bias, Parallel::kRow, conv1d);
   }
@@ -416,7 +465,7 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
     TensorId in = e_.GatherRows(ex + "dispatch", flat, rows);
     TensorId w1 = Proj(ex + "w1", in, h, inner, false, Parallel::kColumn);
     TensorId w3 = Proj(ex + "w3", in, h, inner, false, Parallel::kColumn);
-    TensorId act = e_.Activation(ex + "act_fn", c_.activation, w1);
+    TensorId act = Activation(ex + "act_fn", w1);
     TensorId prod = e_.Mul(ex + "gate_mul", act, w3);
     TensorId out = Proj(ex + "w2", prod, inner, h, false, Parallel::kRow);
     TensorId weight = e_.GatherRows(ex + "routing_weight", routing.weights, rows);
@@ -432,10 +481,35 @@ TensorId Builder::Loss(TensorId logits, int64_t rows, int64_t classes) {
   e_.set_phase(Phase::kLoss);
   TensorId labels = e_.Input("labels", {rows}, DType::kI64);
   TensorId flat = e_.View("loss.logits_flat", logits, {rows, classes});
-  // HF's loss functions upcast logits (`logits.float()`, transformers
-  // loss_utils.py ForCausalLMLoss / the model heads) before cross-entropy.
-  TensorId wide = e_.Cast("loss.logits_float", flat, DType::kF32);
-  TensorId loss = e_.CrossEntropy("loss", wide, labels);
+  TensorId loss = e_.CrossEntropy("loss", flat, labels);
+  e_.set_phase(Phase::kForward);
+  return loss;
+}
+
+// Note [Causal LM loss]
+// Hugging Face's causal LMs (transformers 4.46, ForCausalLMLoss and GPT-2's
+// forward) predict token t+1 from position t:
+//   logits = logits.float()                       # Llama-like models only
+//   shift_logits = logits[..., :-1, :].contiguous()
+//   loss = F.cross_entropy(shift_logits.view(-1, vocab), shift_labels.view(-1))
+// The upcast is a copy of the logits when they are 16-bit, the shift another
+// copy (of s - 1 positions), and cross-entropy keeps log-softmax's output.
+// Backward writes a dense gradient of the log-probabilities (nll_loss), then
+// one of the shifted logits (log_softmax) while the first is live, then a
+// zero-filled gradient of the whole logits that the slice copies into: at the
+// start of backward several logits-sized tensors coexist, more than any one
+// layer's activations when the vocabulary is large.
+TensorId Builder::CausalLmLoss(TensorId logits, int64_t vocab) {
+  const int64_t b = o_.batch, s = o_.seq_len;
+  e_.set_layer(-1);
+  e_.set_phase(Phase::kLoss);
+  if (IsLlamaLike(c_)) logits = e_.Cast("loss.logits_float", logits, DType::kF32);
+  TensorId labels = e_.Input("labels", {b, s}, DType::kI64);
+  TensorId shifted_labels = e_.Contiguous("loss.shift_labels", e_.View("loss.labels_tail", labels, {b, s - 1}));
+  TensorId shifted = e_.Contiguous("loss.shift_logits", e_.View("loss.logits_head", logits, {b, s - 1, vocab}));
+  TensorId flat = e_.View("loss.logits_flat", shifted, {b * (s - 1), vocab});
+  TensorId flat_labels = e_.View("loss.labels_flat", shifted_labels, {b * (s - 1)});
+  TensorId loss = e_.CrossEntropy("loss", flat, flat_labels);
   e_.set_phase(Phase::kForward);
   return loss;
 }
@@ -507,7 +581,11 @@ absl::Status Builder::BuildDecoder() {
   const std::string head = neox ? "embed_out" : "lm_head";
   TensorId logits = Proj(head, head_in, h, vocab, false, Parallel::kColumn, false,
                          sp_ ? normed : kNone, c_.tie_word_embeddings ? table : kNone);
-  if (o_.training) Loss(logits, b * s, vocab);
+  if (o_.training) {
+    // A single position has no next token to predict; its loss is taken unshifted.
+    if (s > 1) CausalLmLoss(logits, vocab);
+    else Loss(logits, b * s, vocab);
+  }
   return absl::OkStatus();
 }
 
@@ -564,7 +642,7 @@ absl::Status Builder::BuildEncoder() {
     const std::string head = roberta ? "lm_head." : "cls.predictions.";
     const std::string transform = roberta ? head : head + "transform.";
     TensorId y = Proj(transform + "dense", x, h, h, true, Parallel::kReplicated);
-    y = e_.Activation(transform + "act", c_.activation, y);
+    y = Activation(transform + "act", y);
     y = LayerNormModule(transform + (roberta ? "layer_norm" : "LayerNorm"), y);
     TensorId logits = Proj(head + "decoder", y, h, vocab, false, Parallel::kColumn, false, kNone,
                            c_.tie_word_embeddings ? word : kNone);
@@ -692,7 +770,7 @@ absl::Status Builder::BuildMlp() {
     const int64_t out = c_.mlp_layer_sizes[i];
     x = Proj(name, x, in, out, c_.mlp_bias, Parallel::kReplicated);
     if (i + 1 < n) {
-      x = e_.Activation(name + ".act", c_.activation, x);
+      x = Activation(name + ".act", x);
       x = e_.Dropout(name + ".dropout", x, c_.mlp_dropout);
     }
     in = out;
@@ -745,6 +823,13 @@ constexpr NameTable<AttentionImpl, 3> kAttentionNames("attention", {{
 }  // namespace
 
 std::string_view AttentionImplName(AttentionImpl impl) { return kAttentionNames.Name(impl); }
+
+constexpr NameTable<RmsNormImpl, 2> kRmsNormNames("RMSNorm implementation", {{
+    {"eager", RmsNormImpl::kEager},
+    {"fused", RmsNormImpl::kFused},
+}});
+std::string_view RmsNormImplName(RmsNormImpl impl) { return kRmsNormNames.Name(impl); }
+absl::StatusOr<RmsNormImpl> ParseRmsNormImpl(std::string_view name) { return kRmsNormNames.Parse(name); }
 absl::StatusOr<AttentionImpl> ParseAttentionImpl(std::string_view name) { return kAttentionNames.Parse(name); }
 
 absl::StatusOr<Graph> BuildModelGraph(const ModelConfig& config, const BuildOptions& options) {

@@ -61,6 +61,7 @@
 
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
+#include "graph/torch_runtime.h"
 #include "models/model_config.h"
 
 namespace headroom {
@@ -72,6 +73,14 @@ enum class AttentionImpl : uint8_t {
 std::string_view AttentionImplName(AttentionImpl impl);  // "eager", "flash"
 // Also accepts "sdpa" for kFlash (PyTorch's scaled_dot_product_attention).
 absl::StatusOr<AttentionImpl> ParseAttentionImpl(std::string_view name);
+
+// How RMSNorm runs (Note [Eager RMSNorm] in builders.cc).
+enum class RmsNormImpl : uint8_t {
+  kEager,  // Hugging Face's LlamaRMSNorm in PyTorch ops: also saves the normalized tensor
+  kFused,  // one kernel (apex, Liger, Transformer Engine, Megatron): saves x and rstd
+};
+std::string_view RmsNormImplName(RmsNormImpl impl);  // "eager", "fused"
+absl::StatusOr<RmsNormImpl> ParseRmsNormImpl(std::string_view name);
 
 // LoRA (Hu et al. 2021) and QLoRA (Dettmers et al. 2023) adapters.
 struct LoraOptions {
@@ -113,6 +122,9 @@ struct BuildOptions {
   // reduce_scatter after each parallel region.
   bool sequence_parallel = false;
   LoraOptions lora;
+  RmsNormImpl rms_norm = RmsNormImpl::kEager;
+  // The PyTorch version and kernels that run the step (graph/torch_runtime.h).
+  TorchRuntime runtime;
 };
 
 // Builds the forward (+ loss) graph. Errors (InvalidArgument) name the

@@ -1,6 +1,7 @@
 #include "models/model_config.h"
 
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -84,7 +85,7 @@ absl::StatusOr<double> Probability(const json& object, std::string_view key, con
 // Hugging Face's names for activations (transformers/activations.py ACT2FN).
 constexpr NameTable<ActivationKind, 8> kHfActivationNames("activation", {{
     {"gelu", ActivationKind::kGelu},
-    {"gelu_new", ActivationKind::kGeluTanh},
+    {"gelu_new", ActivationKind::kGeluNew},
     {"gelu_pytorch_tanh", ActivationKind::kGeluTanh},
     {"silu", ActivationKind::kSilu},
     {"relu", ActivationKind::kRelu},
@@ -220,7 +221,7 @@ absl::Status ParseGpt2(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, PositiveInt(doc, "n_positions", path));
   HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-5));
   HEADROOM_ASSIGN_OR_RETURN(
-      c.activation, ParseActivation(doc, "activation_function", path, ActivationKind::kGeluTanh));
+      c.activation, ParseActivation(doc, "activation_function", path, ActivationKind::kGeluNew));
   HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings,
                             OptionalBool(doc, "tie_word_embeddings", path, true));
   HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "resid_pdrop", path, 0.1));
@@ -423,6 +424,20 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     return path.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
   }
   HEADROOM_ASSIGN_OR_RETURN(std::string architecture, ArchitectureOf(doc, path));
+  if (absl::StatusOr<ModelConfig> cnn = CnnConfig(architecture); cnn.ok()) {
+    // A torchvision CNN with its input and head sizes: {"architectures": ["resnet50"], "image_size": 64}.
+    cnn->origin = std::string(origin);
+    HEADROOM_ASSIGN_OR_RETURN(cnn->image_size, OptionalPositiveInt(doc, "image_size", path, cnn->image_size));
+    HEADROOM_ASSIGN_OR_RETURN(cnn->in_channels, OptionalPositiveInt(doc, "in_channels", path, cnn->in_channels));
+    HEADROOM_ASSIGN_OR_RETURN(cnn->num_classes, OptionalPositiveInt(doc, "num_classes", path, cnn->num_classes));
+    // Bounds that keep every feature map and the head far inside int64 (Note [Model size bounds]).
+    for (const auto& [key, value, bound] : {std::tuple<const char*, int64_t, int64_t>{"image_size", cnn->image_size, 16384},
+                                            {"in_channels", cnn->in_channels, 4096},
+                                            {"num_classes", cnn->num_classes, int64_t{1} << 24}}) {
+      if (value > bound) return (path / key).Error(absl::StrFormat("must be at most %d, got %d", bound, value));
+    }
+    return cnn;
+  }
   const ArchitectureInfo* info = nullptr;
   for (const ArchitectureInfo& candidate : kArchitectures) {
     if (candidate.architecture == architecture) info = &candidate;

@@ -126,8 +126,10 @@ struct ModelConfig {
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
-// RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain. Unknown
-// architectures are an InvalidArgument error listing the supported ones.
+// RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the
+// torchvision CNNs by name ("resnet50", "vgg16") with optional "image_size",
+// "in_channels" and "num_classes". Unknown architectures are an
+// InvalidArgument error listing the supported ones.
 absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::string_view origin);
 
 // The torchvision CNNs by name: "resnet50", "vgg16" (num_classes 1000,

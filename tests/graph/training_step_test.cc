@@ -3,6 +3,7 @@
 #include "graph/training_step.h"
 
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "graph/autograd.h"
@@ -95,6 +96,24 @@ TEST(TrainingStep, MlpScheduleAndExactPeak) {
   const MemoryProfile q = ProfileMemory(*step, {.count_parameter_gradients = false});
   EXPECT_EQ(q.peak_bytes, 960u);  // op 6: 192 + a + a.grad + h.grad
   EXPECT_EQ(q.parameter_gradient_bytes_at_peak, 0u);
+}
+
+// Note [Training loop]: a loop that holds the model's output keeps y alive through
+// backward and the optimizer step; one that drops it frees y after its last backward reader.
+TEST(TrainingStep, AHeldOutputLivesUntilTheStepEnds) {
+  Mlp m;
+  absl::StatusOr<Graph> dropped = BuildTrainingStep(m.g, {});
+  absl::StatusOr<Graph> held = BuildTrainingStep(m.g, {.hold_model_outputs = true});
+  ASSERT_TRUE(dropped.ok() && held.ok());
+  ASSERT_EQ(held->num_ops(), dropped->num_ops() + 1);
+  const Op& release = held->ops().back();
+  EXPECT_EQ(release.kind, "release_outputs");
+  EXPECT_EQ(release.phase, Phase::kOptimizer);
+  EXPECT_EQ(release.inputs, std::vector<TensorId>{m.y});
+  const std::vector<TensorLifetime> held_life = ComputeLifetimes(*held);
+  const std::vector<TensorLifetime> dropped_life = ComputeLifetimes(*dropped);
+  EXPECT_EQ(held_life[static_cast<size_t>(m.y)].last, static_cast<OpId>(held->num_ops() - 1));
+  EXPECT_LT(dropped_life[static_cast<size_t>(m.y)].last, 6);  // freed by the loss's backward
 }
 
 TEST(TrainingStep, FrozenWeightsNeitherGetGradientsNorKeepInputs) {

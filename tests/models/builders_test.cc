@@ -128,6 +128,9 @@ TEST(BuildModelGraph, ParametersAreNamedAsTheStateDict) {
 // (2 x 4 bytes per token each), which the paper neglects.
 TEST(BuildModelGraph, GptLayerSavesKorthikantiActivations) {
   ModelConfig gpt2 = Preset("gpt2");
+  // Korthikanti et al. count one GeLU kernel saving its input (Megatron's); Hugging Face's
+  // gelu_new keeps four tensors more (Note [gelu_new] in models/builders.cc).
+  gpt2.activation = ActivationKind::kGeluTanh;
   const int64_t s = 128, b = 2, h = 768, a = 12;
   absl::StatusOr<Graph> g = BuildModelGraph(
       gpt2, {.batch = b, .seq_len = s, .param_dtype = DType::kBF16,
@@ -151,6 +154,7 @@ TEST(BuildModelGraph, GptLayerSavesKorthikantiActivations) {
 // divided by t, sbh*(34 + 5as/h)/t.
 TEST(BuildModelGraph, TensorAndSequenceParallelShards) {
   ModelConfig gpt2 = Preset("gpt2");
+  gpt2.activation = ActivationKind::kGeluTanh;  // Korthikanti's one GeLU kernel, as above
   const int64_t s = 128, b = 2, h = 768, a = 12, t = 4;
   BuildOptions o{.batch = b, .seq_len = s, .param_dtype = DType::kBF16,
                  .compute_dtype = DType::kBF16, .tensor_parallel = t};
@@ -281,11 +285,41 @@ TEST(BuildModelGraph, OpsCarryFlopsBytesAndDtypes) {
   EXPECT_TRUE(softmax->attention_core);
   EXPECT_EQ(g->tensor(softmax->saved[0]).dtype, DType::kF32);
   EXPECT_DOUBLE_EQ(FindOp(*g, "model.layers.0.attn_core.qk")->flops, 2.0 * b * 32 * s * s * 128);
-  // The loss is an f32 cross-entropy over the logits, in phase kLoss.
+  // The loss is an f32 cross-entropy over the shifted logits (s - 1 positions), in phase kLoss
+  // (Note [Causal LM loss]).
   const Op* loss = FindOp(*g, "loss");
   ASSERT_NE(loss, nullptr);
   EXPECT_EQ(loss->phase, Phase::kLoss);
-  EXPECT_EQ(g->tensor(loss->saved[0]).bytes(), b * s * 32000 * 4u);
+  EXPECT_EQ(loss->kind, "nll_loss");
+  EXPECT_EQ(g->tensor(loss->saved[0]).bytes(), b * (s - 1) * 32000 * 4u);
+  const Op* shift = FindOp(*g, "loss.shift_logits");
+  ASSERT_NE(shift, nullptr);
+  EXPECT_EQ(g->tensor(shift->outputs[0]).dtype, DType::kF32);
+  EXPECT_EQ(g->tensor(shift->outputs[0]).bytes(), b * (s - 1) * 32000 * 4u);
+}
+
+// Note [Eager RMSNorm]: Hugging Face's RMSNorm keeps the normalized tensor (and, before PyTorch 2.0,
+// x^2 for the mean's backward); the fused kernel keeps only x and rstd.
+TEST(BuildModelGraph, EagerRmsNormSavesTheNormalizedTensor) {
+  auto saved_by_layer0 = [](RmsNormImpl impl, TorchRuntime runtime) {
+    absl::StatusOr<Graph> g = BuildModelGraph(
+        Preset("llama-2-7b"), {.batch = 1, .seq_len = 16, .rms_norm = impl, .runtime = runtime});
+    EXPECT_TRUE(g.ok()) << g.status();
+    std::set<TensorId> saved;
+    for (const Op& op : g->ops()) {
+      if (op.name.starts_with("model.layers.0.input_layernorm")) saved.insert(op.saved.begin(), op.saved.end());
+    }
+    uint64_t bytes = 0;
+    for (TensorId t : saved) {
+      if (g->tensor(t).role != TensorRole::kParameter) bytes += g->tensor(t).bytes();
+    }
+    return bytes;
+  };
+  const uint64_t row = 16 * 4096 * 4;  // one f32 hidden-sized tensor
+  const uint64_t rstd = 16 * 4;
+  EXPECT_EQ(saved_by_layer0(RmsNormImpl::kFused, {}), row + rstd);
+  EXPECT_EQ(saved_by_layer0(RmsNormImpl::kEager, {}), 2 * row + rstd);
+  EXPECT_EQ(saved_by_layer0(RmsNormImpl::kEager, {.major = 1, .minor = 13}), 3 * row + rstd);
 }
 
 TEST(BuildModelGraph, InferenceHasNoLossDropoutOrSaves) {

@@ -30,7 +30,7 @@ TEST(ParseHfConfig, ReadsGpt2DropoutsAndTiedEmbeddings) {
   EXPECT_TRUE(c->tie_word_embeddings);
   EXPECT_DOUBLE_EQ(c->attention_dropout, 0.1);
   EXPECT_DOUBLE_EQ(c->hidden_dropout, 0.1);
-  EXPECT_EQ(c->activation, ActivationKind::kGeluTanh);
+  EXPECT_EQ(c->activation, ActivationKind::kGeluNew);
 }
 
 TEST(ParseHfConfig, ReadsMixtralExperts) {

@@ -1,0 +1,60 @@
+// Which PyTorch runs a step: its version and whether CUDA or CPU kernels run
+// the ops. A few ops keep different bytes for backward depending on both, so
+// the op emitters (graph/ops.h) and the optimizer's transients follow them.
+//
+//   absl::StatusOr<TorchRuntime> r = ParseTorchVersion("1.13");   // r->major == 1, r->minor == 13
+//   r->kernels = Kernels::kCpu;
+//   r->DropoutMaskDType(DType::kF32)  -> kF32 (CPU); kBool on CUDA
+//
+// Note [Runtime differences]
+// Found by the measurement harness (validation/) comparing PyTorch 1.13 on a
+// CPU with the CUDA kernels of PyTorch 2.x, and by reading both versions'
+// tools/autograd/derivatives.yaml and torch/optim:
+//  - dropout: CUDA runs native_dropout, which keeps a bool mask (1 byte per
+//    element); on a CPU, F.dropout multiplies by a noise tensor of the
+//    input's dtype and the multiplication saves it (ATen Dropout.cpp,
+//    _dropout_impl: the fused kernel is taken only for CUDA, XPU and lazy
+//    tensors).
+//  - mean over a dimension: before 2.0 MeanBackward1 saved its whole input
+//    (`_saved_self`), so Hugging Face's eager RMSNorm kept x^2 alive as well;
+//    2.x saves only the sizes.
+//  - torch.optim's foreach AdamW before 2.0 built sqrt(v) and then sqrt(v) +
+//    eps as two tensor lists (torch._foreach_add, not _foreach_add_), so two
+//    parameter-group-sized temporaries coexisted; 2.x adds eps in place.
+#ifndef HEADROOM_GRAPH_TORCH_RUNTIME_H_
+#define HEADROOM_GRAPH_TORCH_RUNTIME_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+
+namespace headroom {
+
+enum class Kernels : uint8_t { kCuda, kCpu };
+std::string_view KernelsName(Kernels kernels);  // "cuda", "cpu"
+absl::StatusOr<Kernels> ParseKernels(std::string_view name);
+
+struct TorchRuntime {
+  // The PyTorch version; the default is the current 2.x line.
+  int major = 2;
+  int minor = 5;
+  Kernels kernels = Kernels::kCuda;
+
+  bool operator==(const TorchRuntime&) const = default;
+  // Note [Runtime differences].
+  DType DropoutMaskDType(DType input) const { return kernels == Kernels::kCpu ? input : DType::kBool; }
+  bool MeanSavesInput() const { return major < 2; }
+  bool ForeachAdamKeepsTwoTemporaries() const { return major < 2; }
+};
+
+// "MAJOR.MINOR" or "MAJOR" (minor 0), a PyTorch version from 1.13 on, with any
+// suffix after the minor number ignored ("1.13.0a0", "2.5.1+cu124").
+// The runtime's kernels are left at CUDA.
+absl::StatusOr<TorchRuntime> ParseTorchVersion(std::string_view version);
+std::string TorchVersionName(const TorchRuntime& runtime);  // "2.5"
+
+}  // namespace headroom
+
+#endif  // HEADROOM_GRAPH_TORCH_RUNTIME_H_

@@ -1,0 +1,52 @@
+#include "graph/torch_runtime.h"
+
+#include "gmock/gmock.h"
+#include "graph/ops.h"
+#include "gtest/gtest.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TorchRuntime, ParsesVersionsWithTheirSuffixes) {
+  absl::StatusOr<TorchRuntime> debian = ParseTorchVersion("1.13.0a0");
+  ASSERT_TRUE(debian.ok()) << debian.status();
+  EXPECT_EQ(debian->major, 1);
+  EXPECT_EQ(debian->minor, 13);
+  EXPECT_TRUE(debian->MeanSavesInput());
+  EXPECT_TRUE(debian->ForeachAdamKeepsTwoTemporaries());
+  absl::StatusOr<TorchRuntime> cuda = ParseTorchVersion("2.5.1+cu124");
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  EXPECT_EQ(TorchVersionName(*cuda), "2.5");
+  EXPECT_FALSE(cuda->MeanSavesInput());
+  EXPECT_EQ(TorchVersionName(*ParseTorchVersion("2")), "2.0");
+  EXPECT_EQ(TorchVersionName(TorchRuntime{}), "2.5");
+}
+
+TEST(TorchRuntime, RefusesWhatIsNotASupportedVersion) {
+  for (const char* bad : {"", "abc", "two", ".5", "1.12", "0.4", "100.1"}) {
+    absl::StatusOr<TorchRuntime> r = ParseTorchVersion(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(r.status().message(), HasSubstr(std::string("'") + bad + "'"));
+  }
+  EXPECT_FALSE(ParseKernels("tpu").ok());
+  EXPECT_EQ(*ParseKernels("CPU"), Kernels::kCpu);
+}
+
+// Note [Runtime differences]: CPU dropout keeps a noise tensor of the input's dtype, CUDA a bool mask.
+TEST(TorchRuntime, DropoutMaskFollowsTheKernels) {
+  for (Kernels kernels : {Kernels::kCuda, Kernels::kCpu}) {
+    Graph g("dropout");
+    OpEmitter e(g, {.compute_dtype = DType::kF32, .runtime = {.kernels = kernels}});
+    const TensorId w = e.Parameter("w", {8, 8}, DType::kF32);
+    const TensorId x = e.Input("x", {4, 8}, DType::kF32);
+    e.Dropout("drop", e.Linear("fc", x, w), 0.1);
+    const Op& drop = g.ops().back();
+    ASSERT_EQ(drop.kind, "dropout");
+    EXPECT_EQ(g.tensor(drop.saved[0]).dtype, kernels == Kernels::kCpu ? DType::kF32 : DType::kBool);
+  }
+}
+
+}  // namespace
+}  // namespace headroom
