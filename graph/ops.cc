@@ -378,9 +378,12 @@ TensorId OpEmitter::Contiguous(const std::string& name, TensorId x) {
 
 TensorId OpEmitter::Softmax(const std::string& name, TensorId x, bool force_f32) {
   const Tensor xt = graph_.tensor(x);
+  // CUDA autocast runs softmax in f32; PyTorch's CPU autocast leaves it in the
+  // input's dtype (Note [Runtime differences]).
+  const bool upcast = options_.autocast && options_.runtime.kernels == Kernels::kCuda;
   const DType dtype = force_f32 ? DType::kF32
-                      : options_.autocast ? options_.autocast_wide_dtype
-                                          : xt.dtype;
+                      : upcast  ? options_.autocast_wide_dtype
+                                : xt.dtype;
   TensorId y = NewTensor(name + ".out", xt.shape, dtype);
   const bool rg = RequiresGrad(x);
   Op op{.kind = "softmax", .name = name, .inputs = {x}, .outputs = {y},
@@ -430,6 +433,10 @@ TensorId OpEmitter::Zeros(const std::string& name, std::vector<int64_t> shape, D
   TensorId y = NewTensor(name, std::move(shape), dtype);
   Emit({.kind = "zeros", .name = name, .outputs = {y}, .compute_dtype = dtype}, false);
   return y;
+}
+
+void OpEmitter::ScopeEnd(const std::string& name, std::vector<TensorId> tensors) {
+  Emit({.kind = "scope_end", .name = name, .inputs = std::move(tensors), .bytes_read = 1}, false);
 }
 
 TensorId OpEmitter::FlashAttention(const std::string& name, TensorId q, TensorId k, TensorId v,

@@ -64,6 +64,7 @@
 //   all_gather     (x_shard) -> x                       saves nothing
 //   reduce_scatter (x) -> x_shard                       saves nothing
 //   view           (x) -> view of x                     allocates nothing
+//   scope_end      (tensors...) -> nothing              reads its inputs (Python locals), no work
 // Ops that read a "dequantize_nf4" output as their weight do not save it.
 //
 // Note [Sequence-parallel linear]
@@ -162,6 +163,8 @@ class OpEmitter {
   TensorId Softmax(const std::string& name, TensorId x, bool force_f32 = false);
   TensorId RepeatKv(const std::string& name, TensorId x, int64_t heads);
   TensorId Zeros(const std::string& name, std::vector<int64_t> shape, DType dtype);
+  // An op that only reads `tensors`: a Python function's locals, alive until it returns.
+  void ScopeEnd(const std::string& name, std::vector<TensorId> tensors);
   // Identity (returns x, emits nothing) when not training or p == 0.
   TensorId Dropout(const std::string& name, TensorId x, double p);
   TensorId Rotary(const std::string& name, TensorId x, TensorId cos, TensorId sin,

@@ -18,6 +18,9 @@
 //  - mean over a dimension: before 2.0 MeanBackward1 saved its whole input
 //    (`_saved_self`), so Hugging Face's eager RMSNorm kept x^2 alive as well;
 //    2.x saves only the sizes.
+//  - autocast: CUDA autocast runs softmax in f32; the CPU autocast of 1.13
+//    leaves it in bf16 (its fp32 list has no softmax), and so do dropout's
+//    noise and output after it.
 //  - torch.optim's foreach AdamW before 2.0 built sqrt(v) and then sqrt(v) +
 //    eps as two tensor lists (torch._foreach_add, not _foreach_add_), so two
 //    parameter-group-sized temporaries coexisted; 2.x adds eps in place.

@@ -241,6 +241,17 @@ TensorId Builder::Norm(const std::string& prefix, TensorId x) {
   return LayerNormModule(prefix, x);
 }
 
+// Note [Python references in inference]
+// A tensor lives until its last reference goes, not until its last reader
+// runs: Hugging Face's attention forward keeps its input, q, k and v (the
+// repeated copies under eager GQA) in locals until it returns, and its model
+// forward keeps the causal mask it built (eager attention, [1, 1, s, s + 1]
+// at prefill, in the activations' dtype) until the last layer is done.
+// Training saves all of these for backward anyway; in inference they are the
+// difference between the liveness rule and what the GPU holds, so inference
+// graphs end each attention with a scope_end op reading them and keep the
+// mask to the end of the layers.
+
 // Note [gelu_new]
 // transformers' NewGELUActivation ("gelu_new", GPT-2's default) computes
 //   0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
@@ -411,6 +422,8 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   TensorId merged = e_.View(core + ".merge_heads", context, {b, s, heads * d});
   TensorId out = Proj(out_module, merged, heads * d, h, c_.attn_output_bias, Parallel::kRow,
                       /*conv1d=*/c_.model_type == "gpt2");
+  // Note [Python references in inference].
+  if (!o_.training) e_.ScopeEnd(prefix + "attention_returns", {x, q, k, v});
   return ReduceOutput(out_module, out);
 }
 
@@ -544,6 +557,11 @@ absl::Status Builder::BuildDecoder() {
     sin_ = e_.Buffer(root + "rotary_emb.sin", {s, rotary_dims}, dtype);
   }
 
+  // Note [Python references in inference]: the eager causal mask, alive through the layers.
+  TensorId causal_mask = kNone;
+  if (!o_.training && o_.attention == AttentionImpl::kEager) {
+    causal_mask = e_.Zeros("model.causal_mask", {1, 1, s, s + 1}, g_.tensor(x).dtype);
+  }
   for (int64_t i = 0; i < c_.num_layers; ++i) {
     e_.set_layer(static_cast<int>(i));
     const std::string p =
@@ -570,6 +588,7 @@ absl::Status Builder::BuildDecoder() {
     HEADROOM_RETURN_IF_ERROR(CheckGraphSize(i));
   }
   e_.set_layer(-1);
+  if (causal_mask != kNone) e_.ScopeEnd("model.layers_done", {causal_mask});
   if (c_.architecture == "GPT2Model") {
     Norm(root + "ln_f", x);
     return absl::OkStatus();
