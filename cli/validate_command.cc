@@ -109,7 +109,8 @@ absl::Status RunValidate(const ValidateFlags& flags, std::ostream& out) {
   }
 
   if (flags.json) {
-    out << ValidationJson(run).dump(2) << "\n";
+    // Paths come from the file system and need not be UTF-8; JSON output must be.
+    out << ValidationJson(run).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else if (flags.markdown) {
     out << ValidationMarkdown(run);
   } else {

@@ -136,7 +136,8 @@ TEST(ValidationFixture, WrongVersionsAndValuesAreNamed) {
   EXPECT_EQ(ErrorOf(doc), "fixtures/x.json: headroom_fixture_version: expected an integer, got string");
   doc = RealFixture();
   doc["measured"]["peak_allocated_bytes"] = 0;
-  EXPECT_EQ(ErrorOf(doc), "fixtures/x.json: measured.peak_allocated_bytes: must be positive (errors are relative to it)");
+  EXPECT_EQ(ErrorOf(doc),
+            "fixtures/x.json: measured.peak_allocated_bytes: must be positive (errors are relative to it)");
   doc = RealFixture();
   doc["measured"]["peak_allocated_bytes"] = -5;
   EXPECT_EQ(ErrorOf(doc), "fixtures/x.json: measured.peak_allocated_bytes: expected a non-negative integer, got -5");

@@ -184,7 +184,8 @@ TEST(ValidationMarkdown, IsAGithubTable) {
   EXPECT_EQ(lines[1], "| --- | --- | ---: | ---: | ---: | --- | --- | ---: | --- |");
   // A pipe in a cell is escaped; a fixture without a peer's figure has a blank cell.
   EXPECT_EQ(lines[2],
-            "| close | a \\| b | 1000 B | 1010 B | +1.0% | backward: _log_softmax_backward_data | loss: loss |  | ok |");
+            "| close | a \\| b | 1000 B | 1010 B | +1.0% | backward: _log_softmax_backward_data | loss: loss |  | "
+            "ok |");
   EXPECT_EQ(lines[3],
             "| far | a \\| b | 1000 B | 950 B | -5.0% | backward: _log_softmax_backward_data | loss: loss | -10.0% | "
             "outside 3% |");
