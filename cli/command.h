@@ -38,6 +38,7 @@ Subcommand AddGpusCommand(CLI::App& root);
 Subcommand AddEstimateCommand(CLI::App& root);
 Subcommand AddReplayCommand(CLI::App& root);
 Subcommand AddPlanCommand(CLI::App& root);
+Subcommand AddValidateCommand(CLI::App& root);
 
 }  // namespace headroom::cli
 

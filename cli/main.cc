@@ -1,5 +1,6 @@
-// The `headroom` command: pre-flight GPU memory budgets, plans and allocator
-// trace replay. Each subcommand is declared in its own *_command.cc.
+// The `headroom` command: pre-flight GPU memory budgets, plans, allocator
+// trace replay and the accuracy check against measured steps. Each
+// subcommand is declared in its own *_command.cc.
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -31,7 +32,8 @@ int Main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough(false);
 
-  std::vector<Subcommand> commands = {AddGpusCommand(app), AddEstimateCommand(app), AddPlanCommand(app), AddReplayCommand(app)};
+  std::vector<Subcommand> commands = {AddGpusCommand(app), AddEstimateCommand(app), AddPlanCommand(app),
+                                      AddReplayCommand(app), AddValidateCommand(app)};
 
   // CLI11 reports an unknown first word as an unexpected extra argument; name
   // it as what it is.

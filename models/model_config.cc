@@ -1,7 +1,6 @@
 #include "models/model_config.h"
 
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -406,6 +405,35 @@ absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
                              parameters);
 }
 
+// Note [CNN configs]
+// torchvision models have no config.json; a CNN is written in the same form
+// as a config, {"architectures": ["resnet50"], "image_size": 64,
+// "num_classes": 100, "in_channels": 3}, each size optional (torchvision's
+// 224, 1000 and 3 otherwise). Both networks downsample by 32 before their
+// adaptive pooling, so smaller images are refused; kMaxImageSize keeps a
+// batch of activations far inside Note [Size bounds] of graph/graph.h
+// (64 channels x 16384^2 x fp32 is 64 GiB per image).
+constexpr int64_t kMinImageSize = 32;
+constexpr int64_t kMaxImageSize = 16384;
+constexpr int64_t kMaxInChannels = 4096;
+
+absl::Status ParseCnnSizes(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.image_size, OptionalInt(doc, "image_size", path, c.image_size));
+  if (c.image_size < kMinImageSize || c.image_size > kMaxImageSize) {
+    return (path / "image_size")
+        .Error(absl::StrFormat("must be between %d (the networks downsample by 32) and %d pixels, got %d",
+                               kMinImageSize, kMaxImageSize, c.image_size));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.in_channels, OptionalInt(doc, "in_channels", path, c.in_channels));
+  if (c.in_channels < 1 || c.in_channels > kMaxInChannels) {
+    return (path / "in_channels")
+        .Error(absl::StrFormat("must be between 1 and %d, got %d", kMaxInChannels, c.in_channels));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.num_classes, OptionalPositiveInt(doc, "num_classes", path, c.num_classes));
+  // The classifier: resnet50's fc reads 2048 features, vgg16's last Linear 4096.
+  return CheckWeight(path, "features", c.architecture == "resnet50" ? 2048 : 4096, "num_classes", c.num_classes);
+}
+
 }  // namespace
 
 std::string_view EncoderHeadName(EncoderHead head) { return kEncoderHeadNames.Name(head); }
@@ -414,6 +442,8 @@ absl::StatusOr<EncoderHead> ParseEncoderHead(std::string_view name) { return kEn
 std::vector<std::string> SupportedArchitectures() {
   std::vector<std::string> names;
   for (const ArchitectureInfo& info : kArchitectures) names.emplace_back(info.architecture);
+  names.emplace_back("resnet50");
+  names.emplace_back("vgg16");
   return names;
 }
 
@@ -425,17 +455,9 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   }
   HEADROOM_ASSIGN_OR_RETURN(std::string architecture, ArchitectureOf(doc, path));
   if (absl::StatusOr<ModelConfig> cnn = CnnConfig(architecture); cnn.ok()) {
-    // A torchvision CNN with its input and head sizes: {"architectures": ["resnet50"], "image_size": 64}.
+    // Note [CNN configs].
     cnn->origin = std::string(origin);
-    HEADROOM_ASSIGN_OR_RETURN(cnn->image_size, OptionalPositiveInt(doc, "image_size", path, cnn->image_size));
-    HEADROOM_ASSIGN_OR_RETURN(cnn->in_channels, OptionalPositiveInt(doc, "in_channels", path, cnn->in_channels));
-    HEADROOM_ASSIGN_OR_RETURN(cnn->num_classes, OptionalPositiveInt(doc, "num_classes", path, cnn->num_classes));
-    // Bounds that keep every feature map and the head far inside int64 (Note [Model size bounds]).
-    for (const auto& [key, value, bound] : {std::tuple<const char*, int64_t, int64_t>{"image_size", cnn->image_size, 16384},
-                                            {"in_channels", cnn->in_channels, 4096},
-                                            {"num_classes", cnn->num_classes, int64_t{1} << 24}}) {
-      if (value > bound) return (path / key).Error(absl::StrFormat("must be at most %d, got %d", bound, value));
-    }
+    HEADROOM_RETURN_IF_ERROR(ParseCnnSizes(doc, path, *cnn));
     return cnn;
   }
   const ArchitectureInfo* info = nullptr;

@@ -9,7 +9,11 @@
 //    "dropout": 0.1, "torch_dtype": "float32"}
 //
 // (one Linear per entry of layer_sizes, the activation and dropout between
-// consecutive Linears, cross-entropy over the last layer when training).
+// consecutive Linears, cross-entropy over the last layer when training), and
+// the torchvision CNNs in the same form (Note [CNN configs] in
+// model_config.cc):
+//
+//   {"architectures": ["resnet50"], "image_size": 64, "num_classes": 100}
 //
 //   absl::StatusOr<ModelConfig> config = ParseHfConfig(text, "llama/config.json");
 //   if (!config.ok()) ...;  // "llama/config.json: hidden_size: field is required"
@@ -127,9 +131,9 @@ struct ModelConfig {
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the
-// torchvision CNNs by name ("resnet50", "vgg16") with optional "image_size",
-// "in_channels" and "num_classes". Unknown architectures are an
-// InvalidArgument error listing the supported ones.
+// torchvision CNNs resnet50 and vgg16 (image_size, num_classes and
+// in_channels optional). Unknown
+// architectures are an InvalidArgument error listing the supported ones.
 absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::string_view origin);
 
 // The torchvision CNNs by name: "resnet50", "vgg16" (num_classes 1000,

@@ -44,6 +44,24 @@ std::vector<std::string> ClosePresetNames(const std::string& query) {
   return names;
 }
 
+// A model document, already parsed as `doc` from `text`, recognized by its
+// keys (see the resolution order in model_source.h); errors name `origin`.
+absl::StatusOr<LoadedModel> LoadDocument(std::string_view text, const nlohmann::json& doc, std::string name,
+                                         std::string_view origin) {
+  LoadedModel model{.name = std::move(name)};
+  if (doc.is_object() && doc.contains("headroom_graph_version")) {
+    model.kind = ModelSourceKind::kGraphFile;
+    HEADROOM_ASSIGN_OR_RETURN(model.graph, LoadGraphJson(text, origin));
+  } else if (doc.is_object() && doc.contains("nodes") && doc.contains("links")) {
+    model.kind = ModelSourceKind::kNodeLinkFile;
+    HEADROOM_ASSIGN_OR_RETURN(model.graph, ImportNodeLink(text, origin));
+  } else {
+    model.kind = ModelSourceKind::kConfigFile;
+    HEADROOM_ASSIGN_OR_RETURN(model.config, ParseHfConfig(text, origin));
+  }
+  return model;
+}
+
 absl::StatusOr<LoadedModel> LoadFile(const std::string& path) {
   std::filesystem::path file(path);
   std::error_code error;
@@ -51,18 +69,7 @@ absl::StatusOr<LoadedModel> LoadFile(const std::string& path) {
   // Note [Model file bound] in model_source.h.
   HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(file.string(), kMaxModelFileBytes));
   HEADROOM_ASSIGN_OR_RETURN(nlohmann::json doc, ParseJsonDocument(text, file.string()));
-  LoadedModel model{.name = path};
-  if (doc.is_object() && doc.contains("headroom_graph_version")) {
-    model.kind = ModelSourceKind::kGraphFile;
-    HEADROOM_ASSIGN_OR_RETURN(model.graph, LoadGraphJson(text, file.string()));
-  } else if (doc.is_object() && doc.contains("nodes") && doc.contains("links")) {
-    model.kind = ModelSourceKind::kNodeLinkFile;
-    HEADROOM_ASSIGN_OR_RETURN(model.graph, ImportNodeLink(text, file.string()));
-  } else {
-    model.kind = ModelSourceKind::kConfigFile;
-    HEADROOM_ASSIGN_OR_RETURN(model.config, ParseHfConfig(text, file.string()));
-  }
-  return model;
+  return LoadDocument(text, doc, path, file.string());
 }
 
 }  // namespace
@@ -93,6 +100,12 @@ absl::StatusOr<ModelConfig> LoadPresetConfig(std::string_view name) {
         "unknown model '%s' (not a preset, and no such file); %s", name, hint));
   }
   return ParseHfConfig(it->second, absl::StrFormat("preset %s", key));
+}
+
+absl::StatusOr<LoadedModel> LoadModelDocument(const nlohmann::json& document, std::string_view origin) {
+  // The format parsers read text, so the document is written back out; a
+  // model document is a few KiB.
+  return LoadDocument(document.dump(), document, std::string(origin), origin);
 }
 
 absl::StatusOr<LoadedModel> LoadModel(std::string_view spec) {

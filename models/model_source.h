@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
 #include "models/model_config.h"
+#include "nlohmann/json.hpp"
 
 namespace headroom {
 
@@ -46,6 +47,14 @@ struct LoadedModel {
 };
 
 absl::StatusOr<LoadedModel> LoadModel(std::string_view spec);
+
+// A model given as a JSON document already in memory (a config.json object,
+// a graph or a node-link graph embedded in a larger file, e.g. a validation
+// fixture's "model"), recognized by its keys as a file is. `origin` names
+// the document in errors and becomes the model's name:
+//   LoadModelDocument(fixture["model"], "fixtures/x.json: model")
+//   -> "fixtures/x.json: model: hidden_size: required field is missing"
+absl::StatusOr<LoadedModel> LoadModelDocument(const nlohmann::json& document, std::string_view origin);
 
 // A preset's config by name; NotFound listing the closest names otherwise.
 absl::StatusOr<ModelConfig> LoadPresetConfig(std::string_view name);

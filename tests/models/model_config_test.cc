@@ -104,6 +104,55 @@ TEST(ParseHfConfig, MlpChain) {
               HasSubstr("m.json: layer_sizes[1]: must be between 1 and 2^31, got 0"));
 }
 
+// Note [CNN configs]: a torchvision CNN in config form, sizes optional.
+TEST(ParseHfConfig, CnnConfigs) {
+  absl::StatusOr<ModelConfig> small =
+      ParseHfConfig(R"({"architectures": ["resnet50"], "image_size": 64, "num_classes": 100})", "r.json");
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->family, ModelFamily::kCnn);
+  EXPECT_EQ(small->architecture, "resnet50");
+  EXPECT_EQ(small->image_size, 64);
+  EXPECT_EQ(small->num_classes, 100);
+  EXPECT_EQ(small->in_channels, 3);
+  EXPECT_EQ(small->num_layers, 16);
+  absl::StatusOr<ModelConfig> vgg = ParseHfConfig(R"({"architectures": ["vgg16"]})", "v.json");
+  ASSERT_TRUE(vgg.ok()) << vgg.status();
+  EXPECT_EQ(vgg->image_size, 224);
+  EXPECT_EQ(vgg->num_classes, 1000);
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["vgg16"], "image_size": 16})", "v.json").status().message(),
+              HasSubstr("v.json: image_size: must be between 32 (the networks downsample by 32) and 16384"));
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["resnet50"], "num_classes": 0})", "r.json").status().message(),
+              HasSubstr("r.json: num_classes: must be positive, got 0"));
+  EXPECT_THAT(
+      ParseHfConfig(R"({"architectures": ["resnet50"], "num_classes": 2147483648})", "r.json").status().message(),
+      HasSubstr("r.json: features x num_classes (2048 x 2147483648) exceeds"));
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["resnet50"], "in_channels": "3"})", "r.json").status().message(),
+              HasSubstr("r.json: in_channels: expected an integer, got string"));
+}
+
+// A model embedded in a larger document loads as the same file would, its
+// errors named after the document it came from.
+TEST(LoadModelDocument, ReadsConfigsAndNamesErrorsAfterTheOrigin) {
+  const nlohmann::json config = nlohmann::json::parse(R"({"architectures": ["GPT2LMHeadModel"],
+      "vocab_size": 100, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 32})");
+  absl::StatusOr<LoadedModel> model = LoadModelDocument(config, "fixtures/x.json: model");
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->kind, ModelSourceKind::kConfigFile);
+  EXPECT_EQ(model->name, "fixtures/x.json: model");
+  EXPECT_EQ(model->config->num_layers, 2);
+  absl::StatusOr<LoadedModel> cnn =
+      LoadModelDocument(nlohmann::json::parse(R"({"architectures": ["resnet50"], "image_size": 64})"), "cnn");
+  ASSERT_TRUE(cnn.ok()) << cnn.status();
+  EXPECT_EQ(cnn->config->image_size, 64);
+
+  nlohmann::json broken = config;
+  broken.erase("n_embd");
+  EXPECT_EQ(LoadModelDocument(broken, "fixtures/x.json: model").status().message(),
+            "fixtures/x.json: model: n_embd: required field is missing");
+  EXPECT_EQ(LoadModelDocument(nlohmann::json::array(), "fixtures/x.json: model").status().message(),
+            "fixtures/x.json: model: expected a JSON object, got array");
+}
+
 TEST(LoadModel, PresetsFilesAndCloseNames) {
   absl::StatusOr<LoadedModel> m = LoadModel("Llama_3_8B");
   ASSERT_TRUE(m.ok()) << m.status();

@@ -1,0 +1,284 @@
+#include "report/validation_report.h"
+
+#include <cmath>
+#include <set>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "common/status_macros.h"
+#include "common/text_table.h"
+#include "common/units.h"
+
+namespace headroom {
+namespace {
+
+// The estimate is asked with a capacity no step reaches: validation compares
+// bytes, not a verdict.
+constexpr uint64_t kValidationCapacity = uint64_t{1} << 60;
+
+// "-6.2%", "+0.4%".
+std::string SignedPercent(double fraction) { return absl::StrFormat("%+.1f%%", 100.0 * fraction); }
+
+// "3%", "2.5%".
+std::string Percent(double fraction) { return absl::StrFormat("%g%%", 100.0 * fraction); }
+
+// "backward: _log_softmax_backward_data"; the harness cannot always name it.
+std::string PeakAt(const std::string& phase, const std::string& op) {
+  if (op.empty() && phase.empty()) return "not recorded";
+  if (phase.empty()) return op;
+  if (op.empty()) return phase;
+  return absl::StrFormat("%s: %s", phase, op);
+}
+
+bool AnyReserved(const ValidationRun& run) {
+  for (const FixtureCheck& check : run.checks) {
+    if (check.reserved_error) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> PeerTools(const ValidationRun& run) {
+  std::set<std::string> tools;
+  for (const FixtureCheck& check : run.checks) {
+    for (const PeerCheck& peer : check.peers) tools.insert(peer.tool);
+  }
+  return {tools.begin(), tools.end()};
+}
+
+struct Table {
+  std::vector<std::string> header;
+  std::vector<Align> align;
+  std::vector<std::vector<std::string>> rows;
+};
+
+// The table both renderings share.
+Table BuildTable(const ValidationRun& run) {
+  const bool reserved = AnyReserved(run);
+  const std::vector<std::string> tools = PeerTools(run);
+  Table table;
+  auto column = [&](std::string name, Align align) {
+    table.header.push_back(std::move(name));
+    table.align.push_back(align);
+  };
+  column("fixture", Align::kLeft);
+  column("description", Align::kLeft);
+  column("measured", Align::kRight);
+  column("estimated", Align::kRight);
+  column("error", Align::kRight);
+  column("measured peak at", Align::kLeft);
+  column("estimated peak at", Align::kLeft);
+  if (reserved) {
+    column("reserved measured", Align::kRight);
+    column("reserved estimated", Align::kRight);
+    column("reserved error", Align::kRight);
+  }
+  for (const std::string& tool : tools) column(tool, Align::kRight);
+  column("verdict", Align::kLeft);
+
+  for (const FixtureCheck& check : run.checks) {
+    std::vector<std::string> row = {check.name,
+                                    check.description,
+                                    FormatBytes(check.measured.peak_allocated_bytes),
+                                    FormatBytes(check.estimated.allocated_bytes),
+                                    SignedPercent(check.error),
+                                    PeakAt(check.measured.peak_phase, check.measured.peak_op),
+                                    PeakAt(check.estimated.peak_phase, check.estimated.peak_op)};
+    if (reserved) {
+      if (check.reserved_error) {
+        row.push_back(FormatBytes(*check.measured.peak_reserved_bytes));
+        row.push_back(FormatBytes(check.estimated.reserved_bytes));
+        row.push_back(SignedPercent(*check.reserved_error));
+      } else {
+        row.insert(row.end(), 3, "");
+      }
+    }
+    for (const std::string& tool : tools) {
+      std::string cell;
+      for (const PeerCheck& peer : check.peers) {
+        if (peer.tool == tool) cell = SignedPercent(peer.error);
+      }
+      row.push_back(std::move(cell));
+    }
+    if (check.passed()) {
+      row.emplace_back("ok");
+    } else if (!check.within_tolerance) {
+      row.push_back("outside " + Percent(run.tolerance.allocated));
+    } else {
+      row.push_back("reserved outside " + Percent(run.tolerance.reserved));
+    }
+    table.rows.push_back(std::move(row));
+  }
+  return table;
+}
+
+std::string Summary(const ValidationRun& run) {
+  size_t within = 0, with_reserved = 0, reserved_within = 0;
+  for (const FixtureCheck& check : run.checks) {
+    within += check.within_tolerance ? 1 : 0;
+    if (check.reserved_error) {
+      ++with_reserved;
+      reserved_within += check.reserved_within_tolerance ? 1 : 0;
+    }
+  }
+  const size_t n = run.checks.size();
+  if (n == 0) return absl::StrFormat("no fixture could be checked (%d errors)", run.errors.size());
+  std::string line = absl::StrFormat("%d fixture%s: %d within %s of the measured peak, %d outside", n,
+                                     n == 1 ? "" : "s", within, Percent(run.tolerance.allocated), n - within);
+  if (const FixtureCheck* worst = run.worst()) {
+    absl::StrAppendFormat(&line, "; worst %s (%s)", worst->name, SignedPercent(worst->error));
+  }
+  if (with_reserved > 0) {
+    absl::StrAppendFormat(&line, "; reserved measured on %d: %d within %s", with_reserved, reserved_within,
+                          Percent(run.tolerance.reserved));
+  }
+  if (!run.errors.empty()) {
+    absl::StrAppendFormat(&line, "; %d could not be checked", run.errors.size());
+  }
+  return line;
+}
+
+// A Markdown table cell: pipes would end it, newlines the row.
+std::string MarkdownCell(const std::string& text) {
+  return absl::StrReplaceAll(text, {{"|", "\\|"}, {"\n", " "}});
+}
+
+}  // namespace
+
+EstimatedStep EstimatedFigures(const MemoryEstimate& e, bool on_cuda) {
+  // Note [Estimated allocated bytes].
+  EstimatedStep out{.peak_op = e.peak_op, .peak_phase = e.peak_phase};
+  out.allocated_bytes = e.weights + e.master_weights + e.gradients + e.optimizer_state + e.gathered_parameters +
+                        e.communication_buffers + e.fp8_weight_cache + e.ema_weights + e.activations +
+                        e.activation_gradients + e.temporaries + e.kv_cache;
+  if (on_cuda) out.allocated_bytes += e.overheads.allocator_rounding;
+  // Note [Estimated reserved bytes].
+  out.reserved_bytes = out.allocated_bytes + e.overheads.fragmentation_allowance;
+  return out;
+}
+
+double RelativeError(uint64_t estimated, uint64_t measured) {
+  return (static_cast<double>(estimated) - static_cast<double>(measured)) / static_cast<double>(measured);
+}
+
+absl::StatusOr<FixtureCheck> CheckFixture(const ValidationFixture& fixture, const JobSpec& job,
+                                          const ValidationTolerance& tolerance) {
+  HEADROOM_ASSIGN_OR_RETURN(MemoryEstimate estimate,
+                            EstimateMemory(fixture.model, job, Machine{.budget = kValidationCapacity}));
+  const MeasuredStep& measured = fixture.measured;
+  FixtureCheck check{.path = fixture.path,
+                     .name = fixture.name,
+                     .description = fixture.description,
+                     .device = fixture.device,
+                     .measured = measured,
+                     .estimated = EstimatedFigures(estimate, fixture.on_cuda())};
+  check.error = RelativeError(check.estimated.allocated_bytes, measured.peak_allocated_bytes);
+  check.within_tolerance = std::abs(check.error) <= tolerance.allocated;
+  if (fixture.on_cuda() && measured.peak_reserved_bytes && *measured.peak_reserved_bytes > 0) {
+    check.reserved_error = RelativeError(check.estimated.reserved_bytes, *measured.peak_reserved_bytes);
+    check.reserved_within_tolerance = std::abs(*check.reserved_error) <= tolerance.reserved;
+  }
+  for (const PeerFigure& peer : fixture.peers) {
+    check.peers.push_back(
+        {.tool = peer.tool, .bytes = peer.bytes, .error = RelativeError(peer.bytes, measured.peak_allocated_bytes)});
+  }
+  return check;
+}
+
+bool ValidationRun::all_within_tolerance() const {
+  for (const FixtureCheck& check : checks) {
+    if (!check.passed()) return false;
+  }
+  return true;
+}
+
+const FixtureCheck* ValidationRun::worst() const {
+  const FixtureCheck* worst = nullptr;
+  for (const FixtureCheck& check : checks) {
+    if (worst == nullptr || std::abs(check.error) > std::abs(worst->error)) worst = &check;
+  }
+  return worst;
+}
+
+std::string ValidationText(const ValidationRun& run) {
+  std::string out;
+  if (!run.checks.empty()) {
+    Table table = BuildTable(run);
+    TextTable text(std::move(table.header), std::move(table.align));
+    for (std::vector<std::string>& row : table.rows) text.AddRow(std::move(row));
+    out = text.Render();
+  }
+  return out + Summary(run) + "\n";
+}
+
+std::string ValidationMarkdown(const ValidationRun& run) {
+  std::string out;
+  if (!run.checks.empty()) {
+    const Table table = BuildTable(run);
+    auto line = [&](const std::vector<std::string>& cells) {
+      out += "|";
+      for (const std::string& cell : cells) out += " " + MarkdownCell(cell) + " |";
+      out += "\n";
+    };
+    line(table.header);
+    out += "|";
+    for (Align align : table.align) out += align == Align::kRight ? " ---: |" : " --- |";
+    out += "\n";
+    for (const std::vector<std::string>& row : table.rows) line(row);
+    out += "\n";
+  }
+  return out + Summary(run) + ".\n";
+}
+
+nlohmann::json ValidationJson(const ValidationRun& run) {
+  nlohmann::json fixtures = nlohmann::json::array();
+  for (const FixtureCheck& check : run.checks) {
+    const MeasuredStep& m = check.measured;
+    nlohmann::json measured = {{"peak_allocated_bytes", m.peak_allocated_bytes},
+                               {"baseline_bytes", m.baseline_bytes},
+                               {"peak_op", m.peak_op},
+                               {"peak_phase", m.peak_phase}};
+    nlohmann::json estimated = {{"allocated_bytes", check.estimated.allocated_bytes},
+                                {"peak_op", check.estimated.peak_op},
+                                {"peak_phase", check.estimated.peak_phase}};
+    nlohmann::json entry = {{"path", check.path},
+                            {"name", check.name},
+                            {"description", check.description},
+                            {"device", check.device},
+                            {"measured", std::move(measured)},
+                            {"estimated", std::move(estimated)},
+                            {"error", check.error},
+                            {"within_tolerance", check.within_tolerance},
+                            {"passed", check.passed()}};
+    if (check.reserved_error) {
+      entry["measured"]["peak_reserved_bytes"] = *m.peak_reserved_bytes;
+      entry["estimated"]["reserved_bytes"] = check.estimated.reserved_bytes;
+      entry["reserved_error"] = *check.reserved_error;
+      entry["reserved_within_tolerance"] = check.reserved_within_tolerance;
+    }
+    nlohmann::json peers = nlohmann::json::object();
+    for (const PeerCheck& peer : check.peers) peers[peer.tool] = {{"bytes", peer.bytes}, {"error", peer.error}};
+    entry["peers"] = std::move(peers);
+    fixtures.push_back(std::move(entry));
+  }
+  nlohmann::json errors = nlohmann::json::array();
+  for (const FixtureError& error : run.errors) errors.push_back({{"path", error.path}, {"message", error.message}});
+  size_t within = 0;
+  for (const FixtureCheck& check : run.checks) within += check.within_tolerance ? 1 : 0;
+  nlohmann::json summary = {{"fixtures", run.checks.size()},
+                            {"within_tolerance", within},
+                            {"passed", run.all_within_tolerance() && run.errors.empty()}};
+  if (const FixtureCheck* worst = run.worst()) {
+    summary["worst_fixture"] = worst->name;
+    summary["worst_error"] = worst->error;
+  }
+  return {{"schema_version", 1},
+          {"tolerance", run.tolerance.allocated},
+          {"reserved_tolerance", run.tolerance.reserved},
+          {"fixtures", std::move(fixtures)},
+          {"errors", std::move(errors)},
+          {"summary", std::move(summary)}};
+}
+
+}  // namespace headroom

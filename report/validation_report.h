@@ -1,0 +1,136 @@
+// `headroom validate`: how far the estimate is from what PyTorch measured.
+// For each fixture (report/validation_fixture.h) the estimate of the same
+// step is compared with the measured peak of allocated bytes; the result
+// is a table (text or GitHub Markdown) or JSON with exact figures.
+//
+//   absl::StatusOr<FixtureCheck> check = CheckFixture(fixture, job, {.allocated = 0.03});
+//   ValidationRun run{.tolerance = {.allocated = 0.03}, .checks = {*check}};
+//   std::cout << ValidationText(run);        // or ValidationMarkdown(run), ValidationJson(run).dump(2)
+//   run.all_within_tolerance();              // the command's exit status
+//
+// The job comes from the fixture's estimate_args, which only the command
+// line can read (cli/job_flags.h); this library takes the parsed JobSpec.
+//
+// Note [Estimated allocated bytes]
+// PyTorch's peak of allocated bytes counts tensor storage only, so the
+// estimate's counterpart is the sum of its tensor categories: weights,
+// master weights, gradients, optimizer state, gathered parameters,
+// communication buffers, fp8 weight copies, EMA weights, activations,
+// activation gradients, temporaries and KV cache — the total without its
+// overheads (CUDA context, cuBLAS workspace, allocator rounding,
+// fragmentation allowance), which live outside memory_allocated() or in
+// reserved-but-free memory. One exception: on a CUDA fixture the 512-byte
+// rounding (Note [Allocator rounding] in estimators/overheads.h) is part of
+// each block memory_allocated() counts, so it is included there; on a
+// "cpu" fixture it is a CUDA caching-allocator behaviour the CPU allocator
+// does not have, and is left out.
+//
+// Note [Estimated reserved bytes]
+// A CUDA fixture may also carry torch.cuda.max_memory_reserved(). The
+// estimate's counterpart is the allocated bytes above plus its
+// fragmentation allowance: what the caching allocator holds beyond live
+// blocks. Both figures are read in one function, EstimatedFigures, the
+// single place that knows how MemoryEstimate spells them.
+#ifndef HEADROOM_REPORT_VALIDATION_REPORT_H_
+#define HEADROOM_REPORT_VALIDATION_REPORT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "estimators/memory_estimate.h"
+#include "job/job_spec.h"
+#include "nlohmann/json.hpp"
+#include "report/validation_fixture.h"
+
+namespace headroom {
+
+// How far an estimate may be from the measurement, as a fraction of the
+// measurement (0.03: 3%).
+struct ValidationTolerance {
+  double allocated = 0.03;
+  // Reserved memory also depends on the allocation order and the caching
+  // policy; the fragmentation allowance it is compared with is an empirical
+  // fraction (estimators/overheads.h), so its default is wider.
+  double reserved = 0.10;
+};
+
+// The estimate's side of the comparison.
+struct EstimatedStep {
+  uint64_t allocated_bytes = 0;  // Note [Estimated allocated bytes]
+  uint64_t reserved_bytes = 0;   // Note [Estimated reserved bytes]
+  std::string peak_op;
+  std::string peak_phase;
+};
+
+// The only function that reads MemoryEstimate's categories.
+EstimatedStep EstimatedFigures(const MemoryEstimate& estimate, bool on_cuda);
+
+// (estimated - measured) / measured; measured must be positive.
+double RelativeError(uint64_t estimated, uint64_t measured);
+
+struct PeerCheck {
+  std::string tool;
+  uint64_t bytes = 0;
+  double error = 0;  // RelativeError(bytes, measured peak)
+};
+
+// One fixture compared.
+struct FixtureCheck {
+  std::string path;
+  std::string name;
+  std::string description;
+  std::string device;
+  MeasuredStep measured;
+  EstimatedStep estimated;
+  double error = 0;  // of the allocated peak
+  bool within_tolerance = false;
+  // CUDA fixtures that measured reserved memory (Note [Estimated reserved bytes]).
+  std::optional<double> reserved_error;
+  bool reserved_within_tolerance = true;
+  std::vector<PeerCheck> peers;  // sorted by tool
+
+  bool passed() const { return within_tolerance && reserved_within_tolerance; }
+};
+
+// Estimates the fixture's step as `job` describes it (the capacity plays no
+// part) and compares. Errors are the estimator's, unprefixed.
+absl::StatusOr<FixtureCheck> CheckFixture(const ValidationFixture& fixture, const JobSpec& job,
+                                          const ValidationTolerance& tolerance);
+
+// A fixture that could not be checked: the file, and the one-line reason
+// (which names the file and the field).
+struct FixtureError {
+  std::string path;
+  std::string message;
+};
+
+struct ValidationRun {
+  ValidationTolerance tolerance;
+  std::vector<FixtureCheck> checks;  // in the order the fixtures were given
+  std::vector<FixtureError> errors;
+
+  bool all_within_tolerance() const;
+  // The check with the largest |error| of the allocated peak; null without checks.
+  const FixtureCheck* worst() const;
+};
+
+// An aligned table, one row per check, then a summary line: "19 fixtures:
+// 17 within 3% of the measured peak, 2 outside; worst gpt2-fp32-inference
+// (-6.2%)". Peer tools get a column each (blank where a fixture has no
+// figure from that tool); reserved memory gets columns when any check has it.
+std::string ValidationText(const ValidationRun& run);
+
+// The same table as GitHub Markdown (for README.md's accuracy section),
+// then the summary as a paragraph.
+std::string ValidationMarkdown(const ValidationRun& run);
+
+// {"schema_version": 1, "tolerance", "reserved_tolerance", "fixtures": [...],
+//  "errors": [{"path", "message"}], "summary": {...}}, bytes exact.
+nlohmann::json ValidationJson(const ValidationRun& run);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_REPORT_VALIDATION_REPORT_H_

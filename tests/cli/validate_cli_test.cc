@@ -1,0 +1,188 @@
+// `headroom validate`: fixtures' estimate_args read as `headroom estimate`
+// reads its flags, exit codes (0 within tolerance, 1 outside, 2 a fixture
+// that cannot be checked), folders, and the three output forms.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/cli/run_command.h"
+
+namespace headroom {
+namespace {
+
+using ::headroom::testing::RunHeadroom;
+using ::headroom::testing::WriteTempFile;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+// A real fixture written by the harness in validation/.
+nlohmann::json RealFixture() {
+  std::ifstream in(std::string(HEADROOM_SOURCE_DIR) + "/tests/report/testdata/llama-mha-fp32-adamw-loop.json");
+  return nlohmann::json::parse(in);
+}
+
+std::string Write(const std::string& name, const nlohmann::json& fixture) {
+  return WriteTempFile(name, fixture.dump(1));
+}
+
+// What the estimate says for the real fixture's step, as `validate --json` reports it.
+uint64_t EstimatedBytes() {
+  static const uint64_t bytes = [] {
+    auto r = RunHeadroom({"validate", "--json", Write("validate_probe.json", RealFixture())});
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    return j["fixtures"][0]["estimated"]["allocated_bytes"].get<uint64_t>();
+  }();
+  return bytes;
+}
+
+// The real fixture with its measured peak set so that the estimate is off by `error`.
+nlohmann::json FixtureOffBy(double error, const std::string& name = "llama-mha-fp32-adamw-loop") {
+  nlohmann::json fixture = RealFixture();
+  fixture["name"] = name;
+  fixture["measured"]["peak_allocated_bytes"] =
+      static_cast<uint64_t>(static_cast<double>(EstimatedBytes()) / (1 + error));
+  return fixture;
+}
+
+TEST(ValidateCli, WithinToleranceExitsZero) {
+  ASSERT_GT(EstimatedBytes(), 0u);
+  auto r = RunHeadroom({"validate", Write("validate_within.json", FixtureOffBy(0.02))});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_THAT(r.out, HasSubstr("llama-mha-fp32-adamw-loop"));
+  EXPECT_THAT(r.out, HasSubstr("Llama (MHA), fp32, AdamW for-loop"));
+  EXPECT_THAT(r.out, HasSubstr("+2.0%"));
+  EXPECT_THAT(r.out, HasSubstr("backward: _log_softmax_backward_data"));
+  EXPECT_THAT(r.out, HasSubstr("1 fixture: 1 within 3% of the measured peak, 0 outside"));
+}
+
+TEST(ValidateCli, OutsideToleranceExitsOne) {
+  const std::string path = Write("validate_outside.json", FixtureOffBy(-0.062));
+  auto r = RunHeadroom({"validate", path});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("-6.2%"));
+  EXPECT_THAT(r.out, HasSubstr("outside 3%"));
+  EXPECT_THAT(r.err, HasSubstr("headroom validate: 1 of 1 fixtures are outside the tolerance"));
+  // A wider tolerance lets it pass.
+  r = RunHeadroom({"validate", path, "--tolerance", "7"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("1 within 7%"));
+  r = RunHeadroom({"validate", path, "--tolerance", "-1"});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+// Each bad fixture is one line naming the file and the field or flag; exit 2.
+TEST(ValidateCli, BadFixturesNameTheFileAndTheField) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--no-such-flag", "1"}, "estimate_args: --no-such-flag: unknown flag (not a `headroom estimate` setup flag)"},
+      {{"--micro-batch", "two"}, "estimate_args: Could not convert: --micro-batch = two"},
+      {{"--precision", "fp33"}, "estimate_args: --precision: "},
+      {{"--gpu", "H100-80GB"}, "estimate_args: --gpu: not taken here: the capacity plays no part in the comparison"},
+      {{"--json"}, "estimate_args: --json: not taken here"},
+      {{"--budget=80GiB"}, "estimate_args: --budget: not taken here"},
+      {{"--seq", "256", "7"}, "estimate_args: '7': a value no flag takes"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    nlohmann::json fixture = RealFixture();
+    fixture["estimate_args"] = c.args;
+    const std::string path = Write("validate_bad_args_" + std::to_string(n++) + ".json", fixture);
+    auto r = RunHeadroom({"validate", path});
+    EXPECT_EQ(r.exit_code, 2) << c.message << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("headroom validate: " + path + ": " + c.message));
+  }
+
+  nlohmann::json fixture = RealFixture();
+  fixture["measured"].erase("peak_allocated_bytes");
+  const std::string missing = Write("validate_missing.json", fixture);
+  auto r = RunHeadroom({"validate", missing});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "headroom validate: " + missing + ": measured.peak_allocated_bytes: required field is missing\n" +
+                       "headroom validate: 1 of 1 fixtures could not be checked\n");
+
+  fixture = RealFixture();
+  fixture["headroom_fixture_version"] = 7;
+  r = RunHeadroom({"validate", Write("validate_version.json", fixture)});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("validate_version.json: headroom_fixture_version: version 7 is not supported"));
+
+  // An estimate the model cannot take is the fixture's fault too, named by its flag.
+  fixture = RealFixture();
+  fixture["estimate_args"] = {"--gpus", "3", "--tp", "3"};
+  r = RunHeadroom({"validate", Write("validate_estimate_error.json", fixture)});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("validate_estimate_error.json: estimate: num_attention_heads (8) is not divisible"));
+  EXPECT_THAT(r.out, HasSubstr("no fixture could be checked"));
+}
+
+TEST(ValidateCli, FoldersAreScannedInOrderAndBadFixturesDoNotHideTheOthers) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "validate_folder";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "traces");
+  std::ofstream(dir / "b.json") << FixtureOffBy(0.01, "second").dump();
+  std::ofstream(dir / "a.json") << FixtureOffBy(-0.01, "first").dump();
+  std::ofstream(dir / "notes.txt") << "not a fixture";
+  std::ofstream(dir / "traces" / "a.rmm.csv") << "Thread,Time,Action,Pointer,Size,Stream\n";
+  auto r = RunHeadroom({"validate", dir.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const size_t first = r.out.find("first"), second = r.out.find("second");
+  ASSERT_NE(first, std::string::npos);
+  ASSERT_NE(second, std::string::npos);
+  EXPECT_LT(first, second);
+  EXPECT_THAT(r.out, HasSubstr("2 fixtures: 2 within 3% of the measured peak, 0 outside"));
+
+  std::ofstream(dir / "c.json") << "{\"headroom_fixture_version\": 1";
+  r = RunHeadroom({"validate", dir.string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("first"));
+  EXPECT_THAT(r.out, HasSubstr("second"));
+  EXPECT_THAT(r.out, HasSubstr("; 1 could not be checked"));
+  EXPECT_THAT(r.err, HasSubstr((dir / "c.json").string() + ": not valid JSON"));
+  EXPECT_THAT(r.err, HasSubstr("1 of 3 fixtures could not be checked"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ValidateCli, PathsAreRequired) {
+  auto r = RunHeadroom({"validate"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("name a fixture file or a folder of them"));
+  r = RunHeadroom({"validate", "/no/such/fixtures"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("/no/such/fixtures: no such fixture file or folder"));
+}
+
+TEST(ValidateCli, MarkdownAndJson) {
+  nlohmann::json fixture = FixtureOffBy(0.0);
+  fixture["peers"] = {{"accelerate", {{"bytes", 1000}, {"what", "model states only"}}}};
+  const std::string path = Write("validate_outputs.json", fixture);
+  auto r = RunHeadroom({"validate", path, "--markdown"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("| fixture | description | measured | estimated | error | measured peak at | "
+                                "estimated peak at | accelerate | verdict |\n| --- | --- | ---: |"));
+  EXPECT_THAT(r.out, HasSubstr("| llama-mha-fp32-adamw-loop | Llama (MHA), fp32, AdamW for-loop |"));
+  EXPECT_THAT(r.out, HasSubstr("| -100.0% | ok |"));
+
+  r = RunHeadroom({"validate", path, "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["fixtures"][0]["path"], path);
+  EXPECT_EQ(j["fixtures"][0]["measured"]["peak_allocated_bytes"], fixture["measured"]["peak_allocated_bytes"]);
+  EXPECT_EQ(j["fixtures"][0]["peers"]["accelerate"]["bytes"], 1000);
+  EXPECT_EQ(j["summary"]["passed"], true);
+  EXPECT_THAT(r.out, Not(HasSubstr("reserved_error")));
+
+  r = RunHeadroom({"validate", path, "--json", "--markdown"});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace headroom
