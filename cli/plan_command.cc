@@ -29,10 +29,10 @@
 #include "planner/arena_layout.h"
 #include "planner/plan_json.h"
 #include "planner/planner.h"
+#include "replay/graph_trace.h"
 #include "report/memory_timeline_svg.h"
 #include "report/plan_emit.h"
 #include "report/plan_report.h"
-#include "report/plan_trace.h"
 
 namespace headroom::cli {
 namespace {
