@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 
+#include "allocator/allocator_options.h"
 #include "graph/graph.h"
 #include "hardware/gpu_catalog.h"
 #include "job/checkpoint_mode.h"
@@ -30,9 +31,6 @@ namespace headroom {
 struct OverheadOptions {
   std::optional<uint64_t> cuda_context;  // override (--cuda-context)
   int streams = 1;                       // compute streams, each with a cuBLAS workspace
-  // Fragmentation allowance as a fraction of the dynamic bytes (activations,
-  // gradients of activations, temporaries) at the peak.
-  double fragmentation_fraction = 0.25;
 };
 
 // What the user runs: everything but the model and the machine.
@@ -63,6 +61,11 @@ struct JobSpec {
   int64_t kv_block_size = 16;
   std::optional<DType> kv_dtype;  // default: the compute dtype
   OverheadOptions overheads;
+  // The caching allocator's configuration the job runs with
+  // (PYTORCH_CUDA_ALLOC_CONF; allocator/alloc_conf.h): the estimate replays
+  // its step through the allocator with it (estimators/step_replay.h).
+  // Default: PyTorch's own policy.
+  AllocatorOptions allocator;
 };
 
 // Upper bounds on the sizes a job may name: far above any real job, low
