@@ -74,14 +74,9 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
     in.resident = ResidentBlocks(held, s, unplanned, setup,
                                  {.cublas_workspace = machine.gpu != nullptr ? machine.gpu->cublas_workspace_bytes : 0,
                                   .streams = job.overheads.streams});
-    OptimizerTemporaries temporaries = OptimizerStepTemporaries(held, unplanned, setup);
-    in.sequence = {.profile = in.profile,
-                   .autocast = setup.autocast,
-                   .in_flight = in.in_flight,
-                   .optimizer_temporaries = std::move(temporaries.bytes),
-                   .optimizer_temporaries_together = temporaries.together};
+    in.optimizer_temporaries = OptimizerStepTemporaries(held, unplanned, setup);
+    in.autocast = setup.autocast;
   }
-  if (whole_step) in.sequence.profile = in.profile;
 
   bool measured = false;
   for (const Op& op : in.step.ops()) measured = measured || op.measured_cost > 0;
@@ -107,7 +102,14 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
 }
 
 absl::StatusOr<PlanReplay> ReplayPlan(const PlanInput& in, const Graph& scheduled) {
-  HEADROOM_ASSIGN_OR_RETURN(const StepAllocations sequence, BuildStepAllocations(scheduled, in.resident, in.sequence));
+  HEADROOM_ASSIGN_OR_RETURN(
+      const StepAllocations sequence,
+      BuildStepAllocations(scheduled, in.resident,
+                           {.profile = in.profile,
+                            .autocast = in.autocast,
+                            .in_flight = in.in_flight,
+                            .optimizer_temporaries = in.optimizer_temporaries.bytes,
+                            .optimizer_temporaries_together = in.optimizer_temporaries.together}));
   PlanReplay out{.requested_bytes = sequence.peak_bytes, .cuda_context = in.cuda_context};
   const uint64_t device_bytes = in.capacity > in.cuda_context ? in.capacity - in.cuda_context : 0;
   HEADROOM_ASSIGN_OR_RETURN(out.allocator, ReplayAllocations(sequence, in.allocator, device_bytes));

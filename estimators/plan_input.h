@@ -75,11 +75,12 @@ struct PlanInput {
   uint64_t capacity = 0;          // the machine's bytes
   std::optional<uint64_t> gpu_budget;  // Note [Plan budget]; unset when fixed state fills the GPU
   // What ReplayPlan replays besides a schedule (Note [Allocator replay]):
-  // the fixed state as blocks, the optimizer's temporaries, the sequence's
-  // options and the job's allocator configuration; and the CUDA context,
-  // which the allocator does not hold.
+  // the fixed state as blocks, the optimizer's temporaries, whether
+  // autocast's copies are weights, and the job's allocator configuration;
+  // and the CUDA context, which the allocator does not hold.
   std::vector<ResidentBlock> resident;
-  StepSequenceOptions sequence;
+  OptimizerTemporaries optimizer_temporaries;
+  bool autocast = false;
   AllocatorOptions allocator;
   uint64_t cuda_context = 0;
   // States this rank keeps in host memory (--offload, --ema cpu), beside any
