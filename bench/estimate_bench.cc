@@ -1,14 +1,21 @@
 // End-to-end `headroom estimate` work for Llama-2-70B (80 layers) at
 // sequence 8192: load the preset, build the forward graph, derive the
-// training step, profile liveness, add model states and overheads. The
-// issue's target is under one second. Baseline in the same run: building the
-// forward graph alone, the floor any graph-based estimate pays.
+// training step, profile liveness, add model states, and replay the step's
+// allocation sequence through the caching allocator for reserved bytes
+// (estimators/step_replay.h). The target is under one second.
+// The replay stage alone is measured too (building the sequence, then
+// replaying it with PyTorch's default policy and with expandable
+// segments). Baseline in the same run: building the forward graph alone,
+// the floor any graph-based estimate pays.
 #include <benchmark/benchmark.h>
 
+#include "allocator/simulated/simulated_backend.h"
+#include "estimators/estimate_stages.h"
 #include "estimators/fit_search.h"
 #include "estimators/memory_estimate.h"
-#include "models/builders.h"
+#include "estimators/step_replay.h"
 #include "hardware/gpu_catalog.h"
+#include "models/builders.h"
 #include "models/model_source.h"
 
 namespace headroom {
@@ -47,6 +54,41 @@ void BM_EstimateWithSearchAndFixes(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_EstimateWithSearchAndFixes)->Unit(benchmark::kMillisecond);
+
+// The allocator replay stage of that estimate on its own: the sequence
+// (resident state, the step in liveness order, the optimizer's
+// temporaries) and its replay; state.range(0) = 1 for expandable segments.
+void BM_AllocatorReplayStage_Llama2_70B_Seq8192(benchmark::State& state) {
+  absl::StatusOr<LoadedModel> model = LoadModel("llama-2-70b");
+  const JobSpec job = Llama70bJob();
+  const EstimateSetup setup = ResolveSetup(*model, job);
+  absl::StatusOr<Graph> forward = BuildForwardGraph(*model, job, setup);
+  absl::StatusOr<Graph> step = BuildStep(*forward, job, setup);
+  const PeakAttribution peak = AttributePeak(*step, setup);
+  absl::StatusOr<WorstStage> stage = FindWorstPipelineStage(*forward, peak, job, setup);
+  if (!stage.ok()) {
+    state.SkipWithError(std::string(stage.status().message()).c_str());
+    return;
+  }
+  const std::vector<ResidentBlock> resident =
+      ResidentBlocks(*forward, stage->states, job, setup, {.cublas_workspace = H100()->cublas_workspace_bytes});
+  const OptimizerTemporaries temporaries = OptimizerStepTemporaries(*forward, job, setup);
+  const AllocatorOptions allocator{.expandable_segments = state.range(0) == 1};
+  size_t events = 0;
+  for (auto _ : state) {
+    absl::StatusOr<StepAllocations> sequence =
+        BuildStepAllocations(*step, resident, {.profile = {.count_parameter_gradients = !setup.persistent_gradients},
+                                               .autocast = setup.autocast,
+                                               .optimizer_temporaries = temporaries.bytes,
+                                               .optimizer_temporaries_together = temporaries.together});
+    absl::StatusOr<AllocatorReplay> replay = ReplayAllocations(*sequence, allocator, kMaxSimulatedCapacity);
+    if (!replay.ok()) state.SkipWithError(std::string(replay.status().message()).c_str());
+    events = sequence->trace.events.size();
+    benchmark::DoNotOptimize(replay);
+  }
+  state.counters["events"] = static_cast<double>(events);
+}
+BENCHMARK(BM_AllocatorReplayStage_Llama2_70B_Seq8192)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 void BM_Baseline_BuildForwardOnly(benchmark::State& state) {
   absl::StatusOr<LoadedModel> model = LoadModel("llama-2-70b");

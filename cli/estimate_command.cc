@@ -2,7 +2,10 @@
 // the per-GPU memory budget of a training or inference job, the verdict,
 // the largest micro-batch and longest sequence that fit, and the cheapest
 // changes that make it fit (estimators/memory_estimate.h, fit_search.h;
-// printed by report/estimate_report.h).
+// printed by report/estimate_report.h). --trace-out writes the allocation
+// sequence the estimate replayed through the caching allocator as an RMM
+// CSV trace, for `headroom replay`.
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -19,6 +22,7 @@
 #include "hardware/gpu_catalog.h"
 #include "models/model_source.h"
 #include "report/emit_config.h"
+#include "replay/graph_trace.h"
 #include "report/estimate_report.h"
 
 namespace headroom::cli {
@@ -34,6 +38,7 @@ struct EstimateFlags {
   bool breakdown = false;
   bool no_search = false;
   std::string emit;
+  std::string trace_out;
 };
 
 // The GPU and budget; `catalog` holds a catalog read from --catalog, which
@@ -61,9 +66,19 @@ absl::Status RunEstimate(const EstimateFlags& flags, std::ostream& out) {
     emit = *format;
   }
   HEADROOM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(flags.model));
-  absl::StatusOr<MemoryEstimate> estimated = EstimateMemory(model, job, machine);
+  AllocationTrace replayed;
+  absl::StatusOr<MemoryEstimate> estimated =
+      EstimateMemory(model, job, machine, flags.trace_out.empty() ? nullptr : &replayed);
   if (!estimated.ok()) return InFlagTerms(estimated.status());
   const MemoryEstimate& e = *estimated;
+  if (!flags.trace_out.empty()) {
+    std::ofstream file(flags.trace_out);
+    file << FormatRmmLog(replayed);
+    file.close();
+    if (!file) {
+      return absl::InvalidArgumentError(absl::StrCat("--trace-out ", flags.trace_out, ": cannot write the file"));
+    }
+  }
   if (emit) {
     out << EmitConfig(*emit, job, model);
     return absl::OkStatus();
@@ -106,6 +121,9 @@ Subcommand AddEstimateCommand(CLI::App& root) {
   app->add_flag("--breakdown", f->breakdown, "List the largest tensors live at the peak");
   app->add_flag("--no-search", f->no_search, "Skip the limits search and the fixes");
   app->add_option("--emit", f->emit, "Print framework settings instead: deepspeed or fsdp");
+  app->add_option("--trace-out", f->trace_out,
+                  "Write the allocation sequence replayed for reserved memory as an RMM CSV trace "
+                  "('headroom replay FILE')");
   return {app, [f](std::ostream& out) { return RunEstimate(*f, out); }};
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "allocator/alloc_conf.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 
@@ -37,7 +38,6 @@ constexpr std::pair<std::string_view, std::string_view> kFieldFlags[] = {
     {"kv_dtype", "--kv-dtype"},
     {"overheads.cuda_context", "--cuda-context"},
     {"overheads.streams", "--streams"},
-    {"overheads.fragmentation_fraction", "--fragmentation"},
     {"keep_gradients", "--keep-grads"},
     {"encoder_head", "--head"},
     {"gpus", "--gpus"},
@@ -114,8 +114,10 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--kv-dtype", f.kv_dtype, "KV cache dtype (default: compute dtype), e.g. fp8");
   app.add_option("--cuda-context", f.cuda_context, "CUDA context size, e.g. 1343MiB (default per GPU generation)");
   app.add_option("--streams", f.streams, "Compute streams, each with a cuBLAS workspace (default 1)");
-  app.add_option("--fragmentation", f.fragmentation,
-                 "Fragmentation allowance as a fraction of dynamic bytes (0.25)");
+  app.add_option("--alloc-conf", f.alloc_conf,
+                 "Caching allocator configuration replayed for reserved memory: a PYTORCH_CUDA_ALLOC_CONF string "
+                 "or a preset (pytorch-default, expandable, max-split-512, power2-4, gc-0.8)")
+      ->default_str("pytorch-default");
   app.add_flag("--keep-grads", f.keep_grads, "zero_grad(set_to_none=False): gradients stay between steps");
   app.add_option("--head", f.head, "Encoders: classification or mlm head");
   app.add_option("--loop", f.loop,
@@ -168,7 +170,15 @@ absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
     HEADROOM_ASSIGN_OR_RETURN(job.overheads.cuda_context, ForFlag("--cuda-context", ParseBytes(f.cuda_context)));
   }
   job.overheads.streams = f.streams;
-  job.overheads.fragmentation_fraction = f.fragmentation;
+  absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(ResolveAllocConfPreset(f.alloc_conf));
+  if (!allocator.ok()) {
+    const std::string presets = absl::StrJoin(
+        AllocConfPresets(), ", ", [](std::string* out, const AllocConfPreset& preset) { out->append(preset.name); });
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--alloc-conf '%s': %s (or a preset: %s)", f.alloc_conf, allocator.status().message(),
+                        presets));
+  }
+  job.allocator = *allocator;
   job.keep_gradients = f.keep_grads;
   if (!f.head.empty()) {
     HEADROOM_ASSIGN_OR_RETURN(job.encoder_head, ForFlag("--head", ParseEncoderHead(f.head)));

@@ -55,7 +55,7 @@ struct JobFlags {
   std::string kv_dtype;
   std::string cuda_context;
   int streams = 1;
-  double fragmentation = 0.25;
+  std::string alloc_conf = "pytorch-default";
   bool keep_grads = false;
   std::string head;
   std::string loop = "hand";
@@ -70,8 +70,8 @@ void AddJobFlags(CLI::App& app, JobFlags& flags);
 absl::StatusOr<JobSpec> ToJob(const JobFlags& flags);
 
 // `status` with each JobSpec field name that leads a message or names a
-// value replaced by its flag: "overheads.fragmentation_fraction: ..." ->
-// "--fragmentation: ...", "micro_batch 4 x seq_len 8192 x ..." ->
+// value replaced by its flag: "overheads.streams: ..." ->
+// "--streams: ...", "micro_batch 4 x seq_len 8192 x ..." ->
 // "--micro-batch 4 x --seq 8192 x ...". A field inside a longer name
 // ("gpus.json") or in prose ("the context") stays as it is.
 absl::Status InFlagTerms(const absl::Status& status);

@@ -29,10 +29,10 @@
 #include "planner/arena_layout.h"
 #include "planner/plan_json.h"
 #include "planner/planner.h"
+#include "replay/graph_trace.h"
 #include "report/memory_timeline_svg.h"
 #include "report/plan_emit.h"
 #include "report/plan_report.h"
-#include "report/plan_trace.h"
 
 namespace headroom::cli {
 namespace {
@@ -61,10 +61,37 @@ absl::Status WriteTextFile(const std::string& path, const std::string& text, std
   return absl::OkStatus();
 }
 
+// Note [Plan budget]: from in.gpu_budget down, the budget for which the
+// plan `strategy` makes, replayed through the allocator with the fixed
+// state, fits the GPU: each round asks for a plan whose peak is lower than
+// the last one's by what its replay overflowed the GPU by. Stops after a few
+// rounds, and where no plan fits the budget (planning then says so); 0 when
+// the overflow takes all of it.
+absl::StatusOr<uint64_t> BudgetThatReplaysWithinTheGpu(const PlanInput& in, Strategy strategy) {
+  constexpr int kRounds = 8;
+  uint64_t budget = *in.gpu_budget;
+  for (int round = 0; round < kRounds; ++round) {
+    absl::StatusOr<PlanResult> plan = RunStrategy(in.Problem(budget), strategy);
+    if (!plan.ok()) {
+      if (plan.status().code() == absl::StatusCode::kResourceExhausted) return budget;
+      return plan.status();
+    }
+    HEADROOM_ASSIGN_OR_RETURN(const Graph scheduled, MaterializeSchedule(in.step, plan->schedule));
+    HEADROOM_ASSIGN_OR_RETURN(const PlanReplay replay, ReplayPlan(in, scheduled));
+    if (replay.total_bytes() <= in.capacity && !replay.allocator.out_of_memory) return budget;
+    const uint64_t over = replay.total_bytes() > in.capacity ? replay.total_bytes() - in.capacity : 1;
+    const uint64_t peak = std::min(budget, plan->evaluation.peak_bytes);
+    if (over >= peak) return 0;
+    budget = peak - over;
+  }
+  return budget;
+}
+
 // The budget for planned tensors (Note [Plan budget]) and how it was set.
 absl::StatusOr<std::pair<uint64_t, std::string>> ResolveBudget(const PlanFlags& flags, const PlanInput& in,
                                                                const Machine& machine,
-                                                               const PlanEvaluation& store_all) {
+                                                               const PlanEvaluation& store_all,
+                                                               std::optional<Strategy> strategy) {
   if (!flags.budget.empty()) {
     if (flags.budget.back() == '%') {
       double percent = 0;
@@ -89,10 +116,20 @@ absl::StatusOr<std::pair<uint64_t, std::string>> ResolveBudget(const PlanFlags& 
         "no activation plan can help (see 'headroom estimate' for sharding and offload of the states)",
         flags.gpu, FormatBytes(in.fixed.total()), FormatBytes(in.capacity)));
   }
-  return std::pair{*in.gpu_budget,
-                   absl::StrFormat("%s: %s minus fixed state %s, less the %.0f%% fragmentation allowance",
-                                   machine.gpu->name, FormatBytes(in.capacity), FormatBytes(in.fixed.total()),
-                                   100 * in.fragmentation_fraction)};
+  // --compare and --load: the default strategy's plans set it.
+  const Strategy reference = strategy.value_or(Strategy::kHybrid);
+  HEADROOM_ASSIGN_OR_RETURN(const uint64_t budget, BudgetThatReplaysWithinTheGpu(in, reference));
+  if (budget == 0) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "--gpu %s: after the fixed state (%s) the allocator's rounding and cache leave nothing of its %s "
+        "for activations",
+        flags.gpu, FormatBytes(in.fixed.total()), FormatBytes(in.capacity)));
+  }
+  return std::pair{budget, absl::StrFormat("%s: %s minus fixed state %s, less %s for the allocator's rounding "
+                                           "and cache, so that the %s plan replayed through it fits",
+                                           machine.gpu->name, FormatBytes(in.capacity),
+                                           FormatBytes(in.fixed.total()), FormatBytes(*in.gpu_budget - budget),
+                                           StrategyName(reference))};
 }
 
 // The smallest peak any strategy reaches, for the error when none fits.
@@ -149,6 +186,7 @@ absl::StatusOr<std::vector<PlanTensor>> DescribeSchedule(const PlanFlags& flags,
                                                          const PlanResult& plan, PlanReport& report) {
   HEADROOM_ASSIGN_OR_RETURN(const Graph scheduled, MaterializeSchedule(in.step, plan.schedule));
   HEADROOM_ASSIGN_OR_RETURN(report.arena, LayoutActivationArena(scheduled, {.profile = in.profile}));
+  HEADROOM_ASSIGN_OR_RETURN(report.replay, ReplayPlan(in, scheduled));
   std::vector<PlanTensor> tensors;
   tensors.reserve(report.arena->blocks.size());
   for (const ArenaBlock& b : report.arena->blocks) {
@@ -236,7 +274,7 @@ absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
 
   const PlanProblem unbounded = in.Problem(std::numeric_limits<uint64_t>::max());
   HEADROOM_ASSIGN_OR_RETURN(const PlanEvaluation store_all, EvaluateSchedule(unbounded, StoreAllSchedule(in.step)));
-  HEADROOM_ASSIGN_OR_RETURN(auto budget, ResolveBudget(flags, in, machine, store_all));
+  HEADROOM_ASSIGN_OR_RETURN(auto budget, ResolveBudget(flags, in, machine, store_all, strategy));
   const PlanProblem problem = in.Problem(budget.first);
 
   PlanReport report{.model = flags.model, .input = &in, .budget = budget.first,

@@ -8,12 +8,14 @@
 // tolerance, 1 some outside, 2 a fixture that could not be checked.
 #include <iostream>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "cli/command.h"
 #include "cli/job_flags.h"
 #include "common/status_macros.h"
@@ -23,10 +25,16 @@
 namespace headroom::cli {
 namespace {
 
+// Note [Known misses]
+// A fixture the estimate does not yet meet is named with --known-miss (the
+// ctest names them, and README's accuracy table explains each), so the run
+// stays a check of every other fixture. A known miss that starts meeting the
+// tolerance fails the run too, so the list cannot go stale.
 struct ValidateFlags {
   std::vector<std::string> paths;
   double tolerance_percent = 3;
-  double reserved_tolerance_percent = 10;
+  double reserved_tolerance_percent = 5;
+  std::vector<std::string> known_misses;
   bool markdown = false;
   bool json = false;
 };
@@ -121,8 +129,23 @@ absl::Status RunValidate(const ValidateFlags& flags, std::ostream& out) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%d of %d fixtures could not be checked", run.errors.size(), files.size()));
   }
+  // Note [Known misses]: a named fixture must still miss; it then fails nothing.
+  std::set<std::string> unmatched(flags.known_misses.begin(), flags.known_misses.end());
   size_t failed = 0;
-  for (const FixtureCheck& check : run.checks) failed += check.passed() ? 0 : 1;
+  for (const FixtureCheck& check : run.checks) {
+    const bool known = unmatched.erase(check.name) > 0;
+    if (known && check.passed()) {
+      std::cerr << "headroom validate: " << check.name
+                << " is within the tolerance now: take it out of --known-miss\n";
+      ++failed;
+    } else if (!known && !check.passed()) {
+      ++failed;
+    }
+  }
+  if (!unmatched.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--known-miss: no fixture named %s", absl::StrJoin(unmatched, ", ")));
+  }
   if (failed > 0) {
     // Exit 1 (cli/command.h): the check ran and the estimates missed.
     return absl::AbortedError(absl::StrFormat("%d of %d fixtures are outside the tolerance", failed, files.size()));
@@ -141,8 +164,10 @@ Subcommand AddValidateCommand(CLI::App& root) {
                   "Largest |error| of the allocated peak, in percent of the measurement (default 3)")
       ->check(CLI::Range(0.0, 1000.0));
   app->add_option("--reserved-tolerance", f->reserved_tolerance_percent,
-                  "Largest |error| of the reserved peak on CUDA fixtures that measured it, in percent (default 10)")
+                  "Largest |error| of the reserved peak on CUDA fixtures that measured it, in percent (default 5)")
       ->check(CLI::Range(0.0, 1000.0));
+  app->add_option("--known-miss", f->known_misses,
+                  "A fixture known to be outside the tolerance (repeatable): it must still be, and fails nothing");
   CLI::Option* markdown = app->add_flag("--markdown", f->markdown, "Print the table as GitHub Markdown");
   app->add_flag("--json", f->json, "Print a JSON object (exact bytes)")->excludes(markdown);
   return {app, [f](std::ostream& out) { return RunValidate(*f, out); }};

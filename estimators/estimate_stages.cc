@@ -1,6 +1,7 @@
 #include "estimators/estimate_stages.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -239,13 +240,11 @@ PeakAttribution AttributePeak(const Graph& step, const EstimateSetup& setup) {
   out.activation_gradients = profile.activation_gradient_bytes_at_peak;
   out.temporaries = role_bytes(TensorRole::kTemporary);
   const OpId peak = profile.peak_op;
-  if (peak != kNone) {
+  if (peak != kNone && setup.autocast) {
     const std::vector<TensorLifetime> lifetimes = ComputeLifetimes(step, profile_options);
     for (const Tensor& t : step.tensors()) {
       const TensorLifetime& life = lifetimes[static_cast<size_t>(t.id)];
       if (life.first > life.last || life.first > peak || life.last < peak) continue;
-      out.rounding += RoundingWaste(t.bytes());
-      if (!setup.autocast) continue;
       const OpId producer = step.producer(t.id);
       if (producer == kNone) continue;
       const Op& op = step.op(producer);
@@ -303,68 +302,134 @@ absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const Pe
   return worst;
 }
 
-std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, const Graph& step, const JobSpec& job,
-                                                       const EstimateSetup& setup,
-                                                       uint64_t forward_backward_bytes) {
-  // Note [Optimizer step transients]: the optimizer step may be the peak.
+// Note [Pipeline stage step]
+// With --pp P the planner plans, and the estimate's allocator replay
+// replays, the stage the estimator finds fullest (FindWorstPipelineStage),
+// as that GPU runs it:
+//  - its ops are those of its layers (PipelineStageOf), plus, on the first
+//    stage, the ops before the first layer (embeddings, masks) and, on the
+//    last, those after the last layer (final norm, head, loss);
+//  - a tensor it reads that another stage made arrives from it: an input of
+//    the stage (so, like the batch, live throughout; the gradient sent back
+//    for it is not modelled), and so is a constant made once on the first
+//    stage (a causal mask, rotary tables), which each stage makes itself;
+//  - a stage before the last ends in a stand-in loss ("pipeline.send", a sum
+//    over its outputs that later stages read), whose backward allocates the
+//    gradient the next stage sends back, the size of those outputs;
+//  - layers are renumbered from 0, so layer-wise strategies see the stage's
+//    own stack; op names (module paths) stay.
+// The micro-batches in flight (1F1B: min(P - stage, --grad-accum)) are
+// PlanProblem::in_flight (Note [Pipeline in-flight] in planner/plan.h) and
+// the replay's warm-up (Note [Pipeline warm-up in the replay] in
+// estimators/step_replay.h).
+absl::StatusOr<Graph> PipelineStageForward(const Graph& forward, int stage, int stages) {
+  int num_layers = 0;
+  OpId first_block_op = kNone;
+  for (const Op& op : forward.ops()) {
+    num_layers = std::max(num_layers, op.layer + 1);
+    if (op.layer >= 0 && first_block_op == kNone) first_block_op = op.id;
+  }
+  if (num_layers < stages) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--pp: %d pipeline stages for %d layers; a stage needs a layer", stages, num_layers));
+  }
+  auto stage_of = [&](const Op& op) {
+    return PipelineStageOf(op.layer, first_block_op == kNone || op.id < first_block_op, num_layers, stages);
+  };
+  int first_layer = num_layers;
+  for (const Op& op : forward.ops()) {
+    if (op.layer >= 0 && stage_of(op) == stage) first_layer = std::min(first_layer, op.layer);
+  }
+  Graph out(absl::StrFormat("%s (pipeline stage %d of %d)", forward.name(), stage, stages));
+  std::vector<TensorId> mapped(forward.num_tensors(), kNone);
+  std::vector<bool> made_here(forward.num_tensors(), false);
+  for (const Op& op : forward.ops()) {
+    if (stage_of(op) != stage) continue;
+    for (TensorId t : op.outputs) made_here[static_cast<size_t>(t)] = true;
+  }
+  auto renumber = [&](int layer) { return layer >= 0 ? layer - first_layer : layer; };
+  std::function<TensorId(TensorId)> map = [&](TensorId id) {
+    if (mapped[static_cast<size_t>(id)] != kNone) return mapped[static_cast<size_t>(id)];
+    Tensor t = forward.tensor(id);
+    t.layer = renumber(t.layer);
+    if (!made_here[static_cast<size_t>(id)] && forward.producer(id) != kNone) {
+      // Made by another stage: it arrives as an input, whole.
+      if (t.view_of != kNone) {  // the base arrives, not the view
+        t.shape = forward.tensor(t.view_of).shape;
+        t.dtype = forward.tensor(t.view_of).dtype;
+      }
+      t.view_of = kNone;
+      t.role = TensorRole::kInput;
+    } else if (t.view_of != kNone) {
+      t.view_of = map(t.view_of);
+    }
+    const TensorId added = out.AddTensor(std::move(t));
+    mapped[static_cast<size_t>(id)] = added;
+    return added;
+  };
+  std::vector<TensorId> sent;  // outputs of layer ops that a later stage reads
+  for (const Op& op : forward.ops()) {
+    const int s = stage_of(op);
+    if (s > stage) {
+      for (TensorId in : op.inputs) {
+        const OpId p = forward.producer(in);
+        if (p != kNone && stage_of(forward.op(p)) == stage && forward.op(p).layer >= 0 &&
+            std::find(sent.begin(), sent.end(), in) == sent.end()) {
+          sent.push_back(in);
+        }
+      }
+      continue;
+    }
+    if (s != stage) continue;
+    Op copy = op;
+    for (TensorId& t : copy.inputs) t = map(t);
+    for (TensorId& t : copy.outputs) t = map(t);
+    for (TensorId& t : copy.saved) t = map(t);
+    copy.layer = renumber(copy.layer);
+    out.AddOp(std::move(copy));
+  }
+  if (stage < stages - 1) {
+    if (sent.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--pp: stage %d of '%s' sends nothing to the next stage; its layers do not form a pipeline", stage,
+          forward.name()));
+    }
+    Op send{.kind = "sum", .name = "pipeline.send", .phase = Phase::kLoss};
+    for (TensorId t : sent) send.inputs.push_back(mapped[static_cast<size_t>(t)]);
+    send.outputs.push_back(out.AddTensor({.name = "pipeline.send.out", .shape = {}, .dtype = DType::kF32}));
+    out.AddOp(std::move(send));
+  }
+  return out;
+}
+
+OptimizerTemporaries OptimizerStepTemporaries(const Graph& forward, const JobSpec& job, const EstimateSetup& setup) {
+  // Note [Optimizer step transients].
+  OptimizerTemporaries out;
+  // Adafactor has no multi-tensor implementation: it always runs one parameter at a time.
+  out.together = job.optimizer_impl == OptimizerImpl::kForeach && job.optimizer != Optimizer::kAdafactor;
   const bool has_transient = job.training && job.optimizer != Optimizer::kSgd &&
                              job.optimizer != Optimizer::kSgdMomentum &&
                              job.optimizer_impl != OptimizerImpl::kFused && !job.layout.offload_optimizer &&
                              setup.framework != Framework::kDeepSpeed;
-  if (!has_transient) return std::nullopt;
+  if (!has_transient) return out;
   const DType state_dtype = setup.precision.master_weights ? DType::kF32 : setup.precision.optimizer_state_dtype;
-  // Adafactor has no multi-tensor implementation: it always runs per parameter.
-  const bool foreach = job.optimizer_impl == OptimizerImpl::kForeach && job.optimizer != Optimizer::kAdafactor;
-  const uint64_t copies = foreach ? (job.runtime.ForeachAdamKeepsTwoTemporaries() ? 2 : 1) : 2;
-  OptimizerStepPeak out;
-  // Parameters are at most 2^44 (Note [Model size bounds]): these sums cannot wrap.
+  // The loop keeps two temporaries of one parameter at once; foreach one list (two before PyTorch 2.0).
+  const uint64_t copies = out.together && !job.runtime.ForeachAdamKeepsTwoTemporaries() ? 1 : 2;
+  // foreach's list holds this rank's shards; the loop's one-parameter temporary is charged whole.
+  const auto shards = static_cast<uint64_t>(out.together ? job.layout.shard_group() : 1);
   for (const Tensor& t : forward.tensors()) {
     if (t.role != TensorRole::kParameter || !t.trainable) continue;
-    const uint64_t bytes = DTypeBytes(state_dtype, t.elements());
-    out.temporaries = foreach ? out.temporaries + bytes : std::max(out.temporaries, bytes);
+    out.bytes.push_back(copies * CeilDiv(DTypeBytes(state_dtype, t.elements()), shards));
   }
-  out.temporaries *= copies;
-  if (foreach) {
-    out.temporaries /= static_cast<uint64_t>(job.layout.shard_group()) *
-                       static_cast<uint64_t>(job.layout.pipeline_parallel);
-  }
-  // All gradients are live during the step; persistent ones are in the states already.
-  if (!setup.persistent_gradients) {
-    for (const Tensor& t : forward.tensors()) {
-      if (t.role == TensorRole::kParameter && t.trainable) out.gradients += DTypeBytes(t.dtype, t.elements());
-    }
-  }
-  // The batch, and what the loop holds (BuildTrainingStep's last op, "release_outputs").
-  for (const Tensor& t : step.tensors()) {
-    if (t.role == TensorRole::kInput) out.activations += t.bytes();
-  }
-  if (step.num_ops() > 0 && step.ops().back().kind == "release_outputs") {
-    for (TensorId held : step.ops().back().inputs) out.activations += step.tensor(held).bytes();
-  }
-  // Compare like with like: each side with the fragmentation allowance its
-  // dynamic bytes carry (the optimizer's temporaries; Note [Optimizer step transients]).
-  const uint64_t step_bytes = out.gradients + out.activations + out.temporaries +
-                              FragmentationAllowance(job, out.activations + out.temporaries);
-  if (step_bytes <= forward_backward_bytes) return std::nullopt;
   return out;
 }
 
-uint64_t FragmentationAllowance(const JobSpec& job, uint64_t dynamic_bytes) {
-  return static_cast<uint64_t>(static_cast<double>(dynamic_bytes) * job.overheads.fragmentation_fraction);
-}
-
-Overheads EstimateJobOverheads(const Machine& machine, const JobSpec& job, uint64_t rounding,
-                               uint64_t dynamic_bytes) {
-  // Note [CUDA context], Note [Allocator rounding].
+Overheads EstimateJobOverheads(const Machine& machine, const JobSpec& job) {
+  // Note [CUDA context], Note [cuBLAS workspace in the replay].
+  if (machine.gpu != nullptr) return EstimateOverheads(*machine.gpu, job.overheads);
   Overheads out;
-  if (machine.gpu != nullptr) {
-    out = EstimateOverheads(*machine.gpu, job.overheads);
-  } else {
-    out.cuda_context = job.overheads.cuda_context.value_or(CudaContextFor("").bytes);
-    out.cuda_context_source = job.overheads.cuda_context ? "--cuda-context" : CudaContextFor("").source;
-  }
-  out.allocator_rounding = rounding;
-  out.fragmentation_allowance = FragmentationAllowance(job, dynamic_bytes);
+  out.cuda_context = job.overheads.cuda_context.value_or(CudaContextFor("").bytes);
+  out.cuda_context_source = job.overheads.cuda_context ? "--cuda-context" : CudaContextFor("").source;
   return out;
 }
 

@@ -9,8 +9,9 @@
 //   HEADROOM_ASSIGN_OR_RETURN(Graph step, BuildStep(forward, job, setup));      // or the fixed graph
 //   const PeakAttribution peak = AttributePeak(step, setup);
 //   HEADROOM_ASSIGN_OR_RETURN(WorstStage stage, FindWorstPipelineStage(forward, peak, job, setup));
-//   std::optional<OptimizerStepPeak> opt = FindOptimizerStepPeak(forward, step, job, setup, fwd_bwd_bytes);
-//   Overheads overheads = EstimateJobOverheads(machine, job, rounding, dynamic_bytes);
+//   OptimizerTemporaries temporaries = OptimizerStepTemporaries(forward, job, setup);
+//   Overheads overheads = EstimateJobOverheads(machine, job);
+//   ... the allocator replay of the step (estimators/step_replay.h) ...
 //   StepSeconds time = EstimateJobStepTime(step, machine, job, setup);
 //
 // Invariant: every byte count a stage returns is below 2^62 (graph/graph.h,
@@ -21,7 +22,6 @@
 #define HEADROOM_ESTIMATORS_ESTIMATE_STAGES_H_
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,7 +82,6 @@ struct PeakAttribution {
   uint64_t activation_gradients = 0;
   uint64_t temporaries = 0;
   uint64_t autocast_copies = 0;  // autocast's 16-bit weight copies (reported as weights)
-  uint64_t rounding = 0;         // 512-byte rounding of the tensors live at the peak
 };
 PeakAttribution AttributePeak(const Graph& step, const EstimateSetup& setup);
 
@@ -95,33 +94,29 @@ struct WorstStage {
 absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const PeakAttribution& peak,
                                                   const JobSpec& job, const EstimateSetup& setup);
 
-// Note [Optimizer step transients]: the optimizer step's own peak, when it
-// is above the forward/backward peak. Both sides are what the peak adds to
-// the resident model states, with fragmentation allowance and rounding:
-// `forward_backward_bytes` is the worst stage's dynamic bytes, autocast
-// copies, rounding and their allowance; the step's is its gradients and
-// temporaries with theirs. (Comparing without the allowances, or without the
-// autocast copies the step no longer holds, let one more sample per
-// micro-batch report less memory.)
-struct OptimizerStepPeak {
-  uint64_t gradients = 0;   // all parameter gradients (0 when already resident)
-  uint64_t temporaries = 0;  // the implementation's transient (Note [Optimizer step transients])
-  // Activations live through the step: the batch, and the model's outputs
-  // when the training loop holds them (Note [Training loop] in job/job_spec.h).
-  uint64_t activations = 0;
+// The forward graph of pipeline stage `stage` of `stages` as its GPU runs it
+// (Note [Pipeline stage step] in the .cc): what the planner plans and the
+// allocator replay replays under --pp. InvalidArgument (naming --pp) when
+// the graph has fewer layers than stages or a stage sends nothing on.
+absl::StatusOr<Graph> PipelineStageForward(const Graph& forward, int stage, int stages);
+
+// Note [Optimizer step transients] (job/optimizer.h): the temporaries the
+// optimizer step allocates, one per trainable parameter of `forward` (the
+// parameters this GPU updates), in the state dtype and divided over the
+// ZeRO/FSDP shard group; none for fused kernels, SGD without momentum,
+// DeepSpeed (its own fused or CPU Adam) and an offloaded optimizer. The
+// allocator replay allocates them while every gradient is live
+// (estimators/step_replay.h, Note [Allocator replay]), so the step's peak is
+// the larger of the forward/backward peak and the optimizer step.
+struct OptimizerTemporaries {
+  std::vector<uint64_t> bytes;
+  bool together = true;  // foreach: all live at once; the for-loop: one at a time
 };
-// `step` is the training step BuildStep made from `forward`.
-std::optional<OptimizerStepPeak> FindOptimizerStepPeak(const Graph& forward, const Graph& step, const JobSpec& job,
-                                                       const EstimateSetup& setup,
-                                                       uint64_t forward_backward_bytes);
+OptimizerTemporaries OptimizerStepTemporaries(const Graph& forward, const JobSpec& job, const EstimateSetup& setup);
 
-// The fragmentation allowance over `dynamic_bytes` (--fragmentation of them).
-uint64_t FragmentationAllowance(const JobSpec& job, uint64_t dynamic_bytes);
-
-// CUDA context, cuBLAS workspace, allocator rounding and the fragmentation
-// allowance over `dynamic_bytes` (activations, their gradients, temporaries).
-Overheads EstimateJobOverheads(const Machine& machine, const JobSpec& job, uint64_t rounding,
-                               uint64_t dynamic_bytes);
+// CUDA context and cuBLAS workspaces (Note [CUDA context]); the allocator's
+// rounding and cache come from the replay.
+Overheads EstimateJobOverheads(const Machine& machine, const JobSpec& job);
 
 // Roofline time of one optimizer step (all micro-batches through 1F1B); zeros without a GPU.
 struct StepSeconds {

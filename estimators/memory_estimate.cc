@@ -6,13 +6,14 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "allocator/alloc_conf.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "estimators/estimate_stages.h"
 #include "estimators/kv_cache.h"
 #include "estimators/model_states.h"
-#include "estimators/optimizer_state.h"
+#include "estimators/step_replay.h"
 #include "graph/liveness.h"
 #include "hardware/cost_model.h"
 
@@ -71,11 +72,11 @@ absl::Status CheckTotal(const MemoryEstimate& e) {
 
 }  // namespace
 
-uint64_t MemoryEstimate::total_bytes() const {
+uint64_t MemoryEstimate::allocated_bytes() const {
   // Note [Checked totals]: EstimateMemory has checked that this cannot wrap.
-  return weights + master_weights + gradients + optimizer_state + gathered_parameters +
-         communication_buffers + fp8_weight_cache + ema_weights + activations + activation_gradients +
-         temporaries + kv_cache + overheads.total();
+  return weights + master_weights + gradients + optimizer_state + gathered_parameters + communication_buffers +
+         fp8_weight_cache + ema_weights + activations + activation_gradients + temporaries + kv_cache +
+         overheads.cublas_workspace + overheads.allocator_rounding;
 }
 
 std::vector<BudgetRow> MemoryEstimate::rows() const {
@@ -92,14 +93,15 @@ std::vector<BudgetRow> MemoryEstimate::rows() const {
       {"activation_gradients", "activation gradients", activation_gradients, ""},
       {"temporaries", "temporaries", temporaries, ""},
       {"kv_cache", "KV cache", kv_cache, ""},
-      {"cuda_context", "CUDA context", overheads.cuda_context, overheads.cuda_context_source},
       {"cublas_workspace", "cuBLAS workspace", overheads.cublas_workspace, ""},
-      {"allocator_rounding", "allocator rounding (512 B)", overheads.allocator_rounding, ""},
-      {"fragmentation_allowance", "fragmentation allowance", overheads.fragmentation_allowance, ""},
+      {"allocator_rounding", "allocator rounding", overheads.allocator_rounding, ""},
+      {"allocator_cached", "allocator cache (reserved, unused)", overheads.allocator_cached, ""},
+      {"cuda_context", "CUDA context", overheads.cuda_context, overheads.cuda_context_source},
   };
   std::vector<BudgetRow> out;
   for (BudgetRow& row : all) {
-    const bool core = row.key == "weights" || row.key == "activations" || row.key == "cuda_context";
+    const bool core = row.key == "weights" || row.key == "activations" || row.key == "allocator_cached" ||
+                      row.key == "cuda_context";
     if (row.bytes > 0 || core) out.push_back(std::move(row));
   }
   return out;
@@ -115,14 +117,15 @@ int64_t ResolveSeqLen(const LoadedModel& model, const JobSpec& job) {
 }
 
 absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const JobSpec& job,
-                                              const Machine& machine) {
+                                              const Machine& machine, AllocationTrace* replayed) {
   HEADROOM_RETURN_IF_ERROR(ValidateJob(job));
   HEADROOM_RETURN_IF_ERROR(CheckJobAgainstModel(model, job));
   const EstimateSetup setup = ResolveSetup(model, job);
 
   HEADROOM_ASSIGN_OR_RETURN(const Graph forward, BuildForwardGraph(model, job, setup));
+  const bool whole_step = model.graph && HasBackward(forward);
   Graph step;
-  if (model.graph && HasBackward(forward)) {
+  if (whole_step) {
     step = forward;  // a graph file of a whole step is taken as given
   } else {
     HEADROOM_ASSIGN_OR_RETURN(step, BuildStep(forward, job, setup));
@@ -130,72 +133,98 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
 
   const PeakAttribution peak = AttributePeak(step, setup);
   HEADROOM_ASSIGN_OR_RETURN(const WorstStage stage, FindWorstPipelineStage(forward, peak, job, setup));
-  uint64_t activations = stage.activations;
-  uint64_t parameter_grads = peak.parameter_gradients;
-  uint64_t activation_grads = peak.activation_gradients;
-  uint64_t temporaries = peak.temporaries;
-  uint64_t autocast_copies = peak.autocast_copies;
-  uint64_t rounding = peak.rounding;
-  // Each term is below 2^62 but the in-flight activations, which
-  // FindWorstPipelineStage checks: saturating sums suffice (Note [Checked totals]).
-  const uint64_t dynamic = SaturatingAdd(activations, activation_grads + temporaries);
-  const uint64_t forward_backward =
-      SaturatingAdd(SaturatingAdd(dynamic, FragmentationAllowance(job, dynamic)),
-                    parameter_grads + autocast_copies + rounding);
-  const std::optional<OptimizerStepPeak> optimizer_peak =
-      FindOptimizerStepPeak(forward, step, job, setup, forward_backward);
-  if (optimizer_peak) {
-    activations = optimizer_peak->activations;
-    activation_grads = 0;
-    parameter_grads = optimizer_peak->gradients;
-    temporaries = optimizer_peak->temporaries;
-    autocast_copies = 0;
-    rounding = 0;
+  // Note [Pipeline 1F1B]: under --pp the worst stage's own step is replayed.
+  const int stages = job.layout.pipeline_parallel;
+  const Graph* stage_forward = &forward;
+  const Graph* stage_step = &step;
+  Graph pipeline_forward, pipeline_step;
+  int in_flight = 1;
+  if (stages > 1) {
+    if (whole_step) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "pipeline_parallel %d: a graph file with its own backward cannot be cut into pipeline stages", stages));
+    }
+    HEADROOM_ASSIGN_OR_RETURN(pipeline_forward, PipelineStageForward(forward, stage.stage, stages));
+    HEADROOM_ASSIGN_OR_RETURN(pipeline_step, BuildStep(pipeline_forward, job, setup));
+    stage_forward = &pipeline_forward;
+    stage_step = &pipeline_step;
+    in_flight = static_cast<int>(std::min<int64_t>(stages - stage.stage, job.grad_accum));
   }
 
   MemoryEstimate out;
   out.framework = std::string(FrameworkName(setup.framework));
   out.seq_len = setup.seq_len;
   out.pipeline_stage = stage.stage;
-  const ModelStates& states = stage.states;
-  out.weights = states.weights + states.buffers + autocast_copies;
-  out.master_weights = states.master_weights;
-  out.gradients = setup.persistent_gradients ? states.gradients : parameter_grads;
-  out.optimizer_state = states.optimizer_state;
-  out.gathered_parameters = states.gathered_parameters;
-  out.communication_buffers = states.communication_buffers;
-  out.fp8_weight_cache = states.fp8_weight_cache;
-  out.ema_weights = states.ema_weights;
-  out.activations = activations;
-  out.activation_gradients = activation_grads;
-  out.temporaries = temporaries;
-  out.host_bytes = states.host_bytes;
-  out.parameters = states.model_parameters;
-  out.trainable_parameters = states.trainable_parameters;
-  HEADROOM_ASSIGN_OR_RETURN(out.kv_cache, KvCacheFor(model, job, setup));
-
-  out.overheads = EstimateJobOverheads(machine, job, rounding,
-                                       SaturatingAdd(out.activations, out.activation_gradients + out.temporaries));
+  out.host_bytes = stage.states.host_bytes;
+  out.parameters = stage.states.model_parameters;
+  out.trainable_parameters = stage.states.trainable_parameters;
   out.capacity = machine.capacity();
+  out.overheads = EstimateJobOverheads(machine, job);
+  HEADROOM_ASSIGN_OR_RETURN(const uint64_t kv_cache, KvCacheFor(model, job, setup));
+
+  // Note [Allocator replay]: resident state, the step, the optimizer's temporaries.
+  const ResidentExtras extras{
+      .kv_cache = kv_cache,
+      .kv_cache_layers = model.config ? static_cast<int>(model.config->num_layers) : 1,
+      .cublas_workspace = machine.gpu != nullptr ? machine.gpu->cublas_workspace_bytes : 0,
+      .streams = job.overheads.streams};
+  const std::vector<ResidentBlock> resident = ResidentBlocks(*stage_forward, stage.states, job, setup, extras);
+  OptimizerTemporaries temporaries = OptimizerStepTemporaries(*stage_forward, job, setup);
+  // Note [Gradients: resident or by liveness].
+  const ProfileOptions profile{.count_parameter_gradients = !setup.persistent_gradients};
+  HEADROOM_ASSIGN_OR_RETURN(StepAllocations sequence,
+                            BuildStepAllocations(*stage_step, resident,
+                                                 {.profile = profile,
+                                                  .autocast = setup.autocast,
+                                                  .in_flight = in_flight,
+                                                  .optimizer_temporaries = std::move(temporaries.bytes),
+                                                  .optimizer_temporaries_together = temporaries.together}));
+  const uint64_t device_bytes =
+      out.capacity > out.overheads.cuda_context ? out.capacity - out.overheads.cuda_context : 0;
+  HEADROOM_ASSIGN_OR_RETURN(const AllocatorReplay replay, ReplayAllocations(sequence, job.allocator, device_bytes));
+
+  auto at_peak = [&](BudgetCategory category) { return sequence.bytes_at_peak[CategoryIndex(category)]; };
+  out.weights = at_peak(BudgetCategory::kWeights);
+  out.master_weights = at_peak(BudgetCategory::kMasterWeights);
+  out.gradients = at_peak(BudgetCategory::kGradients);
+  out.optimizer_state = at_peak(BudgetCategory::kOptimizerState);
+  out.gathered_parameters = at_peak(BudgetCategory::kGatheredParameters);
+  out.communication_buffers = at_peak(BudgetCategory::kCommunicationBuffers);
+  out.fp8_weight_cache = at_peak(BudgetCategory::kFp8WeightCache);
+  out.ema_weights = at_peak(BudgetCategory::kEmaWeights);
+  out.activations = at_peak(BudgetCategory::kActivations);
+  out.activation_gradients = at_peak(BudgetCategory::kActivationGradients);
+  out.temporaries = at_peak(BudgetCategory::kTemporaries);
+  out.kv_cache = at_peak(BudgetCategory::kKvCache);
+  out.overheads.cublas_workspace = at_peak(BudgetCategory::kCublasWorkspace);
+  // Note [Allocator rounding and cache].
+  out.overheads.allocator_rounding = replay.peak_allocated_bytes - sequence.peak_bytes;
+  out.overheads.allocator_cached = replay.peak_reserved_bytes - replay.peak_allocated_bytes;
+  out.alloc_conf = FormatAllocConf(job.allocator);
+  out.allocator_out_of_memory = replay.out_of_memory;
   HEADROOM_RETURN_IF_ERROR(CheckTotal(out));
 
-  if (optimizer_peak) {
+  if (sequence.peak_at_optimizer_temporaries) {
     out.peak_op = absl::StrFormat("optimizer step (%s %s)", OptimizerName(job.optimizer),
                                   OptimizerImplName(job.optimizer_impl));
     out.peak_phase = "optimizer";
-  } else if (peak.profile.peak_op != kNone) {
-    const Op& op = step.op(peak.profile.peak_op);
+  } else if (sequence.peak_op != kNone) {
+    const Op& op = stage_step->op(sequence.peak_op);
     out.peak_op = op.name.empty() ? op.kind : op.name;
     out.peak_phase = std::string(PhaseName(op.phase));
-    for (TensorId id : peak.profile.live_at_peak) {
-      const Tensor& t = step.tensor(id);
+    for (TensorId id : sequence.largest_live) {
+      const Tensor& t = stage_step->tensor(id);
       out.largest_live.push_back({.name = t.name,
                                   .role = std::string(TensorRoleName(t.role)),
                                   .dtype = std::string(DTypeName(t.dtype)),
                                   .shape = t.shape,
                                   .bytes = t.bytes()});
     }
+  } else {
+    out.peak_op = "before the step";
+    out.peak_phase = "resident state only";
   }
+  if (replayed != nullptr) *replayed = std::move(sequence.trace);
 
   const StepSeconds time = EstimateJobStepTime(step, machine, job, setup);
   out.step_seconds = time.step;

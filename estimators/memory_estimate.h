@@ -1,18 +1,22 @@
 // The per-GPU memory budget of a training or inference job: model states,
 // activations by liveness over the step's schedule, KV cache and overheads,
-// at the step's peak.
+// at the step's peak, and what the caching allocator reserves for them.
 //
 //   absl::StatusOr<LoadedModel> model = LoadModel("llama-3-8b");
 //   JobSpec job{.micro_batch = 1, .seq_len = 4096, .precision = Precision::kBf16Mixed};
 //   absl::StatusOr<MemoryEstimate> e = EstimateMemory(*model, job, {.gpu = h100});
-//   e->total_bytes(); e->fits(); e->rows();   // category, bytes
+//   e->allocated_bytes(); e->reserved_bytes();
+//   e->total_bytes(); e->fits(); e->rows();   // category, bytes; total = what nvidia-smi shows
 //
 // Pipeline: BuildModelGraph (models/builders.h) for one micro-batch on one
 // tensor-parallel shard -> PlanForMode (planner/checkpoint_plan.h) for the
 // checkpoint mode -> BuildTrainingStep (graph/training_step.h) with that plan
-// -> ProfileMemory (graph/liveness.h) for the dynamic bytes
-// -> EstimateModelStates for the resident ones -> overheads. Each step is a
-// named stage in estimators/estimate_stages.h that planners can reuse.
+// -> EstimateModelStates for the resident bytes -> the step's allocation
+// sequence, resident state first, replayed through the caching allocator
+// (estimators/step_replay.h, Note [Allocator replay]) for the bytes at the
+// peak by category, the allocated and the reserved peak -> the CUDA
+// context. Each step is a named stage in estimators/estimate_stages.h and
+// estimators/step_replay.h that planners can reuse.
 //
 // Absurd input is an error, never a wrapped byte count: sizes are bounded
 // (job/job_spec.h, graph/graph.h Note [Size bounds], models/model_config.h
@@ -40,10 +44,14 @@
 // Under 1F1B (Narayanan et al. 2021, PipeDream-Flush) stage s of p holds
 // min(p - s, m) micro-batches in flight (m micro-batches per step): the
 // first stage stores p micro-batches of its layers' activations
-// (Korthikanti et al. 2022, Section 4.2.3). The estimate charges each stage
-// its layers' saved-for-backward bytes (ProfileMemory's saved_bytes_by_layer)
-// times its in-flight count, plus the step's transient working set, and
-// reports the worst stage.
+// (Korthikanti et al. 2022, Section 4.2.3). The worst stage is found by
+// charging each stage its layers' saved-for-backward bytes (ProfileMemory's
+// saved_bytes_by_layer) times its in-flight count, plus the whole step's
+// transient working set, and its model states (FindWorstPipelineStage).
+// That stage's bytes are then those of its own step (Note [Pipeline stage
+// step] in estimate_stages.cc) replayed after the forwards of its other
+// micro-batches in flight (Note [Pipeline warm-up in the replay] in
+// estimators/step_replay.h).
 #ifndef HEADROOM_ESTIMATORS_MEMORY_ESTIMATE_H_
 #define HEADROOM_ESTIMATORS_MEMORY_ESTIMATE_H_
 
@@ -56,6 +64,7 @@
 #include "estimators/overheads.h"
 #include "job/job_spec.h"
 #include "models/model_source.h"
+#include "replay/allocation_trace.h"
 
 namespace headroom {
 
@@ -88,9 +97,17 @@ struct MemoryEstimate {
   // Dynamic bytes at the peak.
   uint64_t activations = 0;           // forward outputs and saved tensors (inputs included)
   uint64_t activation_gradients = 0;
-  uint64_t temporaries = 0;
+  uint64_t temporaries = 0;  // incl. the optimizer step's, when it is the peak
   uint64_t kv_cache = 0;
+  // The CUDA context, cuBLAS workspaces, and the allocator's rounding and
+  // cache from the replay (Note [Allocator rounding and cache]).
   Overheads overheads;
+  // The allocator configuration replayed (FormatAllocConf; empty: PyTorch's
+  // default), and whether the allocator ran short of the GPU's memory with it
+  // (Note [Replay capacity] in estimators/step_replay.h; with the default
+  // configuration only when total_bytes() is more than the capacity).
+  std::string alloc_conf;
+  bool allocator_out_of_memory = false;
 
   uint64_t capacity = 0;
   uint64_t host_bytes = 0;  // per rank, offloaded states
@@ -108,8 +125,18 @@ struct MemoryEstimate {
   double step_seconds = 0;
   double recompute_seconds = 0;
 
-  uint64_t total_bytes() const;
-  bool fits() const { return total_bytes() <= capacity; }
+  // The allocator's peaks: the blocks handed out (tensors, workspaces and
+  // the allocator's rounding) and what it holds from the device (plus its
+  // cache of unused blocks).
+  uint64_t allocated_bytes() const;
+  // The bytes requested at the peak (tensors and workspaces): allocated
+  // less the allocator's rounding. Unlike the allocator's figures, it never
+  // shrinks when the job grows.
+  uint64_t requested_bytes() const { return allocated_bytes() - overheads.allocator_rounding; }
+  uint64_t reserved_bytes() const { return allocated_bytes() + overheads.allocator_cached; }
+  // What nvidia-smi would show: the reserved peak plus the CUDA context.
+  uint64_t total_bytes() const { return reserved_bytes() + overheads.cuda_context; }
+  bool fits() const { return total_bytes() <= capacity && !allocator_out_of_memory; }
   // Signed spare bytes (negative: short by).
   int64_t spare_bytes() const {
     return static_cast<int64_t>(capacity) - static_cast<int64_t>(total_bytes());
@@ -123,10 +150,12 @@ int64_t ResolveSeqLen(const LoadedModel& model, const JobSpec& job);
 
 // Estimates one job. Errors name the field or flag at fault:
 // InvalidArgument for a layout or option the model cannot take (heads not
-// divisible by TP, --pp beyond the layers, ...), OutOfRange for sizes beyond
-// the stated bounds.
+// divisible by TP, --pp beyond the layers or on a graph file with its own
+// backward, ...), OutOfRange for sizes beyond the stated bounds. With
+// `replayed`, it also receives the allocation sequence the allocator
+// replayed (Note [Allocator replay]), for `headroom replay`.
 absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const JobSpec& job,
-                                              const Machine& machine);
+                                              const Machine& machine, AllocationTrace* replayed = nullptr);
 
 }  // namespace headroom
 

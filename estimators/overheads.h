@@ -1,6 +1,6 @@
 // Memory a job needs beyond its tensors: the CUDA context, cuBLAS
-// workspaces, the caching allocator's rounding, and a named fragmentation
-// allowance.
+// workspaces, and what the caching allocator holds beyond the bytes
+// requested (its rounding and its cache of unused blocks).
 //
 //   Overheads o = EstimateOverheads(*gpu, {.streams = 1});
 //   o.cuda_context      // CudaContextBytes(gpu.architecture) unless overridden
@@ -22,19 +22,18 @@
 // one is; --cuda-context overrides it (use 1343MiB to reproduce the 2022
 // Hugging Face V100 numbers).
 //
-// Note [Allocator rounding]
-// PyTorch's caching allocator rounds every request up to a multiple of 512
-// bytes (kMinBlockSize); the estimator adds that rounding for the tensors
-// live at the peak. Fragmentation (reserved but unusable memory between
-// blocks) depends on the allocation order and is predicted by replaying the
-// schedule through the allocator (issue [5]); until then it is reported as a
-// separate, named allowance: a fraction of the peak's dynamic bytes
-// (activations, activation gradients, temporaries). The default 25% is an empirical figure, not a derivation: in
-// Hugging Face's four bert-large V100 measurements (tests/estimators/
-// memory_estimate_test.cc) nvidia-smi exceeded everything else this
-// estimator counts by 27% (fp32, batch 4), 32% (batch 1) and 46% (fp16
-// autocast) of those bytes; 25% keeps all four within 10% without
-// overshooting. --fragmentation overrides it.
+// Note [Allocator rounding and cache]
+// The caching allocator hands out blocks, not the bytes requested: it rounds
+// every request up (to 512 bytes, small requests to the small pool's
+// blocks, large ones within a segment's split rules), and it keeps freed
+// blocks in segments it has reserved from the device for later requests.
+// Both come from replaying the step's allocation sequence through the
+// allocator with the job's configuration (Note [Allocator replay] in
+// estimators/step_replay.h): allocator_rounding is the allocated peak less
+// the bytes requested at the peak, allocator_cached the reserved peak less
+// the allocated one. They replace the fixed fraction of the dynamic bytes
+// that stood in for fragmentation before the replay existed (25%, fitted to
+// four bert-large measurements).
 #ifndef HEADROOM_ESTIMATORS_OVERHEADS_H_
 #define HEADROOM_ESTIMATORS_OVERHEADS_H_
 
@@ -48,8 +47,6 @@
 
 namespace headroom {
 
-inline constexpr uint64_t kAllocatorRounding = 512;  // Note [Allocator rounding]
-
 struct CudaContextFigure {
   uint64_t bytes = 0;
   std::string source;
@@ -61,22 +58,17 @@ struct Overheads {
   uint64_t cuda_context = 0;
   std::string cuda_context_source;
   uint64_t cublas_workspace = 0;
-  uint64_t allocator_rounding = 0;   // filled by the caller from the live tensors
-  uint64_t fragmentation_allowance = 0;
+  // Note [Allocator rounding and cache]: filled by the estimate from its replay.
+  uint64_t allocator_rounding = 0;  // allocated peak - requested bytes at the peak
+  uint64_t allocator_cached = 0;    // reserved peak - allocated peak
 
-  uint64_t total() const {
-    return cuda_context + cublas_workspace + allocator_rounding + fragmentation_allowance;
-  }
+  uint64_t total() const { return cuda_context + cublas_workspace + allocator_rounding + allocator_cached; }
 };
 
-// Context and workspaces; rounding and fragmentation depend on the tensors
-// and are filled in by the estimate (estimators/memory_estimate.h).
+// Context and workspaces; the allocator's rounding and cache depend on the
+// allocation sequence and are filled in by the estimate
+// (estimators/memory_estimate.h).
 Overheads EstimateOverheads(const GpuSpec& gpu, const OverheadOptions& options);
-
-// Bytes lost to rounding `bytes` up to the allocator's 512-byte blocks.
-inline uint64_t RoundingWaste(uint64_t bytes) {
-  return bytes == 0 ? 0 : (kAllocatorRounding - bytes % kAllocatorRounding) % kAllocatorRounding;
-}
 
 }  // namespace headroom
 

@@ -5,6 +5,8 @@
 //   HEADROOM_ASSIGN_OR_RETURN(PlanInput in, BuildPlanInput(model, job, machine));
 //   PlanProblem problem = in.Problem(in.gpu_budget.value_or(budget));
 //   absl::StatusOr<PlanResult> r = RunStrategy(problem, Strategy::kChenGreedy);
+//   HEADROOM_ASSIGN_OR_RETURN(Graph scheduled, MaterializeSchedule(in.step, r->schedule));
+//   HEADROOM_ASSIGN_OR_RETURN(PlanReplay replay, ReplayPlan(in, scheduled));   // what nvidia-smi would show
 //
 // Note [Plan budget]
 // A model's step is built without checkpointing (the planner decides what to
@@ -15,9 +17,20 @@
 // states (weights, buffers, master weights, resident gradients, optimizer
 // state, gathered parameters, communication buffers, fp8 caches), the CUDA
 // context and cuBLAS workspaces, as the estimators compute them. With a GPU,
-// the budget is (capacity - fixed state) / (1 + the job's fragmentation
-// fraction), so the plan leaves the allocator the same headroom the
-// estimate allows. A node-link or whole-step graph file is its own step: all
+// gpu_budget is capacity - fixed state: the most the planned tensors may
+// request. The caching allocator needs more than the bytes requested (its
+// rounding and its cache of unused blocks, Note [Allocator rounding and
+// cache]), which depends on the plan, so `headroom plan --gpu` lowers the
+// budget until the plan fits as the allocator serves it: it plans for
+// gpu_budget, replays the plan through the allocator after the fixed state
+// with the job's --alloc-conf (ReplayPlan; estimators/step_replay.h, Note
+// [Allocator replay]), asks for a plan whose peak is lower by what the
+// replay's reserved peak plus the CUDA context overflows the GPU by, and
+// plans again, for a few rounds at most (with --compare and --load, the default strategy's plans
+// set the budget). The plan it reports is replayed too, and its reserved
+// peak plus the CUDA context (what nvidia-smi would show) is reported
+// against the GPU's memory, so a plan that still overflows says so rather
+// than being called a fit. A node-link or whole-step graph file is its own step: all
 // of its bytes are planned, its fixed state is zero, and op costs are its
 // measured costs when it has them.
 // Op costs are roofline seconds on the job's GPU (hardware/cost_model.h), or
@@ -32,6 +45,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "allocator/allocator_options.h"
+#include "estimators/step_replay.h"
 #include "graph/graph.h"
 #include "graph/liveness.h"
 #include "job/job_spec.h"
@@ -59,7 +74,15 @@ struct PlanInput {
   double copy_bytes_per_cost = 0; // 0 when costs are not seconds
   uint64_t capacity = 0;          // the machine's bytes
   std::optional<uint64_t> gpu_budget;  // Note [Plan budget]; unset when fixed state fills the GPU
-  double fragmentation_fraction = 0;
+  // What ReplayPlan replays besides a schedule (Note [Allocator replay]):
+  // the fixed state as blocks, the optimizer's temporaries, whether
+  // autocast's copies are weights, and the job's allocator configuration;
+  // and the CUDA context, which the allocator does not hold.
+  std::vector<ResidentBlock> resident;
+  OptimizerTemporaries optimizer_temporaries;
+  bool autocast = false;
+  AllocatorOptions allocator;
+  uint64_t cuda_context = 0;
   // States this rank keeps in host memory (--offload, --ema cpu), beside any
   // activations a plan offloads.
   uint64_t host_bytes = 0;
@@ -77,6 +100,20 @@ struct PlanInput {
 // forward pass without a loss, or --pp on a graph file with its own backward
 // or with fewer layers than stages.
 absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec& job, const Machine& machine);
+
+// A plan's step (`scheduled`, MaterializeSchedule of a schedule over
+// in.step) replayed through the caching allocator after the fixed state
+// (Note [Plan budget]).
+struct PlanReplay {
+  uint64_t requested_bytes = 0;  // the sequence's peak: fixed state (no CUDA context) and planned tensors
+  AllocatorReplay allocator;
+  uint64_t cuda_context = 0;
+  // What the allocator reserves beyond the bytes requested: its rounding and cache.
+  uint64_t overhead_bytes() const { return allocator.peak_reserved_bytes - requested_bytes; }
+  // What nvidia-smi would show.
+  uint64_t total_bytes() const { return allocator.peak_reserved_bytes + cuda_context; }
+};
+absl::StatusOr<PlanReplay> ReplayPlan(const PlanInput& in, const Graph& scheduled);
 
 }  // namespace headroom
 

@@ -38,11 +38,6 @@ absl::Status ValidateJob(const JobSpec& job) {
   HEADROOM_RETURN_IF_ERROR(InRange(job.kv_block_size, 0, kMaxSeqLen, "kv_block_size"));
   HEADROOM_RETURN_IF_ERROR(InRange(job.checkpoint_every, 1, kMaxSeqLen, "checkpoint_every"));
   HEADROOM_RETURN_IF_ERROR(InRange(job.overheads.streams, 1, kMaxStreams, "overheads.streams"));
-  const double fragmentation = job.overheads.fragmentation_fraction;
-  if (!(fragmentation >= 0 && fragmentation <= 1)) {  // NaN fails both
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "overheads.fragmentation_fraction: must be a fraction between 0 and 1, got %g", fragmentation));
-  }
   if (job.lora.rank < 0 || job.lora.rank > kMaxSeqLen) {
     return absl::InvalidArgumentError(
         absl::StrFormat("lora.rank: must be between 0 and %d, got %d", kMaxSeqLen, job.lora.rank));

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+#include "allocator/allocator_options.h"
 #include "graph/graph.h"
 #include "graph/torch_runtime.h"
 #include "hardware/gpu_catalog.h"
@@ -33,9 +34,6 @@ namespace headroom {
 struct OverheadOptions {
   std::optional<uint64_t> cuda_context;  // override (--cuda-context)
   int streams = 1;                       // compute streams, each with a cuBLAS workspace
-  // Fragmentation allowance as a fraction of the dynamic bytes (activations,
-  // gradients of activations, temporaries) at the peak.
-  double fragmentation_fraction = 0.25;
 };
 
 // Note [Training loop]
@@ -81,6 +79,11 @@ struct JobSpec {
   TrainingLoop loop = TrainingLoop::kHand;
   RmsNormImpl rms_norm = RmsNormImpl::kEager;  // Note [Eager RMSNorm] in models/builders.cc
   TorchRuntime runtime;                        // graph/torch_runtime.h
+  // The caching allocator's configuration the job runs with
+  // (PYTORCH_CUDA_ALLOC_CONF; allocator/alloc_conf.h): the estimate replays
+  // its step through the allocator with it (estimators/step_replay.h).
+  // Default: PyTorch's own policy.
+  AllocatorOptions allocator;
 };
 
 // Upper bounds on the sizes a job may name: far above any real job, low

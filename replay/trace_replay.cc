@@ -50,7 +50,9 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
     return created;
   };
 
+  bool stopped = false;
   for (const TraceEvent& event : trace.events) {
+    if (stopped) break;
     switch (event.op) {
       case TraceOp::kAllocateFailure:
         ++result.trace_failures;
@@ -77,6 +79,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
                                                 address.status().message()));
           }
           failed[event.pointer] = event.size;
+          if (options.stop_at_first_oom) stopped = true;
           break;
         }
         ++result.allocations;

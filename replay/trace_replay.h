@@ -45,6 +45,9 @@ struct ReplayOptions {
   AllocatorOptions allocator;
   bool strict = false;
   size_t max_reported_anomalies = 5;
+  // End the replay at the first allocation it cannot serve (a question of
+  // whether the trace fits, not of how much it needs).
+  bool stop_at_first_oom = false;
 };
 
 struct ReplayResult {

@@ -85,12 +85,17 @@ void WriteHeader(const EstimateReport& r, std::ostream& out) {
   out << "\n\n";
 }
 
+// The allocator configuration as --alloc-conf takes it.
+std::string AllocConfLabel(const MemoryEstimate& e) { return e.alloc_conf.empty() ? "pytorch-default" : e.alloc_conf; }
+
 void WriteBudget(const MemoryEstimate& e, std::ostream& out) {
   TextTable table({"category", "bytes", "share"}, {Align::kLeft, Align::kRight, Align::kRight});
   const uint64_t total = e.total_bytes();
   for (const BudgetRow& row : e.rows()) table.AddRow({row.label, FormatBytes(row.bytes), Share(row.bytes, total)});
   table.AddSeparator();
-  table.AddRow({"total at the peak", FormatBytes(total), "100.0%"});
+  table.AddRow({"allocated at the peak", FormatBytes(e.allocated_bytes()), Share(e.allocated_bytes(), total)});
+  table.AddRow({"reserved at the peak", FormatBytes(e.reserved_bytes()), Share(e.reserved_bytes(), total)});
+  table.AddRow({"total (nvidia-smi)", FormatBytes(total), "100.0%"});
   table.AddRow({"GPU memory", FormatBytes(e.capacity), ""});
   out << table.Render();
   if (e.host_bytes > 0) out << "host memory (offloaded, per GPU rank): " << FormatBytes(e.host_bytes) << "\n";
@@ -101,6 +106,10 @@ void WriteVerdict(const EstimateReport& r, std::ostream& out) {
   const MemoryEstimate& e = *r.estimate;
   if (e.fits()) {
     out << "verdict: FITS with " << FormatBytes(static_cast<uint64_t>(e.spare_bytes())) << " to spare\n";
+  } else if (e.spare_bytes() >= 0) {
+    // Note [Replay capacity]: the configuration's own limits ran out first.
+    out << "verdict: DOES NOT FIT: the allocator runs out within the limits of --alloc-conf " << AllocConfLabel(e)
+        << "\n";
   } else {
     out << absl::StrFormat("verdict: DOES NOT FIT: short by %s (needs %.2fx this GPU's memory)\n",
                            FormatBytes(static_cast<uint64_t>(-e.spare_bytes())),
@@ -179,9 +188,9 @@ std::string EstimateText(const EstimateReport& r) {
   WriteFixes(r, out);
   if (r.breakdown) WriteBreakdown(e, out);
   out << "\nIncludes the CUDA context (" << FormatBytes(e.overheads.cuda_context)
-      << ", --cuda-context to override) and a "
-      << absl::StrFormat("%.0f%%", r.job->overheads.fragmentation_fraction * 100)
-      << " fragmentation allowance on dynamic bytes (--fragmentation).\n";
+      << ", --cuda-context to override). Allocated and reserved bytes replay the step\n"
+         "through PyTorch's caching allocator policy with --alloc-conf "
+      << AllocConfLabel(e) << ".\n";
   return out.str();
 }
 
@@ -192,6 +201,9 @@ nlohmann::json EstimateJson(const EstimateReport& r) {
   for (const BudgetRow& row : e.rows()) bytes[row.key] = row.bytes;
   nlohmann::json j = {
       {"total_bytes", e.total_bytes()},
+      {"allocated_bytes", e.allocated_bytes()},
+      {"reserved_bytes", e.reserved_bytes()},
+      {"alloc_conf", AllocConfLabel(e)},
       {"capacity_bytes", e.capacity},
       {"fits", e.fits()},
       {"spare_bytes", e.spare_bytes()},

@@ -84,6 +84,20 @@ std::string OneText(const PlanReport& r, const PlanResult& p) {
                                         p.schedule.CountOf(ScheduleAction::kRecompute),
                                         p.schedule.CountOf(ScheduleAction::kOffload),
                                         p.schedule.CountOf(ScheduleAction::kPrefetch)));
+  if (r.replay) {
+    const PlanReplay& replay = *r.replay;
+    absl::StrAppend(&out, absl::StrFormat("allocator:   %s allocated, %s reserved at the peak with the fixed state",
+                                          FormatBytes(replay.allocator.peak_allocated_bytes),
+                                          FormatBytes(replay.allocator.peak_reserved_bytes)));
+    if (in.capacity > 0) {
+      absl::StrAppend(&out, absl::StrFormat("; nvidia-smi %s of %s: %s", FormatBytes(replay.total_bytes()),
+                                            FormatBytes(in.capacity),
+                                            replay.total_bytes() <= in.capacity && !replay.allocator.out_of_memory
+                                                ? "fits"
+                                                : "does NOT fit"));
+    }
+    absl::StrAppend(&out, "\n");
+  }
   if (r.arena) {
     absl::StrAppend(&out, absl::StrFormat("arena:       %s as one static buffer (greedy by size), at least %s: "
                                           "%s over the bound; %s without reuse%s\n",
@@ -159,6 +173,12 @@ nlohmann::json PlanJson(const PlanReport& r) {
                     {"gap_bytes", r.arena->gap_bytes()},
                     {"naive_bytes", r.arena->naive_bytes},
                     {"alignment", r.arena->alignment}};
+  }
+  if (r.replay) {
+    out["allocator"] = {{"requested_bytes", r.replay->requested_bytes},
+                        {"allocated_bytes", r.replay->allocator.peak_allocated_bytes},
+                        {"reserved_bytes", r.replay->allocator.peak_reserved_bytes},
+                        {"total_bytes", r.replay->total_bytes()}};
   }
   return out;
 }

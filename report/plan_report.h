@@ -34,6 +34,9 @@ struct PlanReport {
   // The single plan's activation arena laid out statically
   // (planner/arena_layout.h); absent for --compare.
   std::optional<ArenaLayout> arena;
+  // The single plan replayed through the caching allocator after the fixed
+  // state (Note [Plan budget] in estimators/plan_input.h); absent for --compare.
+  std::optional<PlanReplay> replay;
 };
 
 std::string PlanText(const PlanReport& report);

@@ -149,12 +149,9 @@ std::string MarkdownCell(const std::string& text) {
 EstimatedStep EstimatedFigures(const MemoryEstimate& e, bool on_cuda) {
   // Note [Estimated allocated bytes].
   EstimatedStep out{.peak_op = e.peak_op, .peak_phase = e.peak_phase};
-  out.allocated_bytes = e.weights + e.master_weights + e.gradients + e.optimizer_state + e.gathered_parameters +
-                        e.communication_buffers + e.fp8_weight_cache + e.ema_weights + e.activations +
-                        e.activation_gradients + e.temporaries + e.kv_cache;
-  if (on_cuda) out.allocated_bytes += e.overheads.allocator_rounding;
+  out.allocated_bytes = on_cuda ? e.allocated_bytes() : e.requested_bytes() - e.overheads.cublas_workspace;
   // Note [Estimated reserved bytes].
-  out.reserved_bytes = out.allocated_bytes + e.overheads.fragmentation_allowance;
+  out.reserved_bytes = e.reserved_bytes();
   return out;
 }
 

@@ -12,25 +12,20 @@
 // line can read (cli/job_flags.h); this library takes the parsed JobSpec.
 //
 // Note [Estimated allocated bytes]
-// PyTorch's peak of allocated bytes counts tensor storage only, so the
-// estimate's counterpart is the sum of its tensor categories: weights,
-// master weights, gradients, optimizer state, gathered parameters,
-// communication buffers, fp8 weight copies, EMA weights, activations,
-// activation gradients, temporaries and KV cache — the total without its
-// overheads (CUDA context, cuBLAS workspace, allocator rounding,
-// fragmentation allowance), which live outside memory_allocated() or in
-// reserved-but-free memory. One exception: on a CUDA fixture the 512-byte
-// rounding (Note [Allocator rounding] in estimators/overheads.h) is part of
-// each block memory_allocated() counts, so it is included there; on a
-// "cpu" fixture it is a CUDA caching-allocator behaviour the CPU allocator
-// does not have, and is left out.
+// The estimate replays the step through the caching allocator
+// (estimators/step_replay.h), so its peaks are PyTorch's own figures: on a
+// CUDA fixture the allocated peak (tensors, the cuBLAS workspace PyTorch
+// takes from the allocator, and the 512-byte rounding of every block) is
+// compared with torch.cuda.max_memory_allocated(). On a "cpu" fixture the
+// measurement counts tensor storage exactly as requested, with no cuBLAS
+// workspace and no rounding (those are the CUDA caching allocator's), so
+// the estimate's requested bytes less its cuBLAS workspace are compared.
 //
 // Note [Estimated reserved bytes]
-// A CUDA fixture may also carry torch.cuda.max_memory_reserved(). The
-// estimate's counterpart is the allocated bytes above plus its
-// fragmentation allowance: what the caching allocator holds beyond live
-// blocks. Both figures are read in one function, EstimatedFigures, the
-// single place that knows how MemoryEstimate spells them.
+// A CUDA fixture may also carry torch.cuda.max_memory_reserved(); the
+// estimate's counterpart is the replay's reserved peak. Both figures are
+// read in one function, EstimatedFigures, the single place that knows how
+// MemoryEstimate spells them.
 #ifndef HEADROOM_REPORT_VALIDATION_REPORT_H_
 #define HEADROOM_REPORT_VALIDATION_REPORT_H_
 

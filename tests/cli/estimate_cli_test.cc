@@ -52,6 +52,57 @@ TEST(EstimateCli, InferenceDefaultsToBf16WeightsAndCountsTheKvCache) {
   EXPECT_EQ(doc["bytes"]["kv_cache"], 8ull * 4096 * 512 * 1024);
 }
 
+// The estimate's reserved bytes are a replay of its allocation sequence
+// (estimators/step_replay.h): --trace-out writes that sequence, and
+// `headroom replay` of it with the same configuration reports the same
+// allocated and reserved peaks; the nvidia-smi total adds the CUDA context.
+TEST(EstimateCli, TraceOutReplaysToTheSameReservedPeak) {
+  for (const std::string conf : {"pytorch-default", "expandable"}) {
+    SCOPED_TRACE(conf);
+    const std::string trace = WriteTempFile("gpt2-" + conf + ".rmm.csv", "");
+    auto e = RunHeadroom({"estimate", "--model", "gpt2", "--gpu", "t4", "--micro-batch", "4", "--alloc-conf", conf,
+                          "--trace-out", trace, "--no-search", "--json"});
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    const nlohmann::json estimate = nlohmann::json::parse(e.out);
+    auto r = RunHeadroom({"replay", trace, "--conf", conf, "--capacity", "16GiB", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json run = nlohmann::json::parse(r.out)["runs"][0];
+    EXPECT_EQ(run["peak_reserved_bytes"], estimate["reserved_bytes"]);
+    EXPECT_EQ(run["peak_allocated_bytes"], estimate["allocated_bytes"]);
+    EXPECT_EQ(estimate["total_bytes"].get<uint64_t>(),
+              estimate["reserved_bytes"].get<uint64_t>() + estimate["bytes"]["cuda_context"].get<uint64_t>());
+    EXPECT_EQ(estimate["reserved_bytes"].get<uint64_t>() - estimate["allocated_bytes"].get<uint64_t>(),
+              estimate["bytes"]["allocator_cached"].get<uint64_t>());
+  }
+}
+
+// --alloc-conf changes what the allocator reserves, not what the job
+// requests; it is shown in the report.
+TEST(EstimateCli, AllocConfChangesReservedBytesOnly) {
+  auto run = [](const std::string& conf) {
+    auto r = RunHeadroom({"estimate", "--model", "gpt2", "--gpu", "t4", "--micro-batch", "8", "--alloc-conf", conf,
+                          "--no-search", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out);
+  };
+  const nlohmann::json native = run("pytorch-default"), expandable = run("expandable_segments:True");
+  EXPECT_EQ(native["alloc_conf"], "pytorch-default");
+  EXPECT_EQ(expandable["alloc_conf"], "expandable_segments:True");
+  for (const char* key : {"weights", "activations", "optimizer_state"}) {
+    EXPECT_EQ(native["bytes"][key], expandable["bytes"][key]) << key;
+  }
+  EXPECT_LE(expandable["reserved_bytes"].get<uint64_t>(), native["reserved_bytes"].get<uint64_t>());
+  auto text = RunHeadroom({"estimate", "--model", "gpt2", "--gpu", "t4", "--alloc-conf", "expandable", "--no-search"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("reserved at the peak"));
+  EXPECT_THAT(text.out, HasSubstr("total (nvidia-smi)"));
+  EXPECT_THAT(text.out, HasSubstr("allocator cache (reserved, unused)"));
+  EXPECT_THAT(text.out, HasSubstr("--alloc-conf expandable_segments:True"));
+  auto bad_plan = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--alloc-conf", "max_split_size_mb:1"});
+  EXPECT_EQ(bad_plan.exit_code, 2);
+  EXPECT_THAT(bad_plan.err, HasSubstr("--alloc-conf 'max_split_size_mb:1'"));
+}
+
 // A node-link graph is taken as given; the report says the setup flags do not
 // reshape it.
 TEST(EstimateCli, FixedGraphSaysSetupFlagsDoNotApply) {
@@ -175,7 +226,8 @@ TEST(EstimateCli, BadInputExitsTwoNamingTheField) {
 // line naming the flag, never estimated (they used to give confident answers).
 TEST(EstimateCli, AbsurdSetupsAreRefusedNamingTheFlag) {
   const std::vector<BadInput> cases = {
-      {{"--fragmentation", "nan"}, "--fragmentation: must be a fraction between 0 and 1, got nan"},
+      {{"--alloc-conf", "expandable_segments:Maybe"}, "--alloc-conf 'expandable_segments:Maybe'"},
+      {{"--alloc-conf", "best-fit"}, "--alloc-conf 'best-fit': "},
       {{"--lora-rank", "8", "--lora-alpha", "nan"}, "--lora-alpha: must be a positive number, got nan"},
       {{"--inference", "--checkpoint", "full"}, "--checkpoint: activation checkpointing ('full') applies to training"},
       {{"--seq", "0"}, "--seq: must be at least 1 (leave it out for the model's default), got 0"},

@@ -26,12 +26,6 @@ TEST(ValidateJob, RangesNameTheField) {
   EXPECT_THAT(Error({.grad_accum = 0}), StartsWith("grad_accum:"));
   EXPECT_THAT(Error({.checkpoint_every = 0}), StartsWith("checkpoint_every:"));
   JobSpec job;
-  job.overheads.fragmentation_fraction = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_THAT(Error(job), StartsWith("overheads.fragmentation_fraction: must be a fraction"));
-  job = {};
-  job.overheads.fragmentation_fraction = 1.5;
-  EXPECT_THAT(Error(job), StartsWith("overheads.fragmentation_fraction:"));
-  job = {};
   job.overheads.streams = 0;
   EXPECT_THAT(Error(job), StartsWith("overheads.streams:"));
   job = {};

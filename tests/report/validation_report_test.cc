@@ -26,7 +26,7 @@ MemoryEstimate PowersOfTwo() {
        {&e.weights, &e.master_weights, &e.gradients, &e.optimizer_state, &e.gathered_parameters,
         &e.communication_buffers, &e.fp8_weight_cache, &e.ema_weights, &e.activations, &e.activation_gradients,
         &e.temporaries, &e.kv_cache, &e.overheads.cuda_context, &e.overheads.cublas_workspace,
-        &e.overheads.allocator_rounding, &e.overheads.fragmentation_allowance}) {
+        &e.overheads.allocator_rounding, &e.overheads.allocator_cached}) {
     *category = bit;
     bit <<= 1;
   }
@@ -36,19 +36,18 @@ MemoryEstimate PowersOfTwo() {
 }
 
 // Note [Estimated allocated bytes].
-TEST(EstimatedFigures, TensorCategoriesWithRoundingOnCudaOnly) {
+TEST(EstimatedFigures, AllocatorFiguresOnCudaTensorsAloneOnACpu) {
   const MemoryEstimate e = PowersOfTwo();
   const uint64_t tensors = (uint64_t{1} << 12) - 1;  // the first twelve categories
   const EstimatedStep cpu = EstimatedFigures(e, /*on_cuda=*/false);
   EXPECT_EQ(cpu.allocated_bytes, tensors);
-  EXPECT_EQ(cpu.reserved_bytes, tensors + e.overheads.fragmentation_allowance);
+  EXPECT_EQ(cpu.reserved_bytes, e.reserved_bytes());
   EXPECT_EQ(cpu.peak_op, "loss");
   EXPECT_EQ(cpu.peak_phase, "loss");
   const EstimatedStep cuda = EstimatedFigures(e, /*on_cuda=*/true);
-  EXPECT_EQ(cuda.allocated_bytes, tensors + e.overheads.allocator_rounding);
-  EXPECT_EQ(cuda.reserved_bytes, cuda.allocated_bytes + e.overheads.fragmentation_allowance);
-  EXPECT_EQ(e.total_bytes() - cuda.allocated_bytes,
-            e.overheads.cuda_context + e.overheads.cublas_workspace + e.overheads.fragmentation_allowance);
+  EXPECT_EQ(cuda.allocated_bytes, tensors + e.overheads.cublas_workspace + e.overheads.allocator_rounding);
+  EXPECT_EQ(cuda.reserved_bytes, cuda.allocated_bytes + e.overheads.allocator_cached);
+  EXPECT_EQ(e.total_bytes() - cuda.reserved_bytes, e.overheads.cuda_context);
 }
 
 TEST(RelativeError, IsSignedAndRelativeToTheMeasurement) {

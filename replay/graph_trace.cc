@@ -1,4 +1,4 @@
-#include "report/plan_trace.h"
+#include "replay/graph_trace.h"
 
 #include <vector>
 
@@ -24,42 +24,47 @@ std::string_view ActionName(TraceOp op) {
 
 }  // namespace
 
+GraphEventOrder::GraphEventOrder(const Graph& step, std::span<const TensorLifetime> lifetimes)
+    : begin_at_(step.num_ops() + 1, 0), end_at_(step.num_ops() + 1, 0) {
+  // Counting sort: two passes over the tensors.
+  const size_t num_ops = step.num_ops();
+  for (const Tensor& t : step.tensors()) {
+    const TensorLifetime& l = lifetimes[static_cast<size_t>(t.id)];
+    if (l.first > l.last) continue;
+    ++begin_at_[static_cast<size_t>(l.first) + 1];
+    ++end_at_[static_cast<size_t>(l.last) + 1];
+  }
+  for (size_t i = 0; i < num_ops; ++i) {
+    begin_at_[i + 1] += begin_at_[i];
+    end_at_[i + 1] += end_at_[i];
+  }
+  beginning_.resize(begin_at_[num_ops]);
+  ending_.resize(end_at_[num_ops]);
+  std::vector<uint32_t> b(begin_at_.begin(), begin_at_.end() - 1), e(end_at_.begin(), end_at_.end() - 1);
+  for (const Tensor& t : step.tensors()) {
+    const TensorLifetime& l = lifetimes[static_cast<size_t>(t.id)];
+    if (l.first > l.last) continue;
+    beginning_[b[static_cast<size_t>(l.first)]++] = t.id;
+    ending_[e[static_cast<size_t>(l.last)]++] = t.id;
+  }
+}
+
 absl::StatusOr<AllocationTrace> PlanAllocationTrace(const Graph& step, const ProfileOptions& options) {
   HEADROOM_RETURN_IF_ERROR(step.CheckBounds());
   AllocationTrace trace{.source = step.name(), .format = "rmm-csv", .events = {}};
   const std::vector<TensorLifetime> life = ComputeLifetimes(step, options);
-  // Tensors by the op where their life begins and ends, in TensorId order
-  // (counting sort: two passes over the tensors).
-  const size_t num_ops = step.num_ops();
-  std::vector<uint32_t> begin_at(num_ops + 1, 0), end_at(num_ops + 1, 0);
+  const GraphEventOrder order(step, life);
   std::vector<uint64_t> pointer(step.num_tensors(), 0);
   uint64_t next = kPlanTraceBaseAddress;  // Note [Size bounds]: cannot wrap
   for (const Tensor& t : step.tensors()) {
     const TensorLifetime& l = life[static_cast<size_t>(t.id)];
-    if (l.first > l.last) continue;
-    ++begin_at[static_cast<size_t>(l.first) + 1];
-    ++end_at[static_cast<size_t>(l.last) + 1];
     const uint64_t bytes = t.bytes();
-    if (bytes == 0) continue;  // the null pointer
+    if (l.first > l.last || bytes == 0) continue;  // a 0-byte tensor: the null pointer
     pointer[static_cast<size_t>(t.id)] = next;
     next += AlignUp(bytes, 512);
   }
-  for (size_t i = 0; i < num_ops; ++i) {
-    begin_at[i + 1] += begin_at[i];
-    end_at[i + 1] += end_at[i];
-  }
-  std::vector<TensorId> beginning(begin_at[num_ops]), ending(end_at[num_ops]);
-  {
-    std::vector<uint32_t> b(begin_at.begin(), begin_at.end() - 1), e(end_at.begin(), end_at.end() - 1);
-    for (const Tensor& t : step.tensors()) {
-      const TensorLifetime& l = life[static_cast<size_t>(t.id)];
-      if (l.first > l.last) continue;
-      beginning[b[static_cast<size_t>(l.first)]++] = t.id;
-      ending[e[static_cast<size_t>(l.last)]++] = t.id;
-    }
-  }
   // Note [Plan trace order]: at each op, its allocations, then its frees.
-  trace.events.reserve(2 * beginning.size());
+  trace.events.reserve(2 * order.num_allocations());
   auto add = [&](TraceOp op, TensorId id, size_t time) {
     trace.events.push_back({.op = op,
                             .pointer = pointer[static_cast<size_t>(id)],
@@ -68,9 +73,10 @@ absl::StatusOr<AllocationTrace> PlanAllocationTrace(const Graph& step, const Pro
                             .time_ns = time,
                             .line = trace.events.size() + 2});  // the CSV line, after the header
   };
-  for (size_t i = 0; i < num_ops; ++i) {
-    for (uint32_t k = begin_at[i]; k < begin_at[i + 1]; ++k) add(TraceOp::kAllocate, beginning[k], i);
-    for (uint32_t k = end_at[i]; k < end_at[i + 1]; ++k) add(TraceOp::kFree, ending[k], i);
+  for (size_t i = 0; i < step.num_ops(); ++i) {
+    const auto op = static_cast<OpId>(i);
+    for (TensorId id : order.Beginning(op)) add(TraceOp::kAllocate, id, i);
+    for (TensorId id : order.Ending(op)) add(TraceOp::kFree, id, i);
   }
   return trace;
 }

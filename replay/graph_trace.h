@@ -1,11 +1,15 @@
 // A scheduled graph's allocation sequence as an allocation trace, and RMM's
 // logging_resource_adaptor CSV for any trace: what `headroom replay` reads
-// (replay/allocation_trace.h), so a plan can be replayed through the
-// caching allocator like a recorded run.
+// (replay/allocation_trace.h), so a plan or an estimate can be replayed
+// through the caching allocator like a recorded run.
 //
 //   HEADROOM_ASSIGN_OR_RETURN(AllocationTrace trace, PlanAllocationTrace(scheduled, {}));
 //   std::ofstream("plan.rmm.csv") << FormatRmmLog(trace);   // for `headroom replay plan.rmm.csv`
 //   ReplayTrace(trace, options)->peak_live_bytes == ProfileMemory(scheduled).peak_bytes
+//
+// A caller that interleaves allocations of its own (the estimator's resident
+// state and optimizer temporaries, estimators/step_replay.h) walks the same
+// order through GraphEventOrder.
 //
 // Note [Plan trace order]
 // Each counted tensor (ProfileOptions, as ProfileMemory counts them) is
@@ -25,11 +29,13 @@
 // match frees to allocations. A 0-byte tensor gets the null pointer, as
 // PyTorch and RMM answer a 0-byte request (Note [Zero-byte allocations] in
 // replay/trace_replay.h).
-#ifndef HEADROOM_REPORT_PLAN_TRACE_H_
-#define HEADROOM_REPORT_PLAN_TRACE_H_
+#ifndef HEADROOM_REPLAY_GRAPH_TRACE_H_
+#define HEADROOM_REPLAY_GRAPH_TRACE_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
@@ -39,6 +45,27 @@
 namespace headroom {
 
 inline constexpr uint64_t kPlanTraceBaseAddress = 0x7f0000000000;
+
+// The tensors whose storage begins and ends at each op, in TensorId order
+// (Note [Plan trace order]): Beginning(i) and Ending(i) list op i's
+// allocations and frees. Built by a counting sort, O(ops + tensors).
+class GraphEventOrder {
+ public:
+  // `lifetimes` as ComputeLifetimes returns them for `step`.
+  GraphEventOrder(const Graph& step, std::span<const TensorLifetime> lifetimes);
+
+  std::span<const TensorId> Beginning(OpId op) const {
+    return std::span<const TensorId>(beginning_).subspan(begin_at_[op], begin_at_[op + 1] - begin_at_[op]);
+  }
+  std::span<const TensorId> Ending(OpId op) const {
+    return std::span<const TensorId>(ending_).subspan(end_at_[op], end_at_[op + 1] - end_at_[op]);
+  }
+  size_t num_allocations() const { return beginning_.size(); }
+
+ private:
+  std::vector<uint32_t> begin_at_, end_at_;  // offsets into beginning_ and ending_ per op, and one past the last
+  std::vector<TensorId> beginning_, ending_;
+};
 
 // The allocations and frees of `step` (any graph in program order, such as
 // a materialized schedule) in Note [Plan trace order]; source is the
@@ -54,4 +81,4 @@ std::string FormatRmmLog(const AllocationTrace& trace);
 
 }  // namespace headroom
 
-#endif  // HEADROOM_REPORT_PLAN_TRACE_H_
+#endif  // HEADROOM_REPLAY_GRAPH_TRACE_H_

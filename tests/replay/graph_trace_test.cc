@@ -2,7 +2,7 @@
 // copies, and on a model's checkpointed step, parsed back by the RMM parser
 // and replayed through the simulated caching allocator, whose peak must be
 // ProfileMemory's.
-#include "report/plan_trace.h"
+#include "replay/graph_trace.h"
 
 #include <algorithm>
 #include <string>

@@ -1,0 +1,382 @@
+#include "estimators/step_replay.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "allocator/simulated/simulated_backend.h"
+#include "common/checked_math.h"
+#include "common/status_macros.h"
+#include "estimators/optimizer_state.h"
+#include "replay/graph_trace.h"
+#include "replay/trace_replay.h"
+
+namespace headroom {
+namespace {
+
+// PyTorch DDP's default bucket_cap_mb (Note [Resident blocks]).
+constexpr uint64_t kDdpBucketBytes = uint64_t{25} << 20;
+constexpr size_t kLargestLiveListed = 16;
+
+bool IsQuantized(DType dtype) {
+  return dtype == DType::kNF4 || dtype == DType::kI8 || dtype == DType::kU8 || dtype == DType::kF8E4M3 ||
+         dtype == DType::kF8E5M2;
+}
+
+std::string_view CategoryName(BudgetCategory category) {
+  switch (category) {
+    case BudgetCategory::kWeights: return "weights";
+    case BudgetCategory::kMasterWeights: return "master_weights";
+    case BudgetCategory::kGradients: return "gradients";
+    case BudgetCategory::kOptimizerState: return "optimizer_state";
+    case BudgetCategory::kGatheredParameters: return "gathered_parameters";
+    case BudgetCategory::kCommunicationBuffers: return "communication_buffers";
+    case BudgetCategory::kFp8WeightCache: return "fp8_weight_cache";
+    case BudgetCategory::kEmaWeights: return "ema_weights";
+    case BudgetCategory::kActivations: return "activations";
+    case BudgetCategory::kActivationGradients: return "activation_gradients";
+    case BudgetCategory::kTemporaries: return "temporaries";
+    case BudgetCategory::kKvCache: return "kv_cache";
+    case BudgetCategory::kCublasWorkspace: return "cublas_workspace";
+  }
+  return "weights";
+}
+
+// Appends `total` bytes as blocks in proportion to `weights`, each weight's
+// share cut into `pieces` blocks; one block when `one_block` or when no
+// weight is positive. The blocks sum to `total` (the last positive weight
+// takes what the rounding down left).
+void AppendSplit(uint64_t total, std::span<const uint64_t> weights, BudgetCategory category, bool one_block,
+                 int pieces, std::vector<ResidentBlock>& out) {
+  if (total == 0) return;
+  uint64_t sum = 0;  // parameters are at most 2^44 elements (Note [Model size bounds]): no wrap
+  size_t last = weights.size();
+  for (size_t i = 0; i < weights.size(); ++i) {
+    sum += weights[i];
+    if (weights[i] > 0) last = i;
+  }
+  if (one_block || sum == 0) {
+    out.push_back({.bytes = total, .category = category});
+    return;
+  }
+  // Exact per-tensor sizes when the category has one bytes-per-unit figure.
+  const bool exact = total % sum == 0;
+  uint64_t given = 0;
+  for (size_t i = 0; i <= last; ++i) {
+    if (weights[i] == 0) continue;
+    uint64_t share = total - given;
+    if (i != last) {
+      share = exact ? total / sum * weights[i]
+                    : static_cast<uint64_t>(static_cast<long double>(total) * static_cast<long double>(weights[i]) /
+                                            static_cast<long double>(sum));
+      share = std::min(share, total - given);
+    }
+    given += share;
+    const auto n = static_cast<uint64_t>(pieces);
+    for (uint64_t p = 0; p < n; ++p) {
+      const uint64_t piece = p + 1 == n ? share - share / n * (n - 1) : share / n;
+      if (piece > 0) out.push_back({.bytes = piece, .category = category});
+    }
+  }
+}
+
+// Appends `total` bytes as blocks of `chunk` bytes, the last one smaller.
+void AppendChunks(uint64_t total, uint64_t chunk, BudgetCategory category, std::vector<ResidentBlock>& out) {
+  for (uint64_t given = 0; given < total; given += chunk) {
+    out.push_back({.bytes = std::min(chunk, total - given), .category = category});
+  }
+}
+
+BudgetCategory CategoryOf(const Graph& step, const Tensor& t, bool autocast) {
+  if (t.role == TensorRole::kGradient) {
+    return t.grad_of != kNone && step.tensor(t.grad_of).role == TensorRole::kParameter
+               ? BudgetCategory::kGradients
+               : BudgetCategory::kActivationGradients;
+  }
+  if (t.role == TensorRole::kTemporary) return BudgetCategory::kTemporaries;
+  if (autocast) {
+    // autocast's 16-bit copy of a parameter (Note [Which framework a setup means]).
+    const OpId producer = step.producer(t.id);
+    if (producer != kNone) {
+      const Op& op = step.op(producer);
+      if (op.kind == "cast" && !op.inputs.empty() && step.tensor(op.inputs[0]).role == TensorRole::kParameter) {
+        return BudgetCategory::kWeights;
+      }
+    }
+  }
+  return BudgetCategory::kActivations;
+}
+
+// Where in the sequence an allocation happens, for naming the peak.
+enum class Site : uint8_t { kResident, kWarmUp, kStep, kOptimizer };
+
+// Writes the sequence's events and follows its requested bytes by category.
+class SequenceWriter {
+ public:
+  explicit SequenceWriter(StepAllocations& out) : out_(out) {}
+
+  // The allocation's trace pointer (0 when nothing was allocated: 0 bytes,
+  // or an error is pending).
+  uint64_t Allocate(uint64_t bytes, BudgetCategory category, uint64_t stream, uint64_t time, Site site, OpId op) {
+    if (bytes == 0 || !status_.ok()) return 0;
+    if (bytes > kMaxSimulatedCapacity - live_total_) {
+      const auto largest = std::max_element(live_.begin(), live_.end());
+      status_ = absl::OutOfRangeError(absl::StrFormat(
+          "the step would hold more than the %d bytes (64 PiB) an allocator replay can simulate at once "
+          "(%s: %d bytes live, and %d more of %s)",
+          kMaxSimulatedCapacity, CategoryName(static_cast<BudgetCategory>(largest - live_.begin())), *largest, bytes,
+          CategoryName(category)));
+      return 0;
+    }
+    const uint64_t pointer = next_pointer_;
+    next_pointer_ += 512;
+    Add(TraceOp::kAllocate, pointer, bytes, stream, time);
+    live_[CategoryIndex(category)] += bytes;
+    live_total_ += bytes;
+    if (live_total_ > out_.peak_bytes) {
+      out_.peak_bytes = live_total_;
+      out_.bytes_at_peak = live_;
+      out_.peak_op = site == Site::kResident || site == Site::kOptimizer ? kNone : op;
+      out_.peak_in_warm_up = site == Site::kWarmUp;
+      out_.peak_at_optimizer_temporaries = site == Site::kOptimizer;
+    }
+    return pointer;
+  }
+
+  void Free(uint64_t pointer, uint64_t bytes, BudgetCategory category, uint64_t stream, uint64_t time) {
+    if (pointer == 0) return;
+    Add(TraceOp::kFree, pointer, bytes, stream, time);
+    live_[CategoryIndex(category)] -= bytes;
+    live_total_ -= bytes;
+  }
+
+  const absl::Status& status() const { return status_; }
+
+ private:
+  void Add(TraceOp op, uint64_t pointer, uint64_t bytes, uint64_t stream, uint64_t time) {
+    out_.trace.events.push_back({.op = op, .pointer = pointer, .size = bytes, .stream = stream, .time_ns = time,
+                                 .line = out_.trace.events.size() + 2});  // the CSV line, after the header
+  }
+
+  StepAllocations& out_;
+  CategoryBytes live_{};
+  uint64_t live_total_ = 0;
+  uint64_t next_pointer_ = kPlanTraceBaseAddress;
+  absl::Status status_;
+};
+
+// A tensor of an in-flight micro-batch kept past its forward.
+struct HeldBlock {
+  uint64_t pointer;
+  uint64_t bytes;
+  BudgetCategory category;
+};
+
+}  // namespace
+
+std::vector<ResidentBlock> ResidentBlocks(const Graph& forward, const ModelStates& states, const JobSpec& job,
+                                          const EstimateSetup& setup, const ResidentExtras& extras) {
+  // Note [Resident blocks].
+  const bool flat = setup.framework == Framework::kDeepSpeed || setup.framework == Framework::kFsdp;
+  const bool flat_gradients = flat || setup.framework == Framework::kMegatron;
+  const DType state_dtype = setup.precision.master_weights ? DType::kF32 : setup.precision.optimizer_state_dtype;
+  std::vector<uint64_t> weight_bytes, buffer_bytes, matrix_elements, trained_elements, state_bytes;
+  for (const Tensor& t : forward.tensors()) {
+    if (t.role == TensorRole::kBuffer) buffer_bytes.push_back(t.bytes());
+    if (t.role != TensorRole::kParameter) continue;
+    weight_bytes.push_back(t.bytes());
+    matrix_elements.push_back(t.shape.size() == 2 ? t.elements() : 0);
+    const bool trains = job.training && t.trainable && !IsQuantized(t.dtype);
+    trained_elements.push_back(trains ? t.elements() : 0);
+    state_bytes.push_back(trains ? OptimizerStateBytes(job.optimizer, t.shape, state_dtype) : 0);
+  }
+  const int moments = job.optimizer == Optimizer::kAdamW || job.optimizer == Optimizer::kAdam8bit ? 2 : 1;
+  std::vector<ResidentBlock> out;
+  AppendSplit(states.weights, weight_bytes, BudgetCategory::kWeights, flat, 1, out);
+  AppendSplit(states.buffers, buffer_bytes, BudgetCategory::kWeights, false, 1, out);
+  AppendSplit(states.fp8_weight_cache, matrix_elements, BudgetCategory::kFp8WeightCache, false, 1, out);
+  AppendSplit(states.ema_weights, trained_elements, BudgetCategory::kEmaWeights, flat, 1, out);
+  AppendChunks(states.communication_buffers, kDdpBucketBytes, BudgetCategory::kCommunicationBuffers, out);
+  AppendSplit(states.master_weights, trained_elements, BudgetCategory::kMasterWeights, flat, 1, out);
+  // Note [Gradients: resident or by liveness]: the others are step tensors.
+  if (setup.persistent_gradients) {
+    AppendSplit(states.gradients, trained_elements, BudgetCategory::kGradients, flat_gradients, 1, out);
+  }
+  AppendSplit(states.optimizer_state, state_bytes, BudgetCategory::kOptimizerState, flat, moments, out);
+  AppendSplit(states.gathered_parameters, {}, BudgetCategory::kGatheredParameters, true, 1, out);
+  if (extras.kv_cache > 0) {
+    const auto layers = static_cast<uint64_t>(std::max(1, extras.kv_cache_layers));
+    AppendChunks(extras.kv_cache, CeilDiv(extras.kv_cache, layers), BudgetCategory::kKvCache, out);
+  }
+  // Note [cuBLAS workspace in the replay]: one per stream, on its stream.
+  for (int s = 0; s < extras.streams && extras.cublas_workspace > 0; ++s) {
+    out.push_back({.bytes = extras.cublas_workspace, .category = BudgetCategory::kCublasWorkspace,
+                   .stream = static_cast<uint64_t>(s)});
+  }
+  return out;
+}
+
+absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::span<const ResidentBlock> resident,
+                                                     const StepSequenceOptions& options) {
+  HEADROOM_RETURN_IF_ERROR(step.CheckBounds());
+  StepAllocations out;
+  out.trace = {.source = step.name(), .format = "rmm-csv", .events = {}};
+  const std::vector<TensorLifetime> life = ComputeLifetimes(step, options.profile);
+  const GraphEventOrder order(step, life);
+  const auto num_ops = static_cast<OpId>(step.num_ops());
+  std::vector<BudgetCategory> category(step.num_tensors(), BudgetCategory::kActivations);
+  for (const Tensor& t : step.tensors()) {
+    const TensorLifetime& l = life[static_cast<size_t>(t.id)];
+    if (l.first <= l.last) category[static_cast<size_t>(t.id)] = CategoryOf(step, t, options.autocast);
+  }
+  // The forward part (forward and loss ops before the first backward or
+  // optimizer op) and the first optimizer op.
+  OpId forward_end = -1;
+  while (forward_end + 1 < num_ops && (step.op(forward_end + 1).phase == Phase::kForward ||
+                                       step.op(forward_end + 1).phase == Phase::kLoss)) {
+    ++forward_end;
+  }
+  OpId first_optimizer_op = num_ops;
+  for (const Op& op : step.ops()) {
+    if (op.phase == Phase::kOptimizer) {
+      first_optimizer_op = op.id;
+      break;
+    }
+  }
+  const int in_flight = std::max(1, options.in_flight);
+  const size_t resident_events = resident.size();
+  out.trace.events.reserve(resident_events + 2 * order.num_allocations() * static_cast<size_t>(in_flight) +
+                           2 * options.optimizer_temporaries.size());
+
+  SequenceWriter writer(out);
+  for (const ResidentBlock& block : resident) {
+    writer.Allocate(block.bytes, block.category, block.stream, 0, Site::kResident, kNone);
+  }
+
+  // Note [Pipeline warm-up in the replay]: the other micro-batches' forwards.
+  std::vector<uint64_t> pointer(step.num_tensors(), 0);
+  std::vector<HeldBlock> held;
+  uint64_t time = 0;
+  for (int micro_batch = 1; micro_batch < in_flight; ++micro_batch) {
+    for (OpId op = 0; op <= forward_end; ++op) {
+      for (TensorId id : order.Beginning(op)) {
+        const Tensor& t = step.tensor(id);
+        if (t.role == TensorRole::kGradient) continue;  // gradient buffers are shared by the micro-batches
+        const BudgetCategory c = category[static_cast<size_t>(id)];
+        const uint64_t p = writer.Allocate(t.bytes(), c, 0, time + static_cast<uint64_t>(op), Site::kWarmUp, op);
+        if (life[static_cast<size_t>(id)].last > forward_end) {
+          held.push_back({.pointer = p, .bytes = t.bytes(), .category = c});
+        } else {
+          pointer[static_cast<size_t>(id)] = p;
+        }
+      }
+      for (TensorId id : order.Ending(op)) {
+        uint64_t& p = pointer[static_cast<size_t>(id)];
+        writer.Free(p, step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, time + static_cast<uint64_t>(op));
+        p = 0;
+      }
+    }
+    time += static_cast<uint64_t>(forward_end + 1);
+  }
+
+  // Backward is over: 1F1B's cool-down frees the held blocks, then the
+  // optimizer allocates its temporaries while every gradient is live.
+  auto optimizer_step = [&](OpId at) {
+    const uint64_t now = time + static_cast<uint64_t>(at);
+    for (const HeldBlock& h : held) writer.Free(h.pointer, h.bytes, h.category, 0, now);
+    held.clear();
+    std::vector<uint64_t> temporaries;
+    for (uint64_t bytes : options.optimizer_temporaries) {
+      const uint64_t p = writer.Allocate(bytes, BudgetCategory::kTemporaries, 0, now, Site::kOptimizer, at);
+      if (options.optimizer_temporaries_together) {
+        temporaries.push_back(p);
+      } else {
+        writer.Free(p, bytes, BudgetCategory::kTemporaries, 0, now);
+      }
+    }
+    for (size_t i = 0; i < temporaries.size(); ++i) {
+      writer.Free(temporaries[i], options.optimizer_temporaries[i], BudgetCategory::kTemporaries, 0, now);
+    }
+  };
+  // The step itself (Note [Plan trace order]).
+  for (OpId op = 0; op < num_ops; ++op) {
+    const uint64_t now = time + static_cast<uint64_t>(op);
+    if (op == first_optimizer_op) optimizer_step(op);
+    for (TensorId id : order.Beginning(op)) {
+      pointer[static_cast<size_t>(id)] =
+          writer.Allocate(step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now, Site::kStep, op);
+    }
+    // A step without optimizer ops (a graph file's): at its last op, before its frees.
+    if (op + 1 == num_ops && first_optimizer_op == num_ops) optimizer_step(op);
+    for (TensorId id : order.Ending(op)) {
+      uint64_t& p = pointer[static_cast<size_t>(id)];
+      writer.Free(p, step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now);
+      p = 0;
+    }
+  }
+  if (num_ops == 0) optimizer_step(0);
+  HEADROOM_RETURN_IF_ERROR(writer.status());
+
+  if (out.peak_op != kNone && !out.peak_in_warm_up) {
+    for (const Tensor& t : step.tensors()) {
+      const TensorLifetime& l = life[static_cast<size_t>(t.id)];
+      if (l.first <= out.peak_op && out.peak_op <= l.last && t.bytes() > 0) out.largest_live.push_back(t.id);
+    }
+    auto larger = [&](TensorId a, TensorId b) {
+      const uint64_t x = step.tensor(a).bytes(), y = step.tensor(b).bytes();
+      return x != y ? x > y : a < b;
+    };
+    const size_t listed = std::min(kLargestLiveListed, out.largest_live.size());
+    std::partial_sort(out.largest_live.begin(), out.largest_live.begin() + static_cast<ptrdiff_t>(listed),
+                      out.largest_live.end(), larger);
+    out.largest_live.resize(listed);
+  }
+  return out;
+}
+
+absl::StatusOr<AllocatorReplay> ReplayAllocations(const StepAllocations& sequence, const AllocatorOptions& allocator,
+                                                  uint64_t device_bytes) {
+  AllocatorReplay out;
+  auto take = [&](const ReplayResult& r) -> absl::Status {
+    // The replay walks the sequence the estimate was read from: same peak.
+    if (r.peak_live_bytes != sequence.peak_bytes) {
+      return absl::InternalError(absl::StrFormat(
+          "allocator replay of '%s': %d bytes live at the peak, where the sequence has %d", sequence.trace.source,
+          r.peak_live_bytes, sequence.peak_bytes));
+    }
+    out.peak_allocated_bytes = r.peak_allocated_bytes;
+    out.peak_reserved_bytes = r.peak_reserved_bytes;
+    return absl::OkStatus();
+  };
+  if (sequence.peak_bytes == 0) return out;  // nothing to allocate, on any device
+  // Note [Replay capacity]: at the GPU's size first.
+  const uint64_t device = std::min(device_bytes, kMaxSimulatedCapacity);
+  if (device > 0 && sequence.peak_bytes <= device) {
+    HEADROOM_ASSIGN_OR_RETURN(const ReplayResult r,
+                              ReplayTrace(sequence.trace, {.capacity_bytes = device,
+                                                           .allocator = allocator,
+                                                           .strict = true,
+                                                           .stop_at_first_oom = true}));
+    if (r.ooms == 0 && r.alloc_retries == 0) {
+      HEADROOM_RETURN_IF_ERROR(take(r));
+      return out;
+    }
+  }
+  AllocatorOptions unlimited = allocator;
+  unlimited.memory_fraction = 1.0;
+  unlimited.hard_limit_bytes = 0;
+  HEADROOM_ASSIGN_OR_RETURN(const ReplayResult r, ReplayTrace(sequence.trace, {.capacity_bytes = kMaxSimulatedCapacity,
+                                                                               .allocator = unlimited,
+                                                                               .strict = true}));
+  if (r.ooms > 0) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "the step's %d bytes at its peak need more than the %d bytes (64 PiB) an allocator replay can simulate",
+        sequence.peak_bytes, kMaxSimulatedCapacity));
+  }
+  HEADROOM_RETURN_IF_ERROR(take(r));
+  out.out_of_memory = true;
+  return out;
+}
+
+}  // namespace headroom

@@ -1,0 +1,276 @@
+// The allocator replay stage of an estimate (estimators/step_replay.h): its
+// sequence peaks where ProfileMemory does, EstimateMemory's allocated and
+// reserved bytes are the replay's, and the allocator's policy and
+// configuration show in the reserved bytes.
+#include "estimators/step_replay.h"
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "allocator/alloc_conf.h"
+#include "common/units.h"
+#include "estimators/memory_estimate.h"
+#include "gmock/gmock.h"
+#include "graph/liveness.h"
+#include "gtest/gtest.h"
+#include "replay/trace_replay.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::StartsWith;
+
+constexpr uint64_t kRoomy = uint64_t{80} << 30;
+
+LoadedModel Gpt2() {
+  absl::StatusOr<LoadedModel> model = LoadModel("gpt2");
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *std::move(model) : LoadedModel{};
+}
+
+uint64_t Sum(const CategoryBytes& bytes) { return std::accumulate(bytes.begin(), bytes.end(), uint64_t{0}); }
+
+// The step's tensors alone (no resident state, no optimizer temporaries)
+// peak exactly where and as high as ProfileMemory says, with the bytes
+// AttributePeak gives each role.
+TEST(StepAllocations, TheStepAlonePeaksAsProfileMemoryAccounts) {
+  const LoadedModel gpt2 = Gpt2();
+  const JobSpec job;
+  const EstimateSetup setup = ResolveSetup(gpt2, job);
+  absl::StatusOr<Graph> forward = BuildForwardGraph(gpt2, job, setup);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  absl::StatusOr<Graph> step = BuildStep(*forward, job, setup);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const PeakAttribution peak = AttributePeak(*step, setup);
+  const ProfileOptions profile{.count_parameter_gradients = !setup.persistent_gradients};
+  absl::StatusOr<StepAllocations> sequence =
+      BuildStepAllocations(*step, {}, {.profile = profile, .autocast = setup.autocast});
+  ASSERT_TRUE(sequence.ok()) << sequence.status();
+  EXPECT_EQ(sequence->peak_bytes, peak.profile.peak_bytes);
+  EXPECT_EQ(sequence->peak_op, peak.profile.peak_op);
+  auto at_peak = [&](BudgetCategory c) { return sequence->bytes_at_peak[CategoryIndex(c)]; };
+  EXPECT_EQ(at_peak(BudgetCategory::kActivations), peak.activations);
+  EXPECT_EQ(at_peak(BudgetCategory::kWeights), peak.autocast_copies);
+  EXPECT_EQ(at_peak(BudgetCategory::kGradients), peak.parameter_gradients);
+  EXPECT_EQ(at_peak(BudgetCategory::kActivationGradients), peak.activation_gradients);
+  EXPECT_EQ(at_peak(BudgetCategory::kTemporaries), peak.temporaries);
+  EXPECT_EQ(Sum(sequence->bytes_at_peak), sequence->peak_bytes);
+  ASSERT_FALSE(sequence->largest_live.empty());
+  EXPECT_EQ(sequence->largest_live[0], peak.profile.live_at_peak[0]);
+
+  // The replay of the trace sees the same peak; allocated and reserved are at least it.
+  absl::StatusOr<ReplayResult> replay = ReplayTrace(sequence->trace, {.strict = true});
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->peak_live_bytes, sequence->peak_bytes);
+  EXPECT_EQ(replay->allocations, replay->frees);
+  EXPECT_GE(replay->peak_allocated_bytes, replay->peak_live_bytes);
+  EXPECT_GE(replay->peak_reserved_bytes, replay->peak_allocated_bytes);
+
+  // Resident blocks come first and stay: they add to the peak, in their categories.
+  const std::vector<ResidentBlock> resident = {{.bytes = 3 * kMiB, .category = BudgetCategory::kOptimizerState},
+                                               {.bytes = 5 * kMiB, .category = BudgetCategory::kWeights}};
+  absl::StatusOr<StepAllocations> with_state =
+      BuildStepAllocations(*step, resident, {.profile = profile, .autocast = setup.autocast});
+  ASSERT_TRUE(with_state.ok()) << with_state.status();
+  EXPECT_EQ(with_state->peak_bytes, sequence->peak_bytes + 8 * kMiB);
+  EXPECT_EQ(with_state->bytes_at_peak[CategoryIndex(BudgetCategory::kOptimizerState)], 3 * kMiB);
+  EXPECT_EQ(with_state->peak_op, sequence->peak_op);
+}
+
+// EstimateMemory's allocated and reserved bytes are those of replaying the
+// sequence it built; its rows sum to the nvidia-smi figure.
+TEST(EstimateMemory, AllocatedAndReservedAreTheReplays) {
+  const LoadedModel gpt2 = Gpt2();
+  for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:64"}) {
+    SCOPED_TRACE(conf);
+    JobSpec job{.micro_batch = 4};
+    absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(conf);
+    ASSERT_TRUE(allocator.ok()) << allocator.status();
+    job.allocator = *allocator;
+    AllocationTrace trace;
+    absl::StatusOr<MemoryEstimate> e = EstimateMemory(gpt2, job, {.budget = kRoomy}, &trace);
+    ASSERT_TRUE(e.ok()) << e.status();
+    absl::StatusOr<ReplayResult> replay =
+        ReplayTrace(trace, {.capacity_bytes = kRoomy, .allocator = *allocator, .strict = true});
+    ASSERT_TRUE(replay.ok()) << replay.status();
+    EXPECT_EQ(e->allocated_bytes(), replay->peak_allocated_bytes);
+    EXPECT_EQ(e->reserved_bytes(), replay->peak_reserved_bytes);
+    EXPECT_EQ(e->total_bytes(), replay->peak_reserved_bytes + e->overheads.cuda_context);
+    EXPECT_EQ(e->allocated_bytes() - e->overheads.allocator_rounding, replay->peak_live_bytes);
+    EXPECT_GE(e->reserved_bytes(), e->allocated_bytes());
+    uint64_t rows = 0;
+    for (const BudgetRow& row : e->rows()) rows += row.bytes;
+    EXPECT_EQ(rows, e->total_bytes());
+    EXPECT_EQ(e->alloc_conf, conf);
+    EXPECT_TRUE(e->fits());
+  }
+}
+
+// The resident state is the model states, whatever the framework: its
+// blocks sum to each category's bytes.
+TEST(EstimateMemory, ResidentBlocksSumToTheModelStates) {
+  const LoadedModel gpt2 = Gpt2();
+  JobSpec plain;
+  JobSpec zero3{.keep_gradients = true};
+  zero3.layout = {.gpus = 4, .sharding = Sharding::kZero3};
+  JobSpec megatron{.grad_accum = 4, .ema = EmaPlacement::kGpu};
+  megatron.layout = {.gpus = 2, .tensor_parallel = 2};
+  for (const JobSpec& job : {plain, zero3, megatron}) {
+    const EstimateSetup setup = ResolveSetup(gpt2, job);
+    absl::StatusOr<Graph> forward = BuildForwardGraph(gpt2, job, setup);
+    ASSERT_TRUE(forward.ok()) << forward.status();
+    absl::StatusOr<ModelStates> states = EstimateModelStates(
+        *forward, {.precision = setup.precision, .optimizer = job.optimizer, .layout = job.layout, .ema = job.ema});
+    ASSERT_TRUE(states.ok()) << states.status();
+    const std::vector<ResidentBlock> blocks =
+        ResidentBlocks(*forward, *states, job, setup, {.cublas_workspace = 4 * kMiB, .streams = 2});
+    CategoryBytes sum{};
+    for (const ResidentBlock& b : blocks) sum[CategoryIndex(b.category)] += b.bytes;
+    EXPECT_EQ(sum[CategoryIndex(BudgetCategory::kWeights)], states->weights + states->buffers);
+    EXPECT_EQ(sum[CategoryIndex(BudgetCategory::kOptimizerState)], states->optimizer_state);
+    EXPECT_EQ(sum[CategoryIndex(BudgetCategory::kMasterWeights)], states->master_weights);
+    EXPECT_EQ(sum[CategoryIndex(BudgetCategory::kGradients)], setup.persistent_gradients ? states->gradients : 0);
+    EXPECT_EQ(sum[CategoryIndex(BudgetCategory::kEmaWeights)], states->ema_weights);
+    EXPECT_EQ(sum[CategoryIndex(BudgetCategory::kGatheredParameters)], states->gathered_parameters);
+    EXPECT_EQ(sum[CategoryIndex(BudgetCategory::kCommunicationBuffers)], states->communication_buffers);
+    EXPECT_EQ(sum[CategoryIndex(BudgetCategory::kCublasWorkspace)], 8 * kMiB);
+  }
+  // Plain PyTorch: one weight block per parameter and buffer (GPT-2's causal
+  // masks), each its own size, and two AdamW moments per parameter.
+  const EstimateSetup setup = ResolveSetup(gpt2, plain);
+  absl::StatusOr<Graph> forward = BuildForwardGraph(gpt2, plain, setup);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  absl::StatusOr<ModelStates> states = EstimateModelStates(*forward, {.precision = setup.precision});
+  ASSERT_TRUE(states.ok()) << states.status();
+  std::vector<uint64_t> parameters_and_buffers, weights, moments;
+  size_t parameters = 0;
+  for (TensorRole role : {TensorRole::kParameter, TensorRole::kBuffer}) {  // parameters first, then buffers
+    for (const Tensor& t : forward->tensors()) {
+      if (t.role == role) parameters_and_buffers.push_back(t.bytes());
+    }
+  }
+  for (const Tensor& t : forward->tensors()) parameters += t.role == TensorRole::kParameter ? 1 : 0;
+  for (const ResidentBlock& b : ResidentBlocks(*forward, *states, plain, setup, {})) {
+    if (b.category == BudgetCategory::kWeights) weights.push_back(b.bytes);
+    if (b.category == BudgetCategory::kOptimizerState) moments.push_back(b.bytes);
+  }
+  EXPECT_EQ(weights, parameters_and_buffers);
+  EXPECT_EQ(moments.size(), 2 * parameters);
+}
+
+// Three ops: a 12 MiB tensor dies before a 14 MiB one is made. PyTorch's
+// default policy cannot put the second in the first's 12 MiB segment and
+// reserves both; expandable segments grow one segment in 20 MiB pages and
+// reserve no more than the pages the largest live set needs.
+TEST(ReplayAllocations, ExpandableSegmentsReserveNoMoreThanNeeded) {
+  Graph g("grow");
+  const TensorId x = g.AddTensor({.name = "x", .shape = {16}, .role = TensorRole::kInput});
+  const TensorId a = g.AddTensor({.name = "a", .shape = {3 * 1024 * 1024}});  // 12 MiB
+  const TensorId s = g.AddTensor({.name = "s", .shape = {1}});
+  const TensorId b = g.AddTensor({.name = "b", .shape = {3584 * 1024}});      // 14 MiB
+  const TensorId y = g.AddTensor({.name = "y", .shape = {1}});
+  g.AddOp({.kind = "linear", .name = "make_a", .inputs = {x}, .outputs = {a}});
+  g.AddOp({.kind = "sum", .name = "reduce_a", .inputs = {a}, .outputs = {s}});
+  g.AddOp({.kind = "linear", .name = "make_b", .inputs = {s}, .outputs = {b}});
+  g.AddOp({.kind = "sum", .name = "reduce_b", .inputs = {b}, .outputs = {y}});
+  absl::StatusOr<StepAllocations> sequence = BuildStepAllocations(g, {}, {});
+  ASSERT_TRUE(sequence.ok()) << sequence.status();
+  EXPECT_EQ(sequence->peak_bytes, ProfileMemory(g).peak_bytes);
+
+  absl::StatusOr<AllocatorReplay> native = ReplayAllocations(*sequence, {}, kRoomy);
+  ASSERT_TRUE(native.ok()) << native.status();
+  absl::StatusOr<AllocatorReplay> expandable = ReplayAllocations(*sequence, {.expandable_segments = true}, kRoomy);
+  ASSERT_TRUE(expandable.ok()) << expandable.status();
+  // Small tensors take one 2 MiB small-pool segment under either policy.
+  EXPECT_EQ(native->peak_reserved_bytes, 12 * kMiB + 14 * kMiB + 2 * kMiB);
+  EXPECT_EQ(expandable->peak_reserved_bytes, 20 * kMiB + 2 * kMiB);
+  EXPECT_FALSE(native->out_of_memory);
+  EXPECT_FALSE(expandable->out_of_memory);
+  for (const AllocatorReplay& r : {*native, *expandable}) {
+    EXPECT_GE(r.peak_allocated_bytes, sequence->peak_bytes);
+    EXPECT_GE(r.peak_reserved_bytes, r.peak_allocated_bytes);
+  }
+
+  // On a device too small for the default policy's two segments the replay
+  // runs short (Note [Replay capacity]) and reports what it would need;
+  // expandable segments fit.
+  absl::StatusOr<AllocatorReplay> tight = ReplayAllocations(*sequence, {}, 24 * kMiB);
+  ASSERT_TRUE(tight.ok()) << tight.status();
+  EXPECT_TRUE(tight->out_of_memory);
+  EXPECT_EQ(tight->peak_reserved_bytes, native->peak_reserved_bytes);
+  absl::StatusOr<AllocatorReplay> tight_expandable =
+      ReplayAllocations(*sequence, {.expandable_segments = true}, 24 * kMiB);
+  ASSERT_TRUE(tight_expandable.ok()) << tight_expandable.status();
+  EXPECT_FALSE(tight_expandable->out_of_memory);
+}
+
+// Note [Pipeline warm-up in the replay]: each other micro-batch in flight
+// holds what its forward leaves for backward; the peak is the step's own,
+// higher by those held bytes.
+TEST(StepAllocations, InFlightMicroBatchesHoldTheirSavedTensors) {
+  const LoadedModel gpt2 = Gpt2();
+  const JobSpec job;
+  const EstimateSetup setup = ResolveSetup(gpt2, job);
+  absl::StatusOr<Graph> forward = BuildForwardGraph(gpt2, job, setup);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  absl::StatusOr<Graph> step = BuildStep(*forward, job, setup);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const ProfileOptions profile{.count_parameter_gradients = false};
+  const std::vector<TensorLifetime> life = ComputeLifetimes(*step, profile);
+  OpId forward_end = 0;
+  while (step->op(forward_end + 1).phase != Phase::kBackward) ++forward_end;
+  uint64_t held = 0;
+  for (const Tensor& t : step->tensors()) {
+    const TensorLifetime& l = life[static_cast<size_t>(t.id)];
+    if (l.first <= l.last && l.first <= forward_end && l.last > forward_end) held += t.bytes();
+  }
+  ASSERT_GT(held, 0u);
+  absl::StatusOr<StepAllocations> one = BuildStepAllocations(*step, {}, {.profile = profile});
+  absl::StatusOr<StepAllocations> three = BuildStepAllocations(*step, {}, {.profile = profile, .in_flight = 3});
+  ASSERT_TRUE(one.ok() && three.ok());
+  EXPECT_EQ(three->peak_bytes, one->peak_bytes + 2 * held);
+  EXPECT_EQ(three->peak_op, one->peak_op);
+  EXPECT_FALSE(three->peak_in_warm_up);
+  absl::StatusOr<ReplayResult> replay = ReplayTrace(three->trace, {.strict = true});
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->allocations, replay->frees);
+  EXPECT_EQ(replay->peak_live_bytes, three->peak_bytes);
+}
+
+// Note [Optimizer step transients]: at a short sequence GPT-2's foreach
+// AdamW step (all gradients and a state-sized copy) is the peak; fused
+// AdamW allocates nothing there, and the forward/backward peak is reported.
+TEST(EstimateMemory, TheOptimizerStepIsThePeakWhenItsTemporariesAreTheLargest) {
+  const LoadedModel gpt2 = Gpt2();
+  JobSpec job{.seq_len = 64};
+  absl::StatusOr<MemoryEstimate> foreach = EstimateMemory(gpt2, job, {.budget = kRoomy});
+  ASSERT_TRUE(foreach.ok()) << foreach.status();
+  EXPECT_EQ(foreach->peak_op, "optimizer step (adamw foreach)");
+  EXPECT_EQ(foreach->peak_phase, "optimizer");
+  EXPECT_EQ(foreach->temporaries, foreach->optimizer_state / 2);  // one fp32 copy of the moments' size
+  job.optimizer_impl = OptimizerImpl::kFused;
+  absl::StatusOr<MemoryEstimate> fused = EstimateMemory(gpt2, job, {.budget = kRoomy});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_NE(fused->peak_phase, "optimizer");
+  EXPECT_LT(fused->total_bytes(), foreach->total_bytes());
+}
+
+// --pp on a graph file that holds its own backward is refused, as `plan` refuses it.
+TEST(EstimateMemory, PipelineStagesOfAWholeStepGraphAreRefused) {
+  const LoadedModel gpt2 = Gpt2();
+  const EstimateSetup setup = ResolveSetup(gpt2, {});
+  absl::StatusOr<Graph> forward = BuildForwardGraph(gpt2, {}, setup);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  absl::StatusOr<Graph> step = BuildStep(*forward, {}, setup);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const LoadedModel file{.name = "step.json", .kind = ModelSourceKind::kGraphFile, .graph = *step};
+  JobSpec job;
+  job.layout = {.gpus = 2, .pipeline_parallel = 2};
+  absl::StatusOr<MemoryEstimate> e = EstimateMemory(file, job, {.budget = kRoomy});
+  ASSERT_FALSE(e.ok());
+  EXPECT_THAT(std::string(e.status().message()), StartsWith("pipeline_parallel 2: a graph file with its own backward"));
+}
+
+}  // namespace
+}  // namespace headroom
