@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from headroom_validation import configs, hook as hooks, workloads
+from headroom_validation import configs, hook as hooks, peers, workloads
 
 FIXTURE_VERSION = 1
 
@@ -127,7 +127,9 @@ def run_one(name, device_name, out_dir):
         "measured": measured,
         "trace": f"traces/{trace.name}",
         "notes": w.notes,
+        "parameters": sum(p.numel() for p in w.model.parameters()),
     }
+    fixture["peers"] = peers.peer_estimates(fixture, fixture["parameters"])
     path = out_dir / f"{name}.json"
     path.write_text(json.dumps(fixture, indent=1, sort_keys=False) + "\n")
     print(f"{name}: peak {measured['peak_allocated_bytes']:,} B at {measured.get('peak_op', '?')} "
@@ -140,7 +142,7 @@ def main(argv=None):
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process
     parser.add_argument("--rewrite-args", action="store_true",
-                        help="rewrite the estimate_args of the fixtures in --out from configs.py; measure nothing")
+                        help="rewrite the estimate_args and peers of the fixtures in --out; measure nothing")
     parser.add_argument("names", nargs="*", help="configurations (default: all that run on --device)")
     args = parser.parse_args(argv)
     if args.one:
@@ -150,8 +152,11 @@ def main(argv=None):
         for path in sorted(args.out.glob("*.json")):
             fixture = json.loads(path.read_text())
             device = "cpu" if fixture["device"] == "cpu" else "cuda"
-            fixture["estimate_args"] = configs.estimate_args(configs.by_name(fixture["name"]), device,
-                                                             fixture["versions"]["torch"])
+            cfg = configs.by_name(fixture["name"])
+            fixture["estimate_args"] = configs.estimate_args(cfg, device, fixture["versions"]["torch"])
+            if "parameters" not in fixture:
+                fixture["parameters"] = sum(p.numel() for p in workloads.build(cfg, torch.device("cpu")).model.parameters())
+            fixture["peers"] = peers.peer_estimates(fixture, fixture["parameters"])
             path.write_text(json.dumps(fixture, indent=1) + "\n")
         return 0
     names = args.names or [c["name"] for c in configs.CONFIGS if args.device in c["devices"]]
