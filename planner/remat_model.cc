@@ -96,6 +96,14 @@ absl::StatusOr<Model> BuildModel(const PlanProblem& problem) {
     for (int32_t d : m.deps[i]) m.users[static_cast<size_t>(d)].push_back(op.id);
   }
 
+  // What the training loop holds (Note [Training loop] in job/job_spec.h) is
+  // the real tensor, read once more at the end of the step: replaying its
+  // producer for that read would only make a second copy, so it is kept.
+  for (const Op& op : g.ops()) {
+    if (op.kind != "release_outputs") continue;
+    for (int32_t d : m.deps[static_cast<size_t>(op.id)]) m.recomputable[static_cast<size_t>(d)] = 0;
+  }
+
   // Floors: a value made by a non-recomputable op has one copy, live from
   // its producer to its last reader; it spans every op strictly between.
   const size_t num_values = m.value_producer.size();
