@@ -839,17 +839,19 @@ constexpr NameTable<AttentionImpl, 3> kAttentionNames("attention", {{
     {"eager", AttentionImpl::kEager},
     {"sdpa", AttentionImpl::kFlash, kAlias},
 }});
-}  // namespace
-
-std::string_view AttentionImplName(AttentionImpl impl) { return kAttentionNames.Name(impl); }
 
 constexpr NameTable<RmsNormImpl, 2> kRmsNormNames("RMSNorm implementation", {{
     {"eager", RmsNormImpl::kEager},
     {"fused", RmsNormImpl::kFused},
 }});
+
+}  // namespace
+
+std::string_view AttentionImplName(AttentionImpl impl) { return kAttentionNames.Name(impl); }
+absl::StatusOr<AttentionImpl> ParseAttentionImpl(std::string_view name) { return kAttentionNames.Parse(name); }
+
 std::string_view RmsNormImplName(RmsNormImpl impl) { return kRmsNormNames.Name(impl); }
 absl::StatusOr<RmsNormImpl> ParseRmsNormImpl(std::string_view name) { return kRmsNormNames.Parse(name); }
-absl::StatusOr<AttentionImpl> ParseAttentionImpl(std::string_view name) { return kAttentionNames.Parse(name); }
 
 absl::StatusOr<Graph> BuildModelGraph(const ModelConfig& config, const BuildOptions& options) {
   Graph graph(config.architecture);

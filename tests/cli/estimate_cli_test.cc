@@ -1,6 +1,9 @@
 // `headroom estimate`: the verdict, the JSON object, the emitted framework
 // settings and the error paths (one line naming the field, exit code 2).
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -29,6 +32,30 @@ TEST(EstimateCli, Llama3FullFineTuneDoesNotFitOneH100) {
   EXPECT_THAT(r.out, HasSubstr("--offload optimizer"));
   EXPECT_THAT(r.out, HasSubstr("--lora-rank 16"));
   EXPECT_THAT(r.out, HasSubstr("no micro-batch fits"));
+}
+
+// How the step is written: a Trainer-style loop drops the logits before backward, a fused RMSNorm keeps
+// one tensor less per norm, and PyTorch 1.13's CPU kernels keep more (Note [Runtime differences]).
+TEST(EstimateCli, HowTheStepIsWrittenChangesTheActivations) {
+  auto activations = [](std::vector<std::string> extra) {
+    // LoRA with SGD: the activations, not the gradients or the optimizer, make the peak.
+    std::vector<std::string> args = {"estimate", "--model", "llama-2-7b", "--seq", "2048", "--lora-rank", "16",
+                                     "--optimizer", "sgd", "--budget", "1TiB", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = RunHeadroom(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["allocated_bytes"].get<uint64_t>();
+  };
+  const uint64_t hand = activations({});
+  EXPECT_LT(activations({"--loop", "trainer"}), hand);
+  EXPECT_LT(activations({"--rms-norm", "fused"}), hand);
+  EXPECT_GT(activations({"--torch", "1.13", "--kernels", "cpu"}), hand);
+  for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--loop", "script"},
+                                    {"--rms-norm", "apex"}, {"--torch", "1.12"}, {"--kernels", "tpu"}}) {
+    auto r = RunHeadroom({"estimate", "--model", "gpt2", flag, value});
+    EXPECT_EQ(r.exit_code, 2) << flag;
+    EXPECT_THAT(r.err, HasSubstr(flag)) << r.err;
+  }
 }
 
 TEST(EstimateCli, LoraFitsWithLimits) {
