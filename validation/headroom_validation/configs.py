@@ -77,6 +77,13 @@ CONFIGS = [
     # PyTorch 1.13's CPU autocast fails in BERT's prediction head (a bf16/fp32 layer_norm mismatch).
     cfg("bert-bf16-autocast", "BERT masked LM, bf16 autocast, AdamW", hf("BertForMaskedLM", BERT), seq=128,
         micro_batch=4, precision="bf16-mixed", devices=("cuda",)),
+    # CUDA only: SDPA attention needs PyTorch 2, fused AdamW a GPU.
+    cfg("llama-gqa-bf16-autocast-sdpa", "Llama (GQA), bf16 autocast, SDPA attention, AdamW fused",
+        hf("LlamaForCausalLM", LLAMA_GQA), precision="bf16-mixed", attention="sdpa", optimizer_impl="fused",
+        devices=("cuda",)),
+    cfg("gpt2-bf16-autocast-sdpa-ckpt", "GPT-2, bf16 autocast, SDPA attention, full checkpointing, AdamW foreach",
+        hf("GPT2LMHeadModel", GPT2), precision="bf16-mixed", attention="sdpa", checkpoint="full",
+        optimizer_impl="foreach", devices=("cuda",)),
     cfg("mixtral-fp32-adamw", "Mixtral (4 experts, top-2), fp32, AdamW", hf("MixtralForCausalLM", MIXTRAL)),
     cfg("resnet50-fp32-sgd", "ResNet-50 at 64x64, 100 classes, fp32, SGD with momentum",
         tv("resnet50", 64, 100), micro_batch=8, optimizer="sgd-momentum", seq=None),

@@ -6,6 +6,7 @@ allocator hands out; this module drives it through ctypes. An OpMarker dispatch 
 """
 import contextlib
 import ctypes
+import json
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -91,12 +92,15 @@ class CudaCounters:
 
     @contextlib.contextmanager
     def log(self, path):
+        """The step's allocator history as a PyTorch memory snapshot in JSON (`headroom replay` reads it)."""
         torch.cuda.memory._record_memory_history(max_entries=1000000)
         try:
             yield
         finally:
-            torch.cuda.memory._dump_snapshot(str(path))
+            snapshot = torch.cuda.memory._snapshot()
             torch.cuda.memory._record_memory_history(enabled=None)
+            with open(path, "w") as f:
+                json.dump(snapshot, f)
 
 
 class OpMarker(TorchDispatchMode):

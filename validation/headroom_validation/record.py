@@ -112,7 +112,7 @@ def run_one(name, device_name, out_dir):
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     traces = out_dir / "traces"
     traces.mkdir(parents=True, exist_ok=True)
-    suffix = "rmm.csv" if device.type == "cpu" else "snapshot.pickle"
+    suffix = "rmm.csv" if device.type == "cpu" else "snapshot.json"
     trace = traces / f"{name}.{suffix}"
     w, measured = measure(cfg, device, trace)
     fixture = {
