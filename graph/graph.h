@@ -139,6 +139,16 @@ struct Op {
   bool attention_core = false;
 };
 
+// An op that computes nothing and stands for a reference the program holds
+// until it runs: a Python function's locals ("scope_end"), the training
+// loop's outputs ("release_outputs", Note [Training loop] in
+// job/job_spec.h) or autocast's weight cache ("autocast_exit", Note
+// [Autocast weight cache] in graph/training_step.h). Replaying what it reads
+// would only make a second copy.
+inline bool IsHoldOp(const Op& op) {
+  return op.kind == "scope_end" || op.kind == "release_outputs" || op.kind == "autocast_exit";
+}
+
 class Graph {
  public:
   explicit Graph(std::string name = "") : name_(std::move(name)) {}

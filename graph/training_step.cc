@@ -147,7 +147,7 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions&
           "graph '%s': op '%s' is already in phase %s; BuildTrainingStep expects a forward graph",
           forward.name(), op.name, PhaseName(op.phase)));
     }
-    if (op.phase == Phase::kLoss) last_loss = op.id;
+    if (op.phase == Phase::kLoss && !IsHoldOp(op)) last_loss = op.id;
   }
 
   Graph step(forward.name());
@@ -193,6 +193,18 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions&
     if (copy.forward_of != kNone) copy.forward_of += offset;
     step.AddOp(std::move(copy));
     pass.forward_ops.push_back(op.id + offset);
+  }
+  if (options.autocast_weight_cache) {
+    Op exit{.kind = "autocast_exit", .name = "autocast_exit", .phase = Phase::kLoss};
+    for (const Op& op : forward.ops()) {
+      if (op.kind != "cast" || op.inputs.empty() || op.outputs.empty()) continue;
+      const Tensor& from = forward.tensor(op.inputs[0]);
+      if (from.role == TensorRole::kParameter && from.dtype == DType::kF32 &&
+          requires_grad[static_cast<size_t>(from.id)]) {
+        exit.inputs.push_back(op.outputs[0]);
+      }
+    }
+    if (!exit.inputs.empty()) step.AddOp(std::move(exit));
   }
   // The loss is the last loss op's first output (cross_entropy: (loss, log_probs)).
   const Op& loss_op = forward.op(last_loss);

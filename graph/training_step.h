@@ -28,6 +28,19 @@
 // "<name>@recompute", which the segment's backward reads instead. Replayed
 // ops whose outputs nobody reads are dropped, as PyTorch's non-reentrant
 // checkpoint stops early. This is torch.utils.checkpoint around each segment.
+//
+// Note [Autocast weight cache]
+// torch.autocast casts an fp32 parameter that requires grad (a leaf, not a
+// view) once per region and caches the 16-bit copy until the outermost
+// autocast region exits (aten/src/ATen/autocast_mode.cpp, cached_cast;
+// cache_enabled defaults to True, and Hugging Face's Trainer keeps it).
+// The usual loop exits after the loss, before backward. Without
+// checkpointing the linear layers save those copies for backward anyway;
+// under checkpointing nothing else holds them, yet every layer's copies
+// stay until the loss is done. StepOptions::autocast_weight_cache adds an
+// op "autocast_exit" after the loss that reads them, so they live that long.
+// A checkpoint replay in backward opens a fresh region (torch.utils.checkpoint
+// restores the autocast state), whose copies its backward saves anyway.
 #ifndef HEADROOM_GRAPH_TRAINING_STEP_H_
 #define HEADROOM_GRAPH_TRAINING_STEP_H_
 
@@ -64,6 +77,10 @@ struct StepOptions {
   // until the step ends (Note [Training loop] in job/job_spec.h): a last op,
   // "release_outputs", reads them after the optimizer step.
   bool hold_model_outputs = false;
+  // The forward and loss run under torch.autocast with its weight cache
+  // (Note [Autocast weight cache]): one op "autocast_exit" after the loss
+  // reads every cast of a trainable parameter. Training only.
+  bool autocast_weight_cache = false;
   double optimizer_flops_per_element = 12;        // AdamW: moments, bias correction, decay
   uint32_t optimizer_state_bytes_per_element = 8;  // AdamW: two fp32 moments
 };

@@ -516,6 +516,7 @@ TensorId Builder::CausalLmLoss(TensorId logits, int64_t vocab) {
   const int64_t b = o_.batch, s = o_.seq_len;
   e_.set_layer(-1);
   e_.set_phase(Phase::kLoss);
+  const TensorId model_logits = logits;
   if (IsLlamaLike(c_)) logits = e_.Cast("loss.logits_float", logits, DType::kF32);
   TensorId labels = e_.Input("labels", {b, s}, DType::kI64);
   TensorId shifted_labels = e_.Contiguous("loss.shift_labels", e_.View("loss.labels_tail", labels, {b, s - 1}));
@@ -523,6 +524,9 @@ TensorId Builder::CausalLmLoss(TensorId logits, int64_t vocab) {
   TensorId flat = e_.View("loss.logits_flat", shifted, {b * (s - 1), vocab});
   TensorId flat_labels = e_.View("loss.labels_flat", shifted_labels, {b * (s - 1)});
   TensorId loss = e_.CrossEntropy("loss", flat, flat_labels);
+  // transformers' ForCausalLMLoss binds the upcast copy to a local, alive
+  // until the loss returns.
+  if (logits != model_logits) e_.ScopeEnd("loss.returns", {logits});
   e_.set_phase(Phase::kForward);
   return loss;
 }

@@ -62,8 +62,10 @@ ForwardCuts FindForwardCuts(const Graph& step, bool linearized) {
   const auto n = static_cast<int64_t>(cuts.forward_ops.size());
   if (n < 2) return cuts;
   // Last forward-side reader of each storage, as a position (the loss: n).
+  // A hold (IsHoldOp) keeps its tensors whatever the cuts, so it is no reader.
   std::vector<int64_t> last_reader(step.num_tensors(), -1);
   for (const Op& op : step.ops()) {
+    if (IsHoldOp(op)) continue;
     const int64_t at = op.phase == Phase::kLoss ? n : position[static_cast<size_t>(op.id)];
     if (at < 0) continue;
     for (TensorId in : op.inputs) {

@@ -96,11 +96,11 @@ absl::StatusOr<Model> BuildModel(const PlanProblem& problem) {
     for (int32_t d : m.deps[i]) m.users[static_cast<size_t>(d)].push_back(op.id);
   }
 
-  // What the training loop holds (Note [Training loop] in job/job_spec.h) is
-  // the real tensor, read once more at the end of the step: replaying its
-  // producer for that read would only make a second copy, so it is kept.
+  // What the training loop or autocast's cache holds (IsHoldOp) is the real
+  // tensor, read once more when the hold ends: replaying its producer for
+  // that read would only make a second copy, so it is kept.
   for (const Op& op : g.ops()) {
-    if (op.kind != "release_outputs") continue;
+    if (!IsHoldOp(op)) continue;
     for (int32_t d : m.deps[static_cast<size_t>(op.id)]) m.recomputable[static_cast<size_t>(d)] = 0;
   }
 

@@ -116,6 +116,51 @@ TEST(TrainingStep, AHeldOutputLivesUntilTheStepEnds) {
   EXPECT_LT(dropped_life[static_cast<size_t>(m.y)].last, 6);  // freed by the loss's backward
 }
 
+// Note [Autocast weight cache]: x[4,8] bf16 -> fc1(cast(w1)) -> h -> fc2(cast(w2)) -> y -> loss,
+// the whole layer one checkpoint segment, w2 frozen. The 16-bit copy of the trainable w1 lives
+// until "autocast_exit" after the loss; the frozen w2's copy is not cached and dies at fc2.
+TEST(TrainingStep, AutocastCacheHoldsTrainableWeightCopiesUntilTheLossIsDone) {
+  Graph g("autocast");
+  const TensorId x = g.AddTensor({.name = "x", .shape = {4, 8}, .dtype = DType::kBF16, .role = TensorRole::kInput});
+  const TensorId target =
+      g.AddTensor({.name = "target", .shape = {4, 4}, .dtype = DType::kBF16, .role = TensorRole::kInput});
+  const TensorId w1 = g.AddTensor({.name = "w1", .shape = {16, 8}, .role = TensorRole::kParameter, .layer = 0});
+  const TensorId w2 = g.AddTensor(
+      {.name = "w2", .shape = {4, 16}, .role = TensorRole::kParameter, .layer = 0, .trainable = false});
+  const TensorId c1 = g.AddTensor({.name = "w1_cast", .shape = {16, 8}, .dtype = DType::kBF16, .layer = 0});
+  const TensorId c2 = g.AddTensor({.name = "w2_cast", .shape = {4, 16}, .dtype = DType::kBF16, .layer = 0});
+  const TensorId h = g.AddTensor({.name = "h", .shape = {4, 16}, .dtype = DType::kBF16, .layer = 0});
+  const TensorId y = g.AddTensor({.name = "y", .shape = {4, 4}, .dtype = DType::kBF16, .layer = 0});
+  const TensorId loss = g.AddTensor({.name = "loss", .shape = {}});
+  g.AddOp({.kind = "cast", .name = "w1_cast", .inputs = {w1}, .outputs = {c1}, .layer = 0});
+  g.AddOp({.kind = "linear", .name = "fc1", .inputs = {x, c1}, .outputs = {h}, .saved = {x}, .layer = 0});
+  g.AddOp({.kind = "cast", .name = "w2_cast", .inputs = {w2}, .outputs = {c2}, .layer = 0});
+  g.AddOp({.kind = "linear", .name = "fc2", .inputs = {h, c2}, .outputs = {y}, .saved = {c2}, .layer = 0});
+  g.AddOp({.kind = "mse_loss", .name = "loss", .inputs = {y, target}, .outputs = {loss}, .saved = {y, target},
+           .phase = Phase::kLoss});
+  const CheckpointPlan whole_layer{.segment_of_op = {0, 0, 0, 0, kNone}};
+
+  absl::StatusOr<Graph> uncached = BuildTrainingStep(g, {.checkpoint = whole_layer});
+  absl::StatusOr<Graph> cached = BuildTrainingStep(g, {.checkpoint = whole_layer, .autocast_weight_cache = true});
+  ASSERT_TRUE(uncached.ok()) << uncached.status();
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  ASSERT_EQ(cached->num_ops(), uncached->num_ops() + 1);
+  const Op& exit = cached->op(5);  // right after the loss, before any backward op
+  EXPECT_EQ(exit.kind, "autocast_exit");
+  EXPECT_EQ(exit.phase, Phase::kLoss);
+  EXPECT_EQ(exit.inputs, std::vector<TensorId>{c1});
+  EXPECT_EQ(cached->op(6).phase, Phase::kBackward);
+  EXPECT_TRUE(IsHoldOp(exit));
+
+  const std::vector<TensorLifetime> with = ComputeLifetimes(*cached);
+  const std::vector<TensorLifetime> without = ComputeLifetimes(*uncached);
+  EXPECT_EQ(without[static_cast<size_t>(c1)].last, 1);  // fc1; the replay makes its own copy
+  EXPECT_EQ(with[static_cast<size_t>(c1)].last, 5);
+  EXPECT_EQ(with[static_cast<size_t>(c2)].last, without[static_cast<size_t>(c2)].last);
+  // The copy is no saved tensor: the checkpointed layer still keeps only its input.
+  EXPECT_EQ(ProfileMemory(*cached).saved_bytes_by_layer, ProfileMemory(*uncached).saved_bytes_by_layer);
+}
+
 TEST(TrainingStep, FrozenWeightsNeitherGetGradientsNorKeepInputs) {
   Mlp m;
   m.g.mutable_tensor(m.w1).trainable = false;

@@ -296,6 +296,13 @@ TEST(BuildModelGraph, OpsCarryFlopsBytesAndDtypes) {
   ASSERT_NE(shift, nullptr);
   EXPECT_EQ(g->tensor(shift->outputs[0]).dtype, DType::kF32);
   EXPECT_EQ(g->tensor(shift->outputs[0]).bytes(), b * (s - 1) * 32000 * 4u);
+  // ForCausalLMLoss keeps the upcast copy in a local until it returns: a scope_end after the loss reads it.
+  const Op* returns = FindOp(*g, "loss.returns");
+  ASSERT_NE(returns, nullptr);
+  EXPECT_EQ(returns->kind, "scope_end");
+  EXPECT_GT(returns->id, loss->id);
+  ASSERT_EQ(returns->inputs.size(), 1u);
+  EXPECT_EQ(g->op(g->producer(returns->inputs[0])).name, "loss.logits_float");
 }
 
 // Note [Eager RMSNorm]: Hugging Face's RMSNorm keeps the normalized tensor (and, before PyTorch 2.0,

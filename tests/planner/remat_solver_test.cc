@@ -398,6 +398,34 @@ TEST(RematSolver, MeetsABudgetOnATransformerStep) {
   EXPECT_EQ(*ParseStrategy("optimal"), Strategy::kOptimal);
 }
 
+// What a hold (IsHoldOp: the loop's outputs, autocast's cache) reads is the real tensor: the
+// solvers may not replay its producer for that read. An autocast GPT-2 layer under the cache.
+TEST(RematModel, HeldTensorsAreNotReplayed) {
+  absl::StatusOr<ModelConfig> config = LoadPresetConfig("gpt2");
+  ASSERT_TRUE(config.ok());
+  config->num_layers = 1;
+  config->vocab_size = 1024;
+  absl::StatusOr<Graph> forward = BuildModelGraph(
+      *config, {.batch = 2, .seq_len = 64, .param_dtype = DType::kF32, .compute_dtype = DType::kBF16});
+  ASSERT_TRUE(forward.ok());
+  const Graph step =
+      *BuildTrainingStep(*forward, {.hold_model_outputs = true, .autocast_weight_cache = true});
+  const std::vector<double> cost(step.num_ops(), 1.0);
+  absl::StatusOr<remat::Model> model = remat::BuildModel({.step = &step, .op_cost = cost, .budget = 1});
+  ASSERT_TRUE(model.ok()) << model.status();
+  int holds = 0;
+  for (const Op& op : step.ops()) {
+    if (!IsHoldOp(op)) continue;
+    ++holds;
+    ASSERT_FALSE(op.inputs.empty()) << op.name;
+    for (TensorId t : op.inputs) {
+      const OpId producer = step.producer(step.storage(t));
+      EXPECT_EQ(model->recomputable[static_cast<size_t>(producer)], 0) << op.name << " reads " << step.tensor(t).name;
+    }
+  }
+  EXPECT_EQ(holds, 2);  // autocast_exit and release_outputs
+}
+
 // The Checkmate graphs (../shared/data), at 90/80/70% of the store-all peak.
 std::string ReadShared(const std::string& name) {
   std::ifstream in(std::string(HEADROOM_SHARED_DATA_DIR) + "/" + name);
