@@ -111,8 +111,14 @@ StepFacts MakeFacts(const PlanProblem& problem) {
   f.first_later_use.assign(tensors, kNever);
   f.first_later_read.assign(tensors, kNever);
   f.readers.resize(tensors);
+  // A storage a later hold reads (IsHoldOp: the loop's outputs) keeps its
+  // GPU copy whatever the plan, so offloading it would free nothing.
+  std::vector<uint8_t> held_later(tensors, 0);
   for (const Op& op : step.ops()) {
     const bool later = op.id >= f.forward_end;
+    if (later && IsHoldOp(op)) {
+      for (TensorId in : op.inputs) At(held_later, At(f.storage, in)) = 1;
+    }
     auto touch = [&](TensorId t) {
       const TensorId s = At(f.storage, t);
       if (!later) {
@@ -133,7 +139,7 @@ StepFacts MakeFacts(const PlanProblem& problem) {
     const OpId last = At(f.last_forward_use, t.id);
     const OpId next = At(f.first_later_use, t.id);
     if (t.view_of != kNone || producer == kNone || producer >= f.forward_end || At(f.counted, t.id) == 0 ||
-        At(f.whole_step, t.id) || next == kNever || last == kNone || next - last < 2) {
+        At(f.whole_step, t.id) || At(held_later, t.id) || next == kNever || last == kNone || next - last < 2) {
       continue;
     }
     f.saved.push_back(t.id);

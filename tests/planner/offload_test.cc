@@ -168,6 +168,37 @@ TEST(PlanOffload, MeetsBudgetsOrSaysHowClose) {
   EXPECT_EQ(fitted, 3) << "GPT-2's 4 layers hold enough to offload 30% of the peak";
 }
 
+// What the training loop holds (release_outputs) keeps its GPU copy whatever the plan: offloading it
+// would free nothing, so neither offload nor hybrid may pick it.
+TEST(PlanOffload, LeavesHeldTensorsAlone) {
+  absl::StatusOr<ModelConfig> config = LoadPresetConfig("gpt2");
+  ASSERT_TRUE(config.ok()) << config.status();
+  config->num_layers = 6;  // GPT-2's 50257-token logits are worth offloading
+  absl::StatusOr<Graph> forward = BuildModelGraph(*config, {.batch = 1, .seq_len = 512});
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  const Graph step = *BuildTrainingStep(*forward, {.hold_model_outputs = true});
+  std::vector<TensorId> held;
+  for (const Op& op : step.ops()) {
+    if (IsHoldOp(op)) held.insert(held.end(), op.inputs.begin(), op.inputs.end());
+  }
+  ASSERT_FALSE(held.empty());
+  int planned = 0;
+  for (double fraction : {0.95, 0.9, 0.85, 0.8}) {
+    const PlanProblem problem = ProblemFor(step, fraction);
+    for (auto plan : {PlanOffload, PlanHybrid}) {
+      absl::StatusOr<Schedule> s = plan(problem);
+      if (!s.ok()) continue;
+      planned += s->CountOf(ScheduleAction::kOffload) > 0 ? 1 : 0;
+      for (const ScheduleEntry& e : s->entries) {
+        if (e.action != ScheduleAction::kOffload) continue;
+        EXPECT_EQ(std::count(held.begin(), held.end(), step.storage(e.target)), 0)
+            << fraction << ": " << step.tensor(e.target).name;
+      }
+    }
+  }
+  EXPECT_GE(planned, 4);
+}
+
 // The peak an out-of-reach error gives.
 uint64_t SmallestPeakIn(const absl::Status& status) {
   const std::string message(status.message());
