@@ -123,7 +123,8 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--loop", f.loop,
                  "hand (default: the loop holds the outputs through backward and the step) or trainer "
                  "(Hugging Face Trainer drops them before backward)");
-  app.add_option("--rms-norm", f.rms_norm, "RMSNorm: eager (Hugging Face, default) or fused (one kernel)");
+  app.add_option("--rms-norm", f.rms_norm,
+                 "RMSNorm: eager (Hugging Face) or fused (one kernel); default fused under --tp/--pp (Megatron)");
   app.add_option("--torch", f.torch_version, "PyTorch version that runs the step, e.g. 2.5 (default) or 1.13");
   app.add_option("--kernels", f.kernels, "cuda (default) or cpu: whose kernels run the ops (validation on a CPU)");
 }
@@ -184,7 +185,9 @@ absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
     HEADROOM_ASSIGN_OR_RETURN(job.encoder_head, ForFlag("--head", ParseEncoderHead(f.head)));
   }
   HEADROOM_ASSIGN_OR_RETURN(job.loop, ForFlag("--loop", ParseTrainingLoop(f.loop)));
-  HEADROOM_ASSIGN_OR_RETURN(job.rms_norm, ForFlag("--rms-norm", ParseRmsNormImpl(f.rms_norm)));
+  if (!f.rms_norm.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(job.rms_norm, ForFlag("--rms-norm", ParseRmsNormImpl(f.rms_norm)));
+  }
   if (!f.torch_version.empty()) {
     HEADROOM_ASSIGN_OR_RETURN(job.runtime, ForFlag("--torch", ParseTorchVersion(f.torch_version)));
   }

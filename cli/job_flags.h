@@ -59,7 +59,7 @@ struct JobFlags {
   bool keep_grads = false;
   std::string head;
   std::string loop = "hand";
-  std::string rms_norm = "eager";
+  std::string rms_norm;  // empty: fused under Megatron layouts (--tp, --pp), else eager
   std::string torch_version;  // empty: the current 2.x line
   std::string kernels = "cuda";
 };

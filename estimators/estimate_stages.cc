@@ -189,7 +189,9 @@ absl::StatusOr<Graph> BuildForwardGraph(const LoadedModel& model, const JobSpec&
                      .tensor_parallel = layout.tensor_parallel,
                      .sequence_parallel = layout.sequence_parallel,
                      .lora = job.lora,
-                     .rms_norm = job.rms_norm,
+                     .rms_norm = job.rms_norm.value_or(setup.framework == Framework::kMegatron
+                                                           ? RmsNormImpl::kFused
+                                                           : RmsNormImpl::kEager),
                      .runtime = job.runtime};
   ModelConfig config = *model.config;
   if (job.encoder_head && config.family == ModelFamily::kEncoder) {

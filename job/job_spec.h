@@ -77,7 +77,9 @@ struct JobSpec {
   std::optional<DType> kv_dtype;  // default: the compute dtype
   OverheadOptions overheads;
   TrainingLoop loop = TrainingLoop::kHand;
-  RmsNormImpl rms_norm = RmsNormImpl::kEager;  // Note [Eager RMSNorm] in models/builders.cc
+  // Note [Eager RMSNorm] in models/builders.cc. Unset: fused under Megatron (its layers use fused
+  // norm kernels), eager under any other framework (Hugging Face's modules).
+  std::optional<RmsNormImpl> rms_norm;
   TorchRuntime runtime;                        // graph/torch_runtime.h
   // The caching allocator's configuration the job runs with
   // (PYTORCH_CUDA_ALLOC_CONF; allocator/alloc_conf.h): the estimate replays

@@ -49,6 +49,11 @@ TEST(EstimateCli, HowTheStepIsWrittenChangesTheActivations) {
   const uint64_t hand = activations({});
   EXPECT_LT(activations({"--loop", "trainer"}), hand);
   EXPECT_LT(activations({"--rms-norm", "fused"}), hand);
+  EXPECT_EQ(activations({"--rms-norm", "eager"}), hand);
+  // Megatron's layouts run fused norms unless told otherwise.
+  const uint64_t megatron = activations({"--gpus", "2", "--tp", "2"});
+  EXPECT_EQ(megatron, activations({"--gpus", "2", "--tp", "2", "--rms-norm", "fused"}));
+  EXPECT_LT(megatron, activations({"--gpus", "2", "--tp", "2", "--rms-norm", "eager"}));
   EXPECT_GT(activations({"--torch", "1.13", "--kernels", "cpu"}), hand);
   for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--loop", "script"},
                                     {"--rms-norm", "apex"}, {"--torch", "1.12"}, {"--kernels", "tpu"}}) {
