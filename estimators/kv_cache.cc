@@ -1,5 +1,6 @@
 #include "estimators/kv_cache.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -16,6 +17,12 @@ absl::Status ValidateKvCache(const KvCacheOptions& options) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: must be positive for a KV cache, got %d", field, value));
     }
+  }
+  if (options.sliding_window < 0 || options.sliding_layers < 0 || options.sliding_layers > options.num_layers ||
+      (options.sliding_layers > 0) != (options.sliding_window > 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "sliding_window: %d sliding layers of %d with a window of %d tokens; both or neither must be positive",
+        options.sliding_layers, options.num_layers, options.sliding_window));
   }
   if (options.block_size < 0) {
     return absl::InvalidArgumentError(
@@ -54,8 +61,21 @@ uint64_t KvBlocksPerSequence(const KvCacheOptions& options) {
   return (tokens + block - 1) / block;
 }
 
+uint64_t KvSlidingBlocksPerSequence(const KvCacheOptions& options) {
+  if (options.sliding_window <= 0) return KvBlocksPerSequence(options);
+  KvCacheOptions window = options;
+  window.context_tokens = std::min(options.context_tokens, options.sliding_window);
+  const bool straddles = options.context_tokens > options.sliding_window && options.block_size > 1;
+  return KvBlocksPerSequence(window) + (straddles ? 1 : 0);
+}
+
 uint64_t KvCacheBytes(const KvCacheOptions& options) {
-  return static_cast<uint64_t>(options.batch) * KvBlocksPerSequence(options) * KvBlockBytes(options);
+  // KvBlockBytes covers every layer; split it into layers (it is a multiple of num_layers).
+  const uint64_t per_layer = KvBlockBytes(options) / static_cast<uint64_t>(options.num_layers);
+  const auto sliding = static_cast<uint64_t>(options.sliding_layers);
+  const uint64_t full = static_cast<uint64_t>(options.num_layers) - sliding;
+  const uint64_t blocks = full * KvBlocksPerSequence(options) + sliding * KvSlidingBlocksPerSequence(options);
+  return static_cast<uint64_t>(options.batch) * blocks * per_layer;
 }
 
 }  // namespace headroom

@@ -18,6 +18,15 @@
 // (HF transformers' DynamicCache): exactly context_tokens per sequence.
 // Under tensor parallelism each rank caches num_kv_heads / tp heads.
 //
+// Note [Sliding-window KV cache]
+// A layer that attends within a sliding window (Gemma 2's even layers)
+// needs the keys and values of its last sliding_window tokens only. Paged
+// servers free the blocks that fall out of the window, so such a layer holds
+// ceil(min(tokens, window) / block_size) blocks, plus one while the window
+// straddles a block boundary (tokens > window, block_size > 1); a
+// contiguous cache (transformers' HybridCache) holds min(tokens, window)
+// tokens. Full-attention layers hold the whole context as before.
+//
 // Note [KV cache bound]
 // A cache is at most kMaxKvCacheBytes (2^50 bytes, 1 PiB) per GPU, far
 // beyond any GPU, so that it adds to the other categories without wrapping
@@ -33,7 +42,16 @@
 
 namespace headroom {
 
-inline constexpr uint64_t kMaxKvCacheBytes = uint64_t{1} << 50;  // Note [KV cache bound]
+inline constexpr uint64_t kMaxKvCacheBytes = uint64_t{1} << 50;  // Note [Sliding-window KV cache]
+// A layer that attends within a sliding window (Gemma 2's even layers)
+// needs the keys and values of its last sliding_window tokens only. Paged
+// servers free the blocks that fall out of the window, so such a layer holds
+// ceil(min(tokens, window) / block_size) blocks, plus one while the window
+// straddles a block boundary (tokens > window, block_size > 1); a
+// contiguous cache (transformers' HybridCache) holds min(tokens, window)
+// tokens. Full-attention layers hold the whole context as before.
+//
+// Note [KV cache bound]
 
 struct KvCacheOptions {
   int64_t num_layers = 0;
@@ -43,6 +61,10 @@ struct KvCacheOptions {
   int64_t context_tokens = 0;  // prompt + generated tokens per sequence
   int64_t batch = 1;           // concurrent sequences
   int64_t block_size = 16;     // tokens per block; 0: contiguous, no paging
+  // Note [Sliding-window KV cache]: sliding_layers of the num_layers keep
+  // only the last sliding_window tokens (both 0: none).
+  int64_t sliding_window = 0;
+  int64_t sliding_layers = 0;
 };
 
 // InvalidArgument naming the field when a size is not positive; OutOfRange
@@ -51,8 +73,10 @@ absl::Status ValidateKvCache(const KvCacheOptions& options);
 
 // Bytes of one paged block across all layers (keys and values).
 uint64_t KvBlockBytes(const KvCacheOptions& options);
-// Blocks one sequence of context_tokens occupies (rounded up).
+// Blocks one sequence of context_tokens occupies in a full-attention layer
+// (rounded up), and in a sliding-window one (Note [Sliding-window KV cache]).
 uint64_t KvBlocksPerSequence(const KvCacheOptions& options);
+uint64_t KvSlidingBlocksPerSequence(const KvCacheOptions& options);
 // The whole cache: batch sequences of context_tokens, blocks rounded up.
 uint64_t KvCacheBytes(const KvCacheOptions& options);
 

@@ -18,9 +18,11 @@ namespace {
 
 enum class Parallel : uint8_t { kReplicated, kColumn, kRow };
 
+// Hugging Face's Llama-derived decoders: softmax in f32, the loss over f32 logits.
 bool IsLlamaLike(const ModelConfig& c) {
   return c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" ||
-         c.model_type == "mixtral";
+         c.model_type == "mixtral" || c.model_type == "qwen3" || c.model_type == "gemma" ||
+         c.model_type == "gemma2";
 }
 
 // Config field names as each architecture's config.json spells them, so
@@ -111,6 +113,10 @@ class Builder {
   TensorId Loss(TensorId logits, int64_t rows, int64_t classes);
   TensorId CausalLmLoss(TensorId logits, int64_t vocab);
   TensorId EagerRmsNorm(const std::string& prefix, TensorId x, TensorId weight);
+  // RMSNorm over each head's head_dim features (Qwen3's q_norm and k_norm).
+  TensorId HeadNorm(const std::string& prefix, TensorId x);
+  // cap * tanh(x / cap), in PyTorch ops (Note [Gemma decoders]).
+  TensorId SoftCap(const std::string& name, TensorId x);
   // The MLP's nonlinearity, gelu_new as Hugging Face writes it (Note [gelu_new]).
   TensorId Activation(const std::string& name, TensorId x);
 
@@ -241,6 +247,38 @@ TensorId Builder::Norm(const std::string& prefix, TensorId x) {
   return LayerNormModule(prefix, x);
 }
 
+TensorId Builder::HeadNorm(const std::string& prefix, TensorId x) {
+  TensorId weight = Param(prefix + ".weight", {c_.head_dim});
+  if (o_.rms_norm == RmsNormImpl::kEager) return EagerRmsNorm(prefix, x, weight);
+  return e_.RmsNorm(prefix, x, weight);
+}
+
+// Note [Gemma decoders]
+// Gemma keeps Llama's block and changes what is computed in it
+// (transformers' modeling_gemma.py and modeling_gemma2.py):
+//  - GemmaRMSNorm normalizes in f32 and scales by (1 + weight) before
+//    casting back, so eager autograd keeps the normalized tensor in f32
+//    (Llama casts it to the input dtype first) and the f32 (1 + weight);
+//  - the embeddings are multiplied by sqrt(hidden_size), a new tensor;
+//  - the MLP is GeGLU with the tanh GELU, and the embeddings are tied;
+// and Gemma 2 adds
+//  - a norm after attention and after the MLP besides the ones before
+//    (input, post_attention, pre_feedforward and post_feedforward norms);
+//  - soft-capping of the attention scores (eager attention) and of the final
+//    logits: x / cap, tanh, * cap, three more score- or logits-sized tensors
+//    in flight, and tanh keeps its output for backward;
+//  - sliding-window attention in every other layer (even layer indices). The
+//    eager kernel still builds s x s scores (the window is in the mask); the
+//    window shows in inference, where a sliding layer caches at most
+//    sliding_window tokens (Note [Sliding-window KV cache] in
+//    estimators/kv_cache.h).
+// Qwen3 is Llama with an RMSNorm over head_dim on q and k before the rotary
+// embedding (q_norm, k_norm), which keeps its own tensors in eager mode.
+TensorId Builder::SoftCap(const std::string& name, TensorId x) {
+  TensorId scaled = e_.Scale(name + ".div", x);
+  return e_.Scale(name + ".mul", e_.Activation(name + ".tanh", ActivationKind::kTanh, scaled));
+}
+
 // Note [Python references in inference]
 // A tensor lives until its last reference goes, not until its last reader
 // runs: Hugging Face's attention forward keeps its input, q, k and v (the
@@ -283,6 +321,12 @@ TensorId Builder::EagerRmsNorm(const std::string& prefix, TensorId x, TensorId w
   TensorId wide = e_.Cast(prefix + ".to_float", x, DType::kF32);
   TensorId variance = e_.MeanLastDim(prefix + ".variance", e_.Pow(prefix + ".square", wide));
   TensorId rstd = e_.Rsqrt(prefix + ".rstd", variance);
+  if (c_.norm_plus_one) {
+    // Note [Gemma decoders]: (x32 * rstd) * (1 + weight.float()), then back to x's dtype.
+    TensorId one_plus = e_.Scale(prefix + ".one_plus_weight", e_.Cast(prefix + ".weight_float", weight, DType::kF32));
+    TensorId scaled = e_.Mul(prefix + ".scale", e_.Mul(prefix + ".normalize", wide, rstd), one_plus);
+    return e_.Cast(prefix, scaled, input_dtype);
+  }
   TensorId normed = e_.Cast(prefix + ".to_input_dtype", e_.Mul(prefix + ".normalize", wide, rstd), input_dtype);
   return e_.Mul(prefix, weight, normed);
 }
@@ -388,6 +432,10 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     q = e_.View(base + qn + ".heads", qp, {b, heads, s, d});
     k = e_.View(base + kn + ".heads", kp, {b, kv, s, d});
     v = e_.View(base + vn + ".heads", vp, {b, kv, s, d});
+    if (c_.qk_norm) {
+      q = HeadNorm(base + "q_norm", q);
+      k = HeadNorm(base + "k_norm", k);
+    }
     out_module = bert ? prefix + "attention.output.dense" : base + "o_proj";
   }
   if (c_.positions == PositionKind::kRotary) {
@@ -408,6 +456,10 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
       v = e_.RepeatKv(core + ".repeat_v", v, heads);
     }
     TensorId scores = e_.MatMul(core + ".qk", q, k, /*b_transposed=*/true);
+    if (c_.attn_logit_softcap > 0) {
+      // Gemma 2 scales, caps, then adds the mask (Note [Gemma decoders]).
+      scores = SoftCap(core + ".softcap", e_.Scale(core + ".scale", scores));
+    }
     scores = e_.MaskedScale(core + ".scale_mask", scores);
     TensorId probs = e_.Softmax(core + ".softmax", scores, /*force_f32=*/IsLlamaLike(c_));
     // Decoders cast the probabilities back to v's dtype (HF's
@@ -553,6 +605,7 @@ absl::Status Builder::BuildDecoder() {
     x = e_.Add(root + "embed_add", x, pos);
   }
   x = e_.Dropout(root + "drop", x, c_.embedding_dropout);
+  if (c_.embedding_scaled) x = e_.Scale(root + "embed_scale", x);  // Note [Gemma decoders]
   if (c_.positions == PositionKind::kRotary) {
     const auto rotary_dims =
         static_cast<int64_t>(static_cast<double>(c_.head_dim) * c_.rotary_pct);
@@ -582,6 +635,13 @@ absl::Status Builder::BuildDecoder() {
       TensorId mlp = Mlp(p, GatherInput(n2, ln2), sp_ ? ln2 : kNone);
       mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
       x = e_.Add(p + "residual", e_.Add(p + "branch_add", mlp, attn), residual);
+    } else if (c_.sandwich_norms) {
+      // Gemma 2: each branch is normed on the way in and on the way out.
+      x = e_.Add(p + "attn_residual", residual, Norm(p + "post_attention_layernorm", attn));
+      const std::string pre = p + "pre_feedforward_layernorm";
+      TensorId ln2 = Norm(pre, x);
+      TensorId mlp = Mlp(p, GatherInput(pre, ln2), sp_ ? ln2 : kNone);
+      x = e_.Add(p + "mlp_residual", x, Norm(p + "post_feedforward_layernorm", mlp));
     } else {
       x = e_.Add(p + "attn_residual", residual, attn);
       TensorId ln2 = Norm(n2, x);
@@ -604,6 +664,7 @@ absl::Status Builder::BuildDecoder() {
   const std::string head = neox ? "embed_out" : "lm_head";
   TensorId logits = Proj(head, head_in, h, vocab, false, Parallel::kColumn, false,
                          sp_ ? normed : kNone, c_.tie_word_embeddings ? table : kNone);
+  if (c_.final_logit_softcap > 0) logits = SoftCap("final_logit_softcap", logits);
   if (o_.training) {
     // A single position has no next token to predict; its loss is taken unshifted.
     if (s > 1) CausalLmLoss(logits, vocab);

@@ -123,6 +123,9 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"GPT2Model", "gpt2", ModelFamily::kDecoder},
     {"GPTNeoXForCausalLM", "gpt_neox", ModelFamily::kDecoder},
     {"MixtralForCausalLM", "mixtral", ModelFamily::kDecoder},
+    {"Qwen3ForCausalLM", "qwen3", ModelFamily::kDecoder},
+    {"GemmaForCausalLM", "gemma", ModelFamily::kDecoder},
+    {"Gemma2ForCausalLM", "gemma2", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -139,6 +142,8 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"llama", "LlamaForCausalLM"},   {"mistral", "MistralForCausalLM"},
     {"qwen2", "Qwen2ForCausalLM"},   {"gpt2", "GPT2LMHeadModel"},
     {"gpt_neox", "GPTNeoXForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
+    {"qwen3", "Qwen3ForCausalLM"},   {"gemma", "GemmaForCausalLM"},
+    {"gemma2", "Gemma2ForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"mlp", "MlpChain"},
 };
@@ -178,6 +183,30 @@ absl::Status ParseStandardDims(const json& doc, const JsonPath& path, int64_t de
   return absl::OkStatus();
 }
 
+// Gemma's departures from Llama (Note [Gemma decoders] in builders.cc).
+absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
+  // transformers reads hidden_activation and falls back to the tanh GELU
+  // whatever hidden_act says (Gemma 1 configs say "gelu").
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "hidden_activation", path, ActivationKind::kGeluTanh));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
+  c.attn_output_bias = c.qkv_bias;
+  c.norm_plus_one = true;
+  c.embedding_scaled = true;
+  if (c.model_type != "gemma2") return absl::OkStatus();
+  c.sandwich_norms = true;
+  for (const auto& [key, cap] : {std::pair<std::string_view, double*>{"attn_logit_softcapping", &c.attn_logit_softcap},
+                                 {"final_logit_softcapping", &c.final_logit_softcap}}) {
+    HEADROOM_ASSIGN_OR_RETURN(*cap, OptionalNumber(doc, key, path, 0.0));
+    if (!(*cap >= 0)) return (path / key).Error(absl::StrFormat("must be positive or null, got %g", *cap));
+  }
+  // Gemma2DecoderLayer: even layers attend within the window, odd ones to everything.
+  HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, PositiveInt(doc, "sliding_window", path));
+  c.global_layer_every = 2;
+  return absl::OkStatus();
+}
+
 absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 4096, c));
   HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads,
@@ -206,6 +235,13 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
     HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_local_experts", path, kMaxExperts));
     HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));
   }
+  if (c.model_type == "qwen3") {
+    // Qwen3Attention: q_norm and k_norm over head_dim; attention_bias on q/k/v/o, off in the releases.
+    HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
+    c.attn_output_bias = c.qkv_bias;
+    c.qk_norm = true;
+  }
+  if (c.model_type == "gemma" || c.model_type == "gemma2") HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
   return absl::OkStatus();
 }
 
@@ -482,7 +518,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     c.torch_dtype = *dtype;
   }
   const std::string& type = c.model_type;
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
+      type == "gemma" || type == "gemma2") {
     HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
   } else if (type == "gpt2") {
     HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));

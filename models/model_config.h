@@ -54,7 +54,7 @@ inline constexpr uint64_t kMaxWeightElements = kMaxTensorBytes / 4;
 inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
-  kDecoder,  // causal LM: Llama, Mistral, Qwen2, GPT-2, GPT-NeoX, Mixtral
+  kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, GPT-2, GPT-NeoX, Mixtral
   kEncoder,  // BERT, RoBERTa
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
@@ -108,6 +108,16 @@ struct ModelConfig {
   bool encoder_pooler = true;  // BertModel add_pooling_layer
   int64_t num_labels = 2;      // sequence classification head size
 
+  // --- decoder variants (Qwen3, Gemma, Gemma 2; Note [Gemma decoders] in builders.cc) ---
+  bool qk_norm = false;             // Qwen3: RMSNorm over head_dim on q and k (q_norm, k_norm)
+  bool norm_plus_one = false;       // Gemma: RMSNorm scales by (1 + weight), in f32
+  bool embedding_scaled = false;    // Gemma: embeddings times sqrt(hidden_size)
+  bool sandwich_norms = false;      // Gemma 2: norms after attention and MLP as well as before
+  double attn_logit_softcap = 0;    // Gemma 2: scores = cap * tanh(scores / cap); 0: none
+  double final_logit_softcap = 0;   // Gemma 2: logits = cap * tanh(logits / cap); 0: none
+  int64_t sliding_window = 0;       // tokens a sliding-window layer attends to; 0: no such layers
+  int64_t global_layer_every = 0;   // with a window: every Nth layer attends to all (Gemma 2: 2); 0: none does
+
   // --- mixture of experts (Mixtral) ---
   int64_t num_experts = 0;        // 0: dense MLP
   int64_t experts_per_token = 0;  // top-k
@@ -123,11 +133,16 @@ struct ModelConfig {
   double mlp_dropout = 0;
 
   bool is_moe() const { return num_experts > 0; }
+  // Whether block `layer` (0-based) attends within sliding_window only.
+  bool is_sliding_layer(int64_t layer) const {
+    return sliding_window > 0 && (global_layer_every == 0 || layer % global_layer_every != global_layer_every - 1);
+  }
 };
 
 // Parses a Hugging Face config.json (or the MlpChain form above). The
 // architecture comes from `architectures[0]`, falling back to `model_type`.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

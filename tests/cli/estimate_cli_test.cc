@@ -63,6 +63,17 @@ TEST(EstimateCli, HowTheStepIsWrittenChangesTheActivations) {
   }
 }
 
+// Gemma 2 serves half its layers from a 4096-token window (Note [Sliding-window KV cache]): 21 full layers
+// hold 32768 tokens and 21 sliding ones 4096 + one straddling block of 16, 8 KV heads of 256 in bf16.
+TEST(EstimateCli, Gemma2KvCacheHoldsTheWindowInSlidingLayers) {
+  auto r = RunHeadroom({"estimate", "--model", "gemma-2-9b", "--inference", "--context", "32768", "--micro-batch",
+                        "4", "--budget", "1TiB", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const uint64_t token_bytes = 2u * 8 * 256 * 2;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["bytes"]["kv_cache"].get<uint64_t>(),
+            4u * (21 * 32768 + 21 * (4096 + 16)) * token_bytes);
+}
+
 TEST(EstimateCli, LoraFitsWithLimits) {
   auto r = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "h100", "--lora-rank", "16"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -34,6 +34,31 @@ TEST(KvCache, BlocksRoundUpPerSequence) {
   EXPECT_EQ(KvCacheBytes(kv), 3u * 100 * 2 * 64 * 2 * 2);
 }
 
+// Note [Sliding-window KV cache]: Gemma-2-9B (42 layers, 8 KV heads of 256) at 32768 tokens, every other
+// layer within a 4096-token window.
+TEST(KvCache, SlidingLayersHoldTheWindowOnly) {
+  KvCacheOptions kv{.num_layers = 42, .num_kv_heads = 8, .head_dim = 256, .dtype = DType::kBF16,
+                    .context_tokens = 32768, .batch = 4, .block_size = 16, .sliding_window = 4096,
+                    .sliding_layers = 21};
+  ASSERT_TRUE(ValidateKvCache(kv).ok()) << ValidateKvCache(kv);
+  const uint64_t token_bytes = 2u * 8 * 256 * 2;  // keys and values of one token in one layer
+  EXPECT_EQ(KvSlidingBlocksPerSequence(kv), 4096u / 16 + 1);  // the window straddles a block boundary
+  EXPECT_EQ(KvCacheBytes(kv), 4u * (21 * 32768 + 21 * (4096 + 16)) * token_bytes);
+  // A context inside the window: the sliding layers hold all of it, as full ones do.
+  kv.context_tokens = 1000;
+  EXPECT_EQ(KvCacheBytes(kv), 4u * 42 * 63 * 16 * token_bytes);
+  // Contiguous (transformers' HybridCache): exactly the window.
+  kv.context_tokens = 32768;
+  kv.block_size = 0;
+  EXPECT_EQ(KvCacheBytes(kv), 4u * (21 * 32768 + 21 * 4096) * token_bytes);
+  // Sliding layers without a window, or more of them than layers, are refused by name.
+  kv.sliding_window = 0;
+  EXPECT_THAT(std::string(ValidateKvCache(kv).message()), ::testing::HasSubstr("sliding_window"));
+  kv.sliding_window = 4096;
+  kv.sliding_layers = 43;
+  EXPECT_FALSE(ValidateKvCache(kv).ok());
+}
+
 TEST(KvCache, ZeroSizesNameTheField) {
   KvCacheOptions kv{.num_layers = 2, .num_kv_heads = 0, .head_dim = 64, .context_tokens = 10};
   EXPECT_THAT(std::string(ValidateKvCache(kv).message()), ::testing::HasSubstr("num_key_value_heads"));

@@ -1,0 +1,147 @@
+// The decoder families beyond Llama: Qwen3, Gemma and Gemma 2 (Note [Gemma
+// decoders] in models/builders.cc), from their real config.json presets.
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/builders.h"
+#include "models/model_config.h"
+#include "models/model_source.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+ModelConfig Preset(std::string_view name) {
+  absl::StatusOr<ModelConfig> c = LoadPresetConfig(name);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : ModelConfig{};
+}
+
+Graph Build(const ModelConfig& c, BuildOptions o = {.batch = 1, .seq_len = 8}) {
+  absl::StatusOr<Graph> g = BuildModelGraph(c, o);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *std::move(g) : Graph{};
+}
+
+int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
+  int n = 0;
+  for (const Op& op : g.ops()) n += op.name.starts_with(prefix) && op.kind == kind ? 1 : 0;
+  return n;
+}
+
+// The expected counts come from the reference implementation, not from Headroom:
+//  - gemma-7b and gemma-2-9b: transformers 4.46.3's GemmaForCausalLM and Gemma2ForCausalLM built from these
+//    config files under accelerate's init_empty_weights, summing p.numel() over the parameters with the tied
+//    lm_head counted once (8.54 B and 9.24 B on the model cards);
+//  - qwen3-8b: transformers 4.46 has no Qwen3, so the sum of the shapes its Qwen3 modules declare
+//    (q/k/v/o projections, q_norm and k_norm over head_dim 128, SwiGLU MLP, two norms per layer, the final
+//    norm, untied 151936 x 4096 embeddings and lm_head); the model card gives 8.2 B.
+TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
+  EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
+  EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
+  EXPECT_EQ(Build(Preset("qwen3-8b")).ParameterCount(), 8'190'735'360u);
+}
+
+TEST(DecoderFamilies, ConfigsParseTheFamilyFields) {
+  const ModelConfig gemma2 = Preset("gemma-2-9b");
+  EXPECT_EQ(gemma2.head_dim, 256);  // decoupled: 16 heads x 256 != 3584
+  EXPECT_TRUE(gemma2.tie_word_embeddings && gemma2.norm_plus_one && gemma2.embedding_scaled);
+  EXPECT_TRUE(gemma2.sandwich_norms);
+  EXPECT_DOUBLE_EQ(gemma2.attn_logit_softcap, 50.0);
+  EXPECT_DOUBLE_EQ(gemma2.final_logit_softcap, 30.0);
+  EXPECT_EQ(gemma2.activation, ActivationKind::kGeluTanh);
+  EXPECT_TRUE(gemma2.is_sliding_layer(0));
+  EXPECT_FALSE(gemma2.is_sliding_layer(1));
+  EXPECT_TRUE(gemma2.is_sliding_layer(40));
+  const ModelConfig gemma = Preset("gemma-7b");
+  EXPECT_EQ(gemma.activation, ActivationKind::kGeluTanh);  // hidden_act "gelu" is ignored, as transformers does
+  EXPECT_FALSE(gemma.sandwich_norms);
+  EXPECT_FALSE(gemma.is_sliding_layer(0));
+  const ModelConfig qwen3 = Preset("qwen3-8b");
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_FALSE(qwen3.qkv_bias);
+  EXPECT_FALSE(qwen3.tie_word_embeddings);
+}
+
+TEST(DecoderFamilies, Gemma2LayersHaveFourNormsAndSoftCaps) {
+  ModelConfig c = Preset("gemma-2-9b");
+  c.num_layers = 2;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                           "post_feedforward_layernorm"}) {
+    bool found = false;
+    for (const Tensor& t : g.tensors()) found = found || t.name == absl::StrCat("model.layers.1.", norm, ".weight");
+    EXPECT_TRUE(found) << norm;
+  }
+  // Eager attention caps its scores; the final logits are capped too; tanh keeps its output for backward.
+  EXPECT_EQ(CountOps(g, "model.layers.0.attn_core.softcap.tanh", "tanh"), 1);
+  EXPECT_EQ(CountOps(g, "final_logit_softcap.tanh", "tanh"), 1);
+  for (const Op& op : g.ops()) {
+    if (op.kind == "tanh") {
+      EXPECT_EQ(op.saved, op.outputs) << op.name;
+    }
+  }
+  EXPECT_EQ(CountOps(g, "model.embed_scale", "scale"), 1);
+  // Flash attention takes the cap inside its kernel: no score-sized ops.
+  const Graph flash = Build(c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kFlash});
+  EXPECT_EQ(CountOps(flash, "model.layers.0.attn_core.softcap", "tanh"), 0);
+}
+
+// GemmaRMSNorm keeps its normalized tensor in f32 where Llama's keeps it in the input dtype.
+TEST(DecoderFamilies, GemmaNormKeepsTheNormalizedTensorInF32) {
+  ModelConfig c = Preset("gemma-7b");
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16});
+  const Op* scale = nullptr;
+  for (const Op& op : g.ops()) {
+    if (op.name == "model.layers.0.input_layernorm.scale") scale = &op;
+  }
+  ASSERT_NE(scale, nullptr);
+  EXPECT_EQ(g.tensor(scale->inputs[0]).dtype, DType::kF32);
+  EXPECT_THAT(scale->saved, ::testing::Contains(scale->inputs[0]));
+}
+
+TEST(DecoderFamilies, Qwen3NormsEachHeadsQueriesAndKeys) {
+  ModelConfig c = Preset("qwen3-8b");
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16});
+  const Tensor* q_norm = nullptr;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name == "model.layers.0.self_attn.q_norm.weight") q_norm = &t;
+  }
+  ASSERT_NE(q_norm, nullptr);
+  EXPECT_EQ(q_norm->shape, std::vector<int64_t>{128});
+  // The eager norm keeps rstd of each of the 32 query heads of each token (f32).
+  bool rstd = false;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name == "model.layers.0.self_attn.q_norm.rstd.out") rstd = t.elements() == 16u * 32;
+  }
+  EXPECT_TRUE(rstd);
+}
+
+TEST(DecoderFamilies, BadGemma2FieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["Gemma2ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "num_hidden_layers": 2,
+          "vocab_size": 256)";
+  absl::StatusOr<ModelConfig> no_window = ParseHfConfig(base + "}", "g2.json");
+  ASSERT_FALSE(no_window.ok());
+  EXPECT_THAT(no_window.status().message(), HasSubstr("sliding_window"));
+  absl::StatusOr<ModelConfig> negative =
+      ParseHfConfig(base + R"(, "sliding_window": 16, "attn_logit_softcapping": -1})", "g2.json");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(negative.status().message(), HasSubstr("attn_logit_softcapping"));
+  absl::StatusOr<ModelConfig> ok =
+      ParseHfConfig(base + R"(, "sliding_window": 16, "final_logit_softcapping": null})", "g2.json");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->final_logit_softcap, 0);
+}
+
+}  // namespace
+}  // namespace headroom
