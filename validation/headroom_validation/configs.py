@@ -17,6 +17,14 @@ MISTRAL = {"model_type": "mistral", "hidden_size": 256, "intermediate_size": 896
 GPT2 = {"model_type": "gpt2", "n_embd": 256, "n_layer": 4, "n_head": 8, "vocab_size": 8192, "n_positions": 1024}
 BERT = {"model_type": "bert", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
         "intermediate_size": 1024, "vocab_size": 8192, "max_position_embeddings": 512}
+# Gemma 2 with a decoupled head_dim (4 x 128 != 256), soft-capping and a window shorter than the sequence.
+GEMMA2 = {"model_type": "gemma2", "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 4,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 12288,
+          "max_position_embeddings": 1024, "sliding_window": 128, "query_pre_attn_scalar": 128,
+          "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh"}
+GEMMA = {"model_type": "gemma", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4,
+         "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 128, "vocab_size": 12288,
+         "max_position_embeddings": 1024, "hidden_activation": "gelu_pytorch_tanh"}
 MIXTRAL = {"model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
            "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 8192,
            "max_position_embeddings": 1024, "num_local_experts": 4, "num_experts_per_tok": 2,
@@ -85,6 +93,12 @@ CONFIGS = [
         hf("GPT2LMHeadModel", GPT2), precision="bf16-mixed", attention="sdpa", checkpoint="full",
         optimizer_impl="foreach", devices=("cuda",)),
     cfg("mixtral-fp32-adamw", "Mixtral (4 experts, top-2), fp32, AdamW", hf("MixtralForCausalLM", MIXTRAL)),
+    cfg("gemma2-fp32-adamw", "Gemma 2 (sandwich norms, soft-capping, sliding window), fp32, AdamW",
+        hf("Gemma2ForCausalLM", GEMMA2)),
+    cfg("gemma2-bf16-autocast-ckpt", "Gemma 2, bf16 autocast, full checkpointing", hf("Gemma2ForCausalLM", GEMMA2),
+        precision="bf16-mixed", checkpoint="full"),
+    cfg("gemma-fp32-adamw", "Gemma (MQA, (1 + w) RMSNorm, scaled embeddings), fp32, AdamW",
+        hf("GemmaForCausalLM", GEMMA)),
     cfg("resnet50-fp32-sgd", "ResNet-50 at 64x64, 100 classes, fp32, SGD with momentum",
         tv("resnet50", 64, 100), micro_batch=8, optimizer="sgd-momentum", seq=None),
     cfg("vgg16-fp32-sgd", "VGG-16 at 64x64, 100 classes, fp32, SGD with momentum", tv("vgg16", 64, 100),
