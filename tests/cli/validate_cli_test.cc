@@ -26,8 +26,11 @@ nlohmann::json RealFixture() {
   return nlohmann::json::parse(in);
 }
 
+// ctest runs each test in its own process, in parallel: files are named per test so that none
+// reads another's half-written file.
 std::string Write(const std::string& name, const nlohmann::json& fixture) {
-  return WriteTempFile(name, fixture.dump(1));
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  return WriteTempFile(test + "_" + name, fixture.dump(1));
 }
 
 // What the estimate says for the real fixture's step, as `validate --json` reports it.
