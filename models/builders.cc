@@ -22,7 +22,7 @@ enum class Parallel : uint8_t { kReplicated, kColumn, kRow };
 bool IsLlamaLike(const ModelConfig& c) {
   return c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" ||
          c.model_type == "mixtral" || c.model_type == "qwen3" || c.model_type == "gemma" ||
-         c.model_type == "gemma2";
+         c.model_type == "gemma2" || c.model_type == "phi3";
 }
 
 // Config field names as each architecture's config.json spells them, so
@@ -49,6 +49,7 @@ FieldNames FieldsOf(const ModelConfig& c) {
 std::vector<std::string> DefaultLoraTargets(const ModelConfig& c) {
   if (c.model_type == "gpt2") return {"c_attn"};
   if (c.model_type == "gpt_neox") return {"query_key_value"};
+  if (c.model_type == "phi3") return {"qkv_proj"};
   if (c.model_type == "bert" || c.model_type == "roberta") return {"query", "value"};
   return {"q_proj", "v_proj"};
 }
@@ -426,12 +427,21 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     const std::string base = prefix + (bert ? "attention.self." : "self_attn.");
     const std::string qn = bert ? "query" : "q_proj", kn = bert ? "key" : "k_proj",
                       vn = bert ? "value" : "v_proj";
-    TensorId qp = Proj(base + qn, x, h, heads * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
-    TensorId kp = Proj(base + kn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
-    TensorId vp = Proj(base + vn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
-    q = e_.View(base + qn + ".heads", qp, {b, heads, s, d});
-    k = e_.View(base + kn + ".heads", kp, {b, kv, s, d});
-    v = e_.View(base + vn + ".heads", vp, {b, kv, s, d});
+    if (c_.fused_qkv) {
+      // Phi-3: q, k and v are slices of one projection's output, which they keep alive.
+      TensorId qkv = Proj(base + "qkv_proj", x, h, (heads + 2 * kv) * d, c_.qkv_bias, Parallel::kColumn, false,
+                          x_shard);
+      q = e_.View(base + "qkv_proj.q", qkv, {b, heads, s, d});
+      k = e_.View(base + "qkv_proj.k", qkv, {b, kv, s, d});
+      v = e_.View(base + "qkv_proj.v", qkv, {b, kv, s, d});
+    } else {
+      TensorId qp = Proj(base + qn, x, h, heads * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+      TensorId kp = Proj(base + kn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+      TensorId vp = Proj(base + vn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+      q = e_.View(base + qn + ".heads", qp, {b, heads, s, d});
+      k = e_.View(base + kn + ".heads", kp, {b, kv, s, d});
+      v = e_.View(base + vn + ".heads", vp, {b, kv, s, d});
+    }
     if (c_.qk_norm) {
       q = HeadNorm(base + "q_norm", q);
       k = HeadNorm(base + "k_norm", k);
@@ -485,10 +495,19 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
   TensorId y;
   std::string down;
   if (c_.gated_mlp) {
-    TensorId gate = Proj(prefix + "mlp.gate_proj", x, h, inner, c_.mlp_bias, Parallel::kColumn,
-                         false, x_shard);
-    TensorId up = Proj(prefix + "mlp.up_proj", x, h, inner, c_.mlp_bias, Parallel::kColumn, false,
-                       x_shard);
+    TensorId gate, up;
+    if (c_.fused_gate_up) {
+      // Phi-3: gate and up are the two chunks of one projection's output.
+      TensorId both = Proj(prefix + "mlp.gate_up_proj", x, h, 2 * inner, c_.mlp_bias, Parallel::kColumn, false,
+                           x_shard);
+      std::vector<int64_t> half = g_.tensor(both).shape;
+      half.back() = inner;
+      gate = e_.View(prefix + "mlp.gate", both, half);
+      up = e_.View(prefix + "mlp.up", both, half);
+    } else {
+      gate = Proj(prefix + "mlp.gate_proj", x, h, inner, c_.mlp_bias, Parallel::kColumn, false, x_shard);
+      up = Proj(prefix + "mlp.up_proj", x, h, inner, c_.mlp_bias, Parallel::kColumn, false, x_shard);
+    }
     TensorId act = Activation(prefix + "mlp.act_fn", gate);
     TensorId prod = e_.Mul(prefix + "mlp.gate_mul", act, up);
     down = prefix + "mlp.down_proj";

@@ -126,6 +126,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"Qwen3ForCausalLM", "qwen3", ModelFamily::kDecoder},
     {"GemmaForCausalLM", "gemma", ModelFamily::kDecoder},
     {"Gemma2ForCausalLM", "gemma2", ModelFamily::kDecoder},
+    {"Phi3ForCausalLM", "phi3", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -143,7 +144,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"qwen2", "Qwen2ForCausalLM"},   {"gpt2", "GPT2LMHeadModel"},
     {"gpt_neox", "GPTNeoXForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
     {"qwen3", "Qwen3ForCausalLM"},   {"gemma", "GemmaForCausalLM"},
-    {"gemma2", "Gemma2ForCausalLM"},
+    {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"mlp", "MlpChain"},
 };
@@ -242,6 +243,16 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
     c.qk_norm = true;
   }
   if (c.model_type == "gemma" || c.model_type == "gemma2") HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
+  if (c.model_type == "phi3") {
+    // Phi3Attention and Phi3MLP: fused projections without biases, residual dropout, partial rotary
+    // (Phi-4-mini). Its sliding_window applies to flash attention only and is not modelled.
+    c.fused_qkv = c.fused_gate_up = true;
+    HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "resid_pdrop", path, 0.0));
+    HEADROOM_ASSIGN_OR_RETURN(c.rotary_pct, OptionalNumber(doc, "partial_rotary_factor", path, 1.0));
+    if (!(c.rotary_pct > 0 && c.rotary_pct <= 1)) {
+      return (path / "partial_rotary_factor").Error(absl::StrFormat("must be in (0, 1], got %g", c.rotary_pct));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -519,7 +530,7 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   }
   const std::string& type = c.model_type;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
-      type == "gemma" || type == "gemma2") {
+      type == "gemma" || type == "gemma2" || type == "phi3") {
     HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
   } else if (type == "gpt2") {
     HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));

@@ -108,7 +108,7 @@ struct ModelConfig {
   bool encoder_pooler = true;  // BertModel add_pooling_layer
   int64_t num_labels = 2;      // sequence classification head size
 
-  // --- decoder variants (Qwen3, Gemma, Gemma 2; Note [Gemma decoders] in builders.cc) ---
+  // --- decoder variants (Qwen3, Gemma, Gemma 2, Phi-3; Note [Gemma decoders] in builders.cc) ---
   bool qk_norm = false;             // Qwen3: RMSNorm over head_dim on q and k (q_norm, k_norm)
   bool norm_plus_one = false;       // Gemma: RMSNorm scales by (1 + weight), in f32
   bool embedding_scaled = false;    // Gemma: embeddings times sqrt(hidden_size)
@@ -117,6 +117,8 @@ struct ModelConfig {
   double final_logit_softcap = 0;   // Gemma 2: logits = cap * tanh(logits / cap); 0: none
   int64_t sliding_window = 0;       // tokens a sliding-window layer attends to; 0: no such layers
   int64_t global_layer_every = 0;   // with a window: every Nth layer attends to all (Gemma 2: 2); 0: none does
+  bool fused_qkv = false;           // Phi-3: one qkv_proj whose output q, k and v are slices of
+  bool fused_gate_up = false;       // Phi-3: one gate_up_proj, chunked into gate and up
 
   // --- mixture of experts (Mixtral) ---
   int64_t num_experts = 0;        // 0: dense MLP
@@ -142,7 +144,7 @@ struct ModelConfig {
 // Parses a Hugging Face config.json (or the MlpChain form above). The
 // architecture comes from `architectures[0]`, falling back to `model_type`.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-// Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM,
+// Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

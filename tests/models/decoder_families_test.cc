@@ -39,6 +39,7 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //  - gemma-7b and gemma-2-9b: transformers 4.46.3's GemmaForCausalLM and Gemma2ForCausalLM built from these
 //    config files under accelerate's init_empty_weights, summing p.numel() over the parameters with the tied
 //    lm_head counted once (8.54 B and 9.24 B on the model cards);
+//  - phi-3-mini-4k (Phi-3-mini-4k-instruct): transformers 4.46.3's Phi3ForCausalLM the same way (3.8 B);
 //  - qwen3-8b: transformers 4.46 has no Qwen3, so the sum of the shapes its Qwen3 modules declare
 //    (q/k/v/o projections, q_norm and k_norm over head_dim 128, SwiGLU MLP, two norms per layer, the final
 //    norm, untied 151936 x 4096 embeddings and lm_head); the model card gives 8.2 B.
@@ -46,6 +47,26 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
   EXPECT_EQ(Build(Preset("qwen3-8b")).ParameterCount(), 8'190'735'360u);
+  EXPECT_EQ(Build(Preset("phi-3-mini-4k")).ParameterCount(), 3'821'079'552u);
+}
+
+// Phi-3's q, k and v are slices of one qkv_proj output, gate and up the chunks of one gate_up_proj output.
+TEST(DecoderFamilies, Phi3SlicesFusedProjections) {
+  ModelConfig c = Preset("phi-3-mini-4k");
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16});
+  std::set<std::string> views;
+  for (const Tensor& t : g.tensors()) {
+    if (t.view_of != kNone) views.insert(g.tensor(t.view_of).name);
+  }
+  EXPECT_TRUE(views.contains("model.layers.0.self_attn.qkv_proj.out"));
+  EXPECT_TRUE(views.contains("model.layers.0.mlp.gate_up_proj.out"));
+  for (const Tensor& t : g.tensors()) {
+    EXPECT_NE(t.name, "model.layers.0.self_attn.q_proj.weight");
+    if (t.name == "model.layers.0.mlp.gate_up_proj.weight") {
+      EXPECT_EQ(t.shape, (std::vector<int64_t>{16384, 3072}));
+    }
+  }
 }
 
 TEST(DecoderFamilies, ConfigsParseTheFamilyFields) {
