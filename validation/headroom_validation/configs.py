@@ -25,6 +25,9 @@ GEMMA2 = {"model_type": "gemma2", "hidden_size": 256, "intermediate_size": 768, 
 GEMMA = {"model_type": "gemma", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4,
          "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 128, "vocab_size": 12288,
          "max_position_embeddings": 1024, "hidden_activation": "gelu_pytorch_tanh"}
+PHI3 = {"model_type": "phi3", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8192, "max_position_embeddings": 1024,
+        "resid_pdrop": 0.1, "tie_word_embeddings": False, "pad_token_id": 0}
 MIXTRAL = {"model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
            "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 8192,
            "max_position_embeddings": 1024, "num_local_experts": 4, "num_experts_per_tok": 2,
@@ -97,6 +100,8 @@ CONFIGS = [
         hf("Gemma2ForCausalLM", GEMMA2)),
     cfg("gemma2-bf16-autocast-ckpt", "Gemma 2, bf16 autocast, full checkpointing", hf("Gemma2ForCausalLM", GEMMA2),
         precision="bf16-mixed", checkpoint="full"),
+    cfg("phi3-fp32-adamw", "Phi-3 (fused qkv and gate/up projections, residual dropout), fp32, AdamW",
+        hf("Phi3ForCausalLM", PHI3)),
     cfg("gemma-fp32-adamw", "Gemma (MQA, (1 + w) RMSNorm, scaled embeddings), fp32, AdamW",
         hf("GemmaForCausalLM", GEMMA)),
     cfg("resnet50-fp32-sgd", "ResNet-50 at 64x64, 100 classes, fp32, SGD with momentum",
