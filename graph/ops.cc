@@ -15,6 +15,7 @@ std::string_view ActivationName(ActivationKind kind) {
     case ActivationKind::kSilu: return "silu";
     case ActivationKind::kRelu: return "relu";
     case ActivationKind::kTanh: return "tanh";
+    case ActivationKind::kSigmoid: return "sigmoid";
   }
   return "unknown";
 }
@@ -265,7 +266,8 @@ TensorId OpEmitter::Activation(const std::string& name, ActivationKind kind, Ten
   }
   const bool rg = RequiresGrad(x);
   // relu and tanh differentiate from their output, the others from their input.
-  const bool saves_output = kind == ActivationKind::kRelu || kind == ActivationKind::kTanh;
+  const bool saves_output =
+      kind == ActivationKind::kRelu || kind == ActivationKind::kTanh || kind == ActivationKind::kSigmoid;
   const double flops_per_element = kind == ActivationKind::kRelu ? 1.0 : 8.0;
   Op op{.kind = std::string(ActivationName(kind)), .name = name, .inputs = {x}, .outputs = {y},
         .flops = flops_per_element * elements,

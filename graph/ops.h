@@ -91,7 +91,7 @@ namespace headroom {
 // (HF's "gelu_pytorch_tanh"); kGeluNew is HF's "gelu_new", the same function
 // written in PyTorch ops, which builders emit op by op (Note [gelu_new] in
 // models/builders.cc); OpEmitter::Activation emits it as one kGeluTanh-like op.
-enum class ActivationKind : uint8_t { kGelu, kGeluTanh, kGeluNew, kSilu, kRelu, kTanh };
+enum class ActivationKind : uint8_t { kGelu, kGeluTanh, kGeluNew, kSilu, kRelu, kTanh, kSigmoid };
 std::string_view ActivationName(ActivationKind kind);  // "gelu", "gelu_tanh", "silu", ...
 
 struct EmitterOptions {

@@ -490,7 +490,9 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
 }
 
 TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
-  if (c_.is_moe()) return Moe(prefix + "block_sparse_moe.", x, x_shard);
+  if (c_.is_moe_layer(e_.layer())) {
+    return Moe(prefix + (c_.model_type == "qwen2_moe" ? "mlp." : "block_sparse_moe."), x, x_shard);
+  }
   const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_;
   TensorId y;
   std::string down;
@@ -535,7 +537,12 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
 // rows per expert, in HF Mixtral's dispatch (gather rows, expert MLP, scale
 // by routing weight, index_add into the output).
 TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
-  const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_;
+  const int64_t h = c_.hidden_size;
+  const int64_t inner = (c_.moe_intermediate_size > 0 ? c_.moe_intermediate_size : c_.intermediate_size) / t_;
+  // Expert projections as each family names them: Mixtral's w1 (gate), w3 (up), w2 (down).
+  const bool mixtral = c_.model_type == "mixtral";
+  const std::string gate_name = mixtral ? "w1" : "gate_proj", up_name = mixtral ? "w3" : "up_proj",
+                    down_name = mixtral ? "w2" : "down_proj";
   const int64_t tokens = o_.batch * o_.seq_len;
   TensorId flat = e_.View(prefix + "flatten", x, {tokens, h});
   TensorId logits = Proj(prefix + "gate", flat, h, c_.num_experts, false, Parallel::kReplicated,
@@ -547,14 +554,26 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
   for (int64_t j = 0; j < c_.num_experts; ++j) {
     const std::string ex = absl::StrFormat("%sexperts.%d.", prefix, j);
     TensorId in = e_.GatherRows(ex + "dispatch", flat, rows);
-    TensorId w1 = Proj(ex + "w1", in, h, inner, false, Parallel::kColumn);
-    TensorId w3 = Proj(ex + "w3", in, h, inner, false, Parallel::kColumn);
+    TensorId w1 = Proj(ex + gate_name, in, h, inner, false, Parallel::kColumn);
+    TensorId w3 = Proj(ex + up_name, in, h, inner, false, Parallel::kColumn);
     TensorId act = Activation(ex + "act_fn", w1);
     TensorId prod = e_.Mul(ex + "gate_mul", act, w3);
-    TensorId out = Proj(ex + "w2", prod, inner, h, false, Parallel::kRow);
+    TensorId out = Proj(ex + down_name, prod, inner, h, false, Parallel::kRow);
     TensorId weight = e_.GatherRows(ex + "routing_weight", routing.weights, rows);
     TensorId weighted = e_.Mul(ex + "weighted", out, weight);
     acc = e_.IndexAdd(ex + "combine", acc, weighted);
+  }
+  if (c_.shared_expert_intermediate_size > 0) {
+    // Qwen2-MoE: every token also goes through a shared expert, scaled by sigmoid(shared_expert_gate(x)).
+    const std::string sh = prefix + "shared_expert.";
+    const int64_t shared_inner = c_.shared_expert_intermediate_size / t_;
+    TensorId g = Proj(sh + "gate_proj", flat, h, shared_inner, false, Parallel::kColumn);
+    TensorId u = Proj(sh + "up_proj", flat, h, shared_inner, false, Parallel::kColumn);
+    TensorId prod = e_.Mul(sh + "gate_mul", Activation(sh + "act_fn", g), u);
+    TensorId out = Proj(sh + "down_proj", prod, shared_inner, h, false, Parallel::kRow);
+    TensorId gate = Proj(prefix + "shared_expert_gate", flat, h, 1, false, Parallel::kReplicated);
+    TensorId scaled = e_.Mul(sh + "gated", e_.Activation(sh + "sigmoid", ActivationKind::kSigmoid, gate), out);
+    acc = e_.Add(prefix + "shared_add", acc, scaled);
   }
   TensorId y = e_.View(prefix + "unflatten", acc, {o_.batch, o_.seq_len, h});
   return ReduceOutput(prefix + "experts", y);

@@ -127,6 +127,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"GemmaForCausalLM", "gemma", ModelFamily::kDecoder},
     {"Gemma2ForCausalLM", "gemma2", ModelFamily::kDecoder},
     {"Phi3ForCausalLM", "phi3", ModelFamily::kDecoder},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -145,6 +146,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"gpt_neox", "GPTNeoXForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
     {"qwen3", "Qwen3ForCausalLM"},   {"gemma", "GemmaForCausalLM"},
     {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
+    {"qwen2_moe", "Qwen2MoeForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"mlp", "MlpChain"},
 };
@@ -181,6 +183,33 @@ absl::Status ParseStandardDims(const json& doc, const JsonPath& path, int64_t de
   HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "intermediate_size", path));
   HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
                             OptionalPositiveInt(doc, "max_position_embeddings", path, default_max_positions));
+  return absl::OkStatus();
+}
+
+// Qwen2MoeSparseMoeBlock: num_experts routed experts of moe_intermediate_size, top-k of them per token, and
+// a shared expert behind a sigmoid gate; layers listed in mlp_only_layers, or not a multiple of
+// decoder_sparse_step, keep a dense MLP of intermediate_size.
+absl::Status ParseQwen2Moe(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_experts", path, kMaxExperts));
+  HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.moe_intermediate_size, PositiveInt(doc, "moe_intermediate_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
+                            OptionalInt(doc, "shared_expert_intermediate_size", path, 0));
+  if (c.shared_expert_intermediate_size < 0 || c.shared_expert_intermediate_size > kMaxSize) {
+    return (path / "shared_expert_intermediate_size").Error("must be between 0 and 2^31");
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.moe_every, OptionalInt(doc, "decoder_sparse_step", path, 1));
+  if (c.moe_every < 1 || c.moe_every > kMaxLayers) {
+    return (path / "decoder_sparse_step").Error(absl::StrFormat("must be between 1 and %d", kMaxLayers));
+  }
+  if (Present(doc, "mlp_only_layers")) {
+    const json& layers = doc["mlp_only_layers"];
+    if (!layers.is_array()) return (path / "mlp_only_layers").Error("expected an array of layer indices");
+    for (size_t i = 0; i < layers.size(); ++i) {
+      HEADROOM_ASSIGN_OR_RETURN(const int64_t layer, AsInt(layers[i], path / "mlp_only_layers" / i));
+      c.dense_layers.push_back(layer);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -224,7 +253,7 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
   c.norm_bias = false;
   c.gated_mlp = true;
   c.positions = PositionKind::kRotary;
-  if (c.model_type == "qwen2") {
+  if (c.model_type == "qwen2" || c.model_type == "qwen2_moe") {
     // Qwen2Attention: q/k/v with bias, o_proj without.
     c.qkv_bias = true;
   } else if (c.model_type == "llama") {
@@ -243,6 +272,7 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
     c.qk_norm = true;
   }
   if (c.model_type == "gemma" || c.model_type == "gemma2") HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
+  if (c.model_type == "qwen2_moe") HEADROOM_RETURN_IF_ERROR(ParseQwen2Moe(doc, path, c));
   if (c.model_type == "phi3") {
     // Phi3Attention and Phi3MLP: fused projections without biases, residual dropout, partial rotary
     // (Phi-4-mini). Its sliding_window applies to flash attention only and is not modelled.
@@ -381,8 +411,7 @@ absl::Status CheckAttentionShape(const JsonPath& path, ModelConfig& c) {
   }
   if (c.is_moe() && c.experts_per_token > c.num_experts) {
     return (path / "num_experts_per_tok")
-        .Error(absl::StrFormat("%d exceeds num_local_experts (%d)", c.experts_per_token,
-                               c.num_experts));
+        .Error(absl::StrFormat("%d exceeds the %d experts", c.experts_per_token, c.num_experts));
   }
   return absl::OkStatus();
 }
@@ -530,7 +559,7 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   }
   const std::string& type = c.model_type;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
-      type == "gemma" || type == "gemma2" || type == "phi3") {
+      type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe") {
     HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
   } else if (type == "gpt2") {
     HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));

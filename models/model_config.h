@@ -120,9 +120,13 @@ struct ModelConfig {
   bool fused_qkv = false;           // Phi-3: one qkv_proj whose output q, k and v are slices of
   bool fused_gate_up = false;       // Phi-3: one gate_up_proj, chunked into gate and up
 
-  // --- mixture of experts (Mixtral) ---
+  // --- mixture of experts (Mixtral, Qwen2-MoE) ---
   int64_t num_experts = 0;        // 0: dense MLP
   int64_t experts_per_token = 0;  // top-k
+  int64_t moe_intermediate_size = 0;     // each routed expert's; 0: intermediate_size (Mixtral)
+  int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's gated shared expert; 0: none
+  int64_t moe_every = 1;                  // decoder_sparse_step: layer i is MoE when (i + 1) % moe_every == 0
+  std::vector<int64_t> dense_layers;      // mlp_only_layers: dense whatever moe_every says
 
   // --- CNNs (torchvision) ---
   int64_t image_size = 224;
@@ -135,6 +139,13 @@ struct ModelConfig {
   double mlp_dropout = 0;
 
   bool is_moe() const { return num_experts > 0; }
+  bool is_moe_layer(int64_t layer) const {
+    if (!is_moe() || (layer + 1) % moe_every != 0) return false;
+    for (int64_t dense : dense_layers) {
+      if (dense == layer) return false;
+    }
+    return true;
+  }
   // Whether block `layer` (0-based) attends within sliding_window only.
   bool is_sliding_layer(int64_t layer) const {
     return sliding_window > 0 && (global_layer_every == 0 || layer % global_layer_every != global_layer_every - 1);
@@ -145,6 +156,7 @@ struct ModelConfig {
 // architecture comes from `architectures[0]`, falling back to `model_type`.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
+// Qwen2MoeForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

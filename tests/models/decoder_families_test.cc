@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,7 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //    config files under accelerate's init_empty_weights, summing p.numel() over the parameters with the tied
 //    lm_head counted once (8.54 B and 9.24 B on the model cards);
 //  - phi-3-mini-4k (Phi-3-mini-4k-instruct): transformers 4.46.3's Phi3ForCausalLM the same way (3.8 B);
+//  - qwen1.5-moe-a2.7b (Qwen/Qwen1.5-MoE-A2.7B): transformers 4.46.3's Qwen2MoeForCausalLM (14.3 B in all);
 //  - qwen3-8b: transformers 4.46 has no Qwen3, so the sum of the shapes its Qwen3 modules declare
 //    (q/k/v/o projections, q_norm and k_norm over head_dim 128, SwiGLU MLP, two norms per layer, the final
 //    norm, untied 151936 x 4096 embeddings and lm_head); the model card gives 8.2 B.
@@ -48,6 +50,44 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
   EXPECT_EQ(Build(Preset("qwen3-8b")).ParameterCount(), 8'190'735'360u);
   EXPECT_EQ(Build(Preset("phi-3-mini-4k")).ParameterCount(), 3'821'079'552u);
+  EXPECT_EQ(Build(Preset("qwen1.5-moe-a2.7b")).ParameterCount(), 14'315'784'192u);
+}
+
+// Qwen2-MoE: 60 routed experts of 1408 and a shared expert of 5632 behind a sigmoid gate; layers in
+// mlp_only_layers (or off decoder_sparse_step) keep a dense MLP of intermediate_size.
+TEST(DecoderFamilies, Qwen2MoeRoutesAndSharesExperts) {
+  ModelConfig c = Preset("qwen1.5-moe-a2.7b");
+  EXPECT_TRUE(c.is_moe_layer(0) && c.is_moe_layer(23));
+  c.num_layers = 2;
+  c.dense_layers = {1};
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16});
+  std::set<std::string> names;
+  for (const Tensor& t : g.tensors()) names.insert(t.name);
+  EXPECT_TRUE(names.contains("model.layers.0.mlp.experts.59.down_proj.weight"));
+  EXPECT_TRUE(names.contains("model.layers.0.mlp.shared_expert.up_proj.weight"));
+  EXPECT_TRUE(names.contains("model.layers.0.mlp.shared_expert_gate.weight"));
+  EXPECT_FALSE(names.contains("model.layers.1.mlp.experts.0.up_proj.weight"));
+  EXPECT_TRUE(names.contains("model.layers.1.mlp.up_proj.weight"));
+  EXPECT_EQ(CountOps(g, "model.layers.0.mlp.shared_expert.sigmoid", "sigmoid"), 1);
+  c.moe_every = 2;  // decoder_sparse_step 2: layers 1, 3, ... are the sparse ones
+  EXPECT_FALSE(c.is_moe_layer(0));
+  EXPECT_FALSE(c.is_moe_layer(1));  // listed in mlp_only_layers
+  EXPECT_TRUE(c.is_moe_layer(3));
+}
+
+TEST(DecoderFamilies, BadQwen2MoeFieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 256, "moe_intermediate_size": 32)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "num_experts_per_tok": 2})", "num_experts"},
+           {R"(, "num_experts": 4, "num_experts_per_tok": 8})", "num_experts_per_tok"},
+           {R"(, "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 0})", "decoder_sparse_step"},
+           {R"(, "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": "1"})", "mlp_only_layers"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "moe.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr(field)) << extra;
+  }
 }
 
 // Phi-3's q, k and v are slices of one qkv_proj output, gate and up the chunks of one gate_up_proj output.
