@@ -28,6 +28,11 @@ GEMMA = {"model_type": "gemma", "hidden_size": 256, "intermediate_size": 1024, "
 PHI3 = {"model_type": "phi3", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
         "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8192, "max_position_embeddings": 1024,
         "resid_pdrop": 0.1, "tie_word_embeddings": False, "pad_token_id": 0}
+QWEN2_MOE = {"model_type": "qwen2_moe", "hidden_size": 256, "intermediate_size": 704, "num_hidden_layers": 2,
+             "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 8192,
+             "max_position_embeddings": 1024, "num_experts": 8, "num_experts_per_tok": 2,
+             "moe_intermediate_size": 128, "shared_expert_intermediate_size": 512, "tie_word_embeddings": False,
+             "use_sliding_window": False}
 MIXTRAL = {"model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
            "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 8192,
            "max_position_embeddings": 1024, "num_local_experts": 4, "num_experts_per_tok": 2,
@@ -102,6 +107,8 @@ CONFIGS = [
         precision="bf16-mixed", checkpoint="full"),
     cfg("phi3-fp32-adamw", "Phi-3 (fused qkv and gate/up projections, residual dropout), fp32, AdamW",
         hf("Phi3ForCausalLM", PHI3)),
+    cfg("qwen2-moe-fp32-adamw", "Qwen2-MoE (8 experts, top-2, gated shared expert), fp32, AdamW",
+        hf("Qwen2MoeForCausalLM", QWEN2_MOE)),
     cfg("gemma-fp32-adamw", "Gemma (MQA, (1 + w) RMSNorm, scaled embeddings), fp32, AdamW",
         hf("GemmaForCausalLM", GEMMA)),
     cfg("resnet50-fp32-sgd", "ResNet-50 at 64x64, 100 classes, fp32, SGD with momentum",
