@@ -22,7 +22,8 @@ enum class Parallel : uint8_t { kReplicated, kColumn, kRow };
 bool IsLlamaLike(const ModelConfig& c) {
   return c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" ||
          c.model_type == "mixtral" || c.model_type == "qwen3" || c.model_type == "gemma" ||
-         c.model_type == "gemma2" || c.model_type == "phi3";
+         c.model_type == "gemma2" || c.model_type == "phi3" || c.model_type == "qwen2_moe" ||
+         c.model_type == "qwen3_moe";
 }
 
 // Config field names as each architecture's config.json spells them, so
@@ -491,7 +492,7 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
 
 TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
   if (c_.is_moe_layer(e_.layer())) {
-    return Moe(prefix + (c_.model_type == "qwen2_moe" ? "mlp." : "block_sparse_moe."), x, x_shard);
+    return Moe(prefix + (c_.model_type == "mixtral" ? "block_sparse_moe." : "mlp."), x, x_shard);
   }
   const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_;
   TensorId y;

@@ -128,6 +128,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"Gemma2ForCausalLM", "gemma2", ModelFamily::kDecoder},
     {"Phi3ForCausalLM", "phi3", ModelFamily::kDecoder},
     {"Qwen2MoeForCausalLM", "qwen2_moe", ModelFamily::kDecoder},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -146,7 +147,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"gpt_neox", "GPTNeoXForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
     {"qwen3", "Qwen3ForCausalLM"},   {"gemma", "GemmaForCausalLM"},
     {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
-    {"qwen2_moe", "Qwen2MoeForCausalLM"},
+    {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"mlp", "MlpChain"},
 };
@@ -187,9 +188,9 @@ absl::Status ParseStandardDims(const json& doc, const JsonPath& path, int64_t de
 }
 
 // Qwen2MoeSparseMoeBlock: num_experts routed experts of moe_intermediate_size, top-k of them per token, and
-// a shared expert behind a sigmoid gate; layers listed in mlp_only_layers, or not a multiple of
-// decoder_sparse_step, keep a dense MLP of intermediate_size.
-absl::Status ParseQwen2Moe(const json& doc, const JsonPath& path, ModelConfig& c) {
+// a shared expert behind a sigmoid gate (Qwen3MoeSparseMoeBlock has none); layers listed in mlp_only_layers,
+// or not a multiple of decoder_sparse_step, keep a dense MLP of intermediate_size.
+absl::Status ParseQwenMoe(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_experts", path, kMaxExperts));
   HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));
   HEADROOM_ASSIGN_OR_RETURN(c.moe_intermediate_size, PositiveInt(doc, "moe_intermediate_size", path));
@@ -265,14 +266,14 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
     HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_local_experts", path, kMaxExperts));
     HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));
   }
-  if (c.model_type == "qwen3") {
+  if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") {
     // Qwen3Attention: q_norm and k_norm over head_dim; attention_bias on q/k/v/o, off in the releases.
     HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
     c.attn_output_bias = c.qkv_bias;
     c.qk_norm = true;
   }
   if (c.model_type == "gemma" || c.model_type == "gemma2") HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
-  if (c.model_type == "qwen2_moe") HEADROOM_RETURN_IF_ERROR(ParseQwen2Moe(doc, path, c));
+  if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") HEADROOM_RETURN_IF_ERROR(ParseQwenMoe(doc, path, c));
   if (c.model_type == "phi3") {
     // Phi3Attention and Phi3MLP: fused projections without biases, residual dropout, partial rotary
     // (Phi-4-mini). Its sliding_window applies to flash attention only and is not modelled.
@@ -559,7 +560,7 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   }
   const std::string& type = c.model_type;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
-      type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe") {
+      type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe" || type == "qwen3_moe") {
     HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
   } else if (type == "gpt2") {
     HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));

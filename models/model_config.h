@@ -120,7 +120,7 @@ struct ModelConfig {
   bool fused_qkv = false;           // Phi-3: one qkv_proj whose output q, k and v are slices of
   bool fused_gate_up = false;       // Phi-3: one gate_up_proj, chunked into gate and up
 
-  // --- mixture of experts (Mixtral, Qwen2-MoE) ---
+  // --- mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE) ---
   int64_t num_experts = 0;        // 0: dense MLP
   int64_t experts_per_token = 0;  // top-k
   int64_t moe_intermediate_size = 0;     // each routed expert's; 0: intermediate_size (Mixtral)
@@ -156,7 +156,7 @@ struct ModelConfig {
 // architecture comes from `architectures[0]`, falling back to `model_type`.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
-// Qwen2MoeForCausalLM,
+// Qwen2MoeForCausalLM, Qwen3MoeForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

@@ -44,13 +44,16 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //  - qwen1.5-moe-a2.7b (Qwen/Qwen1.5-MoE-A2.7B): transformers 4.46.3's Qwen2MoeForCausalLM (14.3 B in all);
 //  - qwen3-8b: transformers 4.46 has no Qwen3, so the sum of the shapes its Qwen3 modules declare
 //    (q/k/v/o projections, q_norm and k_norm over head_dim 128, SwiGLU MLP, two norms per layer, the final
-//    norm, untied 151936 x 4096 embeddings and lm_head); the model card gives 8.2 B.
+//    norm, untied 151936 x 4096 embeddings and lm_head); the model card gives 8.2 B;
+//  - qwen3-30b-a3b: likewise from Qwen3-MoE's module shapes (48 layers of 128 experts of 768, q/k norms, no
+//    shared expert); the model card gives 30.5 B.
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
   EXPECT_EQ(Build(Preset("qwen3-8b")).ParameterCount(), 8'190'735'360u);
   EXPECT_EQ(Build(Preset("phi-3-mini-4k")).ParameterCount(), 3'821'079'552u);
   EXPECT_EQ(Build(Preset("qwen1.5-moe-a2.7b")).ParameterCount(), 14'315'784'192u);
+  EXPECT_EQ(Build(Preset("qwen3-30b-a3b")).ParameterCount(), 30'532'122'624u);
 }
 
 // Qwen2-MoE: 60 routed experts of 1408 and a shared expert of 5632 behind a sigmoid gate; layers in
@@ -73,6 +76,20 @@ TEST(DecoderFamilies, Qwen2MoeRoutesAndSharesExperts) {
   EXPECT_FALSE(c.is_moe_layer(0));
   EXPECT_FALSE(c.is_moe_layer(1));  // listed in mlp_only_layers
   EXPECT_TRUE(c.is_moe_layer(3));
+}
+
+// Qwen3-MoE: Qwen3's attention (q/k norms) over routed experts without a shared one.
+TEST(DecoderFamilies, Qwen3MoeHasQkNormsAndNoSharedExpert) {
+  ModelConfig c = Preset("qwen3-30b-a3b");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 0);
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16});
+  std::set<std::string> names;
+  for (const Tensor& t : g.tensors()) names.insert(t.name);
+  EXPECT_TRUE(names.contains("model.layers.0.self_attn.k_norm.weight"));
+  EXPECT_TRUE(names.contains("model.layers.0.mlp.experts.127.gate_proj.weight"));
+  EXPECT_FALSE(names.contains("model.layers.0.mlp.shared_expert_gate.weight"));
 }
 
 TEST(DecoderFamilies, BadQwen2MoeFieldsAreNamed) {
