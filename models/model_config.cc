@@ -455,6 +455,9 @@ absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
   const std::string_view inner = gpt2 ? "n_inner" : "intermediate_size";
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "vocab_size", c.vocab_size, hidden, c.hidden_size));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, inner, c.intermediate_size));
+  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, "moe_intermediate_size", c.moe_intermediate_size));
+  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, "shared_expert_intermediate_size",
+                                       c.shared_expert_intermediate_size));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, gpt2 ? "n_positions" : "max_position_embeddings",
                                        c.max_position_embeddings, hidden, c.hidden_size));
   const uint64_t h = static_cast<uint64_t>(c.hidden_size);

@@ -100,7 +100,10 @@ TEST(DecoderFamilies, BadQwen2MoeFieldsAreNamed) {
            {R"(, "num_experts_per_tok": 2})", "num_experts"},
            {R"(, "num_experts": 4, "num_experts_per_tok": 8})", "num_experts_per_tok"},
            {R"(, "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 0})", "decoder_sparse_step"},
-           {R"(, "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": "1"})", "mlp_only_layers"}}) {
+           {R"(, "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": "1"})", "mlp_only_layers"},
+           {R"(, "num_experts": 4, "num_experts_per_tok": 2, "shared_expert_intermediate_size": 2147483647,
+               "hidden_size": 65536, "num_attention_heads": 4})",
+            "shared_expert_intermediate_size"}}) {
     absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "moe.json");
     ASSERT_FALSE(c.ok()) << extra;
     EXPECT_THAT(c.status().message(), HasSubstr(field)) << extra;
