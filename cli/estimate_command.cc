@@ -4,7 +4,9 @@
 // changes that make it fit (estimators/memory_estimate.h, fit_search.h;
 // printed by report/estimate_report.h). --trace-out writes the allocation
 // sequence the estimate replayed through the caching allocator as an RMM
-// CSV trace, for `headroom replay`.
+// CSV trace, for `headroom replay`. --graph-out writes the model's forward
+// graph (what the builder made, or the graph file as read) as graph JSON
+// (models/GRAPH_FORMAT.md), to compare with a traced one or edit by hand.
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -17,9 +19,11 @@
 #include "cli/job_flags.h"
 #include "common/status_macros.h"
 #include "common/units.h"
+#include "estimators/estimate_stages.h"
 #include "estimators/fit_search.h"
 #include "estimators/memory_estimate.h"
 #include "hardware/gpu_catalog.h"
+#include "models/graph_json.h"
 #include "models/model_source.h"
 #include "report/emit_config.h"
 #include "replay/graph_trace.h"
@@ -39,7 +43,18 @@ struct EstimateFlags {
   bool no_search = false;
   std::string emit;
   std::string trace_out;
+  std::string graph_out;
 };
+
+absl::Status WriteForwardGraph(const LoadedModel& model, const JobSpec& job, const std::string& path) {
+  absl::StatusOr<Graph> forward = BuildForwardGraph(model, job, ResolveSetup(model, job));
+  if (!forward.ok()) return InFlagTerms(forward.status());
+  std::ofstream file(path);
+  file << SaveGraphJson(*forward);
+  file.close();
+  if (!file) return absl::InvalidArgumentError(absl::StrCat("--graph-out ", path, ": cannot write the file"));
+  return absl::OkStatus();
+}
 
 // The GPU and budget; `catalog` holds a catalog read from --catalog, which
 // machine.gpu may point into.
@@ -79,6 +94,7 @@ absl::Status RunEstimate(const EstimateFlags& flags, std::ostream& out) {
       return absl::InvalidArgumentError(absl::StrCat("--trace-out ", flags.trace_out, ": cannot write the file"));
     }
   }
+  if (!flags.graph_out.empty()) HEADROOM_RETURN_IF_ERROR(WriteForwardGraph(model, job, flags.graph_out));
   if (emit) {
     out << EmitConfig(*emit, job, model);
     return absl::OkStatus();
@@ -124,6 +140,8 @@ Subcommand AddEstimateCommand(CLI::App& root) {
   app->add_option("--trace-out", f->trace_out,
                   "Write the allocation sequence replayed for reserved memory as an RMM CSV trace "
                   "('headroom replay FILE')");
+  app->add_option("--graph-out", f->graph_out,
+                  "Write the model's forward graph (before backward and the optimizer are derived) as graph JSON");
   return {app, [f](std::ostream& out) { return RunEstimate(*f, out); }};
 }
 

@@ -119,6 +119,29 @@ TEST(EstimateCli, TraceOutReplaysToTheSameReservedPeak) {
   }
 }
 
+// --graph-out writes the forward graph the estimate built; estimating that file again gives the same bytes,
+// since the step is derived from the forward graph either way.
+TEST(EstimateCli, GraphOutWritesTheForwardGraph) {
+  const std::string graph = WriteTempFile("gpt2-forward.graph.json", "");
+  const std::vector<std::string> setup = {"--gpu", "t4", "--precision", "fp32", "--micro-batch", "2",
+                                          "--seq", "128", "--no-search", "--json"};
+  std::vector<std::string> built = {"estimate", "--model", "gpt2", "--graph-out", graph};
+  built.insert(built.end(), setup.begin(), setup.end());
+  auto e = RunHeadroom(built);
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  std::vector<std::string> reread = {"estimate", "--model", graph};
+  reread.insert(reread.end(), setup.begin(), setup.end());
+  auto r = RunHeadroom(reread);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json a = nlohmann::json::parse(e.out), b = nlohmann::json::parse(r.out);
+  EXPECT_EQ(a["model"]["parameters"], b["model"]["parameters"]);
+  EXPECT_EQ(a["bytes"]["activations"], b["bytes"]["activations"]);
+  EXPECT_EQ(a["allocated_bytes"], b["allocated_bytes"]);
+  auto bad = RunHeadroom({"estimate", "--model", "gpt2", "--gpu", "t4", "--graph-out", "/nonexistent/dir/g.json"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--graph-out /nonexistent/dir/g.json: cannot write the file"));
+}
+
 // --alloc-conf changes what the allocator reserves, not what the job
 // requests; it is shown in the report.
 TEST(EstimateCli, AllocConfChangesReservedBytesOnly) {
