@@ -348,6 +348,11 @@ std::string_view FixKindName(FixKind kind) {
 absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& job,
                                      const Machine& machine) {
   FitLimits out;
+  if (!model.config) {
+    // A graph file is one batch and one sequence length: --micro-batch and --seq do not reshape it.
+    out.fixed_shape = true;
+    return out;
+  }
   JobSpec probe = job;
   probe.micro_batch = 1;
   HEADROOM_ASSIGN_OR_RETURN(bool one_fits, Fits(model, probe, machine));
@@ -363,7 +368,7 @@ absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& jo
 
   const int64_t seq = ResolveSeqLen(model, job);
   out.has_sequence = seq > 0;
-  if (!out.has_sequence || !model.config) return out;
+  if (!out.has_sequence) return out;
   const int64_t max_pos = model.config->max_position_embeddings > 0
                               ? model.config->max_position_embeddings
                               : 131072;

@@ -46,6 +46,7 @@ struct FitLimits {
   int64_t max_seq_len = 0;      // at the job's micro-batch; 0: none fits or not a sequence model
   bool seq_len_capped = false;  // everything up to max_position_embeddings fits
   bool has_sequence = false;    // the model takes sequences at all
+  bool fixed_shape = false;     // a graph file: its batch and sequence are its own, nothing was searched
 };
 
 absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& job,

@@ -121,6 +121,10 @@ void WriteVerdict(const EstimateReport& r, std::ostream& out) {
   if (!r.limits) return;
   const FitLimits& limits = *r.limits;
   out << "limits:  ";
+  if (limits.fixed_shape) {
+    out << "not searched: a graph's batch and sequence length are the ones it was built or traced with\n";
+    return;
+  }
   if (limits.max_micro_batch == 0) {
     out << "no micro-batch fits";
   } else {
@@ -226,7 +230,7 @@ nlohmann::json EstimateJson(const EstimateReport& r) {
   j["gpu"] = r.machine->gpu != nullptr ? nlohmann::json(r.machine->gpu->name) : nlohmann::json(nullptr);
   j["cuda_context_source"] = e.overheads.cuda_context_source;
   j["peak"] = {{"op", e.peak_op}, {"phase", e.peak_phase}};
-  if (r.limits) {
+  if (r.limits && !r.limits->fixed_shape) {
     j["limits"] = {{"max_micro_batch", r.limits->max_micro_batch},
                    {"max_micro_batch_capped", r.limits->micro_batch_capped},
                    {"max_seq_len", r.limits->max_seq_len},
