@@ -7,6 +7,7 @@
 #include "models/graph_json.h"
 #include "models/model_source.h"
 #include "models/node_link.h"
+#include "graph/training_step.h"
 #include "gtest/gtest.h"
 
 namespace headroom {
@@ -90,6 +91,30 @@ TEST(GraphJson, RoundTripsEveryField) {
   absl::StatusOr<Graph> back = LoadGraphJson(SaveGraphJson(g), "f.json");
   ASSERT_TRUE(back.ok()) << back.status();
   ExpectSameGraph(g, *back);
+}
+
+// A graph headroom-trace wrote (tracer/, from tracer/tests/sample_modules.py's TanhMlp of width 8, two blocks,
+// over 4 rows, cross-entropy), kept in the graph JSON fuzz corpus: the tracer's output stays readable, and
+// Headroom derives its backward from what autograd saved.
+TEST(GraphJson, ReadsATracedGraph) {
+  std::ifstream file(HEADROOM_TRACED_GRAPH);
+  ASSERT_TRUE(file) << HEADROOM_TRACED_GRAPH;
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  absl::StatusOr<Graph> g = LoadGraphJson(text, "traced_tanh_mlp.json");
+  ASSERT_TRUE(g.ok()) << g.status();
+  // Per block: LayerNorm(8) 16, Linear(8, 32) 288, Linear(32, 8) 264; the head Linear(8, 10) 90.
+  EXPECT_EQ(g->ParameterCount(), 2u * (16 + 288 + 264) + 90);
+  absl::StatusOr<Graph> step = BuildTrainingStep(*g, {});
+  ASSERT_TRUE(step.ok()) << step.status();
+  int saving = 0, differentiated = 0;
+  for (const Op& op : g->ops()) saving += op.saved.empty() ? 0 : 1;
+  for (const Op& op : step->ops()) {
+    if (op.phase == Phase::kBackward && op.forward_of != kNone && !g->op(op.forward_of).saved.empty()) {
+      ++differentiated;
+    }
+  }
+  EXPECT_GT(saving, 10);
+  EXPECT_EQ(differentiated, saving);  // every op that saved something has its backward
 }
 
 TEST(GraphJson, ErrorsNameThePath) {

@@ -1,0 +1,62 @@
+"""headroom-trace: any PyTorch model as Headroom graph JSON, traced on the meta device.
+
+    from headroom_trace import trace
+    graph = trace(model, [x, y], ["images", "targets"], loss=lambda out: F.cross_entropy(out, y))
+    json.dump(graph, open("model.json", "w"))   # then: headroom estimate --model model.json
+
+`model` and the inputs live on the meta device (sources.on_meta builds modules there). See recorder.py for how
+ops and saved tensors are read, and models/GRAPH_FORMAT.md for the format.
+"""
+
+import contextlib
+
+import torch
+
+from .recorder import GraphRecorder, TraceError
+
+__all__ = ["trace", "TraceError"]
+
+
+def trace(module, inputs, input_names=None, loss=None, call=None, name=None):
+    """Runs `call(module, inputs)` (default: module(*inputs)) and then `loss(output)` under the recorder, and
+    returns the graph as a JSON-ready dict. Without `loss` the graph is a forward (inference) graph."""
+    for i, t in enumerate(inputs):
+        if not isinstance(t, torch.Tensor) or t.device.type != "meta":
+            raise TraceError(f"input {i}: inputs must be tensors on the meta device (torch.empty(..., device='meta'))")
+    for pname, p in module.named_parameters():
+        if p.device.type != "meta":
+            raise TraceError(f"parameter {pname} is on {p.device}; build the model under headroom_trace.sources."
+                             "on_meta() or move it with module.to('meta')")
+    names = input_names or [f"input{i}" for i in range(len(inputs))]
+    recorder = GraphRecorder(module, name or type(module).__name__)
+    for t, input_name in zip(inputs, names):
+        recorder.add_input(t, input_name)
+    run = call or (lambda m, xs: m(*xs))
+    with _autocast_accepts_meta(), recorder:
+        output = run(module, inputs)
+        if loss is not None:
+            recorder.phase = "loss"
+            value = loss(output)
+            if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                raise TraceError("the loss must return a one-element tensor")
+            if value.grad_fn is None:
+                raise TraceError("the loss does not depend on any trainable parameter (no autograd graph)")
+    return recorder.finish()
+
+
+@contextlib.contextmanager
+def _autocast_accepts_meta():
+    """Modules that open `torch.autocast(device_type=x.device.type, enabled=False)` (transformers' rotary
+    embeddings) would pass "meta", which autocast rejects; it gets "cpu", whose autocast never touches meta
+    tensors."""
+    autocast = torch.autocast
+    original = autocast.__init__
+
+    def init(self, device_type, *args, **kwargs):
+        original(self, "cpu" if device_type == "meta" else device_type, *args, **kwargs)
+
+    autocast.__init__ = init
+    try:
+        yield
+    finally:
+        autocast.__init__ = original

@@ -1,0 +1,249 @@
+"""Where a traced model comes from (a Hugging Face config.json, a torchvision name, a user's constructor), built
+on the meta device, with the inputs and the loss a training step gives it."""
+
+import contextlib
+import importlib
+import inspect
+import json
+import os
+import pathlib
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+from .recorder import TraceError
+
+_TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64,
+                 "i64": torch.int64, "i32": torch.int32, "bool": torch.bool}
+
+
+def torch_dtype(name, what):
+    try:
+        return _TORCH_DTYPES[name]
+    except KeyError:
+        raise TraceError(f"{what}: unknown dtype '{name}' (one of {', '.join(_TORCH_DTYPES)})") from None
+
+
+@contextlib.contextmanager
+def on_meta():
+    """Builds modules without memory: parameters and buffers land on the meta device.
+
+    PyTorch 2.x makes meta the default device. On 1.13 each parameter and buffer is moved to meta as it is
+    registered, before its module initializes it, so a 70B model costs no memory and no init time."""
+    if hasattr(torch.device("meta"), "__enter__"):
+        with torch.device("meta"):
+            yield
+        return
+    module_cls = torch.nn.Module
+    register_parameter, register_buffer = module_cls.register_parameter, module_cls.register_buffer
+
+    def parameter_on_meta(self, name, param):
+        register_parameter(self, name, param)
+        if param is not None and param.device.type != "meta":
+            self._parameters[name] = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    def buffer_on_meta(self, name, tensor, persistent=True):
+        register_buffer(self, name, tensor, persistent)
+        if tensor is not None and tensor.device.type != "meta":
+            self._buffers[name] = tensor.to("meta")
+
+    module_cls.register_parameter, module_cls.register_buffer = parameter_on_meta, buffer_on_meta
+    try:
+        yield
+    finally:
+        module_cls.register_parameter, module_cls.register_buffer = register_parameter, register_buffer
+
+
+@dataclass
+class Workload:
+    """A module on the meta device, its named inputs, and how to get a loss from its output."""
+    name: str
+    module: torch.nn.Module
+    inputs: List[torch.Tensor]
+    input_names: List[str]
+    call: Callable  # (module, inputs) -> output
+    loss: Optional[Callable]  # output -> scalar loss; None traces the forward only
+    extra: dict = field(default_factory=dict)
+
+
+def _meta(shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def hugging_face(config_path, batch, seq, dtype=None, inference=False, attention="eager"):
+    """A transformers model from its config.json (a file or a snapshot folder), random weights, nothing
+    downloaded. Causal LMs are trained on next-token cross-entropy (the model's own loss function where it has
+    one), masked LMs on token cross-entropy, sequence classifiers on label cross-entropy."""
+    path = pathlib.Path(config_path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise TraceError(f"{path}: cannot read the config: {error}") from None
+    if not isinstance(document, dict) or "model_type" not in document:
+        raise TraceError(f"{path}: model_type: field is required")
+    model_type = document.pop("model_type")
+    try:
+        import transformers
+    except ImportError:
+        raise TraceError("--hf-config needs the transformers package (pip install transformers)") from None
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **document)
+    except (ValueError, KeyError) as error:
+        raise TraceError(f"{path}: model_type '{model_type}': {error}") from None
+    architectures = document.get("architectures") or []
+    cls = getattr(transformers, architectures[0], None) if architectures else None
+    if cls is None:
+        cls = transformers.AutoModelForCausalLM
+    with on_meta():
+        try:
+            model = (cls.from_config(config, attn_implementation=attention) if cls is transformers.AutoModelForCausalLM
+                     else cls._from_config(config, attn_implementation=attention))
+        except (ValueError, TypeError) as error:
+            raise TraceError(f"{path}: transformers cannot build {cls.__name__}: {error}") from None
+    if dtype is not None:
+        model = model.to(torch_dtype(dtype, "--dtype"))
+    model.train(not inference)
+    name = cls.__name__
+    input_ids = _meta((batch, seq), torch.int64)
+    takes_cache = "use_cache" in inspect.signature(model.forward).parameters
+    inputs, input_names = [input_ids], ["input_ids"]
+    if not takes_cache:
+        # Encoders get the padding mask a batch comes with; without one, transformers looks for padding in the
+        # token values, which meta tensors do not have. Causal LMs make their mask from the positions.
+        inputs.append(_meta((batch, seq), torch.int64))
+        input_names.append("attention_mask")
+
+    def call(m, xs):
+        if takes_cache:
+            return m(input_ids=xs[0], use_cache=inference)  # inference fills a KV cache
+        return m(input_ids=xs[0], attention_mask=xs[1])
+
+    if inference:
+        def no_grad_call(m, xs):
+            with torch.no_grad():
+                return call(m, xs)
+        return Workload(name, model, inputs, input_names, no_grad_call, None)
+
+    if name.endswith("ForSequenceClassification"):
+        labels = _meta((batch,), torch.int64)
+        loss = lambda out: F.cross_entropy(_logits(out, name), labels)  # noqa: E731
+    elif name.endswith("ForMaskedLM"):
+        labels = _meta((batch, seq), torch.int64)
+        loss = lambda out: F.cross_entropy(_logits(out, name).flatten(0, 1), labels.view(-1))  # noqa: E731
+    elif hasattr(model, "loss_function"):
+        labels = _meta((batch, seq), torch.int64)
+        loss = lambda out: model.loss_function(_logits(out, name), labels, model.config.vocab_size)  # noqa: E731
+    else:
+        labels = _meta((batch, seq), torch.int64)
+        loss = lambda out: _causal_lm_loss(_logits(out, name), labels)  # noqa: E731
+    return Workload(name, model, inputs + [labels], input_names + ["labels"], call, loss)
+
+
+def _logits(output, name):
+    logits = getattr(output, "logits", None)
+    if logits is None:
+        raise TraceError(f"{name} returns no logits to train on: trace a model with a head (*ForCausalLM, "
+                         "*ForMaskedLM, *ForSequenceClassification) or pass --inference")
+    return logits
+
+
+def _causal_lm_loss(logits, labels):
+    # What transformers' causal LMs did before their loss_function: upcast, shift, cross-entropy.
+    logits = logits.float()
+    shifted = logits[..., :-1, :].contiguous()
+    targets = labels[..., 1:].contiguous()
+    return F.cross_entropy(shifted.view(-1, shifted.shape[-1]), targets.view(-1))
+
+
+def torchvision_model(name, batch, image_size, num_classes=1000, dtype=None, inference=False):
+    """A torchvision classification model by name, trained on cross-entropy over its classes."""
+    try:
+        import torchvision
+    except ImportError:
+        raise TraceError("--torchvision needs the torchvision package") from None
+    available = torchvision.models.list_models(module=torchvision.models)
+    if name not in available:
+        close = [n for n in available if name.lower() in n or n in name.lower()][:5]
+        hint = f"; did you mean: {', '.join(close)}?" if close else f"; available: {', '.join(available)}"
+        raise TraceError(f"--torchvision: unknown model '{name}'{hint}")
+    with on_meta():
+        model = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+    images = _meta((batch, 3, image_size, image_size), torch.float32)
+    if dtype is not None:
+        model = model.to(torch_dtype(dtype, "--dtype"))
+        images = images.to(torch_dtype(dtype, "--dtype"))
+    model.train(not inference)
+    if inference:
+        return Workload(name, model, [images], ["images"], _no_grad_call, None)
+    targets = _meta((batch,), torch.int64)
+    return Workload(name, model, [images, targets], ["images", "targets"], lambda m, x: m(x[0]),
+                    lambda out: F.cross_entropy(out, targets))
+
+
+def _no_grad_call(m, inputs):
+    with torch.no_grad():
+        return m(*inputs)
+
+
+def parse_input(spec):
+    """'8x3x224x224' or '8x3x224x224:bf16' -> (shape, dtype)."""
+    shape_text, _, dtype = spec.partition(":")
+    try:
+        shape = [int(d) for d in shape_text.split("x")]
+    except ValueError:
+        raise TraceError(f"--input '{spec}': a shape is sizes joined by 'x', e.g. 8x3x224x224:f32") from None
+    if not shape or any(d < 0 for d in shape):
+        raise TraceError(f"--input '{spec}': sizes must be non-negative")
+    return shape, torch_dtype(dtype or "f32", f"--input '{spec}'")
+
+
+def user_module(target, kwargs, input_specs, loss="mean", dtype=None, inference=False):
+    """`package.module:callable` called with `kwargs` (a module class or a function returning a module); its
+    inputs are meta tensors of the given shapes. The loss is the mean of the first output, or cross-entropy
+    against random classes over the output's last dimension."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise TraceError(f"--module '{target}': expected package.module:callable")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would: the user's own package, run from its folder
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise TraceError(f"--module '{target}': {error}") from None
+    with on_meta():
+        model = factory(**kwargs)
+    if not isinstance(model, torch.nn.Module):
+        raise TraceError(f"--module '{target}': returned {type(model).__name__}, not a torch.nn.Module")
+    if not input_specs:
+        raise TraceError(f"--module '{target}': give its inputs with --input SHAPE[:DTYPE]")
+    inputs = [_meta(*parse_input(spec)) for spec in input_specs]
+    names = [f"input{i}" for i in range(len(inputs))]
+    if dtype is not None:
+        model = model.to(torch_dtype(dtype, "--dtype"))
+    model.train(not inference)
+    if inference or loss == "none":
+        return Workload(attr, model, inputs, names, _no_grad_call if inference else lambda m, x: m(*x), None)
+
+    def first(out):
+        if isinstance(out, torch.Tensor):
+            return out
+        for value in (out.values() if isinstance(out, dict) else out):
+            if isinstance(value, torch.Tensor):
+                return value
+        raise TraceError(f"--module '{target}': the output holds no tensor to take a loss of")
+
+    if loss == "mean":
+        loss_fn = lambda out: first(out).float().mean()  # noqa: E731
+    elif loss == "cross-entropy":
+        def loss_fn(out):
+            logits = first(out)
+            targets = _meta(logits.shape[:-1], torch.int64)
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    else:
+        raise TraceError(f"--loss '{loss}': one of mean, cross-entropy, none")
+    return Workload(attr, model, inputs, names, lambda m, x: m(*x), loss_fn)
