@@ -26,6 +26,7 @@ def parse_args(argv):
     p.add_argument("-o", "--out", metavar="FILE", help="where to write the graph JSON (default: stdout)")
     p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
     p.add_argument("--seq", type=int, default=512, help="--hf-config: sequence length (default 512)")
+    p.add_argument("--target-seq", type=int, help="--hf-config encoder-decoders: decoder tokens (default --seq)")
     p.add_argument("--attention", default="eager", help="--hf-config: attn_implementation (default eager)")
     p.add_argument("--image-size", type=int, default=224, help="--torchvision: image side (default 224)")
     p.add_argument("--num-classes", type=int, default=1000, help="--torchvision: classes (default 1000)")
@@ -37,15 +38,16 @@ def parse_args(argv):
     p.add_argument("--dtype", choices=["f32", "bf16", "f16"], help="cast the model's parameters (default: as built)")
     p.add_argument("--inference", action="store_true", help="trace the forward only, under torch.no_grad()")
     args = p.parse_args(argv)
-    for flag in ("batch", "seq", "image_size", "num_classes"):
-        if getattr(args, flag) <= 0:
+    for flag in ("batch", "seq", "image_size", "num_classes", "target_seq"):
+        if getattr(args, flag) is not None and getattr(args, flag) <= 0:
             p.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     return args
 
 
 def workload(args):
     if args.hf_config:
-        return sources.hugging_face(args.hf_config, args.batch, args.seq, args.dtype, args.inference, args.attention)
+        return sources.hugging_face(args.hf_config, args.batch, args.seq, args.dtype, args.inference, args.attention,
+                                    args.target_seq)
     if args.torchvision:
         return sources.torchvision_model(args.torchvision, args.batch, args.image_size, args.num_classes,
                                          args.dtype, args.inference)

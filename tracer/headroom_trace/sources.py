@@ -73,10 +73,12 @@ def _meta(shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def hugging_face(config_path, batch, seq, dtype=None, inference=False, attention="eager"):
+def hugging_face(config_path, batch, seq, dtype=None, inference=False, attention="eager", target_seq=None):
     """A transformers model from its config.json (a file or a snapshot folder), random weights, nothing
-    downloaded. Causal LMs are trained on next-token cross-entropy (the model's own loss function where it has
-    one), masked LMs on token cross-entropy, sequence classifiers on label cross-entropy."""
+    downloaded. Inputs follow the model's main input: token ids of `seq` (and `target_seq` decoder tokens for
+    encoder-decoders), images of the config's image_size, or Whisper's log-mel frames. Causal LMs are trained on
+    next-token cross-entropy (the model's own loss function where it has one), CLIP and SigLIP on their
+    contrastive losses, every other head on cross-entropy over its logits."""
     path = pathlib.Path(config_path)
     if path.is_dir():
         path = path / "config.json"
@@ -109,39 +111,81 @@ def hugging_face(config_path, batch, seq, dtype=None, inference=False, attention
         model = model.to(torch_dtype(dtype, "--dtype"))
     model.train(not inference)
     name = cls.__name__
-    input_ids = _meta((batch, seq), torch.int64)
-    takes_cache = "use_cache" in inspect.signature(model.forward).parameters
-    inputs, input_names = [input_ids], ["input_ids"]
-    if not takes_cache:
-        # Encoders get the padding mask a batch comes with; without one, transformers looks for padding in the
-        # token values, which meta tensors do not have. Causal LMs make their mask from the positions.
-        inputs.append(_meta((batch, seq), torch.int64))
-        input_names.append("attention_mask")
+    params = inspect.signature(model.forward).parameters
+    named = _hf_inputs(model, params, batch, seq, target_seq or seq)
+    input_names = list(named)
+    causal = "use_cache" in params and not model.config.is_encoder_decoder
 
     def call(m, xs):
-        if takes_cache:
-            return m(input_ids=xs[0], use_cache=inference)  # inference fills a KV cache
-        return m(input_ids=xs[0], attention_mask=xs[1])
+        kwargs = dict(zip(input_names, xs))
+        if "use_cache" in params:
+            kwargs["use_cache"] = inference  # inference fills a KV cache
+        return m(**kwargs)
 
     if inference:
         def no_grad_call(m, xs):
             with torch.no_grad():
                 return call(m, xs)
-        return Workload(name, model, inputs, input_names, no_grad_call, None)
+        return Workload(name, model, list(named.values()), input_names, no_grad_call, None)
 
-    if name.endswith("ForSequenceClassification"):
-        labels = _meta((batch,), torch.int64)
-        loss = lambda out: F.cross_entropy(_logits(out, name), labels)  # noqa: E731
-    elif name.endswith("ForMaskedLM"):
+    if model.config.model_type in ("clip", "siglip"):
+        loss = _contrastive_loss if model.config.model_type == "clip" else _sigmoid_pair_loss
+        return Workload(name, model, list(named.values()), input_names, call, loss)
+    if causal:
         labels = _meta((batch, seq), torch.int64)
-        loss = lambda out: F.cross_entropy(_logits(out, name).flatten(0, 1), labels.view(-1))  # noqa: E731
-    elif hasattr(model, "loss_function"):
-        labels = _meta((batch, seq), torch.int64)
-        loss = lambda out: model.loss_function(_logits(out, name), labels, model.config.vocab_size)  # noqa: E731
+        if hasattr(model, "loss_function"):
+            loss = lambda out: model.loss_function(_logits(out, name), labels, model.config.vocab_size)  # noqa: E731
+        else:
+            loss = lambda out: _causal_lm_loss(_logits(out, name), labels)  # noqa: E731
     else:
-        labels = _meta((batch, seq), torch.int64)
-        loss = lambda out: _causal_lm_loss(_logits(out, name), labels)  # noqa: E731
-    return Workload(name, model, inputs + [labels], input_names + ["labels"], call, loss)
+        # Every other head predicts a class per position (masked LMs, seq2seq decoders) or per sample
+        # (classifiers): cross-entropy against labels of the logits' leading shape.
+        if name.endswith("ForSequenceClassification") or named.get("pixel_values") is not None:
+            labels = _meta((batch,), torch.int64)
+        elif model.config.is_encoder_decoder:
+            labels = _meta((batch, target_seq or seq), torch.int64)
+        else:
+            labels = _meta((batch, seq), torch.int64)
+        loss = lambda out: F.cross_entropy(_logits(out, name).flatten(0, -2), labels.flatten())  # noqa: E731
+    return Workload(name, model, list(named.values()) + [labels], input_names + ["labels"], call, loss)
+
+
+def _hf_inputs(model, params, batch, seq, target_seq):
+    """The batch a transformers model takes, on meta, by its main input (token ids, images, log-mel frames)."""
+    config = model.config
+    main = getattr(model, "main_input_name", "input_ids")
+    inputs = {}
+    dtype = next(model.parameters()).dtype
+    if main == "pixel_values" or "pixel_values" in params:
+        vision = getattr(config, "vision_config", config)
+        size = vision.image_size if isinstance(vision.image_size, int) else vision.image_size[0]
+        inputs["pixel_values"] = _meta((batch, getattr(vision, "num_channels", 3), size, size), dtype)
+    if main == "input_features":  # Whisper: log-mel frames, twice the encoder's positions (a stride-2 conv)
+        inputs["input_features"] = _meta((batch, config.num_mel_bins, 2 * config.max_source_positions), dtype)
+    if "input_ids" in params and main != "pixel_values":
+        inputs["input_ids"] = _meta((batch, seq), torch.int64)
+        if "use_cache" not in params or config.is_encoder_decoder:
+            # The padding mask a batch comes with; without one, encoders look for padding in the token values,
+            # which meta tensors do not have. Causal LMs make their mask from the positions.
+            inputs["attention_mask"] = _meta((batch, seq), torch.int64)
+    if config.is_encoder_decoder:
+        inputs["decoder_input_ids"] = _meta((batch, target_seq), torch.int64)
+    return {k: v for k, v in inputs.items() if k in params}
+
+
+def _contrastive_loss(output):
+    # CLIP: cross-entropy over the batch, text to image and image to text.
+    logits = output.logits_per_text
+    targets = torch.arange(logits.shape[0], device=logits.device)
+    return (F.cross_entropy(logits, targets) + F.cross_entropy(logits.t(), targets)) / 2
+
+
+def _sigmoid_pair_loss(output):
+    # SigLIP: every text-image pair is a binary decision, +1 on the diagonal.
+    logits = output.logits_per_text
+    n = logits.shape[0]
+    signs = 2 * torch.eye(n, device=logits.device) - 1
+    return -F.logsigmoid(signs * logits).sum() / n
 
 
 def _logits(output, name):

@@ -22,7 +22,7 @@ HEADROOM = os.environ.get("HEADROOM_BIN")
 DTYPE_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "i8": 1, "u8": 1, "bool": 1}
 
 try:
-    import transformers  # noqa: F401
+    import transformers
     HAVE_TRANSFORMERS = True
 except ImportError:
     HAVE_TRANSFORMERS = False
@@ -285,6 +285,76 @@ class HuggingFaceTest(unittest.TestCase):
             result = run_cli("--hf-config", self.write_config(d, {"hidden_size": 8}))
             self.assertNotEqual(result.returncode, 0)
             self.assertIn("model_type: field is required", result.stderr)
+
+
+# Families without a builder yet: encoder-decoders, Whisper's audio encoder, vision and two-tower models, a
+# state-space model, ALiBi and parallel-attention decoders. Each traces, keeps transformers' parameter count, and
+# estimates and plans.
+NO_BUILDER = {
+    "t5": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "d_ff": 128,
+           "d_kv": 16, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4, "vocab_size": 512,
+           "feed_forward_proj": "gated-gelu", "decoder_start_token_id": 0, "pad_token_id": 0},
+    "bart": {"architectures": ["BartForConditionalGeneration"], "model_type": "bart", "d_model": 64,
+             "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+             "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512, "max_position_embeddings": 128},
+    "whisper": {"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper", "d_model": 64,
+                "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+                "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512,
+                "num_mel_bins": 80, "max_source_positions": 1500, "max_target_positions": 448, "pad_token_id": 0,
+                "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1},
+    "vit": {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "image_size": 32,
+            "patch_size": 8, "num_labels": 10},
+    "clip": {"architectures": ["CLIPModel"], "model_type": "clip", "projection_dim": 32,
+             "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                             "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 64},
+             "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "image_size": 32, "patch_size": 8}},
+    "siglip": {"architectures": ["SiglipModel"], "model_type": "siglip",
+               "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 64},
+               "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                                 "num_attention_heads": 4, "image_size": 32, "patch_size": 8}},
+    "falcon": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "multi_query": True,
+               "parallel_attn": True, "new_decoder_architecture": False, "bias": False},
+    "bloom": {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": 64, "n_layer": 2,
+              "n_head": 4, "vocab_size": 512},
+    "mamba": {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 64,
+              "num_hidden_layers": 2, "vocab_size": 512, "state_size": 16, "expand": 2, "conv_kernel": 4},
+}
+
+
+def transformers_parameter_count(config):
+    document = dict(config)
+    hf_config = transformers.AutoConfig.for_model(document.pop("model_type"), **document)
+    with sources.on_meta():
+        model = getattr(transformers, config["architectures"][0])._from_config(hf_config)
+    return sum(p.numel() for p in model.parameters())  # tied weights once
+
+
+@unittest.skipUnless(HAVE_TRANSFORMERS, "needs transformers")
+class FamiliesWithoutBuildersTest(unittest.TestCase):
+    def test_trace_keeps_the_parameters_and_estimates(self):
+        for family, config in NO_BUILDER.items():
+            with self.subTest(family=family), tempfile.TemporaryDirectory() as d:
+                config_path = os.path.join(d, "config.json")
+                with open(config_path, "w") as f:
+                    json.dump(config, f)
+                out = os.path.join(d, "traced.json")
+                result = run_cli("--hf-config", config_path, "--batch", "2", "--seq", "16", "-o", out)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                with open(out) as f:
+                    g = json.load(f)
+                self.assertEqual(parameter_count(g), transformers_parameter_count(config))
+                self.assertIn("loss", {op["phase"] for op in g["ops"]})
+                self.assertTrue(any(op.get("saved") for op in g["ops"] if op.get("layer", -1) >= 0))
+                if HEADROOM:
+                    estimate = run_headroom("estimate", "--model", out, "--budget", "1GiB", "--precision", "fp32",
+                                            "--no-search")
+                    self.assertEqual(estimate.returncode, 0, estimate.stderr)
+                    plan = run_headroom("plan", "--model", out, "--budget", "1GiB", "--precision", "fp32")
+                    self.assertEqual(plan.returncode, 0, plan.stderr + plan.stdout)
 
 
 def saved_bytes_per_layer(graph):
