@@ -27,6 +27,15 @@
 // contiguous cache (transformers' HybridCache) holds min(tokens, window)
 // tokens. Full-attention layers hold the whole context as before.
 //
+// Note [MLA KV cache]
+// Multi-head latent attention (DeepSeek-V2 and V3; Note [Multi-head latent
+// attention] in models/builders.cc) caches, per token and layer, one latent
+// of kv_lora_rank + qk_rope_head_dim values from which every head's keys and
+// values are recomputed, instead of keys and values per KV head: 576 values
+// for V2 and V3 (vLLM's MLA backends and SGLang store exactly this). The
+// latent is not split by heads, so every tensor-parallel rank holds all of
+// it.
+//
 // Note [KV cache bound]
 // A cache is at most kMaxKvCacheBytes (2^50 bytes, 1 PiB) per GPU, far
 // beyond any GPU, so that it adds to the other categories without wrapping
@@ -42,16 +51,7 @@
 
 namespace headroom {
 
-inline constexpr uint64_t kMaxKvCacheBytes = uint64_t{1} << 50;  // Note [Sliding-window KV cache]
-// A layer that attends within a sliding window (Gemma 2's even layers)
-// needs the keys and values of its last sliding_window tokens only. Paged
-// servers free the blocks that fall out of the window, so such a layer holds
-// ceil(min(tokens, window) / block_size) blocks, plus one while the window
-// straddles a block boundary (tokens > window, block_size > 1); a
-// contiguous cache (transformers' HybridCache) holds min(tokens, window)
-// tokens. Full-attention layers hold the whole context as before.
-//
-// Note [KV cache bound]
+inline constexpr uint64_t kMaxKvCacheBytes = uint64_t{1} << 50;  // Note [KV cache bound]
 
 struct KvCacheOptions {
   int64_t num_layers = 0;
@@ -65,6 +65,9 @@ struct KvCacheOptions {
   // only the last sliding_window tokens (both 0: none).
   int64_t sliding_window = 0;
   int64_t sliding_layers = 0;
+  // Note [MLA KV cache]: > 0 caches this many values per token and layer
+  // (one latent) instead of keys and values for num_kv_heads heads.
+  int64_t latent_dim = 0;
 };
 
 // InvalidArgument naming the field when a size is not positive; OutOfRange

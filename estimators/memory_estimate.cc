@@ -32,7 +32,8 @@ absl::StatusOr<uint64_t> KvCacheFor(const LoadedModel& model, const JobSpec& job
                     .dtype = job.kv_dtype.value_or(setup.precision.compute_dtype),
                     .context_tokens = job.context,
                     .batch = job.micro_batch,
-                    .block_size = job.kv_block_size};
+                    .block_size = job.kv_block_size,
+                    .latent_dim = c.is_mla() ? c.kv_lora_rank + c.qk_rope_head_dim : 0};
   for (int64_t layer = 0; layer < c.num_layers; ++layer) kv.sliding_layers += c.is_sliding_layer(layer) ? 1 : 0;
   kv.sliding_window = kv.sliding_layers > 0 ? c.sliding_window : 0;
   HEADROOM_RETURN_IF_ERROR(ValidateKvCache(kv));

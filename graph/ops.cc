@@ -378,6 +378,16 @@ TensorId OpEmitter::Contiguous(const std::string& name, TensorId x) {
   return y;
 }
 
+TensorId OpEmitter::Concat(const std::string& name, const std::vector<TensorId>& parts,
+                           std::vector<int64_t> shape) {
+  const DType dtype = graph_.tensor(parts.front()).dtype;
+  TensorId y = NewTensor(name + ".out", std::move(shape), dtype);
+  bool rg = false;
+  for (TensorId part : parts) rg = rg || RequiresGrad(part);
+  Emit({.kind = "cat", .name = name, .inputs = parts, .outputs = {y}, .compute_dtype = dtype}, rg);
+  return y;
+}
+
 TensorId OpEmitter::Softmax(const std::string& name, TensorId x, bool force_f32) {
   const Tensor xt = graph_.tensor(x);
   // CUDA autocast runs softmax in f32; PyTorch's CPU autocast leaves it in the

@@ -158,6 +158,8 @@ class OpEmitter {
   TensorId Rsqrt(const std::string& name, TensorId x);
   // x.contiguous() of a strided view: a dense copy.
   TensorId Contiguous(const std::string& name, TensorId x);
+  // torch.cat of `parts` (or F.pad of one) into a new tensor of `shape`, in the first part's dtype.
+  TensorId Concat(const std::string& name, const std::vector<TensorId>& parts, std::vector<int64_t> shape);
   // Output dtype: x's, f32 under autocast, or `force_f32` (HF Llama's
   // softmax(..., dtype=torch.float32)).
   TensorId Softmax(const std::string& name, TensorId x, bool force_f32 = false);

@@ -109,6 +109,7 @@ class Builder {
     return sp_ ? e_.AllGather(name + ".all_gather", x, 1, t_) : x;
   }
   TensorId Attention(const std::string& prefix, TensorId x, TensorId x_shard);
+  TensorId LatentAttention(const std::string& prefix, TensorId x);
   TensorId Mlp(const std::string& prefix, TensorId x, TensorId x_shard);
   TensorId Moe(const std::string& prefix, TensorId x, TensorId x_shard);
   // The training loss over logits [rows, classes] (Note [Causal LM loss]).
@@ -116,7 +117,9 @@ class Builder {
   TensorId CausalLmLoss(TensorId logits, int64_t vocab);
   TensorId EagerRmsNorm(const std::string& prefix, TensorId x, TensorId weight);
   // RMSNorm over each head's head_dim features (Qwen3's q_norm and k_norm).
-  TensorId HeadNorm(const std::string& prefix, TensorId x);
+  TensorId HeadNorm(const std::string& prefix, TensorId x) { return RmsNormOver(prefix, x, c_.head_dim); }
+  // An RMSNorm module over the last `width` features.
+  TensorId RmsNormOver(const std::string& prefix, TensorId x, int64_t width);
   // cap * tanh(x / cap), in PyTorch ops (Note [Gemma decoders]).
   TensorId SoftCap(const std::string& name, TensorId x);
   // The MLP's nonlinearity, gelu_new as Hugging Face writes it (Note [gelu_new]).
@@ -177,6 +180,11 @@ absl::Status Builder::CheckOptions() const {
     return absl::InvalidArgumentError("sequence_parallel needs tensor_parallel > 1");
   }
   if (o_.tensor_parallel > 1) {
+    if (c_.is_mla()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tensor_parallel %d: latent attention (%s) is not modelled under tensor parallelism", t_,
+          c_.architecture));
+    }
     if (!transformer) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "tensor_parallel is supported for transformers only, not %s", c_.architecture));
@@ -249,8 +257,8 @@ TensorId Builder::Norm(const std::string& prefix, TensorId x) {
   return LayerNormModule(prefix, x);
 }
 
-TensorId Builder::HeadNorm(const std::string& prefix, TensorId x) {
-  TensorId weight = Param(prefix + ".weight", {c_.head_dim});
+TensorId Builder::RmsNormOver(const std::string& prefix, TensorId x, int64_t width) {
+  TensorId weight = Param(prefix + ".weight", {width});
   if (o_.rms_norm == RmsNormImpl::kEager) return EagerRmsNorm(prefix, x, weight);
   return e_.RmsNorm(prefix, x, weight);
 }
@@ -490,6 +498,67 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   return ReduceOutput(out_module, out);
 }
 
+// Note [Multi-head latent attention]
+// DeepSeek-V2 and V3 (DeepSeek-AI 2024, "DeepSeek-V2", sec. 2.1.2-2.1.3; transformers' DeepseekV3Attention)
+// compress keys and values into one latent per token, kv_lora_rank wide, beside a qk_rope_head_dim key that
+// carries position and is shared by every head:
+//   q       = q_b_proj(q_a_layernorm(q_a_proj(x)))   (q_proj(x) when q_lora_rank is null)
+//             per head: qk_nope_head_dim | qk_rope_head_dim
+//   c | k_r = kv_a_proj_with_mqa(x)                 kv_lora_rank | qk_rope_head_dim
+//   k_n | v = kv_b_proj(kv_a_layernorm(c))          per head: qk_nope_head_dim | v_head_dim
+//   q = cat(q_n, rope(q_r)), k = cat(k_n, rope(k_r) expanded to every head)
+// A training step materializes q and k at qk_nope + qk_rope per head and v at v_head_dim, as transformers
+// does, and attends as usual; flash attention pads v to q's head size and slices the output back. What a
+// server caches is the latent (Note [MLA KV cache] in estimators/kv_cache.h). Tensor and sequence
+// parallelism are not modelled for it (CheckOptions refuses them).
+TensorId Builder::LatentAttention(const std::string& prefix, TensorId x) {
+  const int64_t b = o_.batch, s = o_.seq_len, h = c_.hidden_size, heads = c_.num_heads;
+  const int64_t nope = c_.qk_nope_head_dim, rope = c_.qk_rope_head_dim, qd = nope + rope, vd = c_.v_head_dim;
+  const std::string base = prefix + "self_attn.";
+  TensorId q;
+  if (c_.q_lora_rank > 0) {
+    TensorId qa = Proj(base + "q_a_proj", x, h, c_.q_lora_rank, c_.qkv_bias, Parallel::kReplicated);
+    qa = RmsNormOver(base + "q_a_layernorm", qa, c_.q_lora_rank);
+    q = Proj(base + "q_b_proj", qa, c_.q_lora_rank, heads * qd, false, Parallel::kReplicated);
+  } else {
+    q = Proj(base + "q_proj", x, h, heads * qd, false, Parallel::kReplicated);
+  }
+  q = e_.View(base + "q_heads", q, {b, heads, s, qd});
+  TensorId q_nope = e_.View(base + "q_nope", q, {b, heads, s, nope});
+  TensorId q_rot = e_.Rotary(prefix + "rotary_q", e_.View(base + "q_rope", q, {b, heads, s, rope}), cos_, sin_, rope);
+
+  TensorId ckv = Proj(base + "kv_a_proj_with_mqa", x, h, c_.kv_lora_rank + rope, c_.qkv_bias, Parallel::kReplicated);
+  TensorId latent = RmsNormOver(base + "kv_a_layernorm", e_.View(base + "latent", ckv, {b, s, c_.kv_lora_rank}),
+                                c_.kv_lora_rank);
+  TensorId k_rot = e_.Rotary(prefix + "rotary_k", e_.View(base + "k_rope", ckv, {b, 1, s, rope}), cos_, sin_, rope);
+  TensorId kv = Proj(base + "kv_b_proj", latent, c_.kv_lora_rank, heads * (nope + vd), false, Parallel::kReplicated);
+  TensorId k_nope = e_.View(base + "k_nope", kv, {b, heads, s, nope});
+  TensorId v = e_.View(base + "v_heads", kv, {b, heads, s, vd});
+  TensorId query = e_.Concat(base + "query_cat", {q_nope, q_rot}, {b, heads, s, qd});
+  TensorId key = e_.Concat(base + "key_cat", {k_nope, e_.View(base + "k_rope_expand", k_rot, {b, heads, s, rope})},
+                           {b, heads, s, qd});
+
+  const std::string core = prefix + "attn_core";
+  TensorId context;
+  if (o_.attention == AttentionImpl::kFlash) {
+    TensorId padded = e_.Concat(core + ".v_pad", {v}, {b, heads, s, qd});
+    TensorId out = e_.FlashAttention(core + ".sdpa", query, key, padded, /*causal=*/true);
+    context = e_.Contiguous(core + ".v_slice", e_.View(core + ".v_slice_view", out, {b, heads, s, vd}));
+  } else {
+    e_.set_attention_core(true);
+    TensorId scores = e_.MaskedScale(core + ".scale_mask", e_.MatMul(core + ".qk", query, key, /*b_transposed=*/true));
+    TensorId probs = e_.Softmax(core + ".softmax", scores, /*force_f32=*/true);
+    probs = e_.Cast(core + ".probs_cast", probs, g_.tensor(v).dtype);
+    probs = e_.Dropout(core + ".dropout", probs, c_.attention_dropout);
+    context = e_.MatMul(core + ".pv", probs, v);
+    e_.set_attention_core(false);
+  }
+  TensorId merged = e_.View(core + ".merge_heads", context, {b, s, heads * vd});
+  TensorId out = Proj(base + "o_proj", merged, heads * vd, h, c_.attn_output_bias, Parallel::kReplicated);
+  if (!o_.training) e_.ScopeEnd(prefix + "attention_returns", {x, query, key, v});
+  return out;
+}
+
 TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
   if (c_.is_moe_layer(e_.layer())) {
     return Moe(prefix + (c_.model_type == "mixtral" ? "block_sparse_moe." : "mlp."), x, x_shard);
@@ -548,6 +617,10 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
   TensorId flat = e_.View(prefix + "flatten", x, {tokens, h});
   TensorId logits = Proj(prefix + "gate", flat, h, c_.num_experts, false, Parallel::kReplicated,
                          false, x_shard);
+  if (c_.router_bias) {
+    // DeepSeek-V3's noaux_tc routing: a per-expert bias added to the scores for choosing experts only.
+    logits = e_.Add(prefix + "gate.score_bias", logits, Param(prefix + "gate.e_score_correction_bias", {c_.num_experts}));
+  }
   OpEmitter::Routing routing =
       e_.RouterTopK(prefix + "router", logits, c_.experts_per_token);
   TensorId acc = e_.Zeros(prefix + "final_hidden_states", {tokens, h}, g_.tensor(flat).dtype);
@@ -565,16 +638,19 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
     acc = e_.IndexAdd(ex + "combine", acc, weighted);
   }
   if (c_.shared_expert_intermediate_size > 0) {
-    // Qwen2-MoE: every token also goes through a shared expert, scaled by sigmoid(shared_expert_gate(x)).
-    const std::string sh = prefix + "shared_expert.";
+    // Every token also goes through the shared expert(s): Qwen2-MoE's one, scaled by
+    // sigmoid(shared_expert_gate(x)); DeepSeek's n_shared_experts, fused into one MLP, ungated.
+    const std::string sh = prefix + (c_.shared_expert_gated ? "shared_expert." : "shared_experts.");
     const int64_t shared_inner = c_.shared_expert_intermediate_size / t_;
     TensorId g = Proj(sh + "gate_proj", flat, h, shared_inner, false, Parallel::kColumn);
     TensorId u = Proj(sh + "up_proj", flat, h, shared_inner, false, Parallel::kColumn);
     TensorId prod = e_.Mul(sh + "gate_mul", Activation(sh + "act_fn", g), u);
     TensorId out = Proj(sh + "down_proj", prod, shared_inner, h, false, Parallel::kRow);
-    TensorId gate = Proj(prefix + "shared_expert_gate", flat, h, 1, false, Parallel::kReplicated);
-    TensorId scaled = e_.Mul(sh + "gated", e_.Activation(sh + "sigmoid", ActivationKind::kSigmoid, gate), out);
-    acc = e_.Add(prefix + "shared_add", acc, scaled);
+    if (c_.shared_expert_gated) {
+      TensorId gate = Proj(prefix + "shared_expert_gate", flat, h, 1, false, Parallel::kReplicated);
+      out = e_.Mul(sh + "gated", e_.Activation(sh + "sigmoid", ActivationKind::kSigmoid, gate), out);
+    }
+    acc = e_.Add(prefix + "shared_add", acc, out);
   }
   TensorId y = e_.View(prefix + "unflatten", acc, {o_.batch, o_.seq_len, h});
   return ReduceOutput(prefix + "experts", y);
@@ -646,8 +722,8 @@ absl::Status Builder::BuildDecoder() {
   x = e_.Dropout(root + "drop", x, c_.embedding_dropout);
   if (c_.embedding_scaled) x = e_.Scale(root + "embed_scale", x);  // Note [Gemma decoders]
   if (c_.positions == PositionKind::kRotary) {
-    const auto rotary_dims =
-        static_cast<int64_t>(static_cast<double>(c_.head_dim) * c_.rotary_pct);
+    const auto rotary_dims = c_.is_mla() ? c_.qk_rope_head_dim
+                                         : static_cast<int64_t>(static_cast<double>(c_.head_dim) * c_.rotary_pct);
     const DType dtype = e_.options().autocast ? o_.param_dtype : o_.compute_dtype;
     cos_ = e_.Buffer(root + "rotary_emb.cos", {s, rotary_dims}, dtype);
     sin_ = e_.Buffer(root + "rotary_emb.sin", {s, rotary_dims}, dtype);
@@ -666,7 +742,7 @@ absl::Status Builder::BuildDecoder() {
     const std::string n2 = p + (gpt2 ? "ln_2" : "post_attention_layernorm");
     TensorId residual = x;
     TensorId ln1 = Norm(n1, x);
-    TensorId attn = Attention(p, GatherInput(n1, ln1), sp_ ? ln1 : kNone);
+    TensorId attn = c_.is_mla() ? LatentAttention(p, ln1) : Attention(p, GatherInput(n1, ln1), sp_ ? ln1 : kNone);
     attn = e_.Dropout(p + "attn_dropout", attn, c_.hidden_dropout);
     if (c_.parallel_residual) {
       // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)).

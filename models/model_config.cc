@@ -1,5 +1,7 @@
 #include "models/model_config.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -137,6 +139,8 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"RobertaForMaskedLM", "roberta", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"RobertaForSequenceClassification", "roberta", ModelFamily::kEncoder,
      EncoderHead::kSequenceClassification},
+    {"DeepseekV2ForCausalLM", "deepseek_v2", ModelFamily::kDecoder},
+    {"DeepseekV3ForCausalLM", "deepseek_v3", ModelFamily::kDecoder},
     {"MlpChain", "mlp", ModelFamily::kMlp},
 };
 
@@ -149,6 +153,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
     {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
+    {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
     {"mlp", "MlpChain"},
 };
 
@@ -211,6 +216,61 @@ absl::Status ParseQwenMoe(const json& doc, const JsonPath& path, ModelConfig& c)
       c.dense_layers.push_back(layer);
     }
   }
+  return absl::OkStatus();
+}
+
+// DeepSeek-V2 and V3 (DeepseekV2ForCausalLM, DeepseekV3ForCausalLM; Note [Multi-head latent attention] in
+// builders.cc): RMSNorm, SwiGLU, rotary, latent attention, and from layer first_k_dense_replace on (every
+// moe_layer_freq-th layer) n_routed_experts experts of moe_intermediate_size with n_shared_experts always-on
+// experts fused into one MLP. V3's noaux_tc routing adds a per-expert score bias to the gate.
+absl::Status ParseDeepseek(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 4096, c));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads, OptionalPositiveInt(doc, "num_key_value_heads", path, c.num_heads));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "rms_norm_eps", path, 1e-6));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation, ParseActivation(doc, "hidden_act", path, ActivationKind::kSilu));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
+  c.attn_output_bias = c.qkv_bias;
+  c.norm = NormKind::kRmsNorm;
+  c.norm_bias = false;
+  c.gated_mlp = true;
+  c.positions = PositionKind::kRotary;
+  HEADROOM_ASSIGN_OR_RETURN(c.q_lora_rank, OptionalPositiveInt(doc, "q_lora_rank", path, 0));
+  HEADROOM_ASSIGN_OR_RETURN(c.kv_lora_rank, PositiveInt(doc, "kv_lora_rank", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.qk_nope_head_dim, PositiveInt(doc, "qk_nope_head_dim", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.qk_rope_head_dim, PositiveInt(doc, "qk_rope_head_dim", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.v_head_dim, PositiveInt(doc, "v_head_dim", path));
+  if (c.num_kv_heads != c.num_heads) {
+    return (path / "num_key_value_heads")
+        .Error(absl::StrFormat("%d: latent attention expands k and v to every head (%d)", c.num_kv_heads,
+                               c.num_heads));
+  }
+  c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;  // q's and k's; v's is v_head_dim
+  if (!Present(doc, "n_routed_experts")) return absl::OkStatus();  // a dense model
+  HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "n_routed_experts", path, kMaxExperts));
+  HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.moe_intermediate_size, PositiveInt(doc, "moe_intermediate_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(const int64_t shared, OptionalInt(doc, "n_shared_experts", path, 0));
+  if (shared < 0 || shared > kMaxExperts) {
+    return (path / "n_shared_experts").Error(absl::StrFormat("must be between 0 and %d, got %d", kMaxExperts, shared));
+  }
+  c.shared_expert_intermediate_size = shared * c.moe_intermediate_size;
+  c.shared_expert_gated = false;
+  HEADROOM_ASSIGN_OR_RETURN(const int64_t first_dense, OptionalInt(doc, "first_k_dense_replace", path, 0));
+  if (first_dense < 0 || first_dense > c.num_layers) {
+    return (path / "first_k_dense_replace")
+        .Error(absl::StrFormat("must be between 0 and num_hidden_layers (%d), got %d", c.num_layers, first_dense));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(const int64_t every, OptionalPositiveInt(doc, "moe_layer_freq", path, 1));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (i < first_dense || i % every != 0) c.dense_layers.push_back(i);
+  }
+  std::string topk_method = "greedy";
+  if (Present(doc, "topk_method")) {
+    HEADROOM_ASSIGN_OR_RETURN(topk_method, RequireString(doc, "topk_method", path));
+  }
+  c.router_bias = topk_method == "noaux_tc";
   return absl::OkStatus();
 }
 
@@ -460,6 +520,23 @@ absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
                                        c.shared_expert_intermediate_size));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, gpt2 ? "n_positions" : "max_position_embeddings",
                                        c.max_position_embeddings, hidden, c.hidden_size));
+  if (c.is_mla()) {
+    // Each size is at most 2^31, a sum of two at most 2^32: their products saturate rather than wrap.
+    const auto heads_times = [&](int64_t width) {
+      return static_cast<int64_t>(std::min<uint64_t>(
+          SaturatingMul(static_cast<uint64_t>(c.num_heads), static_cast<uint64_t>(width)), INT64_MAX));
+    };
+    HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, "q_lora_rank", c.q_lora_rank));
+    HEADROOM_RETURN_IF_ERROR(CheckWeight(path, c.q_lora_rank > 0 ? "q_lora_rank" : hidden,
+                                         c.q_lora_rank > 0 ? c.q_lora_rank : c.hidden_size,
+                                         "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim)",
+                                         heads_times(c.head_dim)));
+    HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "kv_lora_rank", c.kv_lora_rank,
+                                         "num_attention_heads x (qk_nope_head_dim + v_head_dim)",
+                                         heads_times(c.qk_nope_head_dim + c.v_head_dim)));
+    HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "num_attention_heads x v_head_dim",
+                                         heads_times(c.v_head_dim), hidden, c.hidden_size));
+  }
   const uint64_t h = static_cast<uint64_t>(c.hidden_size);
   // Sizes are at most 2^31 each; their products may not fit int64, so all of
   // this is saturating uint64.
@@ -565,6 +642,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
       type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe" || type == "qwen3_moe") {
     HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
+  } else if (type == "deepseek_v2" || type == "deepseek_v3") {
+    HEADROOM_RETURN_IF_ERROR(ParseDeepseek(doc, path, c));
   } else if (type == "gpt2") {
     HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));
   } else if (type == "gpt_neox") {

@@ -128,6 +128,15 @@ struct ModelConfig {
   int64_t moe_every = 1;                  // decoder_sparse_step: layer i is MoE when (i + 1) % moe_every == 0
   std::vector<int64_t> dense_layers;      // mlp_only_layers: dense whatever moe_every says
 
+  // --- multi-head latent attention (DeepSeek-V2/V3; Note [Multi-head latent attention] in builders.cc) ---
+  int64_t q_lora_rank = 0;        // q through a rank-q_lora_rank bottleneck; 0: one q_proj
+  int64_t kv_lora_rank = 0;       // the compressed KV latent; > 0 makes the attention MLA
+  int64_t qk_nope_head_dim = 0;   // per head: q and k without rotary position
+  int64_t qk_rope_head_dim = 0;   // per head: q and k with rotary position (k's is shared by the heads)
+  int64_t v_head_dim = 0;
+  bool shared_expert_gated = true;  // Qwen2-MoE gates its shared expert by a sigmoid; DeepSeek does not
+  bool router_bias = false;         // DeepSeek-V3 (noaux_tc): e_score_correction_bias, one per expert
+
   // --- CNNs (torchvision) ---
   int64_t image_size = 224;
   int64_t in_channels = 3;
@@ -139,6 +148,7 @@ struct ModelConfig {
   double mlp_dropout = 0;
 
   bool is_moe() const { return num_experts > 0; }
+  bool is_mla() const { return kv_lora_rank > 0; }
   bool is_moe_layer(int64_t layer) const {
     if (!is_moe() || (layer + 1) % moe_every != 0) return false;
     for (int64_t dense : dense_layers) {

@@ -74,6 +74,15 @@ TEST(EstimateCli, Gemma2KvCacheHoldsTheWindowInSlidingLayers) {
             4u * (21 * 32768 + 21 * (4096 + 16)) * token_bytes);
 }
 
+// DeepSeek-V3 caches one latent of 512 + 64 values per token and layer (Note [MLA KV cache]), not 2 x 128
+// heads x 192: 61 layers x 32768 tokens x 576 x 2 bytes per sequence, 2.1 GiB.
+TEST(EstimateCli, LatentAttentionCachesTheLatent) {
+  auto r = RunHeadroom({"estimate", "--model", "deepseek-v3", "--inference", "--context", "32768", "--micro-batch",
+                        "2", "--seq", "1", "--budget", "4TiB", "--no-search", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["bytes"]["kv_cache"].get<uint64_t>(), 2ull * 61 * 32768 * 576 * 2);
+}
+
 TEST(EstimateCli, LoraFitsWithLimits) {
   auto r = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "h100", "--lora-rank", "16"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

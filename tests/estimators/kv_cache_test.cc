@@ -59,6 +59,19 @@ TEST(KvCache, SlidingLayersHoldTheWindowOnly) {
   EXPECT_FALSE(ValidateKvCache(kv).ok());
 }
 
+// Note [MLA KV cache]: DeepSeek-V3 caches a 576-value latent per token and layer, whatever its 128 heads.
+TEST(KvCache, LatentAttentionCachesTheLatentOnly) {
+  KvCacheOptions kv{.num_layers = 61, .num_kv_heads = 128, .head_dim = 192, .dtype = DType::kBF16,
+                    .context_tokens = 32768, .batch = 2, .block_size = 16, .latent_dim = 512 + 64};
+  ASSERT_TRUE(ValidateKvCache(kv).ok()) << ValidateKvCache(kv);
+  EXPECT_EQ(KvBlockBytes(kv), 16u * 576 * 2 * 61);
+  EXPECT_EQ(KvCacheBytes(kv), uint64_t{2} * 32768 * 576 * 2 * 61);
+  kv.context_tokens = 100;  // ceil(100 / 16) = 7 blocks
+  EXPECT_EQ(KvCacheBytes(kv), uint64_t{2} * 7 * 16 * 576 * 2 * 61);
+  kv.latent_dim = -1;
+  EXPECT_THAT(std::string(ValidateKvCache(kv).message()), ::testing::HasSubstr("kv_lora_rank"));
+}
+
 TEST(KvCache, ZeroSizesNameTheField) {
   KvCacheOptions kv{.num_layers = 2, .num_kv_heads = 0, .head_dim = 64, .context_tokens = 10};
   EXPECT_THAT(std::string(ValidateKvCache(kv).message()), ::testing::HasSubstr("num_key_value_heads"));

@@ -47,6 +47,11 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //    norm, untied 151936 x 4096 embeddings and lm_head); the model card gives 8.2 B;
 //  - qwen3-30b-a3b: likewise from Qwen3-MoE's module shapes (48 layers of 128 experts of 768, q/k norms, no
 //    shared expert); the model card gives 30.5 B.
+//  - deepseek-v3 and deepseek-v2-lite: the sum of the shapes DeepSeek's modeling_deepseek.py declares (latent
+//    attention's q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj and two norms; dense MLPs in the first
+//    first_k_dense_replace layers, then the gate, V3's e_score_correction_bias, the routed experts and the
+//    fused shared experts; untied head): 671.0 B and 15.7 B, the totals on the model cards (V3's 685 B there
+//    adds its multi-token-prediction module, which the modeling code does not build).
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -54,6 +59,81 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("phi-3-mini-4k")).ParameterCount(), 3'821'079'552u);
   EXPECT_EQ(Build(Preset("qwen1.5-moe-a2.7b")).ParameterCount(), 14'315'784'192u);
   EXPECT_EQ(Build(Preset("qwen3-30b-a3b")).ParameterCount(), 30'532'122'624u);
+  EXPECT_EQ(Build(Preset("deepseek-v3")).ParameterCount(), 671'026'419'200u);
+  EXPECT_EQ(Build(Preset("deepseek-v2-lite")).ParameterCount(), 15'706'484'224u);
+}
+
+std::set<std::string> TensorNames(const Graph& g) {
+  std::set<std::string> names;
+  for (const Tensor& t : g.tensors()) names.insert(t.name);
+  return names;
+}
+
+// Note [Multi-head latent attention]: V3 has the q bottleneck and score-biased routing, V2-Lite a full q_proj;
+// both keep dense MLPs in their first layers and fuse their shared experts into one MLP.
+TEST(DecoderFamilies, DeepseekAttendsThroughALatentAndSharesExperts) {
+  ModelConfig v3 = Preset("deepseek-v3");
+  EXPECT_TRUE(v3.is_mla());
+  EXPECT_EQ(v3.head_dim, 192);
+  EXPECT_FALSE(v3.is_moe_layer(2));
+  EXPECT_TRUE(v3.is_moe_layer(3));
+  v3.num_layers = 4;
+  const std::set<std::string> names = TensorNames(Build(v3, {.batch = 1, .seq_len = 16}));
+  for (const char* name : {"model.layers.0.self_attn.q_a_proj.weight", "model.layers.0.self_attn.q_a_layernorm.weight",
+                           "model.layers.0.self_attn.q_b_proj.weight",
+                           "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
+                           "model.layers.0.self_attn.kv_a_layernorm.weight", "model.layers.0.self_attn.kv_b_proj.weight",
+                           "model.layers.2.mlp.gate_proj.weight", "model.layers.3.mlp.gate.weight",
+                           "model.layers.3.mlp.gate.e_score_correction_bias", "model.layers.3.mlp.experts.255.up_proj.weight",
+                           "model.layers.3.mlp.shared_experts.down_proj.weight"}) {
+    EXPECT_TRUE(names.contains(name)) << name;
+  }
+  EXPECT_FALSE(names.contains("model.layers.3.mlp.shared_expert_gate.weight"));
+  EXPECT_FALSE(names.contains("model.layers.2.mlp.experts.0.up_proj.weight"));
+
+  ModelConfig lite = Preset("deepseek-v2-lite");
+  EXPECT_EQ(lite.q_lora_rank, 0);
+  EXPECT_FALSE(lite.router_bias);
+  lite.num_layers = 2;
+  const Graph g = Build(lite, {.batch = 2, .seq_len = 32, .attention = AttentionImpl::kEager});
+  const std::set<std::string> lite_names = TensorNames(g);
+  EXPECT_TRUE(lite_names.contains("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_FALSE(lite_names.contains("model.layers.0.self_attn.q_a_proj.weight"));
+  // Queries and keys are assembled at 192 per head from the no-position and rotary parts: [2, 16, 32, 192].
+  for (const Op& op : g.ops()) {
+    if (op.name == "model.layers.1.self_attn.key_cat") {
+      EXPECT_EQ(g.tensor(op.outputs[0]).shape, (std::vector<int64_t>{2, 16, 32, 192}));
+    }
+  }
+  EXPECT_EQ(CountOps(g, "model.layers.1.self_attn.", "cat"), 2);
+}
+
+TEST(DecoderFamilies, BadDeepseekFieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 256)";
+  const std::string mla = R"(, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {"}", "kv_lora_rank"},
+           {R"(, "kv_lora_rank": 32, "qk_rope_head_dim": 8, "v_head_dim": 16})", "qk_nope_head_dim"},
+           {mla + R"(, "num_key_value_heads": 2})", "num_key_value_heads"},
+           {mla + R"(, "q_lora_rank": -1})", "q_lora_rank"},
+           {mla + R"(, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+               "first_k_dense_replace": 3})",
+            "first_k_dense_replace"},
+           {mla + R"(, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+               "n_shared_experts": -1})",
+            "n_shared_experts"},
+           {mla + R"(, "n_routed_experts": 4, "moe_intermediate_size": 32})", "num_experts_per_tok"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "deepseek.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr(field)) << extra;
+  }
+  absl::StatusOr<ModelConfig> ok = ParseHfConfig(base + mla + "}", "deepseek.json");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  absl::StatusOr<Graph> tp = BuildModelGraph(*ok, {.batch = 1, .seq_len = 8, .tensor_parallel = 2});
+  ASSERT_FALSE(tp.ok());
+  EXPECT_THAT(tp.status().message(), HasSubstr("latent attention"));
 }
 
 // Qwen2-MoE: 60 routed experts of 1408 and a shared expert of 5632 behind a sigmoid gate; layers in
@@ -64,8 +144,7 @@ TEST(DecoderFamilies, Qwen2MoeRoutesAndSharesExperts) {
   c.num_layers = 2;
   c.dense_layers = {1};
   const Graph g = Build(c, {.batch = 1, .seq_len = 16});
-  std::set<std::string> names;
-  for (const Tensor& t : g.tensors()) names.insert(t.name);
+  const std::set<std::string> names = TensorNames(g);
   EXPECT_TRUE(names.contains("model.layers.0.mlp.experts.59.down_proj.weight"));
   EXPECT_TRUE(names.contains("model.layers.0.mlp.shared_expert.up_proj.weight"));
   EXPECT_TRUE(names.contains("model.layers.0.mlp.shared_expert_gate.weight"));
@@ -85,8 +164,7 @@ TEST(DecoderFamilies, Qwen3MoeHasQkNormsAndNoSharedExpert) {
   EXPECT_EQ(c.shared_expert_intermediate_size, 0);
   c.num_layers = 1;
   const Graph g = Build(c, {.batch = 1, .seq_len = 16});
-  std::set<std::string> names;
-  for (const Tensor& t : g.tensors()) names.insert(t.name);
+  const std::set<std::string> names = TensorNames(g);
   EXPECT_TRUE(names.contains("model.layers.0.self_attn.k_norm.weight"));
   EXPECT_TRUE(names.contains("model.layers.0.mlp.experts.127.gate_proj.weight"));
   EXPECT_FALSE(names.contains("model.layers.0.mlp.shared_expert_gate.weight"));
