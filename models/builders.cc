@@ -23,7 +23,7 @@ bool IsLlamaLike(const ModelConfig& c) {
   return c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" ||
          c.model_type == "mixtral" || c.model_type == "qwen3" || c.model_type == "gemma" ||
          c.model_type == "gemma2" || c.model_type == "phi3" || c.model_type == "qwen2_moe" ||
-         c.model_type == "qwen3_moe";
+         c.model_type == "qwen3_moe" || c.model_type == "olmo2";
 }
 
 // Config field names as each architecture's config.json spells them, so
@@ -115,8 +115,9 @@ class Builder {
   TensorId Loss(TensorId logits, int64_t rows, int64_t classes);
   TensorId CausalLmLoss(TensorId logits, int64_t vocab);
   TensorId EagerRmsNorm(const std::string& prefix, TensorId x, TensorId weight);
-  // RMSNorm over each head's head_dim features (Qwen3's q_norm and k_norm).
-  TensorId HeadNorm(const std::string& prefix, TensorId x);
+  // RMSNorm with a weight of `width` over x's last dimension: each head's
+  // head_dim features (Qwen3's q_norm and k_norm) or a whole projection (OLMo 2's).
+  TensorId RmsNormOver(const std::string& prefix, TensorId x, int64_t width);
   // cap * tanh(x / cap), in PyTorch ops (Note [Gemma decoders]).
   TensorId SoftCap(const std::string& name, TensorId x);
   // The MLP's nonlinearity, gelu_new as Hugging Face writes it (Note [gelu_new]).
@@ -249,8 +250,8 @@ TensorId Builder::Norm(const std::string& prefix, TensorId x) {
   return LayerNormModule(prefix, x);
 }
 
-TensorId Builder::HeadNorm(const std::string& prefix, TensorId x) {
-  TensorId weight = Param(prefix + ".weight", {c_.head_dim});
+TensorId Builder::RmsNormOver(const std::string& prefix, TensorId x, int64_t width) {
+  TensorId weight = Param(prefix + ".weight", {width});
   if (o_.rms_norm == RmsNormImpl::kEager) return EagerRmsNorm(prefix, x, weight);
   return e_.RmsNorm(prefix, x, weight);
 }
@@ -276,6 +277,18 @@ TensorId Builder::HeadNorm(const std::string& prefix, TensorId x) {
 //    estimators/kv_cache.h).
 // Qwen3 is Llama with an RMSNorm over head_dim on q and k before the rotary
 // embedding (q_norm, k_norm), which keeps its own tensors in eager mode.
+//
+// Note [OLMo 2]
+// OLMo 2 (transformers' modeling_olmo2.py) is Llama with two changes:
+//  - the norms sit on the branches' outputs, not their inputs:
+//    x = x + post_attention_layernorm(attn(x)), then
+//    x = x + post_feedforward_layernorm(mlp(x)); there is no input_layernorm,
+//    so the q/k/v projections save the residual stream itself;
+//  - q_norm and k_norm are RMSNorms over the whole q and k projections
+//    (num_heads x head_dim and num_key_value_heads x head_dim features), applied
+//    before the heads are split and the rotary embedding, where Qwen3's
+//    normalize each head. In eager mode they keep Llama's norm tensors at the
+//    projections' width.
 TensorId Builder::SoftCap(const std::string& name, TensorId x) {
   TensorId scaled = e_.Scale(name + ".div", x);
   return e_.Scale(name + ".mul", e_.Activation(name + ".tanh", ActivationKind::kTanh, scaled));
@@ -439,13 +452,19 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
       TensorId qp = Proj(base + qn, x, h, heads * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
       TensorId kp = Proj(base + kn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
       TensorId vp = Proj(base + vn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+      if (c_.qk_norm_full) {
+        // Note [OLMo 2]: one norm over all heads' features. Under tensor parallelism each rank
+        // holds its heads' share of the weight (the statistics' all-reduce is [b, s, 1]).
+        qp = RmsNormOver(base + "q_norm", qp, heads * d);
+        kp = RmsNormOver(base + "k_norm", kp, kv * d);
+      }
       q = e_.View(base + qn + ".heads", qp, {b, heads, s, d});
       k = e_.View(base + kn + ".heads", kp, {b, kv, s, d});
       v = e_.View(base + vn + ".heads", vp, {b, kv, s, d});
     }
     if (c_.qk_norm) {
-      q = HeadNorm(base + "q_norm", q);
-      k = HeadNorm(base + "k_norm", k);
+      q = RmsNormOver(base + "q_norm", q, d);
+      k = RmsNormOver(base + "k_norm", k, d);
     }
     out_module = bert ? prefix + "attention.output.dense" : base + "o_proj";
   }
@@ -665,8 +684,11 @@ absl::Status Builder::BuildDecoder() {
     const std::string n1 = p + (gpt2 ? "ln_1" : "input_layernorm");
     const std::string n2 = p + (gpt2 ? "ln_2" : "post_attention_layernorm");
     TensorId residual = x;
-    TensorId ln1 = Norm(n1, x);
-    TensorId attn = Attention(p, GatherInput(n1, ln1), sp_ ? ln1 : kNone);
+    // Note [OLMo 2]: its attention and MLP read the residual stream itself.
+    const bool branch_output = c_.norm_placement == NormPlacement::kBranchOutput;
+    const std::string attn_in_name = branch_output ? p + "self_attn" : n1;
+    TensorId attn_in = branch_output ? x : Norm(n1, x);
+    TensorId attn = Attention(p, GatherInput(attn_in_name, attn_in), sp_ ? attn_in : kNone);
     attn = e_.Dropout(p + "attn_dropout", attn, c_.hidden_dropout);
     if (c_.parallel_residual) {
       // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)).
@@ -674,12 +696,16 @@ absl::Status Builder::BuildDecoder() {
       TensorId mlp = Mlp(p, GatherInput(n2, ln2), sp_ ? ln2 : kNone);
       mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
       x = e_.Add(p + "residual", e_.Add(p + "branch_add", mlp, attn), residual);
-    } else if (c_.sandwich_norms) {
+    } else if (c_.norm_placement == NormPlacement::kSandwich) {
       // Gemma 2: each branch is normed on the way in and on the way out.
       x = e_.Add(p + "attn_residual", residual, Norm(p + "post_attention_layernorm", attn));
       const std::string pre = p + "pre_feedforward_layernorm";
       TensorId ln2 = Norm(pre, x);
       TensorId mlp = Mlp(p, GatherInput(pre, ln2), sp_ ? ln2 : kNone);
+      x = e_.Add(p + "mlp_residual", x, Norm(p + "post_feedforward_layernorm", mlp));
+    } else if (branch_output) {
+      x = e_.Add(p + "attn_residual", residual, Norm(p + "post_attention_layernorm", attn));
+      TensorId mlp = Mlp(p, GatherInput(p + "mlp", x), sp_ ? x : kNone);
       x = e_.Add(p + "mlp_residual", x, Norm(p + "post_feedforward_layernorm", mlp));
     } else {
       x = e_.Add(p + "attn_residual", residual, attn);

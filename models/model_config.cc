@@ -129,6 +129,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"Phi3ForCausalLM", "phi3", ModelFamily::kDecoder},
     {"Qwen2MoeForCausalLM", "qwen2_moe", ModelFamily::kDecoder},
     {"Qwen3MoeForCausalLM", "qwen3_moe", ModelFamily::kDecoder},
+    {"Olmo2ForCausalLM", "olmo2", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -148,6 +149,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"qwen3", "Qwen3ForCausalLM"},   {"gemma", "GemmaForCausalLM"},
     {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
     {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
+    {"olmo2", "Olmo2ForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"mlp", "MlpChain"},
 };
@@ -226,7 +228,7 @@ absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
   c.norm_plus_one = true;
   c.embedding_scaled = true;
   if (c.model_type != "gemma2") return absl::OkStatus();
-  c.sandwich_norms = true;
+  c.norm_placement = NormPlacement::kSandwich;
   for (const auto& [key, cap] : {std::pair<std::string_view, double*>{"attn_logit_softcapping", &c.attn_logit_softcap},
                                  {"final_logit_softcapping", &c.final_logit_softcap}}) {
     HEADROOM_ASSIGN_OR_RETURN(*cap, OptionalNumber(doc, key, path, 0.0));
@@ -274,6 +276,14 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
   }
   if (c.model_type == "gemma" || c.model_type == "gemma2") HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
   if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") HEADROOM_RETURN_IF_ERROR(ParseQwenMoe(doc, path, c));
+  if (c.model_type == "olmo2") {
+    // Olmo2Attention: attention_bias on q/k/v/o, q_norm and k_norm over the whole q and k projections;
+    // Olmo2DecoderLayer norms each branch's output instead of its input (Note [OLMo 2] in builders.cc).
+    HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
+    c.attn_output_bias = c.qkv_bias;
+    c.qk_norm_full = true;
+    c.norm_placement = NormPlacement::kBranchOutput;
+  }
   if (c.model_type == "phi3") {
     // Phi3Attention and Phi3MLP: fused projections without biases, residual dropout, partial rotary
     // (Phi-4-mini). Its sliding_window applies to flash attention only and is not modelled.
@@ -563,7 +573,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   }
   const std::string& type = c.model_type;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
-      type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe" || type == "qwen3_moe") {
+      type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe" || type == "qwen3_moe" ||
+      type == "olmo2") {
     HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
   } else if (type == "gpt2") {
     HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));

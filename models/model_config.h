@@ -54,7 +54,7 @@ inline constexpr uint64_t kMaxWeightElements = kMaxTensorBytes / 4;
 inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
-  kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, GPT-2, GPT-NeoX, Mixtral
+  kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, OLMo 2, GPT-2, GPT-NeoX, Mixtral
   kEncoder,  // BERT, RoBERTa
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
@@ -63,6 +63,13 @@ enum class ModelFamily : uint8_t {
 enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
 
 enum class PositionKind : uint8_t { kLearned, kRotary };
+
+// Where a decoder block's norms sit around its attention and MLP branches.
+enum class NormPlacement : uint8_t {
+  kPre,           // x + f(norm(x)): Llama, GPT-2 and most decoders
+  kSandwich,      // x + norm(f(norm(x))): Gemma 2
+  kBranchOutput,  // x + norm(f(x)): OLMo 2 (post_attention_layernorm, post_feedforward_layernorm)
+};
 
 // What sits on top of an encoder body. BertModel/RobertaModel have none (kBodyOnly);
 // when such a model is trained the builder attaches kSequenceClassification
@@ -108,11 +115,12 @@ struct ModelConfig {
   bool encoder_pooler = true;  // BertModel add_pooling_layer
   int64_t num_labels = 2;      // sequence classification head size
 
-  // --- decoder variants (Qwen3, Gemma, Gemma 2, Phi-3; Note [Gemma decoders] in builders.cc) ---
+  // --- decoder variants (Qwen3, Gemma, Gemma 2, Phi-3, OLMo 2; Note [Gemma decoders] in builders.cc) ---
+  NormPlacement norm_placement = NormPlacement::kPre;
   bool qk_norm = false;             // Qwen3: RMSNorm over head_dim on q and k (q_norm, k_norm)
+  bool qk_norm_full = false;        // OLMo 2: q_norm/k_norm over the whole projection, before the heads split
   bool norm_plus_one = false;       // Gemma: RMSNorm scales by (1 + weight), in f32
   bool embedding_scaled = false;    // Gemma: embeddings times sqrt(hidden_size)
-  bool sandwich_norms = false;      // Gemma 2: norms after attention and MLP as well as before
   double attn_logit_softcap = 0;    // Gemma 2: scores = cap * tanh(scores / cap); 0: none
   double final_logit_softcap = 0;   // Gemma 2: logits = cap * tanh(logits / cap); 0: none
   int64_t sliding_window = 0;       // tokens a sliding-window layer attends to; 0: no such layers
@@ -156,7 +164,7 @@ struct ModelConfig {
 // architecture comes from `architectures[0]`, falling back to `model_type`.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
-// Qwen2MoeForCausalLM, Qwen3MoeForCausalLM,
+// Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

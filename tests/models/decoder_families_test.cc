@@ -1,5 +1,7 @@
 // The decoder families beyond Llama: Qwen3, Gemma and Gemma 2 (Note [Gemma
-// decoders] in models/builders.cc), from their real config.json presets.
+// decoders] in models/builders.cc), Phi-3, the Qwen MoEs and OLMo 2 (Note [OLMo 2]),
+// from their real config.json presets.
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -46,7 +48,12 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //    (q/k/v/o projections, q_norm and k_norm over head_dim 128, SwiGLU MLP, two norms per layer, the final
 //    norm, untied 151936 x 4096 embeddings and lm_head); the model card gives 8.2 B;
 //  - qwen3-30b-a3b: likewise from Qwen3-MoE's module shapes (48 layers of 128 experts of 768, q/k norms, no
-//    shared expert); the model card gives 30.5 B.
+//    shared expert); the model card gives 30.5 B;
+//  - olmo-2-13b (allenai/OLMo-2-1124-13B): transformers 4.46 has no OLMo 2, so transformers 4.50.3's
+//    Olmo2ForCausalLM built from this config the same way (q/k/v/o projections, q_norm and k_norm over the whole
+//    5120-wide projections, SwiGLU MLP, two norms per layer, the final norm, untied 100352 x 5120 embeddings and
+//    lm_head); the checkpoint's model.safetensors.index.json gives total_size 54,864,793,600 bytes of f32, the
+//    same count.
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -54,6 +61,7 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("phi-3-mini-4k")).ParameterCount(), 3'821'079'552u);
   EXPECT_EQ(Build(Preset("qwen1.5-moe-a2.7b")).ParameterCount(), 14'315'784'192u);
   EXPECT_EQ(Build(Preset("qwen3-30b-a3b")).ParameterCount(), 30'532'122'624u);
+  EXPECT_EQ(Build(Preset("olmo-2-13b")).ParameterCount(), 13'716'198'400u);
 }
 
 // Qwen2-MoE: 60 routed experts of 1408 and a shared expert of 5632 behind a sigmoid gate; layers in
@@ -133,7 +141,7 @@ TEST(DecoderFamilies, ConfigsParseTheFamilyFields) {
   const ModelConfig gemma2 = Preset("gemma-2-9b");
   EXPECT_EQ(gemma2.head_dim, 256);  // decoupled: 16 heads x 256 != 3584
   EXPECT_TRUE(gemma2.tie_word_embeddings && gemma2.norm_plus_one && gemma2.embedding_scaled);
-  EXPECT_TRUE(gemma2.sandwich_norms);
+  EXPECT_EQ(gemma2.norm_placement, NormPlacement::kSandwich);
   EXPECT_DOUBLE_EQ(gemma2.attn_logit_softcap, 50.0);
   EXPECT_DOUBLE_EQ(gemma2.final_logit_softcap, 30.0);
   EXPECT_EQ(gemma2.activation, ActivationKind::kGeluTanh);
@@ -142,7 +150,7 @@ TEST(DecoderFamilies, ConfigsParseTheFamilyFields) {
   EXPECT_TRUE(gemma2.is_sliding_layer(40));
   const ModelConfig gemma = Preset("gemma-7b");
   EXPECT_EQ(gemma.activation, ActivationKind::kGeluTanh);  // hidden_act "gelu" is ignored, as transformers does
-  EXPECT_FALSE(gemma.sandwich_norms);
+  EXPECT_EQ(gemma.norm_placement, NormPlacement::kPre);
   EXPECT_FALSE(gemma.is_sliding_layer(0));
   const ModelConfig qwen3 = Preset("qwen3-8b");
   EXPECT_TRUE(qwen3.qk_norm);
@@ -222,6 +230,66 @@ TEST(DecoderFamilies, BadGemma2FieldsAreNamed) {
       ParseHfConfig(base + R"(, "sliding_window": 16, "final_logit_softcapping": null})", "g2.json");
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->final_logit_softcap, 0);
+}
+
+// OLMo 2 norms the branches' outputs, not their inputs, and its q_norm and k_norm span the whole projections.
+TEST(DecoderFamilies, Olmo2NormsBranchOutputsAndWholeProjections) {
+  ModelConfig c = Preset("olmo-2-13b");
+  EXPECT_EQ(c.norm_placement, NormPlacement::kBranchOutput);
+  EXPECT_TRUE(c.qk_norm_full);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias || c.tie_word_embeddings);
+  c.num_layers = 2;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16});
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const Tensor& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter) params[t.name] = t.shape;
+  }
+  EXPECT_EQ(params["model.layers.1.self_attn.q_norm.weight"], std::vector<int64_t>{40 * 128});
+  EXPECT_EQ(params["model.layers.1.self_attn.k_norm.weight"], std::vector<int64_t>{40 * 128});
+  EXPECT_TRUE(params.contains("model.layers.1.post_attention_layernorm.weight"));
+  EXPECT_TRUE(params.contains("model.layers.1.post_feedforward_layernorm.weight"));
+  EXPECT_FALSE(params.contains("model.layers.1.input_layernorm.weight"));
+  EXPECT_FALSE(params.contains("model.layers.1.pre_feedforward_layernorm.weight"));
+  // The first q projection reads the embeddings themselves, and the eager q_norm keeps one rstd per token
+  // (Qwen3's keeps one per head).
+  const Op* q_proj = nullptr;
+  for (const Op& op : g.ops()) {
+    if (op.name == "model.layers.0.self_attn.q_proj") q_proj = &op;
+  }
+  ASSERT_NE(q_proj, nullptr);
+  EXPECT_EQ(g.tensor(q_proj->inputs[0]).name, "model.embed.out");
+  bool rstd = false;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name == "model.layers.0.self_attn.q_norm.rstd.out") rstd = t.elements() == 16u;
+  }
+  EXPECT_TRUE(rstd);
+  // Under tensor parallelism each rank holds its heads' share of the norm.
+  const Graph tp = Build(c, {.batch = 1, .seq_len = 16, .tensor_parallel = 2});
+  std::vector<int64_t> shard;
+  for (const Tensor& t : tp.tensors()) {
+    if (t.name == "model.layers.0.self_attn.q_norm.weight") shard = t.shape;
+  }
+  EXPECT_EQ(shard, std::vector<int64_t>{20 * 128});
+}
+
+TEST(DecoderFamilies, BadOlmo2FieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["Olmo2ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 256)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "attention_bias": "no"})", "attention_bias"},
+           {R"(, "num_key_value_heads": 3})", "num_key_value_heads"},
+           {R"(, "rms_norm_eps": "1e-6"})", "rms_norm_eps"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "olmo2.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("olmo2.json: " + field)) << extra;
+  }
+  absl::StatusOr<ModelConfig> by_type =
+      ParseHfConfig(R"({"model_type": "olmo2", "hidden_size": 64, "intermediate_size": 128,
+                        "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 256})", "olmo2.json");
+  ASSERT_TRUE(by_type.ok()) << by_type.status();
+  EXPECT_EQ(by_type->architecture, "Olmo2ForCausalLM");
 }
 
 }  // namespace
