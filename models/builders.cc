@@ -23,7 +23,7 @@ bool IsLlamaLike(const ModelConfig& c) {
   return c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" ||
          c.model_type == "mixtral" || c.model_type == "qwen3" || c.model_type == "gemma" ||
          c.model_type == "gemma2" || c.model_type == "phi3" || c.model_type == "qwen2_moe" ||
-         c.model_type == "qwen3_moe" || c.model_type == "olmo2";
+         c.model_type == "qwen3_moe" || c.model_type == "olmo2" || c.model_type == "gemma3_text";
 }
 
 // Config field names as each architecture's config.json spells them, so
@@ -131,6 +131,8 @@ class Builder {
   const bool sp_;
   TensorId cos_ = kNone;
   TensorId sin_ = kNone;
+  TensorId local_cos_ = kNone;  // Gemma 3's sliding layers (Note [Gemma decoders])
+  TensorId local_sin_ = kNone;
   std::set<std::string> lora_targets_;
   std::set<std::string> seen_leaves_;
   std::set<std::string> used_targets_;
@@ -258,7 +260,7 @@ TensorId Builder::RmsNormOver(const std::string& prefix, TensorId x, int64_t wid
 
 // Note [Gemma decoders]
 // Gemma keeps Llama's block and changes what is computed in it
-// (transformers' modeling_gemma.py and modeling_gemma2.py):
+// (transformers' modeling_gemma.py, modeling_gemma2.py and modeling_gemma3.py):
 //  - GemmaRMSNorm normalizes in f32 and scales by (1 + weight) before
 //    casting back, so eager autograd keeps the normalized tensor in f32
 //    (Llama casts it to the input dtype first) and the f32 (1 + weight);
@@ -275,6 +277,15 @@ TensorId Builder::RmsNormOver(const std::string& prefix, TensorId x, int64_t wid
 //    window shows in inference, where a sliding layer caches at most
 //    sliding_window tokens (Note [Sliding-window KV cache] in
 //    estimators/kv_cache.h).
+// Gemma 3 (Gemma3ForCausalLM, model_type gemma3_text) keeps Gemma 2's four
+// norms per layer and changes
+//  - the pattern: five sliding-window layers to one global one (layer i is
+//    global when (i + 1) % sliding_window_pattern == 0, or as layer_types
+//    lists); the sliding layers rotate q and k with a second rotary table
+//    (rope_local_base_freq), both tables built once per forward;
+//  - q_norm and k_norm over head_dim, in Gemma's (1 + weight) f32 form;
+//  - the scores' scale, query_pre_attn_scalar^-1/2 (a value, not a size);
+//  - no soft-capping in the released configs (both caps null).
 // Qwen3 is Llama with an RMSNorm over head_dim on q and k before the rotary
 // embedding (q_norm, k_norm), which keeps its own tensors in eager mode.
 //
@@ -470,8 +481,10 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   }
   if (c_.positions == PositionKind::kRotary) {
     const auto rotary_dims = static_cast<int64_t>(static_cast<double>(d) * c_.rotary_pct);
-    q = e_.Rotary(prefix + "rotary_q", q, cos_, sin_, rotary_dims);
-    k = e_.Rotary(prefix + "rotary_k", k, cos_, sin_, rotary_dims);
+    const bool local = c_.local_rotary && c_.is_sliding_layer(e_.layer());
+    const TensorId cos = local ? local_cos_ : cos_, sin = local ? local_sin_ : sin_;
+    q = e_.Rotary(prefix + "rotary_q", q, cos, sin, rotary_dims);
+    k = e_.Rotary(prefix + "rotary_k", k, cos, sin, rotary_dims);
   }
   TensorId context;
   const std::string core = prefix + "attn_core";
@@ -670,6 +683,10 @@ absl::Status Builder::BuildDecoder() {
     const DType dtype = e_.options().autocast ? o_.param_dtype : o_.compute_dtype;
     cos_ = e_.Buffer(root + "rotary_emb.cos", {s, rotary_dims}, dtype);
     sin_ = e_.Buffer(root + "rotary_emb.sin", {s, rotary_dims}, dtype);
+    if (c_.local_rotary) {
+      local_cos_ = e_.Buffer(root + "rotary_emb_local.cos", {s, rotary_dims}, dtype);
+      local_sin_ = e_.Buffer(root + "rotary_emb_local.sin", {s, rotary_dims}, dtype);
+    }
   }
 
   // Note [Python references in inference]: the eager causal mask, alive through the layers.

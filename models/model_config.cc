@@ -130,6 +130,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"Qwen2MoeForCausalLM", "qwen2_moe", ModelFamily::kDecoder},
     {"Qwen3MoeForCausalLM", "qwen3_moe", ModelFamily::kDecoder},
     {"Olmo2ForCausalLM", "olmo2", ModelFamily::kDecoder},
+    {"Gemma3ForCausalLM", "gemma3_text", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -149,7 +150,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"qwen3", "Qwen3ForCausalLM"},   {"gemma", "GemmaForCausalLM"},
     {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
     {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
-    {"olmo2", "Olmo2ForCausalLM"},
+    {"olmo2", "Olmo2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"mlp", "MlpChain"},
 };
@@ -216,6 +217,24 @@ absl::Status ParseQwenMoe(const json& doc, const JsonPath& path, ModelConfig& c)
   return absl::OkStatus();
 }
 
+// layer_types: "sliding_attention" or "full_attention" for each of the num_hidden_layers layers.
+absl::Status ParseLayerTypes(const json& doc, const JsonPath& path, ModelConfig& c) {
+  const json& types = doc["layer_types"];
+  if (!types.is_array() || types.size() != static_cast<size_t>(c.num_layers)) {
+    return (path / "layer_types")
+        .Error(absl::StrFormat("expected an array of num_hidden_layers (%d) layer types", c.num_layers));
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    HEADROOM_ASSIGN_OR_RETURN(const std::string type, AsString(types[i], path / "layer_types" / i));
+    if (type != "sliding_attention" && type != "full_attention") {
+      return (path / "layer_types" / i)
+          .Error(absl::StrFormat("'%s' is neither 'sliding_attention' nor 'full_attention'", type));
+    }
+    c.sliding_layers.push_back(type == "sliding_attention");
+  }
+  return absl::OkStatus();
+}
+
 // Gemma's departures from Llama (Note [Gemma decoders] in builders.cc).
 absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
   // transformers reads hidden_activation and falls back to the tanh GELU
@@ -227,16 +246,33 @@ absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
   c.attn_output_bias = c.qkv_bias;
   c.norm_plus_one = true;
   c.embedding_scaled = true;
-  if (c.model_type != "gemma2") return absl::OkStatus();
+  if (c.model_type == "gemma") return absl::OkStatus();
   c.norm_placement = NormPlacement::kSandwich;
   for (const auto& [key, cap] : {std::pair<std::string_view, double*>{"attn_logit_softcapping", &c.attn_logit_softcap},
                                  {"final_logit_softcapping", &c.final_logit_softcap}}) {
     HEADROOM_ASSIGN_OR_RETURN(*cap, OptionalNumber(doc, key, path, 0.0));
     if (!(*cap >= 0)) return (path / key).Error(absl::StrFormat("must be positive or null, got %g", *cap));
   }
-  // Gemma2DecoderLayer: even layers attend within the window, odd ones to everything.
   HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, PositiveInt(doc, "sliding_window", path));
-  c.global_layer_every = 2;
+  if (c.model_type == "gemma2") {
+    // Gemma2DecoderLayer: even layers attend within the window, odd ones to everything.
+    c.global_layer_every = 2;
+    return absl::OkStatus();
+  }
+  // Gemma 3 (Note [Gemma decoders]): q/k norms over head_dim, a second rotary table for the sliding layers,
+  // and every sliding_window_pattern-th layer global; newer configs list layer_types instead.
+  c.qk_norm = true;
+  c.local_rotary = true;
+  HEADROOM_ASSIGN_OR_RETURN(c.query_pre_attn_scalar, OptionalNumber(doc, "query_pre_attn_scalar", path, 256.0));
+  if (!(c.query_pre_attn_scalar > 0)) {
+    return (path / "query_pre_attn_scalar").Error(absl::StrFormat("must be positive, got %g", c.query_pre_attn_scalar));
+  }
+  if (Present(doc, "layer_types")) return ParseLayerTypes(doc, path, c);
+  HEADROOM_ASSIGN_OR_RETURN(c.global_layer_every, OptionalInt(doc, "sliding_window_pattern", path, 6));
+  if (c.global_layer_every < 1 || c.global_layer_every > kMaxLayers) {
+    return (path / "sliding_window_pattern")
+        .Error(absl::StrFormat("must be between 1 and %d, got %d", kMaxLayers, c.global_layer_every));
+  }
   return absl::OkStatus();
 }
 
@@ -274,7 +310,9 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
     c.attn_output_bias = c.qkv_bias;
     c.qk_norm = true;
   }
-  if (c.model_type == "gemma" || c.model_type == "gemma2") HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
+  if (c.model_type == "gemma" || c.model_type == "gemma2" || c.model_type == "gemma3_text") {
+    HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
+  }
   if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") HEADROOM_RETURN_IF_ERROR(ParseQwenMoe(doc, path, c));
   if (c.model_type == "olmo2") {
     // Olmo2Attention: attention_bias on q/k/v/o, q_norm and k_norm over the whole q and k projections;
@@ -574,7 +612,7 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   const std::string& type = c.model_type;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
       type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe" || type == "qwen3_moe" ||
-      type == "olmo2") {
+      type == "olmo2" || type == "gemma3_text") {
     HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
   } else if (type == "gpt2") {
     HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));

@@ -1,6 +1,6 @@
-// The decoder families beyond Llama: Qwen3, Gemma and Gemma 2 (Note [Gemma
-// decoders] in models/builders.cc), Phi-3, the Qwen MoEs and OLMo 2 (Note [OLMo 2]),
-// from their real config.json presets.
+// The decoder families beyond Llama: Qwen3, Gemma 1-3 (Note [Gemma decoders] in
+// models/builders.cc), Phi-3, the Qwen MoEs and OLMo 2 (Note [OLMo 2]), from their
+// real config.json presets.
 #include <map>
 #include <set>
 #include <string>
@@ -53,7 +53,10 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //    Olmo2ForCausalLM built from this config the same way (q/k/v/o projections, q_norm and k_norm over the whole
 //    5120-wide projections, SwiGLU MLP, two norms per layer, the final norm, untied 100352 x 5120 embeddings and
 //    lm_head); the checkpoint's model.safetensors.index.json gives total_size 54,864,793,600 bytes of f32, the
-//    same count.
+//    same count;
+//  - gemma-3-1b (google/gemma-3-1b-it): transformers 4.50.3's Gemma3ForCausalLM the same way (26 layers of
+//    q/k/v/o with q_norm and k_norm over head_dim 256, GeGLU MLP, four norms each, the tied 262144 x 1152
+//    embeddings); the model card gives 1 B.
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -62,6 +65,7 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("qwen1.5-moe-a2.7b")).ParameterCount(), 14'315'784'192u);
   EXPECT_EQ(Build(Preset("qwen3-30b-a3b")).ParameterCount(), 30'532'122'624u);
   EXPECT_EQ(Build(Preset("olmo-2-13b")).ParameterCount(), 13'716'198'400u);
+  EXPECT_EQ(Build(Preset("gemma-3-1b")).ParameterCount(), 999'885'952u);
 }
 
 // Qwen2-MoE: 60 routed experts of 1408 and a shared expert of 5632 behind a sigmoid gate; layers in
@@ -290,6 +294,80 @@ TEST(DecoderFamilies, BadOlmo2FieldsAreNamed) {
                         "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 256})", "olmo2.json");
   ASSERT_TRUE(by_type.ok()) << by_type.status();
   EXPECT_EQ(by_type->architecture, "Olmo2ForCausalLM");
+}
+
+// Gemma 3: five sliding-window layers to one global one, Gemma 2's four norms, q/k norms over head_dim, and a
+// second rotary table for the sliding layers.
+TEST(DecoderFamilies, Gemma3InterleavesLocalAndGlobalLayers) {
+  ModelConfig c = Preset("gemma-3-1b");
+  EXPECT_EQ(c.norm_placement, NormPlacement::kSandwich);
+  EXPECT_TRUE(c.qk_norm && c.norm_plus_one && c.embedding_scaled && c.tie_word_embeddings);
+  EXPECT_EQ(c.head_dim, 256);  // 4 heads x 256 != 1152
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_DOUBLE_EQ(c.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(c.attn_logit_softcap, 0);
+  EXPECT_EQ(c.final_logit_softcap, 0);
+  EXPECT_EQ(c.sliding_window, 512);
+  std::string pattern;
+  for (int64_t i = 0; i < c.num_layers; ++i) pattern += c.is_sliding_layer(i) ? 'L' : 'G';
+  EXPECT_EQ(pattern, "LLLLLGLLLLLGLLLLLGLLLLLGLL");
+  c.num_layers = 6;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const Tensor& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter) params[t.name] = t.shape;
+  }
+  EXPECT_EQ(params["model.layers.5.self_attn.q_norm.weight"], std::vector<int64_t>{256});
+  for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                           "post_feedforward_layernorm"}) {
+    EXPECT_TRUE(params.contains(absl::StrCat("model.layers.5.", norm, ".weight"))) << norm;
+  }
+  // Layer 4 rotates with the local table, layer 5 with the global one; nothing is soft-capped.
+  std::map<std::string, std::string> rotary_table;
+  for (const Op& op : g.ops()) {
+    if (op.kind == "rotary") rotary_table[op.name] = g.tensor(op.inputs[1]).name;
+  }
+  EXPECT_EQ(rotary_table["model.layers.4.rotary_q"], "model.rotary_emb_local.cos");
+  EXPECT_EQ(rotary_table["model.layers.5.rotary_k"], "model.rotary_emb.cos");
+  EXPECT_EQ(CountOps(g, "", "tanh"), 0);
+  EXPECT_EQ(CountOps(g, "model.embed_scale", "scale"), 1);
+}
+
+// Newer Gemma 3 configs list each layer's attention in layer_types.
+TEST(DecoderFamilies, Gemma3LayerTypesOverrideThePattern) {
+  const std::string base =
+      R"({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 64,
+          "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32,
+          "num_hidden_layers": 3, "vocab_size": 256, "sliding_window": 16)";
+  absl::StatusOr<ModelConfig> listed = ParseHfConfig(
+      base + R"(, "sliding_window_pattern": 6,
+                  "layer_types": ["full_attention", "sliding_attention", "full_attention"]})", "g3.json");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_FALSE(listed->is_sliding_layer(0));
+  EXPECT_TRUE(listed->is_sliding_layer(1));
+  EXPECT_FALSE(listed->is_sliding_layer(2));
+  absl::StatusOr<ModelConfig> defaults = ParseHfConfig(base + "}", "g3.json");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->global_layer_every, 6);  // Gemma3TextConfig's default
+  EXPECT_DOUBLE_EQ(defaults->query_pre_attn_scalar, 256.0);
+}
+
+TEST(DecoderFamilies, BadGemma3FieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["Gemma3ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32, "num_hidden_layers": 2,
+          "vocab_size": 256)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(})", "sliding_window"},
+           {R"(, "sliding_window": 16, "sliding_window_pattern": 0})", "sliding_window_pattern"},
+           {R"(, "sliding_window": 16, "query_pre_attn_scalar": -1})", "query_pre_attn_scalar"},
+           {R"(, "sliding_window": 16, "layer_types": ["full_attention"]})", "layer_types"},
+           {R"(, "sliding_window": 16, "layer_types": ["full_attention", "local"]})", "layer_types[1]"},
+           {R"(, "sliding_window": 16, "final_logit_softcapping": -30})", "final_logit_softcapping"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "g3.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("g3.json: " + field)) << extra;
+  }
 }
 
 }  // namespace
