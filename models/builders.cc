@@ -23,7 +23,8 @@ bool IsLlamaLike(const ModelConfig& c) {
   return c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" ||
          c.model_type == "mixtral" || c.model_type == "qwen3" || c.model_type == "gemma" ||
          c.model_type == "gemma2" || c.model_type == "phi3" || c.model_type == "qwen2_moe" ||
-         c.model_type == "qwen3_moe" || c.model_type == "olmo2" || c.model_type == "gemma3_text";
+         c.model_type == "qwen3_moe" || c.model_type == "olmo2" || c.model_type == "gemma3_text" ||
+         c.model_type == "starcoder2";
 }
 
 // Config field names as each architecture's config.json spells them, so
@@ -552,6 +553,8 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
     bool conv1d = false;
     if (c_.model_type == "gpt2") {
       up_name = "mlp.c_fc", down_name = "mlp.c_proj", conv1d = true;
+    } else if (c_.model_type == "starcoder2") {
+      up_name = "mlp.c_fc", down_name = "mlp.c_proj";  // GPT-2's names on nn.Linear
     } else if (c_.model_type == "gpt_neox") {
       up_name = "mlp.dense_h_to_4h", down_name = "mlp.dense_4h_to_h";
     } else {

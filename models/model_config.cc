@@ -131,6 +131,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"Qwen3MoeForCausalLM", "qwen3_moe", ModelFamily::kDecoder},
     {"Olmo2ForCausalLM", "olmo2", ModelFamily::kDecoder},
     {"Gemma3ForCausalLM", "gemma3_text", ModelFamily::kDecoder},
+    {"Starcoder2ForCausalLM", "starcoder2", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -151,6 +152,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
     {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
     {"olmo2", "Olmo2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
+    {"starcoder2", "Starcoder2ForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"mlp", "MlpChain"},
 };
@@ -377,6 +379,29 @@ absl::Status ParseGptNeox(const json& doc, const JsonPath& path, ModelConfig& c)
   HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, true));
   c.attn_output_bias = c.qkv_bias;
   c.mlp_bias = true;
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kRotary;
+  return absl::OkStatus();
+}
+
+// Starcoder2ForCausalLM: Mistral's attention (GQA, rotary, a sliding window in every layer) with
+// GPT-style blocks: LayerNorm with bias, a c_fc/c_proj GELU MLP, use_bias on every Linear, and dropout on
+// the embeddings, on the attention probabilities and after each branch (residual_dropout).
+absl::Status ParseStarcoder2(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 4096, c));
+  // Starcoder2Config's defaults are starcoder2-3b's, two key/value heads among them.
+  HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads, OptionalPositiveInt(doc, "num_key_value_heads", path, 2));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "norm_epsilon", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "hidden_act", path, ActivationKind::kGeluTanh));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "use_bias", path, true));
+  c.attn_output_bias = c.mlp_bias = c.qkv_bias;
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "residual_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.embedding_dropout, Probability(doc, "embedding_dropout", path, 0.0));
+  // null (the class default) or absent: every layer attends to the whole context.
+  HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, OptionalPositiveInt(doc, "sliding_window", path, 0));
   c.norm = NormKind::kLayerNorm;
   c.positions = PositionKind::kRotary;
   return absl::OkStatus();
@@ -618,6 +643,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));
   } else if (type == "gpt_neox") {
     HEADROOM_RETURN_IF_ERROR(ParseGptNeox(doc, path, c));
+  } else if (type == "starcoder2") {
+    HEADROOM_RETURN_IF_ERROR(ParseStarcoder2(doc, path, c));
   } else if (type == "bert" || type == "roberta") {
     HEADROOM_RETURN_IF_ERROR(ParseBertLike(doc, path, c));
   } else {

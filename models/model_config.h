@@ -54,7 +54,7 @@ inline constexpr uint64_t kMaxWeightElements = kMaxTensorBytes / 4;
 inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
-  kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, GPT-2, GPT-NeoX, Mixtral
+  kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, GPT-2, GPT-NeoX, Mixtral
   kEncoder,  // BERT, RoBERTa
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
@@ -171,7 +171,7 @@ struct ModelConfig {
 // architecture comes from `architectures[0]`, falling back to `model_type`.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
-// Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM,
+// Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

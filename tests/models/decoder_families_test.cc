@@ -1,6 +1,6 @@
 // The decoder families beyond Llama: Qwen3, Gemma 1-3 (Note [Gemma decoders] in
-// models/builders.cc), Phi-3, the Qwen MoEs and OLMo 2 (Note [OLMo 2]), from their
-// real config.json presets.
+// models/builders.cc), Phi-3, the Qwen MoEs, OLMo 2 (Note [OLMo 2]) and StarCoder2,
+// from their real config.json presets.
 #include <map>
 #include <set>
 #include <string>
@@ -56,7 +56,10 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //    same count;
 //  - gemma-3-1b (google/gemma-3-1b-it): transformers 4.50.3's Gemma3ForCausalLM the same way (26 layers of
 //    q/k/v/o with q_norm and k_norm over head_dim 256, GeGLU MLP, four norms each, the tied 262144 x 1152
-//    embeddings); the model card gives 1 B.
+//    embeddings); the model card gives 1 B;
+//  - starcoder2-15b (bigcode/starcoder2-15b): transformers 4.46.3's Starcoder2ForCausalLM the same way (16 B on
+//    the Hub: 40 layers with biased GQA projections, a biased c_fc/c_proj MLP, two LayerNorms with bias,
+//    untied 49152 x 6144 embeddings and lm_head).
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -66,6 +69,7 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("qwen3-30b-a3b")).ParameterCount(), 30'532'122'624u);
   EXPECT_EQ(Build(Preset("olmo-2-13b")).ParameterCount(), 13'716'198'400u);
   EXPECT_EQ(Build(Preset("gemma-3-1b")).ParameterCount(), 999'885'952u);
+  EXPECT_EQ(Build(Preset("starcoder2-15b")).ParameterCount(), 15'957'889'024u);
 }
 
 // Qwen2-MoE: 60 routed experts of 1408 and a shared expert of 5632 behind a sigmoid gate; layers in
@@ -367,6 +371,72 @@ TEST(DecoderFamilies, BadGemma3FieldsAreNamed) {
     absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "g3.json");
     ASSERT_FALSE(c.ok()) << extra;
     EXPECT_THAT(c.status().message(), HasSubstr("g3.json: " + field)) << extra;
+  }
+}
+
+// StarCoder2: grouped-query rotary attention as Mistral's, in GPT-style blocks (LayerNorm with bias, a biased
+// c_fc/c_proj GELU MLP), a sliding window in every layer, and dropout where its config asks for it.
+TEST(DecoderFamilies, Starcoder2HasBiasedLayerNormBlocksAndAWindowEverywhere) {
+  ModelConfig c = Preset("starcoder2-15b");
+  EXPECT_EQ(c.norm, NormKind::kLayerNorm);
+  EXPECT_TRUE(c.norm_bias && c.qkv_bias && c.attn_output_bias && c.mlp_bias);
+  EXPECT_FALSE(c.gated_mlp || c.tie_word_embeddings);
+  EXPECT_EQ(c.activation, ActivationKind::kGeluTanh);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_TRUE(c.is_sliding_layer(0) && c.is_sliding_layer(5) && c.is_sliding_layer(39));
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16});
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const Tensor& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter) params[t.name] = t.shape;
+  }
+  EXPECT_EQ(params["model.layers.0.self_attn.k_proj.weight"], (std::vector<int64_t>{4 * 128, 6144}));
+  EXPECT_EQ(params["model.layers.0.self_attn.k_proj.bias"], std::vector<int64_t>{4 * 128});
+  EXPECT_EQ(params["model.layers.0.self_attn.o_proj.bias"], std::vector<int64_t>{6144});
+  EXPECT_EQ(params["model.layers.0.mlp.c_fc.weight"], (std::vector<int64_t>{24576, 6144}));
+  EXPECT_EQ(params["model.layers.0.mlp.c_proj.bias"], std::vector<int64_t>{6144});
+  for (const char* name : {"model.layers.0.input_layernorm.bias", "model.layers.0.post_attention_layernorm.bias",
+                           "model.norm.bias", "lm_head.weight"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  EXPECT_FALSE(params.contains("model.layers.0.mlp.gate_proj.weight"));
+  EXPECT_EQ(CountOps(g, "model.layers.0.input_layernorm", "layer_norm"), 1);
+  EXPECT_EQ(CountOps(g, "model.layers.0.mlp.c_fc.act", "gelu_tanh"), 1);
+  EXPECT_EQ(CountOps(g, "", "dropout"), 0);  // the 15B's config has none
+
+  // embedding_dropout, residual_dropout (after each branch) and attention_dropout, as starcoder2-7b's config
+  // sets them; with no tie_word_embeddings the lm_head is the embedding (the config class's default).
+  absl::StatusOr<ModelConfig> dropped = ParseHfConfig(
+      R"({"architectures": ["Starcoder2ForCausalLM"], "hidden_size": 64, "intermediate_size": 256,
+          "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 128, "embedding_dropout": 0.1,
+          "residual_dropout": 0.1, "attention_dropout": 0.1})",
+      "sc2.json");
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_EQ(dropped->num_kv_heads, 2);  // Starcoder2Config's default
+  EXPECT_EQ(dropped->sliding_window, 0);
+  const Graph d = Build(*dropped, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  EXPECT_EQ(CountOps(d, "model.drop", "dropout"), 1);
+  EXPECT_EQ(CountOps(d, "model.layers.0.attn_dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(d, "model.layers.0.mlp_dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(d, "model.layers.0.attn_core.dropout", "dropout"), 1);
+  for (const Tensor& t : d.tensors()) EXPECT_NE(t.name, "lm_head.weight");
+}
+
+TEST(DecoderFamilies, BadStarcoder2FieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["Starcoder2ForCausalLM"], "hidden_size": 64, "intermediate_size": 256,
+          "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "use_bias": "yes"})", "use_bias"},
+           {R"(, "residual_dropout": 1.5})", "residual_dropout"},
+           {R"(, "sliding_window": 0})", "sliding_window"},
+           {R"(, "norm_epsilon": "1e-5"})", "norm_epsilon"},
+           {R"(, "num_key_value_heads": 3})", "num_key_value_heads"},
+           {R"(, "hidden_act": "swiglu"})", "hidden_act"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "sc2.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("sc2.json: " + field)) << extra;
   }
 }
 
