@@ -132,6 +132,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"Olmo2ForCausalLM", "olmo2", ModelFamily::kDecoder},
     {"Gemma3ForCausalLM", "gemma3_text", ModelFamily::kDecoder},
     {"Starcoder2ForCausalLM", "starcoder2", ModelFamily::kDecoder},
+    {"OPTForCausalLM", "opt", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -152,7 +153,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
     {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
     {"olmo2", "Olmo2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
-    {"starcoder2", "Starcoder2ForCausalLM"},
+    {"starcoder2", "Starcoder2ForCausalLM"}, {"opt", "OPTForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"mlp", "MlpChain"},
 };
@@ -407,6 +408,43 @@ absl::Status ParseStarcoder2(const json& doc, const JsonPath& path, ModelConfig&
   return absl::OkStatus();
 }
 
+// OPTForCausalLM (transformers' modeling_opt.py, Note [OPT] in builders.cc): learned positions offset by 2,
+// LayerNorm before (do_layer_norm_before, most sizes) or after (opt-350m) each branch, fc1/fc2 with ReLU,
+// embeddings of word_embed_proj_dim projected in and out of hidden_size when it differs.
+absl::Status ParseOpt(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "hidden_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "num_hidden_layers", path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_attention_heads", path));
+  c.num_kv_heads = c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "ffn_dim", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                            OptionalPositiveInt(doc, "max_position_embeddings", path, 2048));
+  HEADROOM_ASSIGN_OR_RETURN(c.word_embed_proj_dim,
+                            OptionalPositiveInt(doc, "word_embed_proj_dim", path, c.hidden_size));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "activation_function", path, ActivationKind::kRelu));
+  HEADROOM_ASSIGN_OR_RETURN(const bool norm_before, OptionalBool(doc, "do_layer_norm_before", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(const bool remove_final_norm,
+                            OptionalBool(doc, "_remove_final_layer_norm", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(const bool affine, OptionalBool(doc, "layer_norm_elementwise_affine", path, true));
+  if (!affine) {
+    // No released OPT checkpoint drops the LayerNorms' weights; Headroom's LayerNorm always has one.
+    return (path / "layer_norm_elementwise_affine").Error("false (LayerNorms without weights) is not supported");
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "enable_bias", path, true));
+  c.attn_output_bias = c.mlp_bias = c.qkv_bias;
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "dropout", path, 0.1));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  c.norm_placement = norm_before ? NormPlacement::kPre : NormPlacement::kPostResidual;
+  c.final_norm = norm_before && !remove_final_norm;
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kLearned;
+  c.position_offset = 2;
+  return absl::OkStatus();
+}
+
 absl::Status ParseBertLike(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 512, c));
   HEADROOM_ASSIGN_OR_RETURN(c.type_vocab_size, OptionalInt(doc, "type_vocab_size", path, 2));
@@ -525,8 +563,12 @@ absl::Status CheckMlpSizes(const JsonPath& path, const ModelConfig& c) {
 absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
   const bool gpt2 = c.model_type == "gpt2";
   const std::string_view hidden = gpt2 ? "n_embd" : "hidden_size";
-  const std::string_view inner = gpt2 ? "n_inner" : "intermediate_size";
+  const std::string_view inner = gpt2 ? "n_inner" : c.model_type == "opt" ? "ffn_dim" : "intermediate_size";
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "vocab_size", c.vocab_size, hidden, c.hidden_size));
+  HEADROOM_RETURN_IF_ERROR(
+      CheckWeight(path, "vocab_size", c.vocab_size, "word_embed_proj_dim", c.word_embed_proj_dim));
+  HEADROOM_RETURN_IF_ERROR(
+      CheckWeight(path, hidden, c.hidden_size, "word_embed_proj_dim", c.word_embed_proj_dim));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, inner, c.intermediate_size));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, "moe_intermediate_size", c.moe_intermediate_size));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, "shared_expert_intermediate_size",
@@ -645,6 +687,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     HEADROOM_RETURN_IF_ERROR(ParseGptNeox(doc, path, c));
   } else if (type == "starcoder2") {
     HEADROOM_RETURN_IF_ERROR(ParseStarcoder2(doc, path, c));
+  } else if (type == "opt") {
+    HEADROOM_RETURN_IF_ERROR(ParseOpt(doc, path, c));
   } else if (type == "bert" || type == "roberta") {
     HEADROOM_RETURN_IF_ERROR(ParseBertLike(doc, path, c));
   } else {

@@ -54,7 +54,8 @@ inline constexpr uint64_t kMaxWeightElements = kMaxTensorBytes / 4;
 inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
-  kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, GPT-2, GPT-NeoX, Mixtral
+  kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
+             // Mixtral
   kEncoder,  // BERT, RoBERTa
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
@@ -69,6 +70,7 @@ enum class NormPlacement : uint8_t {
   kPre,           // x + f(norm(x)): Llama, GPT-2 and most decoders
   kSandwich,      // x + norm(f(norm(x))): Gemma 2 and 3
   kBranchOutput,  // x + norm(f(x)): OLMo 2 (post_attention_layernorm, post_feedforward_layernorm)
+  kPostResidual,  // norm(x + f(x)): OPT with do_layer_norm_before false (opt-350m)
 };
 
 // What sits on top of an encoder body. BertModel/RobertaModel have none (kBodyOnly);
@@ -108,6 +110,9 @@ struct ModelConfig {
   bool norm_bias = true;         // LayerNorm has a bias (RMSNorm never does)
   bool parallel_residual = false;  // GPT-NeoX use_parallel_residual
   bool final_norm = true;        // decoders: a norm after the last block
+  int64_t word_embed_proj_dim = 0;  // OPT: token embeddings and lm_head this wide, projected into and out of
+                                    // hidden_size (project_in, project_out); 0: hidden_size
+  int64_t position_offset = 0;      // OPT: learned position rows before position 0 (2)
   double attention_dropout = 0;  // on attention probabilities
   double hidden_dropout = 0;     // after attention output and MLP output
   double embedding_dropout = 0;  // after the embeddings
@@ -172,6 +177,7 @@ struct ModelConfig {
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
 // Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
+// OPTForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

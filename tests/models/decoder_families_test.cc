@@ -1,10 +1,11 @@
 // The decoder families beyond Llama: Qwen3, Gemma 1-3 (Note [Gemma decoders] in
-// models/builders.cc), Phi-3, the Qwen MoEs, OLMo 2 (Note [OLMo 2]) and StarCoder2,
-// from their real config.json presets.
+// models/builders.cc), Phi-3, the Qwen MoEs, OLMo 2 (Note [OLMo 2]), StarCoder2 and
+// OPT (Note [OPT]), from their real config.json presets.
 #include <map>
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -59,7 +60,11 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //    embeddings); the model card gives 1 B;
 //  - starcoder2-15b (bigcode/starcoder2-15b): transformers 4.46.3's Starcoder2ForCausalLM the same way (16 B on
 //    the Hub: 40 layers with biased GQA projections, a biased c_fc/c_proj MLP, two LayerNorms with bias,
-//    untied 49152 x 6144 embeddings and lm_head).
+//    untied 49152 x 6144 embeddings and lm_head);
+//  - opt-1.3b (facebook/opt-1.3b) and opt-350m (its config in Opt350mConfig below): transformers 4.46.3's
+//    OPTForCausalLM the same way (1.3 B and 350 M on the model cards; 2050 learned position rows, biased
+//    projections and fc1/fc2, LayerNorms with bias, the tied lm_head; opt-350m adds project_in and project_out
+//    and drops the final LayerNorm).
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -70,6 +75,7 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("olmo-2-13b")).ParameterCount(), 13'716'198'400u);
   EXPECT_EQ(Build(Preset("gemma-3-1b")).ParameterCount(), 999'885'952u);
   EXPECT_EQ(Build(Preset("starcoder2-15b")).ParameterCount(), 15'957'889'024u);
+  EXPECT_EQ(Build(Preset("opt-1.3b")).ParameterCount(), 1'315'758'080u);
 }
 
 // Qwen2-MoE: 60 routed experts of 1408 and a shared expert of 5632 behind a sigmoid gate; layers in
@@ -438,6 +444,130 @@ TEST(DecoderFamilies, BadStarcoder2FieldsAreNamed) {
     ASSERT_FALSE(c.ok()) << extra;
     EXPECT_THAT(c.status().message(), HasSubstr("sc2.json: " + field)) << extra;
   }
+}
+
+// facebook/opt-350m's config.json: LayerNorm after each residual add and 512-wide embeddings.
+constexpr std::string_view kOpt350mConfig = R"({
+  "_name_or_path": "facebook/opt-350m", "activation_dropout": 0.0, "activation_function": "relu",
+  "architectures": ["OPTForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 2, "do_layer_norm_before": false,
+  "dropout": 0.1, "eos_token_id": 2, "ffn_dim": 4096, "hidden_size": 1024, "init_std": 0.02, "layerdrop": 0.0,
+  "max_position_embeddings": 2048, "model_type": "opt", "num_attention_heads": 16, "num_hidden_layers": 24,
+  "pad_token_id": 1, "prefix": "</s>", "torch_dtype": "float16", "transformers_version": "4.19.2", "use_cache": true,
+  "vocab_size": 50272, "word_embed_proj_dim": 512})";
+
+std::map<std::string, std::vector<int64_t>> Params(const Graph& g) {
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const Tensor& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter) params[t.name] = t.shape;
+  }
+  return params;
+}
+
+const Op* FindOp(const Graph& g, std::string_view name) {
+  for (const Op& op : g.ops()) {
+    if (op.name == name) return &op;
+  }
+  return nullptr;
+}
+
+// OPT: learned positions two rows on, q_proj scaled as its own tensor, out_proj, fc1/ReLU/fc2, LayerNorm with
+// bias before each branch, the tied lm_head.
+TEST(DecoderFamilies, OptHasOffsetPositionsAndGptStyleBlocks) {
+  ModelConfig c = Preset("opt-1.3b");
+  EXPECT_EQ(c.norm_placement, NormPlacement::kPre);
+  EXPECT_TRUE(c.final_norm && c.tie_word_embeddings && c.qkv_bias && c.mlp_bias);
+  EXPECT_EQ(c.activation, ActivationKind::kRelu);
+  EXPECT_EQ(c.positions, PositionKind::kLearned);
+  EXPECT_EQ(c.word_embed_proj_dim, 2048);
+  EXPECT_DOUBLE_EQ(c.hidden_dropout, 0.1);
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["model.decoder.embed_positions.weight"], (std::vector<int64_t>{2048 + 2, 2048}));
+  EXPECT_EQ(params["model.decoder.embed_tokens.weight"], (std::vector<int64_t>{50272, 2048}));
+  for (const char* name : {"model.decoder.layers.0.self_attn.out_proj.bias", "model.decoder.layers.0.fc1.bias",
+                           "model.decoder.layers.0.fc2.weight", "model.decoder.layers.0.self_attn_layer_norm.bias",
+                           "model.decoder.layers.0.final_layer_norm.bias", "model.decoder.final_layer_norm.weight"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  EXPECT_FALSE(params.contains("lm_head.weight"));
+  EXPECT_FALSE(params.contains("model.decoder.project_in.weight"));
+  EXPECT_EQ(CountOps(g, "model.decoder.layers.0.self_attn.q_proj.scaling", "scale"), 1);
+  EXPECT_EQ(CountOps(g, "model.decoder.layers.0.fc1.act", "relu"), 1);
+  EXPECT_EQ(CountOps(g, "", "rotary"), 0);
+  EXPECT_EQ(CountOps(g, "model.decoder.layers.0.attn_dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(g, "model.decoder.layers.0.mlp_dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(g, "loss.logits_float", "cast"), 0);  // OPT's loss takes the logits as they are
+  // The clamp keeps the masked scores for backward.
+  const Op* clamp = FindOp(g, "model.decoder.layers.0.attn_core.clamp");
+  ASSERT_NE(clamp, nullptr);
+  EXPECT_EQ(clamp->saved, clamp->inputs);
+  EXPECT_EQ(g.tensor(clamp->inputs[0]).elements(), 32u * 16 * 16);
+  // Softmax in f32 (and a cast back) for f16 scores only.
+  for (const auto& [dtype, softmax_dtype, casts] : std::vector<std::tuple<DType, DType, int>>{
+           {DType::kF16, DType::kF32, 1}, {DType::kBF16, DType::kBF16, 0}}) {
+    const Graph h = Build(c, {.batch = 1, .seq_len = 16, .param_dtype = dtype, .compute_dtype = dtype,
+                              .attention = AttentionImpl::kEager});
+    const Op* softmax = FindOp(h, "model.decoder.layers.0.attn_core.softmax");
+    ASSERT_NE(softmax, nullptr);
+    EXPECT_EQ(h.tensor(softmax->outputs[0]).dtype, softmax_dtype) << DTypeName(dtype);
+    EXPECT_EQ(CountOps(h, "model.decoder.layers.0.attn_core.probs_cast", "cast"), casts) << DTypeName(dtype);
+  }
+  // Learned positions end at max_position_embeddings.
+  absl::StatusOr<Graph> too_long = BuildModelGraph(c, {.batch = 1, .seq_len = 4096});
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(too_long.status().message(), HasSubstr("max_position_embeddings (2048)"));
+}
+
+// opt-350m: 512-wide embeddings projected in and out, LayerNorm after each residual add, no final LayerNorm.
+TEST(DecoderFamilies, Opt350mProjectsItsEmbeddingsAndNormsAfterTheResidual) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(kOpt350mConfig, "opt-350m/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->norm_placement, NormPlacement::kPostResidual);
+  EXPECT_FALSE(c->final_norm);
+  EXPECT_EQ(Build(*c).ParameterCount(), 331'196'416u);  // transformers 4.46.3's OPTForCausalLM
+  c->num_layers = 1;
+  const Graph g = Build(*c, {.batch = 1, .seq_len = 16});
+  auto params = Params(g);
+  EXPECT_EQ(params["model.decoder.embed_tokens.weight"], (std::vector<int64_t>{50272, 512}));
+  EXPECT_EQ(params["model.decoder.project_in.weight"], (std::vector<int64_t>{1024, 512}));
+  EXPECT_EQ(params["model.decoder.project_out.weight"], (std::vector<int64_t>{512, 1024}));
+  EXPECT_FALSE(params.contains("model.decoder.final_layer_norm.weight"));
+  // The first q projection reads the projected embeddings plus positions; the attention's LayerNorm reads the
+  // residual sum.
+  const Op* q_proj = FindOp(g, "model.decoder.layers.0.self_attn.q_proj");
+  ASSERT_NE(q_proj, nullptr);
+  EXPECT_EQ(g.tensor(q_proj->inputs[0]).name, "model.decoder.embed_add.out");
+  const Op* norm = FindOp(g, "model.decoder.layers.0.self_attn_layer_norm");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(g.tensor(norm->inputs[0]).name, "model.decoder.layers.0.attn_residual.out");
+  const Op* head = FindOp(g, "lm_head");
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(g.tensor(head->inputs[0]).name, "model.decoder.project_out.out");
+}
+
+TEST(DecoderFamilies, BadOptFieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["OPTForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+          "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(})", "ffn_dim"},
+           {R"(, "ffn_dim": 256, "word_embed_proj_dim": 0})", "word_embed_proj_dim"},
+           {R"(, "ffn_dim": 256, "do_layer_norm_before": "yes"})", "do_layer_norm_before"},
+           {R"(, "ffn_dim": 256, "layer_norm_elementwise_affine": false})", "layer_norm_elementwise_affine"},
+           {R"(, "ffn_dim": 256, "dropout": 2})", "dropout"},
+           {R"(, "ffn_dim": 256, "activation_function": "swish2"})", "activation_function"},
+           {R"(, "ffn_dim": 256, "num_attention_heads": 5})", "num_attention_heads"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "opt.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("opt.json: " + field)) << extra;
+  }
+  // Tensor parallelism names OPT's own field.
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(base + R"(, "ffn_dim": 250})", "opt.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<Graph> split = BuildModelGraph(*c, {.batch = 1, .seq_len = 8, .tensor_parallel = 4});
+  ASSERT_FALSE(split.ok());
+  EXPECT_THAT(split.status().message(), HasSubstr("ffn_dim (250)"));
 }
 
 }  // namespace
