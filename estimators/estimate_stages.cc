@@ -75,13 +75,14 @@ absl::Status CheckActivationSizes(const ModelConfig& c, const JobSpec& job, int6
   const uint64_t tokens = SaturatingMul(batch, static_cast<uint64_t>(seq_len));
   const std::string tokens_named = absl::StrFormat("%s x seq_len %d", batch_named, seq_len);
   const bool gpt2 = c.model_type == "gpt2";
+  const std::string_view inner = gpt2 ? "n_inner" : c.model_type == "opt" ? "ffn_dim" : "intermediate_size";
   const struct {
     uint64_t width;
     std::string named;
   } widths[] = {
       {static_cast<uint64_t>(c.hidden_size), absl::StrFormat("%s %d", gpt2 ? "n_embd" : "hidden_size", c.hidden_size)},
       {static_cast<uint64_t>(c.intermediate_size) / t,
-       absl::StrFormat("%s %d / tensor_parallel %d", gpt2 ? "n_inner" : "intermediate_size", c.intermediate_size, t)},
+       absl::StrFormat("%s %d / tensor_parallel %d", inner, c.intermediate_size, t)},
       {CeilDiv(static_cast<uint64_t>(c.vocab_size), t),
        absl::StrFormat("vocab_size %d / tensor_parallel %d", c.vocab_size, t)},
       {SaturatingMul(static_cast<uint64_t>(c.num_heads) / t, static_cast<uint64_t>(c.head_dim)),

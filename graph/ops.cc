@@ -335,6 +335,17 @@ TensorId OpEmitter::MaskedScale(const std::string& name, TensorId scores) {
   return y;
 }
 
+TensorId OpEmitter::Maximum(const std::string& name, TensorId x) {
+  const Tensor xt = graph_.tensor(x);
+  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
+  const bool rg = RequiresGrad(x);
+  Op op{.kind = "maximum", .name = name, .inputs = {x}, .outputs = {y},
+        .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
+  if (rg) op.saved = {x};
+  Emit(std::move(op), rg);
+  return y;
+}
+
 TensorId OpEmitter::Pow(const std::string& name, TensorId x) {
   const Tensor xt = graph_.tensor(x);
   TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);

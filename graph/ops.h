@@ -35,6 +35,8 @@
 //   add            (a, b) -> c                          saves nothing (also in place)
 //   scale          (x) -> y, multiply by a constant     saves nothing
 //   masked_scale   (scores) -> y, scale + causal/padding mask   saves nothing
+//   maximum        (x) -> max(x, c), c a 0-dim constant  saves x (and c): OPT's eager
+//                  clamp of its masked scores, torch.max(scores, finfo.min)
 //   softmax        (x) -> y                             saves y
 //   dropout        (x) -> (y, mask)                     saves mask: bool on CUDA, x's dtype on a CPU
 //                  (Note [Runtime differences] in graph/torch_runtime.h)
@@ -151,6 +153,8 @@ class OpEmitter {
   TensorId AddInplace(const std::string& name, TensorId acc, TensorId other);
   TensorId Scale(const std::string& name, TensorId x);
   TensorId MaskedScale(const std::string& name, TensorId scores);
+  // torch.max(x, c) with c a 0-dim constant tensor: elementwise maximum, which saves x.
+  TensorId Maximum(const std::string& name, TensorId x);
   // x to a constant power, a mean over the last dimension (kept as size 1),
   // and 1/sqrt(x): Hugging Face's eager RMSNorm and gelu_new use these.
   TensorId Pow(const std::string& name, TensorId x);

@@ -23,7 +23,8 @@ bool IsLlamaLike(const ModelConfig& c) {
   return c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" ||
          c.model_type == "mixtral" || c.model_type == "qwen3" || c.model_type == "gemma" ||
          c.model_type == "gemma2" || c.model_type == "phi3" || c.model_type == "qwen2_moe" ||
-         c.model_type == "qwen3_moe";
+         c.model_type == "qwen3_moe" || c.model_type == "olmo2" || c.model_type == "gemma3_text" ||
+         c.model_type == "starcoder2";
 }
 
 // Config field names as each architecture's config.json spells them, so
@@ -40,6 +41,7 @@ FieldNames FieldsOf(const ModelConfig& c) {
     return {.heads = "n_head", .kv_heads = "n_head", .intermediate = "n_inner",
             .positions = "n_positions"};
   }
+  if (c.model_type == "opt") return {.kv_heads = "num_attention_heads", .intermediate = "ffn_dim"};
   if (!IsLlamaLike(c)) return {.kv_heads = "num_attention_heads"};
   return {};
 }
@@ -116,9 +118,8 @@ class Builder {
   TensorId Loss(TensorId logits, int64_t rows, int64_t classes);
   TensorId CausalLmLoss(TensorId logits, int64_t vocab);
   TensorId EagerRmsNorm(const std::string& prefix, TensorId x, TensorId weight);
-  // RMSNorm over each head's head_dim features (Qwen3's q_norm and k_norm).
-  TensorId HeadNorm(const std::string& prefix, TensorId x) { return RmsNormOver(prefix, x, c_.head_dim); }
-  // An RMSNorm module over the last `width` features.
+  // RMSNorm with a weight of `width` over x's last dimension: each head's
+  // head_dim features (Qwen3's q_norm and k_norm) or a whole projection (OLMo 2's).
   TensorId RmsNormOver(const std::string& prefix, TensorId x, int64_t width);
   // cap * tanh(x / cap), in PyTorch ops (Note [Gemma decoders]).
   TensorId SoftCap(const std::string& name, TensorId x);
@@ -133,6 +134,8 @@ class Builder {
   const bool sp_;
   TensorId cos_ = kNone;
   TensorId sin_ = kNone;
+  TensorId local_cos_ = kNone;  // Gemma 3's sliding layers (Note [Gemma decoders])
+  TensorId local_sin_ = kNone;
   std::set<std::string> lora_targets_;
   std::set<std::string> seen_leaves_;
   std::set<std::string> used_targets_;
@@ -265,7 +268,7 @@ TensorId Builder::RmsNormOver(const std::string& prefix, TensorId x, int64_t wid
 
 // Note [Gemma decoders]
 // Gemma keeps Llama's block and changes what is computed in it
-// (transformers' modeling_gemma.py and modeling_gemma2.py):
+// (transformers' modeling_gemma.py, modeling_gemma2.py and modeling_gemma3.py):
 //  - GemmaRMSNorm normalizes in f32 and scales by (1 + weight) before
 //    casting back, so eager autograd keeps the normalized tensor in f32
 //    (Llama casts it to the input dtype first) and the f32 (1 + weight);
@@ -282,8 +285,29 @@ TensorId Builder::RmsNormOver(const std::string& prefix, TensorId x, int64_t wid
 //    window shows in inference, where a sliding layer caches at most
 //    sliding_window tokens (Note [Sliding-window KV cache] in
 //    estimators/kv_cache.h).
+// Gemma 3 (Gemma3ForCausalLM, model_type gemma3_text) keeps Gemma 2's four
+// norms per layer and changes
+//  - the pattern: five sliding-window layers to one global one (layer i is
+//    global when (i + 1) % sliding_window_pattern == 0, or as layer_types
+//    lists); the sliding layers rotate q and k with a second rotary table
+//    (rope_local_base_freq), both tables built once per forward;
+//  - q_norm and k_norm over head_dim, in Gemma's (1 + weight) f32 form;
+//  - the scores' scale, query_pre_attn_scalar^-1/2 (a value, not a size);
+//  - no soft-capping in the released configs (both caps null).
 // Qwen3 is Llama with an RMSNorm over head_dim on q and k before the rotary
 // embedding (q_norm, k_norm), which keeps its own tensors in eager mode.
+//
+// Note [OLMo 2]
+// OLMo 2 (transformers' modeling_olmo2.py) is Llama with two changes:
+//  - the norms sit on the branches' outputs, not their inputs:
+//    x = x + post_attention_layernorm(attn(x)), then
+//    x = x + post_feedforward_layernorm(mlp(x)); there is no input_layernorm,
+//    so the q/k/v projections save the residual stream itself;
+//  - q_norm and k_norm are RMSNorms over the whole q and k projections
+//    (num_heads x head_dim and num_key_value_heads x head_dim features), applied
+//    before the heads are split and the rotary embedding, where Qwen3's
+//    normalize each head. In eager mode they keep Llama's norm tensors at the
+//    projections' width.
 TensorId Builder::SoftCap(const std::string& name, TensorId x) {
   TensorId scaled = e_.Scale(name + ".div", x);
   return e_.Scale(name + ".mul", e_.Activation(name + ".tanh", ActivationKind::kTanh, scaled));
@@ -299,6 +323,23 @@ TensorId Builder::SoftCap(const std::string& name, TensorId x) {
 // difference between the liveness rule and what the GPU holds, so inference
 // graphs end each attention with a scope_end op reading them and keep the
 // mask to the end of the layers.
+
+// Note [OPT]
+// OPTForCausalLM (transformers 4.46's modeling_opt.py) is a GPT-style decoder
+// under the names model.decoder.*:
+//  - learned positions from the attention mask's cumulative sum, looked up
+//    two rows on (embed_positions has max_position_embeddings + 2 rows);
+//  - token embeddings of word_embed_proj_dim, brought to hidden_size by
+//    project_in and back by project_out before the tied lm_head when the two
+//    differ (opt-350m: 512 and 1024);
+//  - LayerNorm before each branch (do_layer_norm_before, every size but
+//    350m) or after each residual add (350m, which then has no final norm);
+//  - q_proj(x) * head_dim^-1/2 as its own tensor, q/k/v/out_proj with bias,
+//    fc1, ReLU, fc2, and dropout after attention and after fc2;
+//  - eager attention adds the mask, then clamps with torch.max(scores,
+//    finfo.min), whose backward keeps the masked scores: one more
+//    score-sized tensor per layer than Llama; softmax runs in f32 for f16
+//    scores only, with no logits upcast before the loss.
 
 // Note [gelu_new]
 // transformers' NewGELUActivation ("gelu_new", GPT-2's default) computes
@@ -412,6 +453,7 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   const int64_t b = o_.batch, s = o_.seq_len, h = c_.hidden_size, d = c_.head_dim;
   const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
   const bool causal = c_.family == ModelFamily::kDecoder;
+  const bool opt = c_.model_type == "opt";
   TensorId q, k, v;
   std::string out_module;
   if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox") {
@@ -445,22 +487,31 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
       v = e_.View(base + "qkv_proj.v", qkv, {b, kv, s, d});
     } else {
       TensorId qp = Proj(base + qn, x, h, heads * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+      if (opt) qp = e_.Scale(base + "q_proj.scaling", qp);  // Note [OPT]: q_proj(x) * head_dim^-1/2
       TensorId kp = Proj(base + kn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
       TensorId vp = Proj(base + vn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+      if (c_.qk_norm_full) {
+        // Note [OLMo 2]: one norm over all heads' features. Under tensor parallelism each rank
+        // holds its heads' share of the weight (the statistics' all-reduce is [b, s, 1]).
+        qp = RmsNormOver(base + "q_norm", qp, heads * d);
+        kp = RmsNormOver(base + "k_norm", kp, kv * d);
+      }
       q = e_.View(base + qn + ".heads", qp, {b, heads, s, d});
       k = e_.View(base + kn + ".heads", kp, {b, kv, s, d});
       v = e_.View(base + vn + ".heads", vp, {b, kv, s, d});
     }
     if (c_.qk_norm) {
-      q = HeadNorm(base + "q_norm", q);
-      k = HeadNorm(base + "k_norm", k);
+      q = RmsNormOver(base + "q_norm", q, d);
+      k = RmsNormOver(base + "k_norm", k, d);
     }
-    out_module = bert ? prefix + "attention.output.dense" : base + "o_proj";
+    out_module = bert ? prefix + "attention.output.dense" : base + (opt ? "out_proj" : "o_proj");
   }
   if (c_.positions == PositionKind::kRotary) {
     const auto rotary_dims = static_cast<int64_t>(static_cast<double>(d) * c_.rotary_pct);
-    q = e_.Rotary(prefix + "rotary_q", q, cos_, sin_, rotary_dims);
-    k = e_.Rotary(prefix + "rotary_k", k, cos_, sin_, rotary_dims);
+    const bool local = c_.local_rotary && c_.is_sliding_layer(e_.layer());
+    const TensorId cos = local ? local_cos_ : cos_, sin = local ? local_sin_ : sin_;
+    q = e_.Rotary(prefix + "rotary_q", q, cos, sin, rotary_dims);
+    k = e_.Rotary(prefix + "rotary_k", k, cos, sin, rotary_dims);
   }
   TensorId context;
   const std::string core = prefix + "attn_core";
@@ -480,10 +531,14 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
       scores = SoftCap(core + ".softcap", e_.Scale(core + ".scale", scores));
     }
     scores = e_.MaskedScale(core + ".scale_mask", scores);
-    TensorId probs = e_.Softmax(core + ".softmax", scores, /*force_f32=*/IsLlamaLike(c_));
+    // Note [OPT]: torch.max(scores, finfo.min) keeps the masked scores for backward; its softmax runs in
+    // f32 (and casts back) for f16 scores only.
+    const bool f16_scores = g_.tensor(scores).dtype == DType::kF16;
+    if (opt) scores = e_.Maximum(core + ".clamp", scores);
+    TensorId probs = e_.Softmax(core + ".softmax", scores, /*force_f32=*/IsLlamaLike(c_) || (opt && f16_scores));
     // Decoders cast the probabilities back to v's dtype (HF's
     // `.to(query.dtype)` / `.type(value.dtype)`); BERT leaves that to autocast.
-    if (c_.family == ModelFamily::kDecoder) {
+    if (c_.family == ModelFamily::kDecoder && (!opt || f16_scores)) {
       probs = e_.Cast(core + ".probs_cast", probs, g_.tensor(v).dtype);
     }
     probs = e_.Dropout(core + ".dropout", probs, c_.attention_dropout);
@@ -589,6 +644,10 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
     bool conv1d = false;
     if (c_.model_type == "gpt2") {
       up_name = "mlp.c_fc", down_name = "mlp.c_proj", conv1d = true;
+    } else if (c_.model_type == "starcoder2") {
+      up_name = "mlp.c_fc", down_name = "mlp.c_proj";  // GPT-2's names on nn.Linear
+    } else if (c_.model_type == "opt") {
+      up_name = "fc1", down_name = "fc2";
     } else if (c_.model_type == "gpt_neox") {
       up_name = "mlp.dense_h_to_4h", down_name = "mlp.dense_4h_to_h";
     } else {
@@ -703,20 +762,29 @@ absl::Status Builder::BuildDecoder() {
   const int64_t s_local = sp_ ? s / t_ : s;
   // Megatron pads the vocabulary so every rank holds the same number of rows.
   const int64_t vocab = CeilDiv<int64_t>(c_.vocab_size, t_);
-  const bool gpt2 = c_.model_type == "gpt2", neox = c_.model_type == "gpt_neox";
-  const std::string root = gpt2 ? "transformer." : neox ? "gpt_neox." : "model.";
+  const bool gpt2 = c_.model_type == "gpt2", neox = c_.model_type == "gpt_neox", opt = c_.model_type == "opt";
+  const std::string root = gpt2 ? "transformer." : neox ? "gpt_neox." : opt ? "model.decoder." : "model.";
   const std::string embed_name =
       root + (gpt2 ? "wte" : neox ? "embed_in" : "embed_tokens") + ".weight";
+  // OPT's token embeddings (and lm_head) may be narrower than the blocks (Note [OPT]).
+  const int64_t embed_dim = c_.word_embed_proj_dim > 0 ? c_.word_embed_proj_dim : h;
 
   e_.set_layer(-1);
   TensorId ids = e_.Input("input_ids", {b, s}, DType::kI64);
-  TensorId table = Param(embed_name, {vocab, h});
+  TensorId table = Param(embed_name, {vocab, embed_dim});
   TensorId x = e_.Embedding(root + "embed", ids, table);
   if (t_ > 1) x = ReduceOutput(root + "embed", x);
   if (gpt2) {
     TensorId positions = e_.Input("position_ids", {1, s_local}, DType::kI64);
     TensorId wpe = Param(root + "wpe.weight", {c_.max_position_embeddings, h});
     TensorId pos = e_.Embedding(root + "wpe", positions, wpe);
+    x = e_.Add(root + "embed_add", x, pos);
+  } else if (opt) {
+    // Positions come from the attention mask's cumulative sum, one row per sequence.
+    TensorId positions = e_.Input("position_ids", {b, s_local}, DType::kI64);
+    TensorId table_rows = Param(root + "embed_positions.weight", {c_.max_position_embeddings + c_.position_offset, h});
+    TensorId pos = e_.Embedding(root + "embed_positions", positions, table_rows);
+    if (embed_dim != h) x = Proj(root + "project_in", x, embed_dim, h, false, Parallel::kReplicated);
     x = e_.Add(root + "embed_add", x, pos);
   }
   x = e_.Dropout(root + "drop", x, c_.embedding_dropout);
@@ -727,6 +795,10 @@ absl::Status Builder::BuildDecoder() {
     const DType dtype = e_.options().autocast ? o_.param_dtype : o_.compute_dtype;
     cos_ = e_.Buffer(root + "rotary_emb.cos", {s, rotary_dims}, dtype);
     sin_ = e_.Buffer(root + "rotary_emb.sin", {s, rotary_dims}, dtype);
+    if (c_.local_rotary) {
+      local_cos_ = e_.Buffer(root + "rotary_emb_local.cos", {s, rotary_dims}, dtype);
+      local_sin_ = e_.Buffer(root + "rotary_emb_local.sin", {s, rotary_dims}, dtype);
+    }
   }
 
   // Note [Python references in inference]: the eager causal mask, alive through the layers.
@@ -738,11 +810,16 @@ absl::Status Builder::BuildDecoder() {
     e_.set_layer(static_cast<int>(i));
     const std::string p =
         absl::StrFormat("%s%s.%d.", root, gpt2 ? "h" : "layers", i);
-    const std::string n1 = p + (gpt2 ? "ln_1" : "input_layernorm");
-    const std::string n2 = p + (gpt2 ? "ln_2" : "post_attention_layernorm");
+    const std::string n1 = p + (gpt2 ? "ln_1" : opt ? "self_attn_layer_norm" : "input_layernorm");
+    const std::string n2 = p + (gpt2 ? "ln_2" : opt ? "final_layer_norm" : "post_attention_layernorm");
     TensorId residual = x;
-    TensorId ln1 = Norm(n1, x);
-    TensorId attn = c_.is_mla() ? LatentAttention(p, ln1) : Attention(p, GatherInput(n1, ln1), sp_ ? ln1 : kNone);
+    // Note [OLMo 2] and Note [OPT]: their attention reads the residual stream itself.
+    const bool branch_output = c_.norm_placement == NormPlacement::kBranchOutput;
+    const bool post_residual = c_.norm_placement == NormPlacement::kPostResidual;
+    const std::string attn_in_name = branch_output || post_residual ? p + "self_attn" : n1;
+    TensorId attn_in = branch_output || post_residual ? x : Norm(n1, x);
+    TensorId attn = c_.is_mla() ? LatentAttention(p, attn_in)
+                                : Attention(p, GatherInput(attn_in_name, attn_in), sp_ ? attn_in : kNone);
     attn = e_.Dropout(p + "attn_dropout", attn, c_.hidden_dropout);
     if (c_.parallel_residual) {
       // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)).
@@ -750,13 +827,23 @@ absl::Status Builder::BuildDecoder() {
       TensorId mlp = Mlp(p, GatherInput(n2, ln2), sp_ ? ln2 : kNone);
       mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
       x = e_.Add(p + "residual", e_.Add(p + "branch_add", mlp, attn), residual);
-    } else if (c_.sandwich_norms) {
+    } else if (c_.norm_placement == NormPlacement::kSandwich) {
       // Gemma 2: each branch is normed on the way in and on the way out.
       x = e_.Add(p + "attn_residual", residual, Norm(p + "post_attention_layernorm", attn));
       const std::string pre = p + "pre_feedforward_layernorm";
       TensorId ln2 = Norm(pre, x);
       TensorId mlp = Mlp(p, GatherInput(pre, ln2), sp_ ? ln2 : kNone);
       x = e_.Add(p + "mlp_residual", x, Norm(p + "post_feedforward_layernorm", mlp));
+    } else if (branch_output) {
+      x = e_.Add(p + "attn_residual", residual, Norm(p + "post_attention_layernorm", attn));
+      TensorId mlp = Mlp(p, GatherInput(p + "mlp", x), sp_ ? x : kNone);
+      x = e_.Add(p + "mlp_residual", x, Norm(p + "post_feedforward_layernorm", mlp));
+    } else if (post_residual) {
+      // opt-350m: LayerNorm(x + branch(x)), as BERT.
+      x = Norm(n1, e_.Add(p + "attn_residual", residual, attn));
+      TensorId mlp = Mlp(p, GatherInput(p + "mlp", x), sp_ ? x : kNone);
+      mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
+      x = Norm(n2, e_.Add(p + "mlp_residual", x, mlp));
     } else {
       x = e_.Add(p + "attn_residual", residual, attn);
       TensorId ln2 = Norm(n2, x);
@@ -773,11 +860,12 @@ absl::Status Builder::BuildDecoder() {
     return absl::OkStatus();
   }
   const std::string final_norm =
-      root + (gpt2 ? "ln_f" : neox ? "final_layer_norm" : "norm");
-  TensorId normed = Norm(final_norm, x);
+      root + (gpt2 ? "ln_f" : neox || opt ? "final_layer_norm" : "norm");
+  TensorId normed = c_.final_norm ? Norm(final_norm, x) : x;
+  if (embed_dim != h) normed = Proj(root + "project_out", normed, h, embed_dim, false, Parallel::kReplicated);
   TensorId head_in = GatherInput(final_norm, normed);
   const std::string head = neox ? "embed_out" : "lm_head";
-  TensorId logits = Proj(head, head_in, h, vocab, false, Parallel::kColumn, false,
+  TensorId logits = Proj(head, head_in, embed_dim, vocab, false, Parallel::kColumn, false,
                          sp_ ? normed : kNone, c_.tie_word_embeddings ? table : kNone);
   if (c_.final_logit_softcap > 0) logits = SoftCap("final_logit_softcap", logits);
   if (o_.training) {

@@ -131,6 +131,10 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"Phi3ForCausalLM", "phi3", ModelFamily::kDecoder},
     {"Qwen2MoeForCausalLM", "qwen2_moe", ModelFamily::kDecoder},
     {"Qwen3MoeForCausalLM", "qwen3_moe", ModelFamily::kDecoder},
+    {"Olmo2ForCausalLM", "olmo2", ModelFamily::kDecoder},
+    {"Gemma3ForCausalLM", "gemma3_text", ModelFamily::kDecoder},
+    {"Starcoder2ForCausalLM", "starcoder2", ModelFamily::kDecoder},
+    {"OPTForCausalLM", "opt", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -152,6 +156,8 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"qwen3", "Qwen3ForCausalLM"},   {"gemma", "GemmaForCausalLM"},
     {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
     {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
+    {"olmo2", "Olmo2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
+    {"starcoder2", "Starcoder2ForCausalLM"}, {"opt", "OPTForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
     {"mlp", "MlpChain"},
@@ -274,6 +280,24 @@ absl::Status ParseDeepseek(const json& doc, const JsonPath& path, ModelConfig& c
   return absl::OkStatus();
 }
 
+// layer_types: "sliding_attention" or "full_attention" for each of the num_hidden_layers layers.
+absl::Status ParseLayerTypes(const json& doc, const JsonPath& path, ModelConfig& c) {
+  const json& types = doc["layer_types"];
+  if (!types.is_array() || types.size() != static_cast<size_t>(c.num_layers)) {
+    return (path / "layer_types")
+        .Error(absl::StrFormat("expected an array of num_hidden_layers (%d) layer types", c.num_layers));
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    HEADROOM_ASSIGN_OR_RETURN(const std::string type, AsString(types[i], path / "layer_types" / i));
+    if (type != "sliding_attention" && type != "full_attention") {
+      return (path / "layer_types" / i)
+          .Error(absl::StrFormat("'%s' is neither 'sliding_attention' nor 'full_attention'", type));
+    }
+    c.sliding_layers.push_back(type == "sliding_attention");
+  }
+  return absl::OkStatus();
+}
+
 // Gemma's departures from Llama (Note [Gemma decoders] in builders.cc).
 absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
   // transformers reads hidden_activation and falls back to the tanh GELU
@@ -285,16 +309,33 @@ absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
   c.attn_output_bias = c.qkv_bias;
   c.norm_plus_one = true;
   c.embedding_scaled = true;
-  if (c.model_type != "gemma2") return absl::OkStatus();
-  c.sandwich_norms = true;
+  if (c.model_type == "gemma") return absl::OkStatus();
+  c.norm_placement = NormPlacement::kSandwich;
   for (const auto& [key, cap] : {std::pair<std::string_view, double*>{"attn_logit_softcapping", &c.attn_logit_softcap},
                                  {"final_logit_softcapping", &c.final_logit_softcap}}) {
     HEADROOM_ASSIGN_OR_RETURN(*cap, OptionalNumber(doc, key, path, 0.0));
     if (!(*cap >= 0)) return (path / key).Error(absl::StrFormat("must be positive or null, got %g", *cap));
   }
-  // Gemma2DecoderLayer: even layers attend within the window, odd ones to everything.
   HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, PositiveInt(doc, "sliding_window", path));
-  c.global_layer_every = 2;
+  if (c.model_type == "gemma2") {
+    // Gemma2DecoderLayer: even layers attend within the window, odd ones to everything.
+    c.global_layer_every = 2;
+    return absl::OkStatus();
+  }
+  // Gemma 3 (Note [Gemma decoders]): q/k norms over head_dim, a second rotary table for the sliding layers,
+  // and every sliding_window_pattern-th layer global; newer configs list layer_types instead.
+  c.qk_norm = true;
+  c.local_rotary = true;
+  HEADROOM_ASSIGN_OR_RETURN(c.query_pre_attn_scalar, OptionalNumber(doc, "query_pre_attn_scalar", path, 256.0));
+  if (!(c.query_pre_attn_scalar > 0)) {
+    return (path / "query_pre_attn_scalar").Error(absl::StrFormat("must be positive, got %g", c.query_pre_attn_scalar));
+  }
+  if (Present(doc, "layer_types")) return ParseLayerTypes(doc, path, c);
+  HEADROOM_ASSIGN_OR_RETURN(c.global_layer_every, OptionalInt(doc, "sliding_window_pattern", path, 6));
+  if (c.global_layer_every < 1 || c.global_layer_every > kMaxLayers) {
+    return (path / "sliding_window_pattern")
+        .Error(absl::StrFormat("must be between 1 and %d, got %d", kMaxLayers, c.global_layer_every));
+  }
   return absl::OkStatus();
 }
 
@@ -332,8 +373,18 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
     c.attn_output_bias = c.qkv_bias;
     c.qk_norm = true;
   }
-  if (c.model_type == "gemma" || c.model_type == "gemma2") HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
+  if (c.model_type == "gemma" || c.model_type == "gemma2" || c.model_type == "gemma3_text") {
+    HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
+  }
   if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") HEADROOM_RETURN_IF_ERROR(ParseQwenMoe(doc, path, c));
+  if (c.model_type == "olmo2") {
+    // Olmo2Attention: attention_bias on q/k/v/o, q_norm and k_norm over the whole q and k projections;
+    // Olmo2DecoderLayer norms each branch's output instead of its input (Note [OLMo 2] in builders.cc).
+    HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
+    c.attn_output_bias = c.qkv_bias;
+    c.qk_norm_full = true;
+    c.norm_placement = NormPlacement::kBranchOutput;
+  }
   if (c.model_type == "phi3") {
     // Phi3Attention and Phi3MLP: fused projections without biases, residual dropout, partial rotary
     // (Phi-4-mini). Its sliding_window applies to flash attention only and is not modelled.
@@ -391,6 +442,66 @@ absl::Status ParseGptNeox(const json& doc, const JsonPath& path, ModelConfig& c)
   c.mlp_bias = true;
   c.norm = NormKind::kLayerNorm;
   c.positions = PositionKind::kRotary;
+  return absl::OkStatus();
+}
+
+// Starcoder2ForCausalLM: Mistral's attention (GQA, rotary, a sliding window in every layer) with
+// GPT-style blocks: LayerNorm with bias, a c_fc/c_proj GELU MLP, use_bias on every Linear, and dropout on
+// the embeddings, on the attention probabilities and after each branch (residual_dropout).
+absl::Status ParseStarcoder2(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 4096, c));
+  // Starcoder2Config's defaults are starcoder2-3b's, two key/value heads among them.
+  HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads, OptionalPositiveInt(doc, "num_key_value_heads", path, 2));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "norm_epsilon", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "hidden_act", path, ActivationKind::kGeluTanh));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "use_bias", path, true));
+  c.attn_output_bias = c.mlp_bias = c.qkv_bias;
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "residual_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.embedding_dropout, Probability(doc, "embedding_dropout", path, 0.0));
+  // null (the class default) or absent: every layer attends to the whole context.
+  HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, OptionalPositiveInt(doc, "sliding_window", path, 0));
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kRotary;
+  return absl::OkStatus();
+}
+
+// OPTForCausalLM (transformers' modeling_opt.py, Note [OPT] in builders.cc): learned positions offset by 2,
+// LayerNorm before (do_layer_norm_before, most sizes) or after (opt-350m) each branch, fc1/fc2 with ReLU,
+// embeddings of word_embed_proj_dim projected in and out of hidden_size when it differs.
+absl::Status ParseOpt(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "hidden_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "num_hidden_layers", path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_attention_heads", path));
+  c.num_kv_heads = c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "ffn_dim", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                            OptionalPositiveInt(doc, "max_position_embeddings", path, 2048));
+  HEADROOM_ASSIGN_OR_RETURN(c.word_embed_proj_dim,
+                            OptionalPositiveInt(doc, "word_embed_proj_dim", path, c.hidden_size));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "activation_function", path, ActivationKind::kRelu));
+  HEADROOM_ASSIGN_OR_RETURN(const bool norm_before, OptionalBool(doc, "do_layer_norm_before", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(const bool remove_final_norm,
+                            OptionalBool(doc, "_remove_final_layer_norm", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(const bool affine, OptionalBool(doc, "layer_norm_elementwise_affine", path, true));
+  if (!affine) {
+    // No released OPT checkpoint drops the LayerNorms' weights; Headroom's LayerNorm always has one.
+    return (path / "layer_norm_elementwise_affine").Error("false (LayerNorms without weights) is not supported");
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "enable_bias", path, true));
+  c.attn_output_bias = c.mlp_bias = c.qkv_bias;
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "dropout", path, 0.1));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  c.norm_placement = norm_before ? NormPlacement::kPre : NormPlacement::kPostResidual;
+  c.final_norm = norm_before && !remove_final_norm;
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kLearned;
+  c.position_offset = 2;
   return absl::OkStatus();
 }
 
@@ -512,8 +623,12 @@ absl::Status CheckMlpSizes(const JsonPath& path, const ModelConfig& c) {
 absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
   const bool gpt2 = c.model_type == "gpt2";
   const std::string_view hidden = gpt2 ? "n_embd" : "hidden_size";
-  const std::string_view inner = gpt2 ? "n_inner" : "intermediate_size";
+  const std::string_view inner = gpt2 ? "n_inner" : c.model_type == "opt" ? "ffn_dim" : "intermediate_size";
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "vocab_size", c.vocab_size, hidden, c.hidden_size));
+  HEADROOM_RETURN_IF_ERROR(
+      CheckWeight(path, "vocab_size", c.vocab_size, "word_embed_proj_dim", c.word_embed_proj_dim));
+  HEADROOM_RETURN_IF_ERROR(
+      CheckWeight(path, hidden, c.hidden_size, "word_embed_proj_dim", c.word_embed_proj_dim));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, inner, c.intermediate_size));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, "moe_intermediate_size", c.moe_intermediate_size));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, "shared_expert_intermediate_size",
@@ -640,7 +755,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   }
   const std::string& type = c.model_type;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
-      type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe" || type == "qwen3_moe") {
+      type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe" || type == "qwen3_moe" ||
+      type == "olmo2" || type == "gemma3_text") {
     HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
     HEADROOM_RETURN_IF_ERROR(ParseDeepseek(doc, path, c));
@@ -648,6 +764,10 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));
   } else if (type == "gpt_neox") {
     HEADROOM_RETURN_IF_ERROR(ParseGptNeox(doc, path, c));
+  } else if (type == "starcoder2") {
+    HEADROOM_RETURN_IF_ERROR(ParseStarcoder2(doc, path, c));
+  } else if (type == "opt") {
+    HEADROOM_RETURN_IF_ERROR(ParseOpt(doc, path, c));
   } else if (type == "bert" || type == "roberta") {
     HEADROOM_RETURN_IF_ERROR(ParseBertLike(doc, path, c));
   } else {

@@ -54,7 +54,8 @@ inline constexpr uint64_t kMaxWeightElements = kMaxTensorBytes / 4;
 inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
-  kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, GPT-2, GPT-NeoX, Mixtral
+  kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
+             // Mixtral
   kEncoder,  // BERT, RoBERTa
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
@@ -63,6 +64,14 @@ enum class ModelFamily : uint8_t {
 enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
 
 enum class PositionKind : uint8_t { kLearned, kRotary };
+
+// Where a decoder block's norms sit around its attention and MLP branches.
+enum class NormPlacement : uint8_t {
+  kPre,           // x + f(norm(x)): Llama, GPT-2 and most decoders
+  kSandwich,      // x + norm(f(norm(x))): Gemma 2 and 3
+  kBranchOutput,  // x + norm(f(x)): OLMo 2 (post_attention_layernorm, post_feedforward_layernorm)
+  kPostResidual,  // norm(x + f(x)): OPT with do_layer_norm_before false (opt-350m)
+};
 
 // What sits on top of an encoder body. BertModel/RobertaModel have none (kBodyOnly);
 // when such a model is trained the builder attaches kSequenceClassification
@@ -101,6 +110,9 @@ struct ModelConfig {
   bool norm_bias = true;         // LayerNorm has a bias (RMSNorm never does)
   bool parallel_residual = false;  // GPT-NeoX use_parallel_residual
   bool final_norm = true;        // decoders: a norm after the last block
+  int64_t word_embed_proj_dim = 0;  // OPT: token embeddings and lm_head this wide, projected into and out of
+                                    // hidden_size (project_in, project_out); 0: hidden_size
+  int64_t position_offset = 0;      // OPT: learned position rows before position 0 (2)
   double attention_dropout = 0;  // on attention probabilities
   double hidden_dropout = 0;     // after attention output and MLP output
   double embedding_dropout = 0;  // after the embeddings
@@ -108,15 +120,20 @@ struct ModelConfig {
   bool encoder_pooler = true;  // BertModel add_pooling_layer
   int64_t num_labels = 2;      // sequence classification head size
 
-  // --- decoder variants (Qwen3, Gemma, Gemma 2, Phi-3; Note [Gemma decoders] in builders.cc) ---
-  bool qk_norm = false;             // Qwen3: RMSNorm over head_dim on q and k (q_norm, k_norm)
+  // --- decoder variants (Qwen3, Gemma 1-3, Phi-3, OLMo 2; Note [Gemma decoders] in builders.cc) ---
+  NormPlacement norm_placement = NormPlacement::kPre;
+  bool qk_norm = false;             // Qwen3, Gemma 3: RMSNorm over head_dim on q and k (q_norm, k_norm)
+  bool qk_norm_full = false;        // OLMo 2: q_norm/k_norm over the whole projection, before the heads split
   bool norm_plus_one = false;       // Gemma: RMSNorm scales by (1 + weight), in f32
   bool embedding_scaled = false;    // Gemma: embeddings times sqrt(hidden_size)
-  bool sandwich_norms = false;      // Gemma 2: norms after attention and MLP as well as before
   double attn_logit_softcap = 0;    // Gemma 2: scores = cap * tanh(scores / cap); 0: none
   double final_logit_softcap = 0;   // Gemma 2: logits = cap * tanh(logits / cap); 0: none
   int64_t sliding_window = 0;       // tokens a sliding-window layer attends to; 0: no such layers
-  int64_t global_layer_every = 0;   // with a window: every Nth layer attends to all (Gemma 2: 2); 0: none does
+  int64_t global_layer_every = 0;   // with a window: every Nth layer attends to all (Gemma 2: 2, Gemma 3: 6);
+                                    // 0: none does
+  std::vector<bool> sliding_layers;  // layer_types, one per layer (true: sliding); when set, overrides the above
+  bool local_rotary = false;        // Gemma 3: sliding layers read a second rotary table (rope_local_base_freq)
+  double query_pre_attn_scalar = 0;  // Gemma 3: scores scale by its -1/2 power (not head_dim's); 0: head_dim
   bool fused_qkv = false;           // Phi-3: one qkv_proj whose output q, k and v are slices of
   bool fused_gate_up = false;       // Phi-3: one gate_up_proj, chunked into gate and up
 
@@ -158,7 +175,10 @@ struct ModelConfig {
   }
   // Whether block `layer` (0-based) attends within sliding_window only.
   bool is_sliding_layer(int64_t layer) const {
-    return sliding_window > 0 && (global_layer_every == 0 || layer % global_layer_every != global_layer_every - 1);
+    if (sliding_window <= 0) return false;
+    if (!sliding_layers.empty()) return layer >= 0 && static_cast<size_t>(layer) < sliding_layers.size() &&
+                                        sliding_layers[static_cast<size_t>(layer)];
+    return global_layer_every == 0 || layer % global_layer_every != global_layer_every - 1;
   }
 };
 
@@ -166,7 +186,8 @@ struct ModelConfig {
 // architecture comes from `architectures[0]`, falling back to `model_type`.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
-// Qwen2MoeForCausalLM, Qwen3MoeForCausalLM,
+// Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
+// OPTForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

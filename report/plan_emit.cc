@@ -260,7 +260,8 @@ std::string EmitTorch(const StackPlan& plan, const EmitContext& context) {
       absl::StrAppend(&out, Comment("The model's Hugging Face type is unknown here: import "
                                     "eager_attention_forward from its transformers modeling module."));
     }
-    const std::string type = context.model_type.empty() ? "llama" : context.model_type;
+    std::string type = context.model_type.empty() ? "llama" : context.model_type;
+    if (type == "gemma3_text") type = "gemma3";  // Gemma3ForCausalLM lives in transformers.models.gemma3
     absl::StrAppend(&out, per_module ? "" : "from torch.utils.checkpoint import checkpoint\n",
                     "from transformers import AttentionInterface\n",
                     absl::StrFormat("from transformers.models.%s.modeling_%s import eager_attention_forward\n\n",

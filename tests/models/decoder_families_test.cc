@@ -1,8 +1,11 @@
-// The decoder families beyond Llama: Qwen3, Gemma and Gemma 2 (Note [Gemma
-// decoders] in models/builders.cc), from their real config.json presets.
+// The decoder families beyond Llama: Qwen3, Gemma 1-3 (Note [Gemma decoders] in
+// models/builders.cc), Phi-3, the Qwen MoEs, OLMo 2 (Note [OLMo 2]), StarCoder2 and
+// OPT (Note [OPT]), from their real config.json presets.
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -46,12 +49,27 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //    (q/k/v/o projections, q_norm and k_norm over head_dim 128, SwiGLU MLP, two norms per layer, the final
 //    norm, untied 151936 x 4096 embeddings and lm_head); the model card gives 8.2 B;
 //  - qwen3-30b-a3b: likewise from Qwen3-MoE's module shapes (48 layers of 128 experts of 768, q/k norms, no
-//    shared expert); the model card gives 30.5 B.
+//    shared expert); the model card gives 30.5 B;
 //  - deepseek-v3 and deepseek-v2-lite: the sum of the shapes DeepSeek's modeling_deepseek.py declares (latent
 //    attention's q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj and two norms; dense MLPs in the first
 //    first_k_dense_replace layers, then the gate, V3's e_score_correction_bias, the routed experts and the
 //    fused shared experts; untied head): 671.0 B and 15.7 B, the totals on the model cards (V3's 685 B there
-//    adds its multi-token-prediction module, which the modeling code does not build).
+//    adds its multi-token-prediction module, which the modeling code does not build);
+//  - olmo-2-13b (allenai/OLMo-2-1124-13B): transformers 4.46 has no OLMo 2, so transformers 4.50.3's
+//    Olmo2ForCausalLM built from this config the same way (q/k/v/o projections, q_norm and k_norm over the whole
+//    5120-wide projections, SwiGLU MLP, two norms per layer, the final norm, untied 100352 x 5120 embeddings and
+//    lm_head); the checkpoint's model.safetensors.index.json gives total_size 54,864,793,600 bytes of f32, the
+//    same count;
+//  - gemma-3-1b (google/gemma-3-1b-it): transformers 4.50.3's Gemma3ForCausalLM the same way (26 layers of
+//    q/k/v/o with q_norm and k_norm over head_dim 256, GeGLU MLP, four norms each, the tied 262144 x 1152
+//    embeddings); the model card gives 1 B;
+//  - starcoder2-15b (bigcode/starcoder2-15b): transformers 4.46.3's Starcoder2ForCausalLM the same way (16 B on
+//    the Hub: 40 layers with biased GQA projections, a biased c_fc/c_proj MLP, two LayerNorms with bias,
+//    untied 49152 x 6144 embeddings and lm_head);
+//  - opt-1.3b (facebook/opt-1.3b) and opt-350m (its config in Opt350mConfig below): transformers 4.46.3's
+//    OPTForCausalLM the same way (1.3 B and 350 M on the model cards; 2050 learned position rows, biased
+//    projections and fc1/fc2, LayerNorms with bias, the tied lm_head; opt-350m adds project_in and project_out
+//    and drops the final LayerNorm).
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -59,6 +77,10 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("phi-3-mini-4k")).ParameterCount(), 3'821'079'552u);
   EXPECT_EQ(Build(Preset("qwen1.5-moe-a2.7b")).ParameterCount(), 14'315'784'192u);
   EXPECT_EQ(Build(Preset("qwen3-30b-a3b")).ParameterCount(), 30'532'122'624u);
+  EXPECT_EQ(Build(Preset("olmo-2-13b")).ParameterCount(), 13'716'198'400u);
+  EXPECT_EQ(Build(Preset("gemma-3-1b")).ParameterCount(), 999'885'952u);
+  EXPECT_EQ(Build(Preset("starcoder2-15b")).ParameterCount(), 15'957'889'024u);
+  EXPECT_EQ(Build(Preset("opt-1.3b")).ParameterCount(), 1'315'758'080u);
   EXPECT_EQ(Build(Preset("deepseek-v3")).ParameterCount(), 671'026'419'200u);
   EXPECT_EQ(Build(Preset("deepseek-v2-lite")).ParameterCount(), 15'706'484'224u);
 }
@@ -211,7 +233,7 @@ TEST(DecoderFamilies, ConfigsParseTheFamilyFields) {
   const ModelConfig gemma2 = Preset("gemma-2-9b");
   EXPECT_EQ(gemma2.head_dim, 256);  // decoupled: 16 heads x 256 != 3584
   EXPECT_TRUE(gemma2.tie_word_embeddings && gemma2.norm_plus_one && gemma2.embedding_scaled);
-  EXPECT_TRUE(gemma2.sandwich_norms);
+  EXPECT_EQ(gemma2.norm_placement, NormPlacement::kSandwich);
   EXPECT_DOUBLE_EQ(gemma2.attn_logit_softcap, 50.0);
   EXPECT_DOUBLE_EQ(gemma2.final_logit_softcap, 30.0);
   EXPECT_EQ(gemma2.activation, ActivationKind::kGeluTanh);
@@ -220,7 +242,7 @@ TEST(DecoderFamilies, ConfigsParseTheFamilyFields) {
   EXPECT_TRUE(gemma2.is_sliding_layer(40));
   const ModelConfig gemma = Preset("gemma-7b");
   EXPECT_EQ(gemma.activation, ActivationKind::kGeluTanh);  // hidden_act "gelu" is ignored, as transformers does
-  EXPECT_FALSE(gemma.sandwich_norms);
+  EXPECT_EQ(gemma.norm_placement, NormPlacement::kPre);
   EXPECT_FALSE(gemma.is_sliding_layer(0));
   const ModelConfig qwen3 = Preset("qwen3-8b");
   EXPECT_TRUE(qwen3.qk_norm);
@@ -300,6 +322,330 @@ TEST(DecoderFamilies, BadGemma2FieldsAreNamed) {
       ParseHfConfig(base + R"(, "sliding_window": 16, "final_logit_softcapping": null})", "g2.json");
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->final_logit_softcap, 0);
+}
+
+// OLMo 2 norms the branches' outputs, not their inputs, and its q_norm and k_norm span the whole projections.
+TEST(DecoderFamilies, Olmo2NormsBranchOutputsAndWholeProjections) {
+  ModelConfig c = Preset("olmo-2-13b");
+  EXPECT_EQ(c.norm_placement, NormPlacement::kBranchOutput);
+  EXPECT_TRUE(c.qk_norm_full);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias || c.tie_word_embeddings);
+  c.num_layers = 2;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16});
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const Tensor& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter) params[t.name] = t.shape;
+  }
+  EXPECT_EQ(params["model.layers.1.self_attn.q_norm.weight"], std::vector<int64_t>{40 * 128});
+  EXPECT_EQ(params["model.layers.1.self_attn.k_norm.weight"], std::vector<int64_t>{40 * 128});
+  EXPECT_TRUE(params.contains("model.layers.1.post_attention_layernorm.weight"));
+  EXPECT_TRUE(params.contains("model.layers.1.post_feedforward_layernorm.weight"));
+  EXPECT_FALSE(params.contains("model.layers.1.input_layernorm.weight"));
+  EXPECT_FALSE(params.contains("model.layers.1.pre_feedforward_layernorm.weight"));
+  // The first q projection reads the embeddings themselves, and the eager q_norm keeps one rstd per token
+  // (Qwen3's keeps one per head).
+  const Op* q_proj = nullptr;
+  for (const Op& op : g.ops()) {
+    if (op.name == "model.layers.0.self_attn.q_proj") q_proj = &op;
+  }
+  ASSERT_NE(q_proj, nullptr);
+  EXPECT_EQ(g.tensor(q_proj->inputs[0]).name, "model.embed.out");
+  bool rstd = false;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name == "model.layers.0.self_attn.q_norm.rstd.out") rstd = t.elements() == 16u;
+  }
+  EXPECT_TRUE(rstd);
+  // Under tensor parallelism each rank holds its heads' share of the norm.
+  const Graph tp = Build(c, {.batch = 1, .seq_len = 16, .tensor_parallel = 2});
+  std::vector<int64_t> shard;
+  for (const Tensor& t : tp.tensors()) {
+    if (t.name == "model.layers.0.self_attn.q_norm.weight") shard = t.shape;
+  }
+  EXPECT_EQ(shard, std::vector<int64_t>{20 * 128});
+}
+
+TEST(DecoderFamilies, BadOlmo2FieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["Olmo2ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 256)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "attention_bias": "no"})", "attention_bias"},
+           {R"(, "num_key_value_heads": 3})", "num_key_value_heads"},
+           {R"(, "rms_norm_eps": "1e-6"})", "rms_norm_eps"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "olmo2.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("olmo2.json: " + field)) << extra;
+  }
+  absl::StatusOr<ModelConfig> by_type =
+      ParseHfConfig(R"({"model_type": "olmo2", "hidden_size": 64, "intermediate_size": 128,
+                        "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 256})", "olmo2.json");
+  ASSERT_TRUE(by_type.ok()) << by_type.status();
+  EXPECT_EQ(by_type->architecture, "Olmo2ForCausalLM");
+}
+
+// Gemma 3: five sliding-window layers to one global one, Gemma 2's four norms, q/k norms over head_dim, and a
+// second rotary table for the sliding layers.
+TEST(DecoderFamilies, Gemma3InterleavesLocalAndGlobalLayers) {
+  ModelConfig c = Preset("gemma-3-1b");
+  EXPECT_EQ(c.norm_placement, NormPlacement::kSandwich);
+  EXPECT_TRUE(c.qk_norm && c.norm_plus_one && c.embedding_scaled && c.tie_word_embeddings);
+  EXPECT_EQ(c.head_dim, 256);  // 4 heads x 256 != 1152
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_DOUBLE_EQ(c.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(c.attn_logit_softcap, 0);
+  EXPECT_EQ(c.final_logit_softcap, 0);
+  EXPECT_EQ(c.sliding_window, 512);
+  std::string pattern;
+  for (int64_t i = 0; i < c.num_layers; ++i) pattern += c.is_sliding_layer(i) ? 'L' : 'G';
+  EXPECT_EQ(pattern, "LLLLLGLLLLLGLLLLLGLLLLLGLL");
+  c.num_layers = 6;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const Tensor& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter) params[t.name] = t.shape;
+  }
+  EXPECT_EQ(params["model.layers.5.self_attn.q_norm.weight"], std::vector<int64_t>{256});
+  for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                           "post_feedforward_layernorm"}) {
+    EXPECT_TRUE(params.contains(absl::StrCat("model.layers.5.", norm, ".weight"))) << norm;
+  }
+  // Layer 4 rotates with the local table, layer 5 with the global one; nothing is soft-capped.
+  std::map<std::string, std::string> rotary_table;
+  for (const Op& op : g.ops()) {
+    if (op.kind == "rotary") rotary_table[op.name] = g.tensor(op.inputs[1]).name;
+  }
+  EXPECT_EQ(rotary_table["model.layers.4.rotary_q"], "model.rotary_emb_local.cos");
+  EXPECT_EQ(rotary_table["model.layers.5.rotary_k"], "model.rotary_emb.cos");
+  EXPECT_EQ(CountOps(g, "", "tanh"), 0);
+  EXPECT_EQ(CountOps(g, "model.embed_scale", "scale"), 1);
+}
+
+// Newer Gemma 3 configs list each layer's attention in layer_types.
+TEST(DecoderFamilies, Gemma3LayerTypesOverrideThePattern) {
+  const std::string base =
+      R"({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 64,
+          "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32,
+          "num_hidden_layers": 3, "vocab_size": 256, "sliding_window": 16)";
+  absl::StatusOr<ModelConfig> listed = ParseHfConfig(
+      base + R"(, "sliding_window_pattern": 6,
+                  "layer_types": ["full_attention", "sliding_attention", "full_attention"]})", "g3.json");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_FALSE(listed->is_sliding_layer(0));
+  EXPECT_TRUE(listed->is_sliding_layer(1));
+  EXPECT_FALSE(listed->is_sliding_layer(2));
+  absl::StatusOr<ModelConfig> defaults = ParseHfConfig(base + "}", "g3.json");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->global_layer_every, 6);  // Gemma3TextConfig's default
+  EXPECT_DOUBLE_EQ(defaults->query_pre_attn_scalar, 256.0);
+}
+
+TEST(DecoderFamilies, BadGemma3FieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["Gemma3ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32, "num_hidden_layers": 2,
+          "vocab_size": 256)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(})", "sliding_window"},
+           {R"(, "sliding_window": 16, "sliding_window_pattern": 0})", "sliding_window_pattern"},
+           {R"(, "sliding_window": 16, "query_pre_attn_scalar": -1})", "query_pre_attn_scalar"},
+           {R"(, "sliding_window": 16, "layer_types": ["full_attention"]})", "layer_types"},
+           {R"(, "sliding_window": 16, "layer_types": ["full_attention", "local"]})", "layer_types[1]"},
+           {R"(, "sliding_window": 16, "final_logit_softcapping": -30})", "final_logit_softcapping"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "g3.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("g3.json: " + field)) << extra;
+  }
+}
+
+// StarCoder2: grouped-query rotary attention as Mistral's, in GPT-style blocks (LayerNorm with bias, a biased
+// c_fc/c_proj GELU MLP), a sliding window in every layer, and dropout where its config asks for it.
+TEST(DecoderFamilies, Starcoder2HasBiasedLayerNormBlocksAndAWindowEverywhere) {
+  ModelConfig c = Preset("starcoder2-15b");
+  EXPECT_EQ(c.norm, NormKind::kLayerNorm);
+  EXPECT_TRUE(c.norm_bias && c.qkv_bias && c.attn_output_bias && c.mlp_bias);
+  EXPECT_FALSE(c.gated_mlp || c.tie_word_embeddings);
+  EXPECT_EQ(c.activation, ActivationKind::kGeluTanh);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_TRUE(c.is_sliding_layer(0) && c.is_sliding_layer(5) && c.is_sliding_layer(39));
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16});
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const Tensor& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter) params[t.name] = t.shape;
+  }
+  EXPECT_EQ(params["model.layers.0.self_attn.k_proj.weight"], (std::vector<int64_t>{4 * 128, 6144}));
+  EXPECT_EQ(params["model.layers.0.self_attn.k_proj.bias"], std::vector<int64_t>{4 * 128});
+  EXPECT_EQ(params["model.layers.0.self_attn.o_proj.bias"], std::vector<int64_t>{6144});
+  EXPECT_EQ(params["model.layers.0.mlp.c_fc.weight"], (std::vector<int64_t>{24576, 6144}));
+  EXPECT_EQ(params["model.layers.0.mlp.c_proj.bias"], std::vector<int64_t>{6144});
+  for (const char* name : {"model.layers.0.input_layernorm.bias", "model.layers.0.post_attention_layernorm.bias",
+                           "model.norm.bias", "lm_head.weight"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  EXPECT_FALSE(params.contains("model.layers.0.mlp.gate_proj.weight"));
+  EXPECT_EQ(CountOps(g, "model.layers.0.input_layernorm", "layer_norm"), 1);
+  EXPECT_EQ(CountOps(g, "model.layers.0.mlp.c_fc.act", "gelu_tanh"), 1);
+  EXPECT_EQ(CountOps(g, "", "dropout"), 0);  // the 15B's config has none
+
+  // embedding_dropout, residual_dropout (after each branch) and attention_dropout, as starcoder2-7b's config
+  // sets them; with no tie_word_embeddings the lm_head is the embedding (the config class's default).
+  absl::StatusOr<ModelConfig> dropped = ParseHfConfig(
+      R"({"architectures": ["Starcoder2ForCausalLM"], "hidden_size": 64, "intermediate_size": 256,
+          "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 128, "embedding_dropout": 0.1,
+          "residual_dropout": 0.1, "attention_dropout": 0.1})",
+      "sc2.json");
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_EQ(dropped->num_kv_heads, 2);  // Starcoder2Config's default
+  EXPECT_EQ(dropped->sliding_window, 0);
+  const Graph d = Build(*dropped, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  EXPECT_EQ(CountOps(d, "model.drop", "dropout"), 1);
+  EXPECT_EQ(CountOps(d, "model.layers.0.attn_dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(d, "model.layers.0.mlp_dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(d, "model.layers.0.attn_core.dropout", "dropout"), 1);
+  for (const Tensor& t : d.tensors()) EXPECT_NE(t.name, "lm_head.weight");
+}
+
+TEST(DecoderFamilies, BadStarcoder2FieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["Starcoder2ForCausalLM"], "hidden_size": 64, "intermediate_size": 256,
+          "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "use_bias": "yes"})", "use_bias"},
+           {R"(, "residual_dropout": 1.5})", "residual_dropout"},
+           {R"(, "sliding_window": 0})", "sliding_window"},
+           {R"(, "norm_epsilon": "1e-5"})", "norm_epsilon"},
+           {R"(, "num_key_value_heads": 3})", "num_key_value_heads"},
+           {R"(, "hidden_act": "swiglu"})", "hidden_act"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "sc2.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("sc2.json: " + field)) << extra;
+  }
+}
+
+// facebook/opt-350m's config.json: LayerNorm after each residual add and 512-wide embeddings.
+constexpr std::string_view kOpt350mConfig = R"({
+  "_name_or_path": "facebook/opt-350m", "activation_dropout": 0.0, "activation_function": "relu",
+  "architectures": ["OPTForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 2, "do_layer_norm_before": false,
+  "dropout": 0.1, "eos_token_id": 2, "ffn_dim": 4096, "hidden_size": 1024, "init_std": 0.02, "layerdrop": 0.0,
+  "max_position_embeddings": 2048, "model_type": "opt", "num_attention_heads": 16, "num_hidden_layers": 24,
+  "pad_token_id": 1, "prefix": "</s>", "torch_dtype": "float16", "transformers_version": "4.19.2", "use_cache": true,
+  "vocab_size": 50272, "word_embed_proj_dim": 512})";
+
+std::map<std::string, std::vector<int64_t>> Params(const Graph& g) {
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const Tensor& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter) params[t.name] = t.shape;
+  }
+  return params;
+}
+
+const Op* FindOp(const Graph& g, std::string_view name) {
+  for (const Op& op : g.ops()) {
+    if (op.name == name) return &op;
+  }
+  return nullptr;
+}
+
+// OPT: learned positions two rows on, q_proj scaled as its own tensor, out_proj, fc1/ReLU/fc2, LayerNorm with
+// bias before each branch, the tied lm_head.
+TEST(DecoderFamilies, OptHasOffsetPositionsAndGptStyleBlocks) {
+  ModelConfig c = Preset("opt-1.3b");
+  EXPECT_EQ(c.norm_placement, NormPlacement::kPre);
+  EXPECT_TRUE(c.final_norm && c.tie_word_embeddings && c.qkv_bias && c.mlp_bias);
+  EXPECT_EQ(c.activation, ActivationKind::kRelu);
+  EXPECT_EQ(c.positions, PositionKind::kLearned);
+  EXPECT_EQ(c.word_embed_proj_dim, 2048);
+  EXPECT_DOUBLE_EQ(c.hidden_dropout, 0.1);
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["model.decoder.embed_positions.weight"], (std::vector<int64_t>{2048 + 2, 2048}));
+  EXPECT_EQ(params["model.decoder.embed_tokens.weight"], (std::vector<int64_t>{50272, 2048}));
+  for (const char* name : {"model.decoder.layers.0.self_attn.out_proj.bias", "model.decoder.layers.0.fc1.bias",
+                           "model.decoder.layers.0.fc2.weight", "model.decoder.layers.0.self_attn_layer_norm.bias",
+                           "model.decoder.layers.0.final_layer_norm.bias", "model.decoder.final_layer_norm.weight"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  EXPECT_FALSE(params.contains("lm_head.weight"));
+  EXPECT_FALSE(params.contains("model.decoder.project_in.weight"));
+  EXPECT_EQ(CountOps(g, "model.decoder.layers.0.self_attn.q_proj.scaling", "scale"), 1);
+  EXPECT_EQ(CountOps(g, "model.decoder.layers.0.fc1.act", "relu"), 1);
+  EXPECT_EQ(CountOps(g, "", "rotary"), 0);
+  EXPECT_EQ(CountOps(g, "model.decoder.layers.0.attn_dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(g, "model.decoder.layers.0.mlp_dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(g, "loss.logits_float", "cast"), 0);  // OPT's loss takes the logits as they are
+  // The clamp keeps the masked scores for backward.
+  const Op* clamp = FindOp(g, "model.decoder.layers.0.attn_core.clamp");
+  ASSERT_NE(clamp, nullptr);
+  EXPECT_EQ(clamp->saved, clamp->inputs);
+  EXPECT_EQ(g.tensor(clamp->inputs[0]).elements(), 32u * 16 * 16);
+  // Softmax in f32 (and a cast back) for f16 scores only.
+  for (const auto& [dtype, softmax_dtype, casts] : std::vector<std::tuple<DType, DType, int>>{
+           {DType::kF16, DType::kF32, 1}, {DType::kBF16, DType::kBF16, 0}}) {
+    const Graph h = Build(c, {.batch = 1, .seq_len = 16, .param_dtype = dtype, .compute_dtype = dtype,
+                              .attention = AttentionImpl::kEager});
+    const Op* softmax = FindOp(h, "model.decoder.layers.0.attn_core.softmax");
+    ASSERT_NE(softmax, nullptr);
+    EXPECT_EQ(h.tensor(softmax->outputs[0]).dtype, softmax_dtype) << DTypeName(dtype);
+    EXPECT_EQ(CountOps(h, "model.decoder.layers.0.attn_core.probs_cast", "cast"), casts) << DTypeName(dtype);
+  }
+  // Learned positions end at max_position_embeddings.
+  absl::StatusOr<Graph> too_long = BuildModelGraph(c, {.batch = 1, .seq_len = 4096});
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(too_long.status().message(), HasSubstr("max_position_embeddings (2048)"));
+}
+
+// opt-350m: 512-wide embeddings projected in and out, LayerNorm after each residual add, no final LayerNorm.
+TEST(DecoderFamilies, Opt350mProjectsItsEmbeddingsAndNormsAfterTheResidual) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(kOpt350mConfig, "opt-350m/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->norm_placement, NormPlacement::kPostResidual);
+  EXPECT_FALSE(c->final_norm);
+  EXPECT_EQ(Build(*c).ParameterCount(), 331'196'416u);  // transformers 4.46.3's OPTForCausalLM
+  c->num_layers = 1;
+  const Graph g = Build(*c, {.batch = 1, .seq_len = 16});
+  auto params = Params(g);
+  EXPECT_EQ(params["model.decoder.embed_tokens.weight"], (std::vector<int64_t>{50272, 512}));
+  EXPECT_EQ(params["model.decoder.project_in.weight"], (std::vector<int64_t>{1024, 512}));
+  EXPECT_EQ(params["model.decoder.project_out.weight"], (std::vector<int64_t>{512, 1024}));
+  EXPECT_FALSE(params.contains("model.decoder.final_layer_norm.weight"));
+  // The first q projection reads the projected embeddings plus positions; the attention's LayerNorm reads the
+  // residual sum.
+  const Op* q_proj = FindOp(g, "model.decoder.layers.0.self_attn.q_proj");
+  ASSERT_NE(q_proj, nullptr);
+  EXPECT_EQ(g.tensor(q_proj->inputs[0]).name, "model.decoder.embed_add.out");
+  const Op* norm = FindOp(g, "model.decoder.layers.0.self_attn_layer_norm");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(g.tensor(norm->inputs[0]).name, "model.decoder.layers.0.attn_residual.out");
+  const Op* head = FindOp(g, "lm_head");
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(g.tensor(head->inputs[0]).name, "model.decoder.project_out.out");
+}
+
+TEST(DecoderFamilies, BadOptFieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["OPTForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+          "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(})", "ffn_dim"},
+           {R"(, "ffn_dim": 256, "word_embed_proj_dim": 0})", "word_embed_proj_dim"},
+           {R"(, "ffn_dim": 256, "do_layer_norm_before": "yes"})", "do_layer_norm_before"},
+           {R"(, "ffn_dim": 256, "layer_norm_elementwise_affine": false})", "layer_norm_elementwise_affine"},
+           {R"(, "ffn_dim": 256, "dropout": 2})", "dropout"},
+           {R"(, "ffn_dim": 256, "activation_function": "swish2"})", "activation_function"},
+           {R"(, "ffn_dim": 256, "num_attention_heads": 5})", "num_attention_heads"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "opt.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("opt.json: " + field)) << extra;
+  }
+  // Tensor parallelism names OPT's own field.
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(base + R"(, "ffn_dim": 250})", "opt.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<Graph> split = BuildModelGraph(*c, {.batch = 1, .seq_len = 8, .tensor_parallel = 4});
+  ASSERT_FALSE(split.ok());
+  EXPECT_THAT(split.status().message(), HasSubstr("ffn_dim (250)"));
 }
 
 }  // namespace

@@ -94,6 +94,13 @@ TEST(EmitTorch, SelectiveCheckpointsTheAttentionFunction) {
   EXPECT_THAT(out, HasSubstr("QK^T, scale and mask, softmax, dropout on the probabilities, probs @ V"));
 }
 
+// Gemma3ForCausalLM's model_type is gemma3_text; its attention function is in transformers.models.gemma3.
+TEST(EmitTorch, SelectiveImportsGemma3sAttentionFromItsPackage) {
+  const std::string out = Unwrapped(EmitPlan(EmitFormat::kTorch, Classified(ModeSchedule(CheckpointMode::kSelective)),
+                                             {.title = "gemma 3", .model_type = "gemma3_text"}));
+  EXPECT_THAT(out, HasSubstr("from transformers.models.gemma3.modeling_gemma3 import eager_attention_forward"));
+}
+
 TEST(EmitTorch, MultiLayerSegmentsSayWhatPerLayerWrappingAdds) {
   const std::string out = Emit(EmitFormat::kTorch, ModeSchedule(CheckpointMode::kEveryK, 2));
   EXPECT_THAT(out, HasSubstr("replays layers 0-1, 2-3 as one segment each"));
