@@ -81,6 +81,7 @@ absl::Status RunEstimate(const EstimateFlags& flags, std::ostream& out) {
     emit = *format;
   }
   HEADROOM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(flags.model));
+  ApplyModelDefaults(flags.job, model, job);
   AllocationTrace replayed;
   absl::StatusOr<MemoryEstimate> estimated =
       EstimateMemory(model, job, machine, flags.trace_out.empty() ? nullptr : &replayed);

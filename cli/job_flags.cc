@@ -20,6 +20,7 @@ namespace {
 constexpr std::pair<std::string_view, std::string_view> kFieldFlags[] = {
     {"micro_batch", "--micro-batch"},
     {"seq_len", "--seq"},
+    {"target_seq_len", "--target-seq"},
     {"grad_accum", "--grad-accum"},
     {"precision", "--precision"},
     {"optimizer", "--optimizer"},
@@ -100,6 +101,7 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--ema", f.ema, "An EMA copy of the trainable weights: none (default), gpu or cpu (host memory)");
   app.add_option("--micro-batch,--batch", f.micro_batch, "Samples per GPU per forward/backward (default 1)");
   app.add_option("--seq", f.seq, "Sequence length (default: the model's maximum, at most 4096)");
+  app.add_option("--target-seq", f.target_seq, "Encoder-decoders (T5): the decoder's tokens (default: --seq)");
   app.add_option("--grad-accum", f.grad_accum, "Micro-batches per optimizer step (default 1)");
   app.add_option("--attention", f.attention, "flash (default) or eager");
   app.add_option("--checkpoint", f.checkpoint, "Activation checkpointing: none, full, every-k, selective, sqrt-n");
@@ -129,6 +131,12 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--kernels", f.kernels, "cuda (default) or cpu: whose kernels run the ops (validation on a CPU)");
 }
 
+void ApplyModelDefaults(const JobFlags& flags, const LoadedModel& model, JobSpec& job) {
+  if (flags.attention.empty() && model.config && model.config->family == ModelFamily::kEncoderDecoder) {
+    job.attention = AttentionImpl::kEager;
+  }
+}
+
 absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
   JobSpec job;
   job.training = !f.inference;
@@ -141,6 +149,7 @@ absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
     }
     job.seq_len = *f.seq;
   }
+  job.target_seq_len = f.target_seq;
   job.grad_accum = f.grad_accum;
   // Training defaults to autocast mixed precision; inference servers load
   // 16-bit weights, so inference defaults to pure bf16.
@@ -149,7 +158,8 @@ absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
   HEADROOM_ASSIGN_OR_RETURN(job.optimizer, ForFlag("--optimizer", ParseOptimizer(f.optimizer)));
   HEADROOM_ASSIGN_OR_RETURN(job.optimizer_impl, ForFlag("--optimizer-impl", ParseOptimizerImpl(f.optimizer_impl)));
   HEADROOM_ASSIGN_OR_RETURN(job.ema, ForFlag("--ema", ParseEmaPlacement(f.ema)));
-  HEADROOM_ASSIGN_OR_RETURN(job.attention, ForFlag("--attention", ParseAttentionImpl(f.attention)));
+  HEADROOM_ASSIGN_OR_RETURN(job.attention,
+                            ForFlag("--attention", ParseAttentionImpl(f.attention.empty() ? "flash" : f.attention)));
   HEADROOM_ASSIGN_OR_RETURN(job.checkpoint, ForFlag("--checkpoint", ParseCheckpointMode(f.checkpoint)));
   job.checkpoint_every = f.checkpoint_every;
   if (f.checkpoint_every > 1 && job.checkpoint == CheckpointMode::kOff) job.checkpoint = CheckpointMode::kEveryK;

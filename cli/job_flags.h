@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "hardware/gpu_catalog.h"
 #include "job/job_spec.h"
+#include "models/model_source.h"
 
 namespace headroom::cli {
 
@@ -41,8 +42,9 @@ struct JobFlags {
   std::string optimizer_impl = "foreach";
   int64_t micro_batch = 1;
   std::optional<int64_t> seq;
+  int64_t target_seq = 0;
   int64_t grad_accum = 1;
-  std::string attention = "flash";
+  std::string attention;  // empty: flash, or eager for models without a flash path (T5)
   std::string checkpoint = "none";
   int checkpoint_every = 1;
   int64_t lora_rank = 0;
@@ -68,6 +70,10 @@ void AddJobFlags(CLI::App& app, JobFlags& flags);
 
 // The job the flags describe. Errors name the flag at fault.
 absl::StatusOr<JobSpec> ToJob(const JobFlags& flags);
+
+// Defaults that depend on the model, for flags left out: encoder-decoders (T5, whose position bias is added
+// to the scores) run eager attention.
+void ApplyModelDefaults(const JobFlags& flags, const LoadedModel& model, JobSpec& job);
 
 // `status` with each JobSpec field name that leads a message or names a
 // value replaced by its flag: "overheads.streams: ..." ->

@@ -268,6 +268,7 @@ absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
     strategy = *parsed;
   }
   HEADROOM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(flags.model));
+  ApplyModelDefaults(flags.job, model, job);
   absl::StatusOr<PlanInput> built = BuildPlanInput(model, job, machine);
   if (!built.ok()) return InFlagTerms(built.status());
   const PlanInput& in = *built;

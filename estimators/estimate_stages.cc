@@ -154,8 +154,18 @@ absl::Status CheckJobAgainstModel(const LoadedModel& model, const JobSpec& job) 
     }
     return CheckPipelineStages(layout.pipeline_parallel, LayersOf(*model.graph), "blocks with parameters");
   }
+  if (job.target_seq_len > 0 && (!model.config || model.config->family != ModelFamily::kEncoderDecoder)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "target_seq_len %d: %s has no decoder of its own (encoder-decoders such as T5 do)", job.target_seq_len,
+        model.name));
+  }
   if (!model.config) return absl::OkStatus();
   const ModelConfig& c = *model.config;
+  if (c.family == ModelFamily::kEncoderDecoder && layout.pipeline_parallel > 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pipeline_parallel %d: pipelines over an encoder-decoder (%s) are not modelled", layout.pipeline_parallel,
+        c.architecture));
+  }
   HEADROOM_RETURN_IF_ERROR(CheckPipelineStages(layout.pipeline_parallel, static_cast<int>(c.num_layers),
                                                LayersField(c)));
   if (layout.expert_parallel > 1) {
@@ -183,6 +193,7 @@ absl::StatusOr<Graph> BuildForwardGraph(const LoadedModel& model, const JobSpec&
   const ParallelLayout& layout = job.layout;
   BuildOptions build{.batch = job.micro_batch,
                      .seq_len = setup.seq_len > 0 ? setup.seq_len : 1,
+                     .target_seq_len = job.target_seq_len,
                      .param_dtype = setup.autocast ? DType::kF32 : setup.precision.weight_dtype,
                      .compute_dtype = setup.precision.compute_dtype,
                      .attention = job.attention,

@@ -102,7 +102,8 @@ Applicability DoesNotApply(std::string reason) { return {.applies = false, .reas
 
 bool IsTransformer(const LoadedModel& model) {
   return model.config &&
-         (model.config->family == ModelFamily::kDecoder || model.config->family == ModelFamily::kEncoder);
+         (model.config->family == ModelFamily::kDecoder || model.config->family == ModelFamily::kEncoder ||
+          model.config->family == ModelFamily::kEncoderDecoder);
 }
 
 Fix Candidate(std::string change, FixKind kind, JobSpec job, std::string note = "") {
@@ -156,6 +157,7 @@ std::vector<Fix> Selective(const JobSpec& job) {
 Applicability FlashApplies(const LoadedModel& model, const JobSpec& job) {
   if (job.attention != AttentionImpl::kEager) return DoesNotApply("flash attention is already on");
   if (!IsTransformer(model)) return DoesNotApply("the model has no attention");
+  if (model.config->family == ModelFamily::kEncoderDecoder) return DoesNotApply("T5 has no flash attention path");
   return Applies();
 }
 std::vector<Fix> Flash(const JobSpec& job) {

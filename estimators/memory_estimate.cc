@@ -114,7 +114,10 @@ int64_t ResolveSeqLen(const LoadedModel& model, const JobSpec& job) {
   if (job.seq_len > 0) return job.seq_len;
   if (!model.config) return 0;
   const ModelConfig& c = *model.config;
-  if (c.family != ModelFamily::kDecoder && c.family != ModelFamily::kEncoder) return 0;
+  if (c.family != ModelFamily::kDecoder && c.family != ModelFamily::kEncoder &&
+      c.family != ModelFamily::kEncoderDecoder) {
+    return 0;
+  }
   const int64_t max_pos = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
   return std::min<int64_t>(max_pos, 4096);
 }

@@ -281,7 +281,13 @@ TensorId OpEmitter::Activation(const std::string& name, ActivationKind kind, Ten
 TensorId OpEmitter::Mul(const std::string& name, TensorId a, TensorId b) {
   const Tensor at = graph_.tensor(a);
   const Tensor bt = graph_.tensor(b);
-  const std::vector<int64_t>& shape = at.elements() >= bt.elements() ? at.shape : bt.shape;
+  // Broadcasting as PyTorch does: shapes align at their last dimension, a size-1 dimension stretches.
+  std::vector<int64_t> shape = at.shape.size() >= bt.shape.size() ? at.shape : bt.shape;
+  const std::vector<int64_t>& other = at.shape.size() >= bt.shape.size() ? bt.shape : at.shape;
+  for (size_t i = 0; i < other.size(); ++i) {
+    int64_t& dim = shape[shape.size() - other.size() + i];
+    dim = std::max(dim, other[i]);
+  }
   TensorId c = NewTensor(name + ".out", shape, Promote(at.dtype, bt.dtype));
   Op op{.kind = "mul", .name = name, .inputs = {a, b}, .outputs = {c},
         .flops = static_cast<double>(graph_.tensor(c).elements()),
@@ -295,7 +301,13 @@ TensorId OpEmitter::Mul(const std::string& name, TensorId a, TensorId b) {
 TensorId OpEmitter::Add(const std::string& name, TensorId a, TensorId b) {
   const Tensor at = graph_.tensor(a);
   const Tensor bt = graph_.tensor(b);
-  const std::vector<int64_t>& shape = at.elements() >= bt.elements() ? at.shape : bt.shape;
+  // Broadcasting as PyTorch does: shapes align at their last dimension, a size-1 dimension stretches.
+  std::vector<int64_t> shape = at.shape.size() >= bt.shape.size() ? at.shape : bt.shape;
+  const std::vector<int64_t>& other = at.shape.size() >= bt.shape.size() ? bt.shape : at.shape;
+  for (size_t i = 0; i < other.size(); ++i) {
+    int64_t& dim = shape[shape.size() - other.size() + i];
+    dim = std::max(dim, other[i]);
+  }
   TensorId c = NewTensor(name + ".out", shape, Promote(at.dtype, bt.dtype));
   Emit({.kind = "add", .name = name, .inputs = {a, b}, .outputs = {c},
         .flops = static_cast<double>(graph_.tensor(c).elements()),

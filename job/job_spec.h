@@ -53,6 +53,7 @@ struct JobSpec {
   bool training = true;
   int64_t micro_batch = 1;      // per GPU, per forward/backward
   int64_t seq_len = 0;          // 0: the model's max_position_embeddings capped at 4096
+  int64_t target_seq_len = 0;   // encoder-decoders: the decoder's tokens; 0: seq_len
   int64_t grad_accum = 1;       // micro-batches per optimizer step
   Precision precision = Precision::kBf16Mixed;
   Optimizer optimizer = Optimizer::kAdamW;

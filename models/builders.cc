@@ -42,6 +42,7 @@ FieldNames FieldsOf(const ModelConfig& c) {
             .positions = "n_positions"};
   }
   if (c.model_type == "opt") return {.kv_heads = "num_attention_heads", .intermediate = "ffn_dim"};
+  if (c.model_type == "t5") return {.heads = "num_heads", .kv_heads = "num_heads", .intermediate = "d_ff"};
   if (!IsLlamaLike(c)) return {.kv_heads = "num_attention_heads"};
   return {};
 }
@@ -54,6 +55,7 @@ std::vector<std::string> DefaultLoraTargets(const ModelConfig& c) {
   if (c.model_type == "gpt_neox") return {"query_key_value"};
   if (c.model_type == "phi3") return {"qkv_proj"};
   if (c.model_type == "bert" || c.model_type == "roberta") return {"query", "value"};
+  if (c.model_type == "t5") return {"q", "v"};
   return {"q_proj", "v_proj"};
 }
 
@@ -84,6 +86,12 @@ class Builder {
   absl::Status CheckOptions() const;
   absl::Status BuildDecoder();
   absl::Status BuildEncoder();
+  absl::Status BuildT5();
+  // One T5 attention module (Note [T5]): keys and values from `kv_source`, scores plus `position_bias`.
+  TensorId T5Attention(const std::string& module, TensorId x, TensorId kv_source, TensorId position_bias);
+  // T5's first-block position bias, [1, heads, q, k] buckets plus `mask`; zeros plus `mask` without buckets.
+  TensorId T5PositionBias(const std::string& module, int64_t q, int64_t k, TensorId mask, bool buckets);
+  TensorId T5FeedForward(const std::string& prefix, TensorId x);
   absl::Status BuildCnn();
   absl::Status BuildMlp();
   absl::Status CheckLoraTargetsUsed() const;
@@ -146,7 +154,8 @@ absl::Status Builder::CheckOptions() const {
   if (o_.batch <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat("batch must be positive, got %d", o_.batch));
   }
-  const bool transformer = c_.family == ModelFamily::kDecoder || c_.family == ModelFamily::kEncoder;
+  const bool transformer = c_.family == ModelFamily::kDecoder || c_.family == ModelFamily::kEncoder ||
+                           c_.family == ModelFamily::kEncoderDecoder;
   if (transformer && o_.seq_len <= 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("seq_len must be positive, got %d", o_.seq_len));
@@ -183,10 +192,9 @@ absl::Status Builder::CheckOptions() const {
     return absl::InvalidArgumentError("sequence_parallel needs tensor_parallel > 1");
   }
   if (o_.tensor_parallel > 1) {
-    if (c_.is_mla()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tensor_parallel %d: latent attention (%s) is not modelled under tensor parallelism", t_,
-          c_.architecture));
+    if (c_.is_mla() || c_.family == ModelFamily::kEncoderDecoder) {
+      return absl::InvalidArgumentError(absl::StrFormat("tensor_parallel %d: %s is not modelled under tensor parallelism",
+                                                        t_, c_.is_mla() ? "latent attention" : c_.architecture));
     }
     if (!transformer) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -237,6 +245,12 @@ absl::Status Builder::CheckOptions() const {
     if (lora.quant_block_size <= 0 || lora.nested_block_size <= 0) {
       return absl::InvalidArgumentError("QLoRA block sizes must be positive");
     }
+  }
+  if (c_.family == ModelFamily::kEncoderDecoder && o_.attention == AttentionImpl::kFlash) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "attention flash: %s adds a position bias to its attention scores and has no flash attention path; use "
+        "eager attention",
+        c_.architecture));
   }
   if (c_.architecture == "GPT2Model" && o_.training) {
     return absl::InvalidArgumentError(
@@ -958,6 +972,131 @@ absl::Status Builder::BuildEncoder() {
   return absl::OkStatus();
 }
 
+// Note [T5]
+// T5ForConditionalGeneration (transformers' modeling_t5.py; Raffel et al. 2020) shares one embedding table
+// between an encoder and a decoder of pre-norm blocks:
+//  - T5LayerNorm is an RMSNorm written out in PyTorch ops (the eager RMSNorm), without bias;
+//  - attention is unscaled (T5 folds 1/sqrt(d_kv) into its initialization) and adds a position bias that
+//    the first block computes once from relative-position buckets (an embedding of relative_buckets x heads),
+//    with the padding (encoder) or causal (decoder) mask folded in; later blocks reuse it, so a
+//    [batch, heads, q, k] tensor lives through every block; cross-attention's bias is zeros plus the mask;
+//  - softmax runs on scores.float() and comes back in the scores' dtype; dropout of dropout_rate follows the
+//    embeddings, the attention probabilities, the feed-forward's hidden layer and every block's output;
+//  - the feed-forward is wi, ReLU, wo or, gated (T5 v1.1, Flan-T5), act(wi_0) * wi_1, wo;
+//  - each decoder block attends to itself, then to the encoder's output through EncDecAttention, whose k and
+//    v read that output in every block;
+//  - with tied embeddings the decoder's output is scaled by d_model^-0.5 before the head.
+// Decoder blocks are numbered after the encoder's (blocks num_layers ... num_layers + decoder_layers - 1); the
+// decoder reads target_seq_len tokens (seq_len when not set). The loss is cross-entropy over the decoder's
+// logits, unshifted (the labels are shifted into the decoder's input instead).
+TensorId Builder::T5PositionBias(const std::string& module, int64_t q, int64_t k, TensorId mask, bool buckets) {
+  const int64_t heads = c_.num_heads / t_;
+  const DType dtype = g_.tensor(mask).dtype;
+  TensorId bias;
+  if (buckets) {
+    // relative_position_bucket's integer arithmetic: [q, k] bucket ids, no gradient.
+    TensorId ids = e_.Zeros(module + ".relative_position_bucket", {q, k}, DType::kI64);
+    TensorId table = Param(module + ".relative_attention_bias.weight", {c_.relative_buckets, heads});
+    bias = e_.View(module + ".position_bias", e_.Embedding(module + ".relative_attention_bias", ids, table),
+                   {1, heads, q, k});
+  } else {
+    bias = e_.Zeros(module + ".position_bias", {1, heads, q, k}, dtype);
+  }
+  return e_.Add(module + ".position_bias_masked", bias, mask);
+}
+
+TensorId Builder::T5Attention(const std::string& module, TensorId x, TensorId kv_source, TensorId position_bias) {
+  const int64_t b = o_.batch, d = c_.head_dim, heads = c_.num_heads / t_, h = c_.hidden_size;
+  const int64_t q_len = g_.tensor(x).shape[1], k_len = g_.tensor(kv_source).shape[1];
+  TensorId q = e_.View(module + ".q_heads", Proj(module + ".q", x, h, heads * d, false, Parallel::kColumn),
+                       {b, heads, q_len, d});
+  TensorId k = e_.View(module + ".k_heads", Proj(module + ".k", kv_source, h, heads * d, false, Parallel::kColumn),
+                       {b, heads, k_len, d});
+  TensorId v = e_.View(module + ".v_heads", Proj(module + ".v", kv_source, h, heads * d, false, Parallel::kColumn),
+                       {b, heads, k_len, d});
+  e_.set_attention_core(true);
+  TensorId scores = e_.MatMul(module + ".qk", q, k, /*b_transposed=*/true);
+  const DType scores_dtype = g_.tensor(scores).dtype;
+  scores = e_.AddInplace(module + ".add_position_bias", scores, position_bias);
+  TensorId probs = e_.Cast(module + ".probs_cast", e_.Softmax(module + ".softmax", scores, /*force_f32=*/true),
+                           scores_dtype);
+  probs = e_.Dropout(module + ".dropout", probs, c_.attention_dropout);
+  TensorId context = e_.MatMul(module + ".pv", probs, v);
+  e_.set_attention_core(false);
+  TensorId merged = e_.View(module + ".merge_heads", context, {b, q_len, heads * d});
+  return ReduceOutput(module + ".o", Proj(module + ".o", merged, heads * d, h, false, Parallel::kRow));
+}
+
+TensorId Builder::T5FeedForward(const std::string& prefix, TensorId x) {
+  const std::string m = prefix + "DenseReluDense.";
+  const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_;
+  TensorId hidden;
+  if (c_.gated_mlp) {
+    TensorId gate = Activation(m + "act", Proj(m + "wi_0", x, h, inner, false, Parallel::kColumn));
+    hidden = e_.Mul(m + "gate_mul", gate, Proj(m + "wi_1", x, h, inner, false, Parallel::kColumn));
+  } else {
+    hidden = Activation(m + "act", Proj(m + "wi", x, h, inner, false, Parallel::kColumn));
+  }
+  hidden = e_.Dropout(m + "dropout", hidden, c_.hidden_dropout);
+  return ReduceOutput(m + "wo", Proj(m + "wo", hidden, inner, h, false, Parallel::kRow));
+}
+
+absl::Status Builder::BuildT5() {
+  const int64_t b = o_.batch, s = o_.seq_len, t = o_.target_seq_len > 0 ? o_.target_seq_len : o_.seq_len;
+  const int64_t h = c_.hidden_size, vocab = CeilDiv<int64_t>(c_.vocab_size, t_);
+  e_.set_layer(-1);
+  TensorId shared = Param("shared.weight", {vocab, h});
+  // The padding mask a batch comes with, as the additive [b, 1, 1, s] mask both attentions over it use.
+  TensorId padding = e_.Input("attention_mask", {b, s}, DType::kI64);
+  const DType act_dtype = e_.options().autocast ? o_.param_dtype : o_.compute_dtype;
+  TensorId encoder_mask = e_.Cast("encoder.extended_attention_mask", e_.View("encoder.mask_view", padding, {b, 1, 1, s}),
+                                  act_dtype);
+  auto stack = [&](const std::string& root, TensorId ids, int64_t first_layer, int64_t layers, TensorId self_mask,
+                   TensorId encoder_out) -> absl::StatusOr<TensorId> {
+    e_.set_layer(-1);
+    TensorId x = e_.Embedding(root + "embed_tokens", ids, shared);
+    if (t_ > 1) x = ReduceOutput(root + "embed_tokens", x);
+    x = e_.Dropout(root + "dropout", x, c_.embedding_dropout);
+    const int64_t len = g_.tensor(ids).shape[1];
+    TensorId self_bias = kNone, cross_bias = kNone;
+    for (int64_t i = 0; i < layers; ++i) {
+      e_.set_layer(static_cast<int>(first_layer + i));
+      const std::string p = absl::StrFormat("%sblock.%d.layer.", root, i);
+      TensorId normed = Norm(p + "0.layer_norm", x);
+      if (self_bias == kNone) self_bias = T5PositionBias(p + "0.SelfAttention", len, len, self_mask, true);
+      TensorId attn = T5Attention(p + "0.SelfAttention", normed, normed, self_bias);
+      x = e_.Add(p + "0.add", x, e_.Dropout(p + "0.dropout", attn, c_.hidden_dropout));
+      int next = 1;
+      if (encoder_out != kNone) {
+        normed = Norm(p + "1.layer_norm", x);
+        const int64_t enc_len = g_.tensor(encoder_out).shape[1];
+        if (cross_bias == kNone) cross_bias = T5PositionBias(p + "1.EncDecAttention", len, enc_len, encoder_mask, false);
+        TensorId cross = T5Attention(p + "1.EncDecAttention", normed, encoder_out, cross_bias);
+        x = e_.Add(p + "1.add", x, e_.Dropout(p + "1.dropout", cross, c_.hidden_dropout));
+        next = 2;
+      }
+      const std::string ff = absl::StrFormat("%s%d.", p, next);
+      TensorId mlp = T5FeedForward(ff, Norm(ff + "layer_norm", x));
+      x = e_.Add(ff + "add", x, e_.Dropout(ff + "dropout", mlp, c_.hidden_dropout));
+      HEADROOM_RETURN_IF_ERROR(CheckGraphSize(first_layer + i));
+    }
+    e_.set_layer(-1);
+    return e_.Dropout(root + "final_dropout", Norm(root + "final_layer_norm", x), c_.hidden_dropout);
+  };
+  TensorId encoder_ids = e_.Input("input_ids", {b, s}, DType::kI64);
+  HEADROOM_ASSIGN_OR_RETURN(TensorId encoded, stack("encoder.", encoder_ids, 0, c_.num_layers, encoder_mask, kNone));
+  TensorId decoder_ids = e_.Input("decoder_input_ids", {b, t}, DType::kI64);
+  // The causal mask over the decoder's own tokens, [b, 1, t, t].
+  TensorId causal = e_.Zeros("decoder.causal_mask", {b, 1, t, t}, act_dtype);
+  HEADROOM_ASSIGN_OR_RETURN(TensorId decoded,
+                            stack("decoder.", decoder_ids, c_.num_layers, c_.decoder_layers, causal, encoded));
+  if (c_.tie_word_embeddings) decoded = e_.Scale("decoder.rescale", decoded);  // d_model^-0.5
+  TensorId logits = Proj("lm_head", decoded, h, vocab, false, Parallel::kColumn, false, kNone,
+                         c_.tie_word_embeddings ? shared : kNone);
+  if (o_.training) Loss(logits, b * t, vocab);
+  return absl::OkStatus();
+}
+
 absl::Status Builder::BuildCnn() {
   const int64_t b = o_.batch;
   e_.set_layer(-1);
@@ -1092,6 +1231,7 @@ absl::Status Builder::Build() {
   switch (c_.family) {
     case ModelFamily::kDecoder: HEADROOM_RETURN_IF_ERROR(BuildDecoder()); break;
     case ModelFamily::kEncoder: HEADROOM_RETURN_IF_ERROR(BuildEncoder()); break;
+    case ModelFamily::kEncoderDecoder: HEADROOM_RETURN_IF_ERROR(BuildT5()); break;
     case ModelFamily::kCnn: HEADROOM_RETURN_IF_ERROR(BuildCnn()); break;
     case ModelFamily::kMlp: HEADROOM_RETURN_IF_ERROR(BuildMlp()); break;
   }

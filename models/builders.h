@@ -109,6 +109,8 @@ struct BuildOptions {
   // Tokens per sequence (transformers); ignored for CNNs and MLPs. Must not
   // exceed max_position_embeddings for learned positions.
   int64_t seq_len = 512;
+  // Encoder-decoders: the decoder's tokens (0: seq_len).
+  int64_t target_seq_len = 0;
   DType param_dtype = DType::kF32;
   DType compute_dtype = DType::kF32;
   AttentionImpl attention = AttentionImpl::kEager;

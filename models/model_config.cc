@@ -143,6 +143,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"RobertaForMaskedLM", "roberta", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"RobertaForSequenceClassification", "roberta", ModelFamily::kEncoder,
      EncoderHead::kSequenceClassification},
+    {"T5ForConditionalGeneration", "t5", ModelFamily::kEncoderDecoder},
     {"DeepseekV2ForCausalLM", "deepseek_v2", ModelFamily::kDecoder},
     {"DeepseekV3ForCausalLM", "deepseek_v3", ModelFamily::kDecoder},
     {"MlpChain", "mlp", ModelFamily::kMlp},
@@ -160,6 +161,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"starcoder2", "Starcoder2ForCausalLM"}, {"opt", "OPTForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
+    {"t5", "T5ForConditionalGeneration"},
     {"mlp", "MlpChain"},
 };
 
@@ -277,6 +279,47 @@ absl::Status ParseDeepseek(const json& doc, const JsonPath& path, ModelConfig& c
     HEADROOM_ASSIGN_OR_RETURN(topk_method, RequireString(doc, "topk_method", path));
   }
   c.router_bias = topk_method == "noaux_tc";
+  return absl::OkStatus();
+}
+
+// T5ForConditionalGeneration (T5, T5 v1.1, Flan-T5; Note [T5] in builders.cc): its own key names, relative
+// position buckets instead of position embeddings, `feed_forward_proj` "relu" or "gated-<act>" (transformers
+// maps "gated-gelu" to the tanh GELU), embeddings tied to the head unless tie_word_embeddings says otherwise.
+absl::Status ParseT5(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "d_model", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.head_dim, PositiveInt(doc, "d_kv", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "d_ff", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_heads", path));
+  c.num_kv_heads = c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "num_layers", path, kMaxLayers));
+  c.decoder_layers = c.num_layers;
+  if (Present(doc, "num_decoder_layers")) {
+    HEADROOM_ASSIGN_OR_RETURN(c.decoder_layers, BoundedCount(doc, "num_decoder_layers", path, kMaxLayers));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.relative_buckets, OptionalPositiveInt(doc, "relative_attention_num_buckets", path, 32));
+  // Relative buckets reach any length; n_positions is the length T5 was trained at, the default --seq.
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, OptionalPositiveInt(doc, "n_positions", path, 512));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-6));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "dropout_rate", path, 0.1));
+  c.attention_dropout = c.embedding_dropout = c.hidden_dropout;
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  std::string projection = "relu";
+  if (Present(doc, "feed_forward_proj")) {
+    HEADROOM_ASSIGN_OR_RETURN(projection, RequireString(doc, "feed_forward_proj", path));
+  }
+  c.gated_mlp = projection.starts_with("gated-");
+  std::string act = c.gated_mlp ? projection.substr(6) : projection;
+  if (act == "gelu" && c.gated_mlp) act = "gelu_new";
+  absl::StatusOr<ActivationKind> kind = kHfActivationNames.Parse(act);
+  if (!kind.ok() || act.find('-') != std::string::npos) {
+    return (path / "feed_forward_proj")
+        .Error(absl::StrFormat("'%s' is neither 'ACT' nor 'gated-ACT' with a known activation", projection));
+  }
+  c.activation = *kind;
+  c.norm = NormKind::kRmsNorm;  // T5LayerNorm: no mean subtraction, no bias
+  c.norm_bias = false;
+  c.positions = PositionKind::kRelativeBuckets;
   return absl::OkStatus();
 }
 
@@ -621,9 +664,12 @@ absl::Status CheckMlpSizes(const JsonPath& path, const ModelConfig& c) {
 
 // Transformers: the largest weights and the whole model's parameter count.
 absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
-  const bool gpt2 = c.model_type == "gpt2";
-  const std::string_view hidden = gpt2 ? "n_embd" : "hidden_size";
-  const std::string_view inner = gpt2 ? "n_inner" : c.model_type == "opt" ? "ffn_dim" : "intermediate_size";
+  const bool gpt2 = c.model_type == "gpt2", t5 = c.model_type == "t5";
+  const std::string_view hidden = gpt2 ? "n_embd" : t5 ? "d_model" : "hidden_size";
+  const std::string_view inner = gpt2                    ? "n_inner"
+                                 : c.model_type == "opt" ? "ffn_dim"
+                                 : t5                    ? "d_ff"
+                                                         : "intermediate_size";
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "vocab_size", c.vocab_size, hidden, c.hidden_size));
   HEADROOM_RETURN_IF_ERROR(
       CheckWeight(path, "vocab_size", c.vocab_size, "word_embed_proj_dim", c.word_embed_proj_dim));
@@ -669,10 +715,12 @@ absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
                                      SaturatingMul(h, static_cast<uint64_t>(c.intermediate_size)));
   const uint64_t per_layer =
       SaturatingAdd(attention, SaturatingMul(mlp, static_cast<uint64_t>(std::max<int64_t>(1, c.num_experts))));
-  uint64_t parameters = SaturatingMul(per_layer, static_cast<uint64_t>(c.num_layers));
+  // A decoder block of an encoder-decoder adds cross-attention: counted as two blocks, an upper bound.
+  const uint64_t blocks = static_cast<uint64_t>(c.num_layers) + 2 * static_cast<uint64_t>(c.decoder_layers);
+  uint64_t parameters = SaturatingMul(per_layer, blocks);
   parameters = SaturatingAdd(parameters, SaturatingMul(2 * h, static_cast<uint64_t>(c.vocab_size)));
-  return CheckParameterCount(path, absl::StrFormat("%s, %s, %s, %s and %s", gpt2 ? "n_layer" : "num_hidden_layers",
-                                                   hidden, inner, "vocab_size",
+  const std::string_view layers = gpt2 ? "n_layer" : t5 ? "num_layers" : "num_hidden_layers";
+  return CheckParameterCount(path, absl::StrFormat("%s, %s, %s, %s and %s", layers, hidden, inner, "vocab_size",
                                                    c.is_moe() ? "num_local_experts" : "the heads"),
                              parameters);
 }
@@ -758,6 +806,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
       type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe" || type == "qwen3_moe" ||
       type == "olmo2" || type == "gemma3_text") {
     HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
+  } else if (type == "t5") {
+    HEADROOM_RETURN_IF_ERROR(ParseT5(doc, path, c));
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
     HEADROOM_RETURN_IF_ERROR(ParseDeepseek(doc, path, c));
   } else if (type == "gpt2") {

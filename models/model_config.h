@@ -57,13 +57,14 @@ enum class ModelFamily : uint8_t {
   kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
              // Mixtral
   kEncoder,  // BERT, RoBERTa
+  kEncoderDecoder,  // T5, Flan-T5
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
 };
 
 enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
 
-enum class PositionKind : uint8_t { kLearned, kRotary };
+enum class PositionKind : uint8_t { kLearned, kRotary, kRelativeBuckets };
 
 // Where a decoder block's norms sit around its attention and MLP branches.
 enum class NormPlacement : uint8_t {
@@ -153,6 +154,10 @@ struct ModelConfig {
   int64_t v_head_dim = 0;
   bool shared_expert_gated = true;  // Qwen2-MoE gates its shared expert by a sigmoid; DeepSeek does not
   bool router_bias = false;         // DeepSeek-V3 (noaux_tc): e_score_correction_bias, one per expert
+
+  // --- encoder-decoders (T5; Note [T5] in builders.cc) ---
+  int64_t decoder_layers = 0;     // blocks in the decoder; num_layers counts the encoder's
+  int64_t relative_buckets = 0;   // relative_attention_num_buckets of the first block's position bias
 
   // --- CNNs (torchvision) ---
   int64_t image_size = 224;

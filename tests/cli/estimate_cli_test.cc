@@ -83,6 +83,28 @@ TEST(EstimateCli, LatentAttentionCachesTheLatent) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["bytes"]["kv_cache"].get<uint64_t>(), 2ull * 61 * 32768 * 576 * 2);
 }
 
+// T5 runs eager attention unless told otherwise (it has no flash path) and reads --target-seq decoder tokens;
+// a decoder-only model has no second sequence.
+TEST(EstimateCli, EncoderDecodersTakeATargetSequence) {
+  auto r = RunHeadroom({"estimate", "--model", "t5-v1_1-base", "--gpu", "h100", "--seq", "512", "--target-seq", "128",
+                        "--no-search", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["setup"]["attention"], "eager");
+  EXPECT_EQ(doc["model"]["parameters"], 247'577'856u);
+  auto longer = RunHeadroom({"estimate", "--model", "t5-v1_1-base", "--gpu", "h100", "--seq", "512", "--target-seq",
+                             "512", "--no-search", "--json"});
+  ASSERT_EQ(longer.exit_code, 0) << longer.err;
+  EXPECT_GT(nlohmann::json::parse(longer.out)["bytes"]["activations"].get<uint64_t>(),
+            doc["bytes"]["activations"].get<uint64_t>());
+  auto flash = RunHeadroom({"estimate", "--model", "t5-v1_1-base", "--gpu", "h100", "--attention", "flash"});
+  EXPECT_EQ(flash.exit_code, 2);
+  EXPECT_THAT(flash.err, HasSubstr("no flash attention path"));
+  auto decoder = RunHeadroom({"estimate", "--model", "gpt2", "--gpu", "h100", "--target-seq", "16"});
+  EXPECT_EQ(decoder.exit_code, 2);
+  EXPECT_THAT(decoder.err, HasSubstr("--target-seq 16: gpt2 has no decoder of its own"));
+}
+
 TEST(EstimateCli, LoraFitsWithLimits) {
   auto r = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "h100", "--lora-rank", "16"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -247,6 +247,12 @@ TINY = {
                    "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
                    "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256,
                    "sliding_window": 16, "residual_dropout": 0.1, "embedding_dropout": 0.1},
+    "t5-gated": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "d_ff": 128,
+                 "d_kv": 16, "num_layers": 2, "num_decoder_layers": 3, "num_heads": 4, "vocab_size": 512,
+                 "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+    "t5-relu-tied": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64,
+                     "d_ff": 256, "d_kv": 16, "num_layers": 2, "num_heads": 4, "vocab_size": 512,
+                     "feed_forward_proj": "relu"},
     "bert": {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 64,
              "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256, "vocab_size": 512,
              "max_position_embeddings": 256},
@@ -298,9 +304,6 @@ class HuggingFaceTest(unittest.TestCase):
 # state-space model, ALiBi and parallel-attention decoders. Each traces, keeps transformers' parameter count, and
 # estimates and plans.
 NO_BUILDER = {
-    "t5": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "d_ff": 128,
-           "d_kv": 16, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4, "vocab_size": 512,
-           "feed_forward_proj": "gated-gelu", "decoder_start_token_id": 0, "pad_token_id": 0},
     "bart": {"architectures": ["BartForConditionalGeneration"], "model_type": "bart", "d_model": 64,
              "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
              "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512, "max_position_embeddings": 128},
@@ -395,6 +398,12 @@ def saved_bytes_per_layer(graph):
     return per_layer
 
 
+def block_count(config):
+    if config["model_type"] == "t5":  # encoder blocks, then decoder blocks
+        return config["num_layers"] + config.get("num_decoder_layers", config["num_layers"])
+    return config.get("num_hidden_layers", config.get("n_layer"))
+
+
 def parameter_count(graph):
     return sum(nbytes(t) // DTYPE_BYTES[t["dtype"]] for t in graph["tensors"] if t["role"] == "parameter"
                and "view_of" not in t)
@@ -430,8 +439,7 @@ class BuilderAgreesWithTraceTest(unittest.TestCase):
                     builder = json.load(f)
                 self.assertEqual(parameter_count(traced), parameter_count(builder))
                 traced_layers = saved_bytes_per_layer(traced)
-                self.assertEqual(sorted(traced_layers), list(range(config.get("num_hidden_layers",
-                                                                             config.get("n_layer")))))
+                self.assertEqual(sorted(traced_layers), list(range(block_count(config))))
                 self.assertEqual(traced_layers, saved_bytes_per_layer(builder))
 
 

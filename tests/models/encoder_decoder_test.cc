@@ -1,0 +1,108 @@
+// T5 (Note [T5] in models/builders.cc): parameter counts, the blocks of both stacks, and malformed configs.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/builders.h"
+#include "models/model_config.h"
+#include "models/model_source.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The original t5-base: ReLU feed-forward of 3072, embeddings tied to the head.
+constexpr char kT5Base[] = R"({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5",
+    "d_model": 768, "d_kv": 64, "d_ff": 3072, "num_layers": 12, "num_heads": 12, "vocab_size": 32128,
+    "feed_forward_proj": "relu"})";
+
+Graph Build(const ModelConfig& c, BuildOptions o) {
+  absl::StatusOr<Graph> g = BuildModelGraph(c, o);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *std::move(g) : Graph{};
+}
+
+const BuildOptions kEager{.batch = 2, .seq_len = 32, .target_seq_len = 8, .attention = AttentionImpl::kEager};
+
+// The counts come from transformers 4.46.3's T5ForConditionalGeneration built from each config (summing
+// p.numel() over model.parameters(), shared weights once): 247.6 M for google/t5-v1_1-base (gated GELU,
+// untied head; the model card's "base" 250 M), 222.9 M for the original t5-base (220 M on its card).
+TEST(EncoderDecoder, ParameterCountsMatchTransformers) {
+  absl::StatusOr<ModelConfig> v11 = LoadPresetConfig("t5-v1_1-base");
+  ASSERT_TRUE(v11.ok()) << v11.status();
+  EXPECT_EQ(Build(*v11, kEager).ParameterCount(), 247'577'856u);
+  absl::StatusOr<ModelConfig> base = ParseHfConfig(kT5Base, "t5-base.json");
+  ASSERT_TRUE(base.ok()) << base.status();
+  EXPECT_EQ(Build(*base, kEager).ParameterCount(), 222'903'552u);
+}
+
+TEST(EncoderDecoder, DecoderBlocksFollowTheEncodersAndAttendToIt) {
+  absl::StatusOr<ModelConfig> c = LoadPresetConfig("t5-v1_1-base");
+  ASSERT_TRUE(c.ok()) << c.status();
+  c->num_layers = 2;
+  c->decoder_layers = 3;
+  const Graph g = Build(*c, kEager);
+  int bias_tables = 0;
+  int max_layer = -1;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name.ends_with("relative_attention_bias.weight")) {
+      ++bias_tables;
+      EXPECT_THAT(t.name, HasSubstr("block.0.layer.0.SelfAttention")) << "only each stack's first block";
+    }
+    max_layer = std::max(max_layer, t.layer);
+  }
+  EXPECT_EQ(bias_tables, 2);
+  EXPECT_EQ(max_layer, 4);  // encoder blocks 0-1, decoder blocks 2-4
+  bool cross_reads_encoder = false, logits_are_targets = false;
+  for (const Op& op : g.ops()) {
+    if (op.name == "decoder.block.2.layer.1.EncDecAttention.k") {
+      cross_reads_encoder = g.tensor(op.inputs[0]).shape == std::vector<int64_t>{2, 32, 768};
+      EXPECT_EQ(op.layer, 4);
+    }
+    if (op.name == "lm_head") logits_are_targets = g.tensor(op.outputs[0]).shape == std::vector<int64_t>{2, 8, 32128};
+  }
+  EXPECT_TRUE(cross_reads_encoder);
+  EXPECT_TRUE(logits_are_targets);
+}
+
+TEST(EncoderDecoder, TiedHeadsScaleAndReuseTheEmbeddings) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(kT5Base, "t5-base.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->gated_mlp);
+  const Graph g = Build(*c, kEager);
+  bool rescaled = false;
+  for (const Op& op : g.ops()) rescaled = rescaled || op.name == "decoder.rescale";
+  EXPECT_TRUE(rescaled);
+  for (const Tensor& t : g.tensors()) EXPECT_NE(t.name, "lm_head.weight");
+}
+
+TEST(EncoderDecoder, BadConfigsAndOptionsAreNamed) {
+  const std::string base = R"({"architectures": ["T5ForConditionalGeneration"], "d_kv": 8, "d_ff": 64,
+      "num_layers": 2, "num_heads": 4, "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {"}", "d_model"},
+           {R"(, "d_model": 32, "feed_forward_proj": "gated-swoosh"})", "feed_forward_proj"},
+           {R"(, "d_model": 32, "num_decoder_layers": 0})", "num_decoder_layers"},
+           {R"(, "d_model": 32, "dropout_rate": 1.5})", "dropout_rate"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "t5.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr(field)) << extra;
+  }
+  absl::StatusOr<ModelConfig> ok = ParseHfConfig(base + R"(, "d_model": 32})", "t5.json");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  absl::StatusOr<Graph> flash = BuildModelGraph(*ok, {.batch = 1, .seq_len = 8, .attention = AttentionImpl::kFlash});
+  ASSERT_FALSE(flash.ok());
+  EXPECT_THAT(flash.status().message(), HasSubstr("attention flash"));
+  absl::StatusOr<Graph> tp = BuildModelGraph(
+      *ok, {.batch = 1, .seq_len = 8, .attention = AttentionImpl::kEager, .tensor_parallel = 2});
+  ASSERT_FALSE(tp.ok());
+  EXPECT_THAT(tp.status().message(), HasSubstr("tensor_parallel"));
+}
+
+}  // namespace
+}  // namespace headroom
