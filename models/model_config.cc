@@ -406,6 +406,11 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
     c.attn_output_bias = c.qkv_bias;
     HEADROOM_ASSIGN_OR_RETURN(c.mlp_bias, OptionalBool(doc, "mlp_bias", path, false));
   }
+  if (c.model_type == "mistral") {
+    // Mistral v0.1 attends within 4096 tokens in every layer (Note [Sliding-window KV cache]); v0.2 and later
+    // write null.
+    HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, OptionalPositiveInt(doc, "sliding_window", path, 0));
+  }
   if (c.model_type == "mixtral") {
     HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_local_experts", path, kMaxExperts));
     HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));

@@ -130,6 +130,20 @@ TEST(DecoderFamilies, DeepseekAttendsThroughALatentAndSharesExperts) {
   EXPECT_EQ(CountOps(g, "model.layers.1.self_attn.", "cat"), 2);
 }
 
+// Mistral v0.1 attends within 4096 tokens in every layer, so its KV cache holds the window as Gemma 2's
+// sliding layers do; a config with "sliding_window": null (v0.2 and later) attends to everything.
+TEST(DecoderFamilies, MistralWindowsEveryLayer) {
+  const ModelConfig v01 = Preset("mistral-7b");
+  EXPECT_EQ(v01.sliding_window, 4096);
+  EXPECT_TRUE(v01.is_sliding_layer(0) && v01.is_sliding_layer(31));
+  absl::StatusOr<ModelConfig> v02 = ParseHfConfig(
+      R"({"architectures": ["MistralForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 256, "sliding_window": null})",
+      "mistral.json");
+  ASSERT_TRUE(v02.ok()) << v02.status();
+  EXPECT_FALSE(v02->is_sliding_layer(0));
+}
+
 TEST(DecoderFamilies, BadDeepseekFieldsAreNamed) {
   const std::string base =
       R"({"architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,

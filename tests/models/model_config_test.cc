@@ -55,10 +55,10 @@ TEST(ParseHfConfig, ErrorsNameTheField) {
                   .status()
                   .message(),
               HasSubstr("c.json: hidden_size"));
-  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["T5ForConditionalGeneration"]})", "t5.json")
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["WhisperForConditionalGeneration"]})", "whisper.json")
                   .status()
                   .message(),
-              HasSubstr("unsupported architecture 'T5ForConditionalGeneration'"));
+              HasSubstr("unsupported architecture 'WhisperForConditionalGeneration'"));
   EXPECT_THAT(ParseHfConfig(R"({"vocab_size": 10})", "x.json").status().message(),
               HasSubstr("'architectures' (or 'model_type') is required"));
   EXPECT_THAT(ParseHfConfig(R"({"architectures": ["GPT2LMHeadModel"], "vocab_size": 10,
