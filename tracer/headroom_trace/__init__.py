@@ -32,16 +32,19 @@ def trace(module, inputs, input_names=None, loss=None, call=None, name=None):
     for t, input_name in zip(inputs, names):
         recorder.add_input(t, input_name)
     run = call or (lambda m, xs: m(*xs))
-    with _autocast_accepts_meta(), recorder:
-        output = run(module, inputs)
-        if loss is not None:
-            recorder.phase = "loss"
-            value = loss(output)
-            if not isinstance(value, torch.Tensor) or value.numel() != 1:
-                raise TraceError("the loss must return a one-element tensor")
-            if value.grad_fn is None:
-                raise TraceError("the loss does not depend on any trainable parameter (no autograd graph)")
-    return recorder.finish()
+    try:
+        with _autocast_accepts_meta(), recorder:
+            output = run(module, inputs)
+            if loss is not None:
+                recorder.phase = "loss"
+                value = loss(output)
+                if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                    raise TraceError("the loss must return a one-element tensor")
+                if value.grad_fn is None:
+                    raise TraceError("the loss does not depend on any trainable parameter (no autograd graph)")
+        return recorder.finish()
+    finally:
+        recorder.remove_hooks()  # the user's module is left as it was, whatever happened
 
 
 @contextlib.contextmanager

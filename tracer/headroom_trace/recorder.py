@@ -279,11 +279,14 @@ class GraphRecorder(TorchDispatchMode):
         t = self._keep[tid]
         return storage_key(t)
 
-    def finish(self):
-        self._read_pending_node()
+    def remove_hooks(self):
         for h in self._hooks:
             h.remove()
         self._hooks = []
+
+    def finish(self):
+        self._read_pending_node()
+        self.remove_hooks()
         return {"headroom_graph_version": GRAPH_VERSION, "name": self.name, "tensors": self.tensors, "ops": self.ops}
 
 

@@ -136,9 +136,11 @@ class RecorderTest(unittest.TestCase):
 
     def test_a_loss_without_trainable_parameters_is_refused(self):
         with sources.on_meta():
-            model = torch.nn.Linear(2, 2).requires_grad_(False)
+            model = torch.nn.Sequential(torch.nn.Linear(2, 2)).requires_grad_(False)
         with self.assertRaisesRegex(TraceError, "trainable"):
             trace(model, [torch.empty(1, 2, device="meta")], loss=lambda out: out.mean())
+        # A failed trace leaves no hook behind on the user's modules.
+        self.assertFalse(model[0]._forward_pre_hooks or model[0]._forward_hooks)
 
     def test_storage_key_identifies_views(self):
         t = torch.empty(4, 4, device="meta")
