@@ -37,6 +37,10 @@ MIXTRAL = {"model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512
            "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 8192,
            "max_position_embeddings": 1024, "num_local_experts": 4, "num_experts_per_tok": 2,
            "tie_word_embeddings": False}
+# T5 v1.1 / Flan-T5's layout: gated GELU feed-forward, untied head, four encoder and four decoder blocks.
+T5 = {"model_type": "t5", "d_model": 256, "d_ff": 704, "d_kv": 32, "num_layers": 4, "num_decoder_layers": 4,
+      "num_heads": 8, "vocab_size": 8192, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False,
+      "decoder_start_token_id": 0, "pad_token_id": 0}
 
 
 def hf(architecture, config):
@@ -111,6 +115,8 @@ CONFIGS = [
         hf("Qwen2MoeForCausalLM", QWEN2_MOE)),
     cfg("gemma-fp32-adamw", "Gemma (MQA, (1 + w) RMSNorm, scaled embeddings), fp32, AdamW",
         hf("GemmaForCausalLM", GEMMA)),
+    cfg("t5-fp32-adamw", "T5 v1.1 (encoder-decoder, gated GELU, untied head), fp32, AdamW",
+        hf("T5ForConditionalGeneration", T5)),
     cfg("resnet50-fp32-sgd", "ResNet-50 at 64x64, 100 classes, fp32, SGD with momentum",
         tv("resnet50", 64, 100), micro_batch=8, optimizer="sgd-momentum", seq=None),
     cfg("vgg16-fp32-sgd", "VGG-16 at 64x64, 100 classes, fp32, SGD with momentum", tv("vgg16", 64, 100),
