@@ -58,7 +58,7 @@ int PipelineStageOf(int layer, bool before_first_block, int num_layers, int stag
 uint64_t LargestModuleParameters(const Graph& forward, std::string* name) {
   std::map<std::string, uint64_t> modules;
   for (const Tensor& t : forward.tensors()) {
-    if (t.role == TensorRole::kParameter && t.view_of == kNone) modules[ModuleName(t.name)] += t.elements();
+    if (t.role == TensorRole::kParameter) modules[ModuleName(t.name)] += t.elements();
   }
   uint64_t best = 0;
   for (const auto& [module, elements] : modules) {

@@ -129,10 +129,7 @@ OpId Graph::AddOp(Op op) {
 uint64_t Graph::ParameterCount(bool trainable_only) const {
   uint64_t count = 0;
   for (const Tensor& t : tensors_) {
-    // A view of a parameter (a slice of a packed weight) is no parameter of its own.
-    if (t.role == TensorRole::kParameter && t.view_of == kNone && (!trainable_only || t.trainable)) {
-      count += t.elements();
-    }
+    if (t.role == TensorRole::kParameter && (!trainable_only || t.trainable)) count += t.elements();
   }
   return count;
 }

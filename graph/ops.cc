@@ -108,9 +108,12 @@ TensorId OpEmitter::View(const std::string& name, TensorId x, std::vector<int64_
   const Tensor& src = graph_.tensor(x);
   const TensorId base = src.view_of == kNone ? x : src.view_of;
   const DType dtype = src.dtype;
-  TensorId v = graph_.AddTensor({.name = name, .shape = std::move(shape), .dtype = dtype,
-                                 .role = graph_.tensor(base).role, .layer = layer_,
-                                 .view_of = base});
+  // A view of a parameter (a slice of a packed weight) is an activation over the parameter's storage, as the
+  // tracer records it: no parameter of its own, with no optimizer state or gradient buffer.
+  const TensorRole role =
+      graph_.tensor(base).role == TensorRole::kParameter ? TensorRole::kActivation : graph_.tensor(base).role;
+  TensorId v = graph_.AddTensor({.name = name, .shape = std::move(shape), .dtype = dtype, .role = role,
+                                 .layer = layer_, .view_of = base});
   requires_grad_.resize(graph_.num_tensors(), false);
   Emit({.kind = "view", .name = name, .inputs = {x}, .outputs = {v},
         .compute_dtype = dtype},
