@@ -31,6 +31,7 @@ int LayersOf(const Graph& forward) {
 std::string_view LayersField(const ModelConfig& c) {
   if (c.family == ModelFamily::kMlp) return "layer_sizes entries";
   if (c.family == ModelFamily::kCnn) return "blocks";
+  if (c.family == ModelFamily::kContrastive) return "text_config.num_hidden_layers + vision_config.num_hidden_layers";
   return c.model_type == "gpt2" ? "n_layer" : "num_hidden_layers";
 }
 
@@ -71,9 +72,18 @@ absl::Status CheckActivationSizes(const ModelConfig& c, const JobSpec& job, int6
     return CheckActivation(batch, batch_named, 64 * pixels,
                            absl::StrFormat("64 channels x %d x %d pixels", c.image_size, c.image_size));
   }
+  if (c.family == ModelFamily::kContrastive) {
+    HEADROOM_RETURN_IF_ERROR(CheckActivationSizes(c.text_tower(), job, seq_len));
+    return CheckActivationSizes(c.vision_tower(), job, c.vision_tower().image_tokens());
+  }
   const auto t = static_cast<uint64_t>(job.layout.tensor_parallel);
   const uint64_t tokens = SaturatingMul(batch, static_cast<uint64_t>(seq_len));
-  const std::string tokens_named = absl::StrFormat("%s x seq_len %d", batch_named, seq_len);
+  // A vision transformer's tokens come from its image (Note [Vision transformer configs]).
+  const std::string tokens_named =
+      c.family == ModelFamily::kVision
+          ? absl::StrFormat("%s x ((image_size %d / patch_size %d)^2%s tokens)", batch_named, c.image_size,
+                            c.patch_size, c.class_token ? " + 1" : "")
+          : absl::StrFormat("%s x seq_len %d", batch_named, seq_len);
   const bool gpt2 = c.model_type == "gpt2";
   const std::string_view inner = gpt2 ? "n_inner" : c.model_type == "opt" ? "ffn_dim" : "intermediate_size";
   const struct {
@@ -182,6 +192,12 @@ absl::Status CheckJobAgainstModel(const LoadedModel& model, const JobSpec& job) 
     }
   }
   const int64_t seq_len = ResolveSeqLen(model, job);
+  if (c.family == ModelFamily::kVision && job.seq_len > 0 && job.seq_len != seq_len) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "seq_len %d: %s attends over its image's %d tokens ((image_size %d / patch_size %d)^2 + 1); set "
+        "image_size in the config instead",
+        job.seq_len, c.architecture, seq_len, c.image_size, c.patch_size));
+  }
   return CheckActivationSizes(c, job, seq_len > 0 ? seq_len : 1);
 }
 

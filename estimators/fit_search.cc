@@ -106,6 +106,13 @@ bool IsTransformer(const LoadedModel& model) {
           model.config->family == ModelFamily::kEncoderDecoder);
 }
 
+// Transformers and the vision transformers (ViT, CLIP, SigLIP), which have attention and Linears to adapt but
+// no tensor-parallel builder.
+bool HasAttention(const LoadedModel& model) {
+  return IsTransformer(model) || (model.config && (model.config->family == ModelFamily::kVision ||
+                                                   model.config->family == ModelFamily::kContrastive));
+}
+
 Fix Candidate(std::string change, FixKind kind, JobSpec job, std::string note = "") {
   return {.change = std::move(change), .kind = kind, .job = std::move(job),
           .note = std::move(note)};
@@ -156,7 +163,7 @@ std::vector<Fix> Selective(const JobSpec& job) {
 
 Applicability FlashApplies(const LoadedModel& model, const JobSpec& job) {
   if (job.attention != AttentionImpl::kEager) return DoesNotApply("flash attention is already on");
-  if (!IsTransformer(model)) return DoesNotApply("the model has no attention");
+  if (!HasAttention(model)) return DoesNotApply("the model has no attention");
   if (model.config->family == ModelFamily::kEncoderDecoder) return DoesNotApply("T5 has no flash attention path");
   return Applies();
 }
@@ -249,7 +256,7 @@ std::vector<Fix> EmaToHost(const JobSpec& job) {
 Applicability LoraApplies(const LoadedModel& model, const JobSpec& job) {
   if (job.lora.enabled()) return DoesNotApply("LoRA is already on");
   // The builders put adapters on transformer Linears only (models/builders.h).
-  if (!IsTransformer(model)) return DoesNotApply("LoRA adapters are built for transformers only");
+  if (!HasAttention(model)) return DoesNotApply("LoRA adapters are built for transformers only");
   return Applies();
 }
 std::vector<Fix> Lora(const JobSpec& job) {
@@ -369,11 +376,12 @@ absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& jo
   }
 
   const int64_t seq = ResolveSeqLen(model, job);
-  out.has_sequence = seq > 0;
+  // A vision transformer's sequence is fixed by its image; a two-tower model's is its text tower's.
+  out.has_sequence = seq > 0 && model.config->family != ModelFamily::kVision;
   if (!out.has_sequence) return out;
-  const int64_t max_pos = model.config->max_position_embeddings > 0
-                              ? model.config->max_position_embeddings
-                              : 131072;
+  const ModelConfig& text =
+      model.config->family == ModelFamily::kContrastive ? model.config->text_tower() : *model.config;
+  const int64_t max_pos = text.max_position_embeddings > 0 ? text.max_position_embeddings : 131072;
   // Sequence parallelism splits the sequence over the tensor-parallel ranks:
   // probe only lengths they divide.
   const int64_t t = job.layout.sequence_parallel ? job.layout.tensor_parallel : 1;

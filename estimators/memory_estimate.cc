@@ -111,9 +111,12 @@ std::vector<BudgetRow> MemoryEstimate::rows() const {
 }
 
 int64_t ResolveSeqLen(const LoadedModel& model, const JobSpec& job) {
+  // A vision transformer's sequence is its image's patches (and class token), not a job setting.
+  if (model.config && model.config->family == ModelFamily::kVision) return model.config->image_tokens();
   if (job.seq_len > 0) return job.seq_len;
   if (!model.config) return 0;
-  const ModelConfig& c = *model.config;
+  const ModelConfig& c = model.config->family == ModelFamily::kContrastive ? model.config->text_tower()
+                                                                           : *model.config;
   if (c.family != ModelFamily::kDecoder && c.family != ModelFamily::kEncoder &&
       c.family != ModelFamily::kEncoderDecoder) {
     return 0;

@@ -16,6 +16,7 @@ std::string_view ActivationName(ActivationKind kind) {
     case ActivationKind::kRelu: return "relu";
     case ActivationKind::kTanh: return "tanh";
     case ActivationKind::kSigmoid: return "sigmoid";
+    case ActivationKind::kQuickGelu: return "quick_gelu";
   }
   return "unknown";
 }
@@ -107,9 +108,12 @@ TensorId OpEmitter::View(const std::string& name, TensorId x, std::vector<int64_
   const Tensor& src = graph_.tensor(x);
   const TensorId base = src.view_of == kNone ? x : src.view_of;
   const DType dtype = src.dtype;
-  TensorId v = graph_.AddTensor({.name = name, .shape = std::move(shape), .dtype = dtype,
-                                 .role = graph_.tensor(base).role, .layer = layer_,
-                                 .view_of = base});
+  // A view of a parameter (a slice of a packed weight) is an activation over the parameter's storage, as the
+  // tracer records it: no parameter of its own, with no optimizer state or gradient buffer.
+  const TensorRole role =
+      graph_.tensor(base).role == TensorRole::kParameter ? TensorRole::kActivation : graph_.tensor(base).role;
+  TensorId v = graph_.AddTensor({.name = name, .shape = std::move(shape), .dtype = dtype, .role = role,
+                                 .layer = layer_, .view_of = base});
   requires_grad_.resize(graph_.num_tensors(), false);
   Emit({.kind = "view", .name = name, .inputs = {x}, .outputs = {v},
         .compute_dtype = dtype},
@@ -335,6 +339,44 @@ TensorId OpEmitter::Scale(const std::string& name, TensorId x) {
   Emit({.kind = "scale", .name = name, .inputs = {x}, .outputs = {y},
         .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype},
        RequiresGrad(x));
+  return y;
+}
+
+TensorId OpEmitter::Exp(const std::string& name, TensorId x) {
+  const Tensor xt = graph_.tensor(x);
+  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
+  const bool rg = RequiresGrad(x);
+  Op op{.kind = "exp", .name = name, .inputs = {x}, .outputs = {y},
+        .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
+  if (rg) op.saved = {y};
+  Emit(std::move(op), rg);
+  return y;
+}
+
+TensorId OpEmitter::VectorNorm(const std::string& name, TensorId x) {
+  const Tensor xt = graph_.tensor(x);
+  std::vector<int64_t> shape = xt.shape;
+  shape.back() = 1;
+  TensorId y = NewTensor(name + ".out", std::move(shape), xt.dtype);
+  const bool rg = RequiresGrad(x);
+  Op op{.kind = "vector_norm", .name = name, .inputs = {x}, .outputs = {y},
+        .flops = 2.0 * static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
+  if (rg) op.saved = {x, y};
+  Emit(std::move(op), rg);
+  return y;
+}
+
+TensorId OpEmitter::LogSigmoid(const std::string& name, TensorId x) {
+  const Tensor xt = graph_.tensor(x);
+  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
+  // CUDA's kernel returns an empty buffer; the CPU one as large as x.
+  const bool cuda = options_.runtime.kernels == Kernels::kCuda;
+  TensorId buffer = NewTensor(name + ".buffer", cuda ? std::vector<int64_t>{0} : xt.shape, xt.dtype);
+  const bool rg = RequiresGrad(x);
+  Op op{.kind = "log_sigmoid", .name = name, .inputs = {x}, .outputs = {y, buffer},
+        .flops = 4.0 * static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
+  if (rg) op.saved = {x, buffer};
+  Emit(std::move(op), rg);
   return y;
 }
 

@@ -41,6 +41,9 @@
 //   dropout        (x) -> (y, mask)                     saves mask: bool on CUDA, x's dtype on a CPU
 //                  (Note [Runtime differences] in graph/torch_runtime.h)
 //   pow            (x) -> x^c                           saves x
+//   exp            (x) -> e^x                           saves y
+//   vector_norm    (x) -> L2 norm over the last dim, kept  saves x, y
+//   log_sigmoid    (x) -> (y, buffer)                   saves x, buffer (log_sigmoid_forward's; empty on CUDA)
 //   mean           (x) -> mean over the last dim, kept  saves x before PyTorch 2.0, else nothing
 //   rsqrt          (x) -> y                             saves y
 //   contiguous     (x view) -> dense copy               saves nothing; its gradient is the output's
@@ -93,7 +96,9 @@ namespace headroom {
 // (HF's "gelu_pytorch_tanh"); kGeluNew is HF's "gelu_new", the same function
 // written in PyTorch ops, which builders emit op by op (Note [gelu_new] in
 // models/builders.cc); OpEmitter::Activation emits it as one kGeluTanh-like op.
-enum class ActivationKind : uint8_t { kGelu, kGeluTanh, kGeluNew, kSilu, kRelu, kTanh, kSigmoid };
+// kQuickGelu is CLIP's x * sigmoid(1.702 x), likewise PyTorch ops that
+// builders emit one by one (Note [quick_gelu]).
+enum class ActivationKind : uint8_t { kGelu, kGeluTanh, kGeluNew, kSilu, kRelu, kTanh, kSigmoid, kQuickGelu };
 std::string_view ActivationName(ActivationKind kind);  // "gelu", "gelu_tanh", "silu", ...
 
 struct EmitterOptions {
@@ -158,6 +163,11 @@ class OpEmitter {
   // x to a constant power, a mean over the last dimension (kept as size 1),
   // and 1/sqrt(x): Hugging Face's eager RMSNorm and gelu_new use these.
   TensorId Pow(const std::string& name, TensorId x);
+  TensorId Exp(const std::string& name, TensorId x);
+  // x.norm(p=2, dim=-1, keepdim=True): CLIP and SigLIP normalize their embeddings by it.
+  TensorId VectorNorm(const std::string& name, TensorId x);
+  // F.logsigmoid, whose forward also returns the buffer its backward reads (SigLIP's loss).
+  TensorId LogSigmoid(const std::string& name, TensorId x);
   TensorId MeanLastDim(const std::string& name, TensorId x);
   TensorId Rsqrt(const std::string& name, TensorId x);
   // x.contiguous() of a strided view: a dense copy.

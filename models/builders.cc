@@ -1,6 +1,7 @@
 #include "models/builders.h"
 
 #include <algorithm>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -65,20 +66,33 @@ class Builder {
       : c_(config),
         o_(options),
         g_(graph),
-        e_(graph, EmitterOptions{
-                      .compute_dtype = options.compute_dtype,
-                      .autocast = options.param_dtype != options.compute_dtype,
-                      .autocast_wide_dtype = options.param_dtype,
-                      .training = options.training,
-                      .runtime = options.runtime}),
+        own_e_(std::make_unique<OpEmitter>(graph, EmitterOptions{
+                                                      .compute_dtype = options.compute_dtype,
+                                                      .autocast = options.param_dtype != options.compute_dtype,
+                                                      .autocast_wide_dtype = options.param_dtype,
+                                                      .training = options.training,
+                                                      .runtime = options.runtime})),
+        e_(*own_e_),
         t_(options.tensor_parallel),
-        sp_(options.sequence_parallel) {
+        sp_(options.sequence_parallel),
+        seq_(config.family == ModelFamily::kVision ? config.image_tokens() : options.seq_len) {
     if (o_.lora.enabled()) {
       const std::vector<std::string> targets =
           o_.lora.target_modules.empty() ? DefaultLoraTargets(c_) : o_.lora.target_modules;
       lora_targets_.insert(targets.begin(), targets.end());
     }
   }
+  // One tower of a two-tower model (Note [Contrastive towers]): its own config and sequence, the parent's
+  // graph and emitter; the parent merges its LoRA bookkeeping back (MergeTower).
+  Builder(const ModelConfig& tower, const Builder& parent, int64_t seq_len)
+      : c_(tower),
+        o_(parent.o_),
+        g_(parent.g_),
+        e_(parent.e_),
+        t_(parent.t_),
+        sp_(parent.sp_),
+        seq_(seq_len),
+        lora_targets_(parent.lora_targets_) {}
 
   absl::Status Build();
 
@@ -92,6 +106,23 @@ class Builder {
   // T5's first-block position bias, [1, heads, q, k] buckets plus `mask`; zeros plus `mask` without buckets.
   TensorId T5PositionBias(const std::string& module, int64_t q, int64_t k, TensorId mask, bool buckets);
   TensorId T5FeedForward(const std::string& prefix, TensorId x);
+  absl::Status BuildVision();
+  absl::Status BuildContrastive();
+  // A vision transformer over pixel_values up to its last hidden state (Note [Vision transformers]), blocks
+  // numbered from `first_layer`, module names under `root` ("vit.", "vision_model.").
+  absl::StatusOr<TensorId> VisionBody(const std::string& root, int first_layer);
+  // A two-tower model's towers up to their pooled outputs [batch, hidden] (Note [Contrastive towers]).
+  absl::StatusOr<TensorId> VisionTower(int first_layer);
+  absl::StatusOr<TensorId> TextTower(int first_layer);
+  // SigLIP's vision head: a learned probe attending over the patches (nn.MultiheadAttention), then an MLP.
+  TensorId AttentionPool(const std::string& head, TensorId x);
+  // x / x.norm(dim=-1, keepdim=True).
+  TensorId Normalize(const std::string& name, TensorId x);
+  // A tower's LoRA bookkeeping, for CheckLoraTargetsUsed.
+  void MergeTower(const Builder& tower) {
+    seen_leaves_.insert(tower.seen_leaves_.begin(), tower.seen_leaves_.end());
+    used_targets_.insert(tower.used_targets_.begin(), tower.used_targets_.end());
+  }
   absl::Status BuildCnn();
   absl::Status BuildMlp();
   absl::Status CheckLoraTargetsUsed() const;
@@ -137,9 +168,12 @@ class Builder {
   const ModelConfig& c_;
   const BuildOptions& o_;
   Graph& g_;
-  OpEmitter e_;
+  std::unique_ptr<OpEmitter> own_e_;  // null in a tower, which emits through its parent's
+  OpEmitter& e_;
   const int t_;
   const bool sp_;
+  // Tokens each attention attends over: o_.seq_len, or a vision transformer's patches (Note [Vision transformers]).
+  const int64_t seq_;
   TensorId cos_ = kNone;
   TensorId sin_ = kNone;
   TensorId local_cos_ = kNone;  // Gemma 3's sliding layers (Note [Gemma decoders])
@@ -165,6 +199,17 @@ absl::Status Builder::CheckOptions() const {
     return absl::InvalidArgumentError(absl::StrFormat(
         "seq_len %d exceeds the model's %s (%d): its learned position embeddings end there",
         o_.seq_len, fields.positions, c_.max_position_embeddings));
+  }
+  // Vision transformers attend over their image's patches (seq_len is ignored); two-tower models read
+  // seq_len as the text tower's tokens.
+  const bool vision = c_.family == ModelFamily::kVision || c_.family == ModelFamily::kContrastive;
+  if (c_.family == ModelFamily::kContrastive) {
+    const int64_t positions = c_.text_tower().max_position_embeddings;
+    if (o_.seq_len <= 0 || o_.seq_len > positions) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "seq_len %d: the text tower takes 1 to text_config.max_position_embeddings (%d) tokens", o_.seq_len,
+          positions));
+    }
   }
   auto floating = [](DType d) {
     return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16 || d == DType::kF64;
@@ -195,6 +240,11 @@ absl::Status Builder::CheckOptions() const {
     if (c_.is_mla() || c_.family == ModelFamily::kEncoderDecoder) {
       return absl::InvalidArgumentError(absl::StrFormat("tensor_parallel %d: %s is not modelled under tensor parallelism",
                                                         t_, c_.is_mla() ? "latent attention" : c_.architecture));
+    }
+    if (vision) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tensor_parallel %d: not modelled for %s's vision transformer; shard it with FSDP or ZeRO instead", t_,
+          c_.architecture));
     }
     if (!transformer) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -230,7 +280,7 @@ absl::Status Builder::CheckOptions() const {
     return absl::InvalidArgumentError("QLoRA (NF4 base weights) needs a lora rank > 0");
   }
   if (lora.enabled()) {
-    if (!transformer) {
+    if (!transformer && !vision) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "LoRA is supported for transformers only, not %s", c_.architecture));
     }
@@ -361,7 +411,16 @@ TensorId Builder::SoftCap(const std::string& name, TensorId x) {
 // in PyTorch ops, so autograd keeps x (for pow), 0.5 * x, the tanh's output
 // and 1 + tanh besides the result: four intermediate-sized tensors per layer
 // where F.gelu(approximate="tanh") ("gelu_pytorch_tanh") keeps one.
+//
+// Note [quick_gelu]
+// CLIP's QuickGELUActivation computes x * sigmoid(1.702 * x) in PyTorch ops:
+// autograd keeps x and the sigmoid's output (the 1.702 * x between them is
+// freed), two intermediate-sized tensors where F.gelu keeps one.
 TensorId Builder::Activation(const std::string& name, TensorId x) {
+  if (c_.activation == ActivationKind::kQuickGelu) {
+    TensorId gate = e_.Activation(name + ".sigmoid", ActivationKind::kSigmoid, e_.Scale(name + ".scale", x));
+    return e_.Mul(name, x, gate);
+  }
   if (c_.activation != ActivationKind::kGeluNew) return e_.Activation(name, c_.activation, x);
   TensorId half = e_.Scale(name + ".half", x);
   TensorId cube = e_.Scale(name + ".cube_scale", e_.Pow(name + ".cube", x));
@@ -464,10 +523,12 @@ TensorId Builder::ReduceOutput(const std::string& name, TensorId x) {
 }
 
 TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_shard) {
-  const int64_t b = o_.batch, s = o_.seq_len, h = c_.hidden_size, d = c_.head_dim;
+  const int64_t b = o_.batch, s = seq_, h = c_.hidden_size, d = c_.head_dim;
   const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
-  const bool causal = c_.family == ModelFamily::kDecoder;
+  // CLIP's text tower masks causally; SigLIP's does not.
+  const bool causal = c_.family == ModelFamily::kDecoder || c_.model_type == "clip_text_model";
   const bool opt = c_.model_type == "opt";
+  const bool clip = c_.model_type.starts_with("clip_"), siglip = c_.model_type.starts_with("siglip_");
   TensorId q, k, v;
   std::string out_module;
   if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox") {
@@ -488,10 +549,10 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     v = e_.View(module + ".v", qkv, {b, heads, s, d});
     out_module = prefix + (gpt2 ? "attn.c_proj" : "attention.dense");
   } else {
-    const bool bert = c_.family == ModelFamily::kEncoder;
-    const std::string base = prefix + (bert ? "attention.self." : "self_attn.");
-    const std::string qn = bert ? "query" : "q_proj", kn = bert ? "key" : "k_proj",
-                      vn = bert ? "value" : "v_proj";
+    const bool bert = c_.model_type == "bert" || c_.model_type == "roberta", vit = c_.model_type == "vit";
+    const std::string base = prefix + (bert ? "attention.self." : vit ? "attention.attention." : "self_attn.");
+    const std::string qn = bert || vit ? "query" : "q_proj", kn = bert || vit ? "key" : "k_proj",
+                      vn = bert || vit ? "value" : "v_proj";
     if (c_.fused_qkv) {
       // Phi-3: q, k and v are slices of one projection's output, which they keep alive.
       TensorId qkv = Proj(base + "qkv_proj", x, h, (heads + 2 * kv) * d, c_.qkv_bias, Parallel::kColumn, false,
@@ -501,7 +562,8 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
       v = e_.View(base + "qkv_proj.v", qkv, {b, kv, s, d});
     } else {
       TensorId qp = Proj(base + qn, x, h, heads * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
-      if (opt) qp = e_.Scale(base + "q_proj.scaling", qp);  // Note [OPT]: q_proj(x) * head_dim^-1/2
+      // Note [OPT] (and CLIPAttention): q_proj(x) * head_dim^-1/2, its own tensor.
+      if (opt || clip) qp = e_.Scale(base + "q_proj.scaling", qp);
       TensorId kp = Proj(base + kn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
       TensorId vp = Proj(base + vn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
       if (c_.qk_norm_full) {
@@ -518,7 +580,8 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
       q = RmsNormOver(base + "q_norm", q, d);
       k = RmsNormOver(base + "k_norm", k, d);
     }
-    out_module = bert ? prefix + "attention.output.dense" : base + (opt ? "out_proj" : "o_proj");
+    out_module = bert || vit ? prefix + "attention.output.dense"
+                             : base + (opt || clip || siglip ? "out_proj" : "o_proj");
   }
   if (c_.positions == PositionKind::kRotary) {
     const auto rotary_dims = static_cast<int64_t>(static_cast<double>(d) * c_.rotary_pct);
@@ -549,10 +612,11 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     // f32 (and casts back) for f16 scores only.
     const bool f16_scores = g_.tensor(scores).dtype == DType::kF16;
     if (opt) scores = e_.Maximum(core + ".clamp", scores);
-    TensorId probs = e_.Softmax(core + ".softmax", scores, /*force_f32=*/IsLlamaLike(c_) || (opt && f16_scores));
-    // Decoders cast the probabilities back to v's dtype (HF's
-    // `.to(query.dtype)` / `.type(value.dtype)`); BERT leaves that to autocast.
-    if (c_.family == ModelFamily::kDecoder && (!opt || f16_scores)) {
+    TensorId probs =
+        e_.Softmax(core + ".softmax", scores, /*force_f32=*/IsLlamaLike(c_) || siglip || (opt && f16_scores));
+    // Decoders and SigLIP cast the probabilities back to v's dtype (HF's
+    // `.to(query.dtype)` / `.type(value.dtype)`); BERT, ViT and CLIP leave that to autocast.
+    if ((c_.family == ModelFamily::kDecoder && (!opt || f16_scores)) || siglip) {
       probs = e_.Cast(core + ".probs_cast", probs, g_.tensor(v).dtype);
     }
     probs = e_.Dropout(core + ".dropout", probs, c_.attention_dropout);
@@ -662,6 +726,8 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
       up_name = "mlp.c_fc", down_name = "mlp.c_proj";  // GPT-2's names on nn.Linear
     } else if (c_.model_type == "opt") {
       up_name = "fc1", down_name = "fc2";
+    } else if (c_.model_type.starts_with("clip_") || c_.model_type.starts_with("siglip_")) {
+      up_name = "mlp.fc1", down_name = "mlp.fc2";  // CLIPMLP, SiglipMLP
     } else if (c_.model_type == "gpt_neox") {
       up_name = "mlp.dense_h_to_4h", down_name = "mlp.dense_4h_to_h";
     } else {
@@ -1097,6 +1163,219 @@ absl::Status Builder::BuildT5() {
   return absl::OkStatus();
 }
 
+// Note [Vision transformers]
+// ViTModel and ViTForImageClassification (transformers 4.46's modeling_vit.py) run BERT's encoder blocks over
+// image patches, with the norms before each branch:
+//  - a Conv2d of kernel and stride patch_size embeds each patch (embeddings.patch_embeddings.projection,
+//    with bias), flattened and transposed to [b, patches, hidden] (views); the class token (cls_token,
+//    [1, 1, hidden]) is expanded over the batch and concatenated ahead, and position_embeddings
+//    ([1, patches + 1, hidden], a parameter added whole, not a lookup) added. The sequence is
+//    (image_size / patch_size)^2 + 1 tokens, whatever BuildOptions::seq_len says;
+//  - each block: x + attention(layernorm_before(x)), then x + output(intermediate(layernorm_after(x))), with
+//    BERT's eager attention (scores divided by sqrt(head_dim), softmax, dropout) under attention.attention and
+//    attention.output, and dropout (hidden_dropout_prob, 0 in Google's checkpoints) after each branch;
+//  - a final layernorm over every token. ViTForImageClassification's classifier reads the class token;
+//    ViTModel's pooler (dense, tanh) likewise. Training a ViTModel attaches the classifier as
+//    AutoModelForImageClassification does: it builds ViTForImageClassification, whose ViTModel has no pooler,
+//    with the config's num_labels.
+// The blocks keep one score-sized tensor less than a decoder's (no mask, no f32 upcast) and, at 197 tokens
+// for 224-pixel images and 16-pixel patches, the scores are small beside the MLP's activations.
+absl::StatusOr<TensorId> Builder::VisionBody(const std::string& root, int first_layer) {
+  const int64_t b = o_.batch, h = c_.hidden_size, patch = c_.patch_size, grid = c_.image_size / patch;
+  const int64_t s = c_.image_tokens();
+  const bool vit = c_.model_type == "vit", clip = c_.model_type == "clip_vision_model";
+  e_.set_layer(-1);
+  TensorId pixels =
+      e_.Input("pixel_values", {b, c_.in_channels, c_.image_size, c_.image_size}, o_.param_dtype);
+  const std::string embed = root + "embeddings.";
+  const std::string conv = embed + (vit ? "patch_embeddings.projection" : "patch_embedding");
+  TensorId weight = Param(conv + ".weight", {h, c_.in_channels, patch, patch});
+  TensorId bias = clip ? kNone : Param(conv + ".bias", {h});  // CLIP's patch embedding has none
+  TensorId x = e_.Conv2d(conv, pixels, weight, bias, patch, 0);
+  x = e_.View(conv + ".flatten", x, {b, h, grid * grid});
+  x = e_.View(conv + ".transpose", x, {b, grid * grid, h});
+  if (c_.class_token) {
+    TensorId token = vit ? Param(embed + "cls_token", {1, 1, h}) : Param(embed + "class_embedding", {h});
+    x = e_.Concat(embed + "cat", {token, x}, {b, s, h});
+  }
+  if (vit) {
+    x = e_.Add(embed + "add_position", x, Param(embed + "position_embeddings", {1, s, h}));
+  } else {
+    // CLIPVisionEmbeddings and SiglipVisionEmbeddings look their positions up by a position_ids buffer.
+    TensorId ids = e_.Buffer(embed + "position_ids", {1, s}, DType::kI64);
+    TensorId table = Param(embed + "position_embedding.weight", {s, h});
+    x = e_.Add(embed + "add_position", x, e_.Embedding(embed + "position_embedding", ids, table));
+  }
+  x = e_.Dropout(embed + "dropout", x, c_.embedding_dropout);
+  if (clip) x = LayerNormModule(root + "pre_layrnorm", x);  // sic, transformers' name
+  for (int64_t i = 0; i < c_.num_layers; ++i) {
+    e_.set_layer(first_layer + static_cast<int>(i));
+    const std::string p = absl::StrFormat("%sencoder.%s.%d.", root, vit ? "layer" : "layers", i);
+    TensorId attn = Attention(p, LayerNormModule(p + (vit ? "layernorm_before" : "layer_norm1"), x), kNone);
+    attn = e_.Dropout(p + "attention.output.dropout", attn, c_.hidden_dropout);
+    x = e_.Add(p + "attention_residual", attn, x);
+    TensorId mlp = Mlp(p, LayerNormModule(p + (vit ? "layernorm_after" : "layer_norm2"), x), kNone);
+    mlp = e_.Dropout(p + "output.dropout", mlp, c_.hidden_dropout);
+    x = e_.Add(p + "mlp_residual", mlp, x);
+    HEADROOM_RETURN_IF_ERROR(CheckGraphSize(i));
+  }
+  e_.set_layer(-1);
+  return x;
+}
+
+absl::Status Builder::BuildVision() {
+  const int64_t b = o_.batch, h = c_.hidden_size;
+  const bool model_only = c_.encoder_head == EncoderHead::kBodyOnly;
+  const std::string root = model_only ? "" : "vit.";
+  HEADROOM_ASSIGN_OR_RETURN(TensorId x, VisionBody(root, 0));
+  x = LayerNormModule(root + "layernorm", x);
+  TensorId first = e_.View(root + "class_token", x, {b, h});  // sequence_output[:, 0]
+  if (model_only && !o_.training) {
+    e_.Activation(root + "pooler.activation", ActivationKind::kTanh,
+                  Proj(root + "pooler.dense", first, h, h, true, Parallel::kReplicated));
+    return absl::OkStatus();
+  }
+  TensorId logits = Proj("classifier", first, h, c_.num_labels, true, Parallel::kReplicated);
+  if (o_.training) Loss(logits, b, c_.num_labels);
+  return absl::OkStatus();
+}
+
+// Note [Contrastive towers]
+// CLIPModel and SiglipModel (transformers 4.46's modeling_clip.py and modeling_siglip.py) embed a batch of
+// images and a batch of texts and score every image against every text:
+//  - the vision tower is a vision transformer (VisionBody) with q/k/v/out_proj attention and an fc1/fc2 MLP.
+//    CLIP's patch convolution has no bias; a class_embedding vector goes ahead of the patches, positions are
+//    looked up by a position_ids buffer, pre_layrnorm normalizes the embeddings, and post_layernorm the class
+//    token alone. SigLIP has no class token and no pre-norm; post_layernorm covers every patch, and the
+//    pooling head attends from a learned probe over them (nn.MultiheadAttention with one packed in_proj
+//    weight, then a layernorm and an MLP with a residual);
+//  - the text tower: token and position embeddings, the same pre-norm blocks (CLIP's causally masked, SigLIP's
+//    not), final_layer_norm; CLIP pools each text at its end-of-text token (a gather of one row per text),
+//    SigLIP at its last position through `head` (Linear(hidden, hidden));
+//  - CLIP projects both pooled outputs to projection_dim (visual_projection, text_projection, no bias);
+//    both models divide the embeddings by their L2 norms and multiply the text-image similarities
+//    [texts, images] by logit_scale.exp(); SigLIP adds logit_bias;
+//  - training: CLIP's symmetric cross-entropy over the batch (texts against images, images against texts, the
+//    i-th of each matching), SigLIP's sigmoid loss over every pair (+1 on the diagonal, -1 off it):
+//    -sum(logsigmoid(signs * logits)) / batch.
+// Each tower is built by a Builder of its own config over the same graph and emitter. CLIPModel.forward and
+// SiglipModel.forward run the vision tower first, so its blocks take layer indices 0 .. V-1 and the text
+// blocks V .. V+T-1; the state-dict names keep each tower's own numbering
+// (vision_model.encoder.layers.0, text_model.encoder.layers.0).
+absl::StatusOr<TensorId> Builder::VisionTower(int first_layer) {
+  const int64_t b = o_.batch, h = c_.hidden_size;
+  HEADROOM_ASSIGN_OR_RETURN(TensorId x, VisionBody("vision_model.", first_layer));
+  if (c_.model_type == "clip_vision_model") {
+    // pooled_output = post_layernorm(last_hidden_state[:, 0, :]).
+    return LayerNormModule("vision_model.post_layernorm", e_.View("vision_model.class_token", x, {b, h}));
+  }
+  x = LayerNormModule("vision_model.post_layernorm", x);
+  return AttentionPool("vision_model.head.", x);
+}
+
+TensorId Builder::AttentionPool(const std::string& head, TensorId x) {
+  const int64_t b = o_.batch, s = seq_, h = c_.hidden_size, heads = c_.num_heads, d = c_.head_dim;
+  // probe.repeat(batch, 1, 1): a copy.
+  TensorId probe = e_.Concat(head + "probe.repeat", {Param(head + "probe", {1, 1, h})}, {b, 1, h});
+  // F.multi_head_attention_forward (PyTorch 1.13+, need_weights): q from the probe and k, v from the patches
+  // through slices of in_proj_weight; k and v made contiguous per head; scores and softmax kept for backward.
+  const std::string mha = head + "attention.";
+  TensorId weight = Param(mha + "in_proj_weight", {3 * h, h});
+  TensorId bias = Param(mha + "in_proj_bias", {3 * h});
+  TensorId q =
+      e_.Linear(mha + "in_proj_q", probe, e_.View(mha + "w_q", weight, {h, h}), e_.View(mha + "b_q", bias, {h}));
+  TensorId kv = e_.Linear(mha + "in_proj_kv", x, e_.View(mha + "w_kv", weight, {2 * h, h}),
+                          e_.View(mha + "b_kv", bias, {2 * h}));
+  TensorId k = e_.Contiguous(mha + "k", e_.View(mha + "k_chunk", kv, {b, s, h}));
+  TensorId v = e_.Contiguous(mha + "v", e_.View(mha + "v_chunk", kv, {b, s, h}));
+  TensorId q_scaled = e_.Scale(mha + "q_scaled", q);
+  TensorId scores = e_.MatMul(mha + "qk", e_.View(mha + "q_heads", q_scaled, {b * heads, 1, d}),
+                              e_.View(mha + "k_heads", k, {b * heads, s, d}), /*b_transposed=*/true);
+  TensorId probs = e_.Softmax(mha + "softmax", scores);
+  TensorId context = e_.MatMul(mha + "pv", probs, e_.View(mha + "v_heads", v, {b * heads, s, d}));
+  TensorId merged = e_.Contiguous(mha + "merge_heads", e_.View(mha + "context", context, {b, h}));
+  TensorId y = Proj(mha + "out_proj", merged, h, h, true, Parallel::kReplicated);
+  y = e_.View(mha + "out", y, {b, 1, h});
+  TensorId mlp = Mlp(head, LayerNormModule(head + "layernorm", y), kNone);
+  return e_.View(head + "first", e_.Add(head + "residual", y, mlp), {b, h});  // hidden_state[:, 0]
+}
+
+absl::StatusOr<TensorId> Builder::TextTower(int first_layer) {
+  const int64_t b = o_.batch, s = seq_, h = c_.hidden_size;
+  const bool clip = c_.model_type == "clip_text_model";
+  const std::string root = "text_model.", embed = root + "embeddings.";
+  e_.set_layer(-1);
+  TensorId ids = e_.Input("input_ids", {b, s}, DType::kI64);
+  TensorId x =
+      e_.Embedding(embed + "token_embedding", ids, Param(embed + "token_embedding.weight", {c_.vocab_size, h}));
+  TensorId position_ids = e_.Buffer(embed + "position_ids", {1, c_.max_position_embeddings}, DType::kI64);
+  TensorId table = Param(embed + "position_embedding.weight", {c_.max_position_embeddings, h});
+  x = e_.Add(embed + "add_position", x,
+             e_.Embedding(embed + "position_embedding", e_.View(embed + "positions", position_ids, {1, s}), table));
+  for (int64_t i = 0; i < c_.num_layers; ++i) {
+    e_.set_layer(first_layer + static_cast<int>(i));
+    const std::string p = absl::StrFormat("%sencoder.layers.%d.", root, i);
+    x = e_.Add(p + "attention_residual", Attention(p, LayerNormModule(p + "layer_norm1", x), kNone), x);
+    x = e_.Add(p + "mlp_residual", Mlp(p, LayerNormModule(p + "layer_norm2", x), kNone), x);
+    HEADROOM_RETURN_IF_ERROR(CheckGraphSize(i));
+  }
+  e_.set_layer(-1);
+  x = LayerNormModule(root + "final_layer_norm", x);
+  if (clip) {
+    // last_hidden_state[arange(batch), eos positions]: one row of each text, gathered.
+    return e_.GatherRows(root + "pooled", e_.View(root + "flat", x, {b * s, h}), b);
+  }
+  return Proj(root + "head", e_.View(root + "last_token", x, {b, h}), h, h, true, Parallel::kReplicated);
+}
+
+TensorId Builder::Normalize(const std::string& name, TensorId x) {
+  // CLIP writes the norm as pow(sum(pow(x, 2)), 0.5), which keeps x and the [rows, 1] sum; Tensor.norm keeps x
+  // and the [rows, 1] norm: the same bytes. The division keeps both operands.
+  return e_.Mul(name, x, e_.VectorNorm(name + ".norm", x));
+}
+
+absl::Status Builder::BuildContrastive() {
+  const ModelConfig& text = c_.text_tower();
+  const ModelConfig& vision = c_.vision_tower();
+  const int64_t b = o_.batch;
+  const bool clip = c_.model_type == "clip";
+  Builder vision_builder(vision, *this, vision.image_tokens());
+  HEADROOM_ASSIGN_OR_RETURN(TensorId image, vision_builder.VisionTower(0));
+  MergeTower(vision_builder);
+  Builder text_builder(text, *this, o_.seq_len);
+  HEADROOM_ASSIGN_OR_RETURN(TensorId words, text_builder.TextTower(static_cast<int>(vision.num_layers)));
+  MergeTower(text_builder);
+  e_.set_layer(-1);
+  if (clip) {
+    image = Proj("visual_projection", image, vision.hidden_size, c_.projection_dim, false, Parallel::kReplicated);
+    words = Proj("text_projection", words, text.hidden_size, c_.projection_dim, false, Parallel::kReplicated);
+  }
+  image = Normalize("image_embeds", image);
+  words = Normalize("text_embeds", words);
+  // CLIP's logit_scale is a 0-dim parameter, SigLIP's logit_scale and logit_bias have one element.
+  TensorId scale =
+      e_.Exp("logit_scale.exp", Param("logit_scale", clip ? std::vector<int64_t>{} : std::vector<int64_t>{1}));
+  TensorId logits = e_.Mul("logits_per_text.scale", e_.MatMul("logits_per_text", words, image, /*b_transposed=*/true),
+                           scale);
+  if (!clip) logits = e_.Add("logits_per_text.bias", logits, Param("logit_bias", {1}));
+  if (!o_.training) return absl::OkStatus();
+  e_.set_phase(Phase::kLoss);
+  if (clip) {
+    // (cross_entropy(logits_per_text, arange) + cross_entropy(logits_per_text.t(), arange)) / 2.
+    TensorId targets = e_.Input("labels", {b}, DType::kI64);
+    TensorId texts = e_.CrossEntropy("loss.text", logits, targets);
+    TensorId images = e_.CrossEntropy("loss.image", e_.View("logits_per_image", logits, {b, b}), targets);
+    e_.Scale("loss", e_.Add("loss.sum", texts, images));
+  } else {
+    // -logsigmoid((2 * eye(batch) - 1) * logits).sum() / batch.
+    TensorId signs = e_.Zeros("loss.signs", {b, b}, g_.tensor(logits).dtype);
+    TensorId pairs = e_.LogSigmoid("loss.log_sigmoid", e_.Mul("loss.signed_logits", signs, logits));
+    e_.Scale("loss", e_.View("loss.sum", pairs, {}));
+  }
+  e_.set_phase(Phase::kForward);
+  return absl::OkStatus();
+}
+
 absl::Status Builder::BuildCnn() {
   const int64_t b = o_.batch;
   e_.set_layer(-1);
@@ -1232,6 +1511,8 @@ absl::Status Builder::Build() {
     case ModelFamily::kDecoder: HEADROOM_RETURN_IF_ERROR(BuildDecoder()); break;
     case ModelFamily::kEncoder: HEADROOM_RETURN_IF_ERROR(BuildEncoder()); break;
     case ModelFamily::kEncoderDecoder: HEADROOM_RETURN_IF_ERROR(BuildT5()); break;
+    case ModelFamily::kVision: HEADROOM_RETURN_IF_ERROR(BuildVision()); break;
+    case ModelFamily::kContrastive: HEADROOM_RETURN_IF_ERROR(BuildContrastive()); break;
     case ModelFamily::kCnn: HEADROOM_RETURN_IF_ERROR(BuildCnn()); break;
     case ModelFamily::kMlp: HEADROOM_RETURN_IF_ERROR(BuildMlp()); break;
   }

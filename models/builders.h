@@ -106,8 +106,10 @@ struct LoraOptions {
 
 struct BuildOptions {
   int64_t batch = 1;
-  // Tokens per sequence (transformers); ignored for CNNs and MLPs. Must not
-  // exceed max_position_embeddings for learned positions.
+  // Tokens per sequence (transformers); ignored for CNNs, MLPs and vision
+  // transformers, whose sequence is their image's patches; the text tower's
+  // tokens for CLIP and SigLIP. Must not exceed max_position_embeddings for
+  // learned positions.
   int64_t seq_len = 512;
   // Encoder-decoders: the decoder's tokens (0: seq_len).
   int64_t target_seq_len = 0;

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/checked_math.h"
@@ -84,13 +85,14 @@ absl::StatusOr<double> Probability(const json& object, std::string_view key, con
 }
 
 // Hugging Face's names for activations (transformers/activations.py ACT2FN).
-constexpr NameTable<ActivationKind, 8> kHfActivationNames("activation", {{
+constexpr NameTable<ActivationKind, 9> kHfActivationNames("activation", {{
     {"gelu", ActivationKind::kGelu},
     {"gelu_new", ActivationKind::kGeluNew},
     {"gelu_pytorch_tanh", ActivationKind::kGeluTanh},
     {"silu", ActivationKind::kSilu},
     {"relu", ActivationKind::kRelu},
     {"tanh", ActivationKind::kTanh},
+    {"quick_gelu", ActivationKind::kQuickGelu},
     {"gelu_fast", ActivationKind::kGeluTanh, kAlias},
     {"swish", ActivationKind::kSilu, kAlias},
 }});
@@ -146,6 +148,10 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"T5ForConditionalGeneration", "t5", ModelFamily::kEncoderDecoder},
     {"DeepseekV2ForCausalLM", "deepseek_v2", ModelFamily::kDecoder},
     {"DeepseekV3ForCausalLM", "deepseek_v3", ModelFamily::kDecoder},
+    {"ViTModel", "vit", ModelFamily::kVision, EncoderHead::kBodyOnly},
+    {"ViTForImageClassification", "vit", ModelFamily::kVision, EncoderHead::kSequenceClassification},
+    {"CLIPModel", "clip", ModelFamily::kContrastive},
+    {"SiglipModel", "siglip", ModelFamily::kContrastive},
     {"MlpChain", "mlp", ModelFamily::kMlp},
 };
 
@@ -162,7 +168,8 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
     {"t5", "T5ForConditionalGeneration"},
-    {"mlp", "MlpChain"},
+    {"vit", "ViTModel"},             {"clip", "CLIPModel"},
+    {"siglip", "SiglipModel"},       {"mlp", "MlpChain"},
 };
 
 absl::StatusOr<std::string> ArchitectureOf(const json& doc, const JsonPath& path) {
@@ -759,6 +766,171 @@ absl::Status ParseCnnSizes(const json& doc, const JsonPath& path, ModelConfig& c
   return CheckWeight(path, "features", c.architecture == "resnet50" ? 2048 : 4096, "num_classes", c.num_classes);
 }
 
+// Note [Vision transformer configs]
+// ViTConfig, CLIPTextConfig/CLIPVisionConfig and SiglipTextConfig/SiglipVisionConfig give every size a
+// default, and configs on the Hub lean on them (google/siglip-base-patch16-224's vision_config names little
+// beyond its model_type), so an absent size takes transformers 4.46's default, as AutoConfig does. Images are
+// square: image_size and patch_size are integers, the patch at most the image, and the image within
+// kMaxImageSize. The sequence, (image_size / patch_size)^2 patches plus ViT's and CLIP's class token, is
+// bounded by the position-embedding table it needs (CheckWeight) and, for a batch, by the activation checks
+// of estimators/estimate_stages.cc.
+struct TowerDefaults {
+  int64_t hidden_size, num_layers, num_heads, intermediate_size;
+  ActivationKind activation;
+  double norm_eps;
+  int64_t patch_size;                          // vision towers
+  int64_t vocab_size, max_position_embeddings;  // text towers
+};
+
+constexpr TowerDefaults kVitDefaults{768, 12, 12, 3072, ActivationKind::kGelu, 1e-12, 16, 0, 0};
+constexpr TowerDefaults kClipTextDefaults{512, 12, 8, 2048, ActivationKind::kQuickGelu, 1e-5, 0, 49408, 77};
+constexpr TowerDefaults kClipVisionDefaults{768, 12, 12, 3072, ActivationKind::kQuickGelu, 1e-5, 32, 0, 0};
+constexpr TowerDefaults kSiglipTextDefaults{768, 12, 12, 3072, ActivationKind::kGeluTanh, 1e-6, 0, 32000, 64};
+constexpr TowerDefaults kSiglipVisionDefaults{768, 12, 12, 3072, ActivationKind::kGeluTanh, 1e-6, 16, 0, 0};
+
+// The sizes every tower has: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, hidden_act
+// and layer_norm_eps; LayerNorm with bias and biased projections throughout.
+absl::Status ParseTowerDims(const json& doc, const JsonPath& path, const TowerDefaults& d, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, OptionalPositiveInt(doc, "hidden_size", path, d.hidden_size));
+  if (Present(doc, "num_hidden_layers")) {
+    HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "num_hidden_layers", path, kMaxLayers));
+  } else {
+    c.num_layers = d.num_layers;
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, OptionalPositiveInt(doc, "num_attention_heads", path, d.num_heads));
+  c.num_kv_heads = c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size,
+                            OptionalPositiveInt(doc, "intermediate_size", path, d.intermediate_size));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation, ParseActivation(doc, "hidden_act", path, d.activation));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_eps", path, d.norm_eps));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kLearned;
+  c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;
+  return CheckAttentionShape(path, c);
+}
+
+// image_size, patch_size and num_channels of a vision transformer (Note [Vision transformer configs]).
+absl::Status ParseImageSizes(const json& doc, const JsonPath& path, const TowerDefaults& d, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.image_size, OptionalInt(doc, "image_size", path, 224));
+  if (c.image_size < 1 || c.image_size > kMaxImageSize) {
+    return (path / "image_size")
+        .Error(absl::StrFormat("must be between 1 and %d pixels, got %d", kMaxImageSize, c.image_size));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.patch_size, OptionalInt(doc, "patch_size", path, d.patch_size));
+  if (c.patch_size < 1 || c.patch_size > c.image_size) {
+    return (path / "patch_size")
+        .Error(absl::StrFormat("must be between 1 and image_size (%d), got %d", c.image_size, c.patch_size));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.in_channels, OptionalInt(doc, "num_channels", path, 3));
+  if (c.in_channels < 1 || c.in_channels > kMaxInChannels) {
+    return (path / "num_channels")
+        .Error(absl::StrFormat("must be between 1 and %d, got %d", kMaxInChannels, c.in_channels));
+  }
+  // The patch embedding's kernel and the position table; both products fit int64 within the bounds above.
+  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "hidden_size", c.hidden_size, "num_channels x patch_size^2",
+                                       c.in_channels * c.patch_size * c.patch_size));
+  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "(image_size / patch_size)^2 patches", c.image_tokens(), "hidden_size",
+                                       c.hidden_size));
+  return CheckTransformerSizes(path, c);
+}
+
+// Labels of a classification head: num_labels, or as many as id2label names; transformers' 2 otherwise.
+absl::Status ParseNumLabels(const json& doc, const JsonPath& path, ModelConfig& c) {
+  if (Present(doc, "num_labels")) {
+    HEADROOM_ASSIGN_OR_RETURN(c.num_labels, PositiveInt(doc, "num_labels", path));
+  } else if (Present(doc, "id2label")) {
+    const json& labels = doc["id2label"];
+    if (!labels.is_object() || labels.empty()) {
+      return (path / "id2label").Error("expected a non-empty object");
+    }
+    c.num_labels = static_cast<int64_t>(labels.size());
+  }
+  return CheckWeight(path, "hidden_size", c.hidden_size, "num_labels", c.num_labels);
+}
+
+// ViTModel and ViTForImageClassification (transformers' modeling_vit.py; Note [Vision transformers] in
+// builders.cc): a class token, pre-norm blocks, a final layernorm; ViTModel adds its pooler.
+absl::Status ParseVit(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseTowerDims(doc, path, kVitDefaults, c));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "hidden_dropout_prob", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_probs_dropout_prob", path, 0.0));
+  c.embedding_dropout = c.hidden_dropout;
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "qkv_bias", path, true));
+  c.class_token = true;
+  c.encoder_pooler = c.encoder_head == EncoderHead::kBodyOnly;
+  HEADROOM_RETURN_IF_ERROR(ParseImageSizes(doc, path, kVitDefaults, c));
+  return ParseNumLabels(doc, path, c);
+}
+
+// One tower of CLIPModel or SiglipModel from its text_config or vision_config object; CLIP's older configs
+// repeat it as text_config_dict / vision_config_dict, whose keys win as CLIPConfig lets them.
+absl::StatusOr<ModelConfig> ParseTower(const json& doc, const JsonPath& path, std::string_view key, bool vision,
+                                       const ModelConfig& parent) {
+  json tower = json::object();
+  JsonPath tower_path = path / key;
+  if (Present(doc, key)) {
+    if (!doc[std::string(key)].is_object()) {
+      return tower_path.Error(absl::StrFormat("expected an object, got %s", JsonTypeName(doc[std::string(key)])));
+    }
+    tower = doc[std::string(key)];
+  }
+  const std::string dict_key = std::string(key) + "_dict";
+  if (Present(doc, dict_key)) {
+    if (!doc[dict_key].is_object()) {
+      return (path / dict_key).Error(absl::StrFormat("expected an object, got %s", JsonTypeName(doc[dict_key])));
+    }
+    tower.update(doc[dict_key]);
+    tower_path = path / dict_key;
+  }
+  const bool clip = parent.model_type == "clip";
+  ModelConfig c;
+  c.origin = parent.origin;
+  c.torch_dtype = parent.torch_dtype;
+  c.architecture = absl::StrCat(parent.architecture, vision ? ".vision_model" : ".text_model");
+  c.model_type = absl::StrCat(parent.model_type, vision ? "_vision_model" : "_text_model");
+  c.family = vision ? ModelFamily::kVision : ModelFamily::kEncoder;
+  const TowerDefaults& d = clip ? (vision ? kClipVisionDefaults : kClipTextDefaults)
+                                : (vision ? kSiglipVisionDefaults : kSiglipTextDefaults);
+  HEADROOM_RETURN_IF_ERROR(ParseTowerDims(tower, tower_path, d, c));
+  if (vision) {
+    c.class_token = clip;
+    // SiglipVisionTransformer pools through its attention head unless vision_use_head is false.
+    HEADROOM_ASSIGN_OR_RETURN(c.encoder_pooler, OptionalBool(tower, "vision_use_head", tower_path, true));
+    HEADROOM_RETURN_IF_ERROR(ParseImageSizes(tower, tower_path, d, c));
+    return c;
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, OptionalPositiveInt(tower, "vocab_size", tower_path, d.vocab_size));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                            OptionalPositiveInt(tower, "max_position_embeddings", tower_path,
+                                                d.max_position_embeddings));
+  HEADROOM_RETURN_IF_ERROR(CheckTransformerSizes(tower_path, c));
+  return c;
+}
+
+// CLIPModel and SiglipModel (Note [Contrastive towers] in builders.cc): text_config, vision_config, and CLIP's
+// projection_dim.
+absl::Status ParseContrastive(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(ModelConfig text, ParseTower(doc, path, "text_config", false, c));
+  HEADROOM_ASSIGN_OR_RETURN(ModelConfig vision, ParseTower(doc, path, "vision_config", true, c));
+  c.num_layers = text.num_layers + vision.num_layers;
+  if (c.model_type == "clip") {
+    HEADROOM_ASSIGN_OR_RETURN(c.projection_dim, OptionalPositiveInt(doc, "projection_dim", path, 512));
+    HEADROOM_RETURN_IF_ERROR(
+        CheckWeight(path, "text_config.hidden_size", text.hidden_size, "projection_dim", c.projection_dim));
+    HEADROOM_RETURN_IF_ERROR(
+        CheckWeight(path, "vision_config.hidden_size", vision.hidden_size, "projection_dim", c.projection_dim));
+  } else if (text.hidden_size != vision.hidden_size) {
+    // SigLIP compares the pooled outputs directly.
+    return (path / "text_config" / "hidden_size")
+        .Error(absl::StrFormat("%d differs from vision_config.hidden_size (%d): SigLIP compares the towers' "
+                               "outputs without a projection", text.hidden_size, vision.hidden_size));
+  }
+  c.hidden_size = text.hidden_size;
+  c.towers = {std::move(text), std::move(vision)};
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view EncoderHeadName(EncoderHead head) { return kEncoderHeadNames.Name(head); }
@@ -825,6 +997,12 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     HEADROOM_RETURN_IF_ERROR(ParseOpt(doc, path, c));
   } else if (type == "bert" || type == "roberta") {
     HEADROOM_RETURN_IF_ERROR(ParseBertLike(doc, path, c));
+  } else if (type == "vit") {
+    HEADROOM_RETURN_IF_ERROR(ParseVit(doc, path, c));
+    return c;
+  } else if (type == "clip" || type == "siglip") {
+    HEADROOM_RETURN_IF_ERROR(ParseContrastive(doc, path, c));
+    return c;
   } else {
     HEADROOM_RETURN_IF_ERROR(ParseMlpChain(doc, path, c));
     HEADROOM_RETURN_IF_ERROR(CheckMlpSizes(path, c));

@@ -58,6 +58,8 @@ enum class ModelFamily : uint8_t {
              // Mixtral
   kEncoder,  // BERT, RoBERTa
   kEncoderDecoder,  // T5, Flan-T5
+  kVision,   // ViT: a transformer over image patches (Note [Vision transformers] in builders.cc)
+  kContrastive,  // CLIP, SigLIP: a text and a vision tower trained on image-text pairs (`towers`)
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
 };
@@ -159,10 +161,20 @@ struct ModelConfig {
   int64_t decoder_layers = 0;     // blocks in the decoder; num_layers counts the encoder's
   int64_t relative_buckets = 0;   // relative_attention_num_buckets of the first block's position bias
 
-  // --- CNNs (torchvision) ---
+  // --- CNNs (torchvision) and vision transformers: square images of image_size pixels ---
   int64_t image_size = 224;
-  int64_t in_channels = 3;
+  int64_t in_channels = 3;  // ViT's num_channels
   int64_t num_classes = 1000;
+
+  // --- vision transformers (ViT; CLIP's and SigLIP's vision towers) ---
+  int64_t patch_size = 0;    // a patch_size x patch_size convolution of stride patch_size embeds each patch
+  bool class_token = false;  // a learned token ahead of the patches (ViT, CLIP; SigLIP has none)
+
+  // --- two-tower models (CLIP, SigLIP; Note [Contrastive towers] in builders.cc) ---
+  // The text tower, then the vision tower, each a whole config of its own (model_type "clip_text_model",
+  // "clip_vision_model", ...); the top level holds the head and num_layers = both towers' layers.
+  std::vector<ModelConfig> towers;
+  int64_t projection_dim = 0;  // CLIP: text_projection and visual_projection map both towers to this width
 
   // --- MLP chains ---
   int64_t mlp_input_size = 0;
@@ -170,6 +182,12 @@ struct ModelConfig {
   double mlp_dropout = 0;
 
   bool is_moe() const { return num_experts > 0; }
+  // Patches of one image, (image_size / patch_size)^2 as a stride-patch_size convolution cuts them.
+  int64_t num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+  // The sequence a vision transformer attends over: the patches and the class token.
+  int64_t image_tokens() const { return num_patches() + (class_token ? 1 : 0); }
+  const ModelConfig& text_tower() const { return towers.front(); }
+  const ModelConfig& vision_tower() const { return towers.back(); }
   bool is_mla() const { return kv_lora_rank > 0; }
   bool is_moe_layer(int64_t layer) const {
     if (!is_moe() || (layer + 1) % moe_every != 0) return false;
@@ -195,7 +213,8 @@ struct ModelConfig {
 // OPTForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
-// RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the
+// RobertaForMaskedLM, RobertaForSequenceClassification, ViTModel,
+// ViTForImageClassification, CLIPModel, SiglipModel, MlpChain, and the
 // torchvision CNNs resnet50 and vgg16 (image_size, num_classes and
 // in_channels optional). Unknown
 // architectures are an InvalidArgument error listing the supported ones.

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from headroom_trace import TraceError, sources, trace
-from headroom_trace.recorder import storage_key
+from headroom_trace.recorder import block_of, storage_key
 from tests import sample_modules
 
 HEADROOM = os.environ.get("HEADROOM_BIN")
@@ -258,6 +258,21 @@ TINY = {
     "bert": {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 64,
              "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256, "vocab_size": 512,
              "max_position_embeddings": 256},
+    "vit": {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "image_size": 32,
+            "patch_size": 8, "num_labels": 10},
+    # Two towers: their blocks are compared by module path (text_model.encoder.layers.0, ...), as transformers
+    # numbers the text tower first and runs the vision tower first.
+    "clip": {"architectures": ["CLIPModel"], "model_type": "clip", "projection_dim": 32,
+             "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                             "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 64},
+             "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+                               "num_attention_heads": 4, "image_size": 32, "patch_size": 8}},
+    "siglip": {"architectures": ["SiglipModel"], "model_type": "siglip",
+               "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 64},
+               "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+                                 "num_attention_heads": 4, "image_size": 32, "patch_size": 8}},
 }
 
 
@@ -302,8 +317,7 @@ class HuggingFaceTest(unittest.TestCase):
             self.assertIn("model_type: field is required", result.stderr)
 
 
-# Families without a builder yet: encoder-decoders, Whisper's audio encoder, vision and two-tower models, a
-# state-space model, ALiBi and parallel-attention decoders. Each traces, keeps transformers' parameter count, and
+# Families without a builder yet: encoder-decoders, Whisper's audio encoder, a state-space model, ALiBi and parallel-attention decoders. Each traces, keeps transformers' parameter count, and
 # estimates and plans.
 NO_BUILDER = {
     "bart": {"architectures": ["BartForConditionalGeneration"], "model_type": "bart", "d_model": 64,
@@ -314,19 +328,6 @@ NO_BUILDER = {
                 "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512,
                 "num_mel_bins": 80, "max_source_positions": 1500, "max_target_positions": 448, "pad_token_id": 0,
                 "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1},
-    "vit": {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": 64,
-            "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "image_size": 32,
-            "patch_size": 8, "num_labels": 10},
-    "clip": {"architectures": ["CLIPModel"], "model_type": "clip", "projection_dim": 32,
-             "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                             "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 64},
-             "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                               "num_attention_heads": 4, "image_size": 32, "patch_size": 8}},
-    "siglip": {"architectures": ["SiglipModel"], "model_type": "siglip",
-               "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                               "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 64},
-               "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                                 "num_attention_heads": 4, "image_size": 32, "patch_size": 8}},
     "falcon": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
                "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "multi_query": True,
                "parallel_attn": True, "new_decoder_architecture": False, "bias": False},
@@ -369,8 +370,9 @@ class FamiliesWithoutBuildersTest(unittest.TestCase):
                     self.assertEqual(plan.returncode, 0, plan.stderr + plan.stdout)
 
 
-def saved_bytes_per_layer(graph):
-    """Bytes of the distinct storages each block's forward ops save for backward. Left out:
+def saved_bytes_per_layer(graph, by_module=False):
+    """Bytes of the distinct storages each block's forward ops save for backward, by block index, or with
+    `by_module` by the block's module path ("vision_model.encoder.layers.0"). Left out:
     - parameters and buffers, resident anyway;
     - a tensor saved by several blocks (Llama's rotary cos/sin tables, computed once before the layers);
     - rotary tables: transformers 4.46 computes them inside every layer for Mistral, Gemma, Gemma 2 and Phi-3
@@ -386,12 +388,13 @@ def saved_bytes_per_layer(graph):
     for op in graph["ops"]:
         if op.get("phase", "forward") != "forward" or op.get("layer", -1) < 0:
             continue
+        block = block_of(op["name"]) if by_module else op["layer"]
         for tid in op.get("saved", []):
             b = tensors[tid].get("view_of", tid)
             if (tensors[b]["role"] in ("parameter", "buffer") or not tensors[b]["shape"]
                     or "rotary_emb" in producer.get(b, "")):
                 continue
-            savers.setdefault(b, set()).add(op["layer"])
+            savers.setdefault(b, set()).add(block)
     per_layer = {}
     for b, layers in savers.items():
         if len(layers) == 1:
@@ -430,9 +433,11 @@ class BuilderAgreesWithTraceTest(unittest.TestCase):
                                  "-o", traced_path)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 built_path = os.path.join(d, "built.json")
+                # A ViT's sequence is its image's patches: the builder takes no --seq for it.
+                seq_args = [] if config["model_type"] == "vit" else ["--seq", str(seq)]
                 built = run_headroom("estimate", "--model", config_path, "--budget", "80GiB", "--precision", "fp32",
                                      "--attention", "eager", "--kernels", "cpu", "--torch", torch_version,
-                                     "--micro-batch", str(batch), "--seq", str(seq), "--no-search",
+                                     "--micro-batch", str(batch), *seq_args, "--no-search",
                                      "--graph-out", built_path)
                 self.assertEqual(built.returncode, 0, built.stderr)
                 with open(traced_path) as f:
@@ -440,9 +445,15 @@ class BuilderAgreesWithTraceTest(unittest.TestCase):
                 with open(built_path) as f:
                     builder = json.load(f)
                 self.assertEqual(parameter_count(traced), parameter_count(builder))
-                traced_layers = saved_bytes_per_layer(traced)
-                self.assertEqual(sorted(traced_layers), list(range(block_count(config))))
-                self.assertEqual(traced_layers, saved_bytes_per_layer(builder))
+                towers = "vision_config" in config
+                traced_layers = saved_bytes_per_layer(traced, by_module=towers)
+                if towers:
+                    expected = [f"{tower}_model.encoder.layers.{i}" for tower in ("text", "vision")
+                                for i in range(config[f"{tower}_config"]["num_hidden_layers"])]
+                else:
+                    expected = list(range(block_count(config)))
+                self.assertEqual(sorted(traced_layers), sorted(expected))
+                self.assertEqual(traced_layers, saved_bytes_per_layer(builder, by_module=towers))
 
 
 if __name__ == "__main__":
