@@ -27,22 +27,37 @@ bool IsLlamaLike(const ModelConfig& c) {
          c.model_type == "starcoder2";
 }
 
-// Config field names as each architecture's config.json spells them, so
-// errors point at the line the user has to change.
-struct FieldNames {
-  std::string_view heads = "num_attention_heads";
-  std::string_view kv_heads = "num_key_value_heads";
-  std::string_view intermediate = "intermediate_size";
-  std::string_view positions = "max_position_embeddings";
+// A decoder's module names as its family's state dict spells them.
+struct DecoderNames {
+  std::string root = "model.";            // the body
+  std::string embed = "embed_tokens";     // token embeddings, under root
+  std::string layers = "layers";          // the blocks, under root
+  std::string norm1 = "input_layernorm";  // in each block: before attention
+  std::string norm2 = "post_attention_layernorm";
+  std::string final_norm = "norm";  // under root
+  std::string head = "lm_head";
 };
 
-FieldNames FieldsOf(const ModelConfig& c) {
-  if (c.model_type == "gpt2") {
-    return {.heads = "n_head", .kv_heads = "n_head", .intermediate = "n_inner",
-            .positions = "n_positions"};
+DecoderNames DecoderNamesOf(const ModelConfig& c) {
+  const std::string& type = c.model_type;
+  if (type == "gpt2") {
+    return {.root = "transformer.", .embed = "wte", .layers = "h", .norm1 = "ln_1", .norm2 = "ln_2",
+            .final_norm = "ln_f"};
   }
-  if (c.model_type == "opt") return {.kv_heads = "num_attention_heads", .intermediate = "ffn_dim"};
-  if (!IsLlamaLike(c)) return {.kv_heads = "num_attention_heads"};
+  if (type == "gpt_neox") {
+    return {.root = "gpt_neox.", .embed = "embed_in", .final_norm = "final_layer_norm", .head = "embed_out"};
+  }
+  if (type == "opt") {
+    return {.root = "model.decoder.", .norm1 = "self_attn_layer_norm", .norm2 = "final_layer_norm",
+            .final_norm = "final_layer_norm"};
+  }
+  if (type == "falcon") {
+    // Note [Falcon]: ln_attn and ln_mlp when each parallel branch has its own norm.
+    const bool two = c.parallel_residual && c.branch_norms == 2;
+    return {.root = "transformer.", .embed = "word_embeddings", .layers = "h",
+            .norm1 = two ? "ln_attn" : "input_layernorm", .norm2 = two ? "ln_mlp" : "post_attention_layernorm",
+            .final_norm = "ln_f"};
+  }
   return {};
 }
 
@@ -51,7 +66,7 @@ FieldNames FieldsOf(const ModelConfig& c) {
 // and value projections.
 std::vector<std::string> DefaultLoraTargets(const ModelConfig& c) {
   if (c.model_type == "gpt2") return {"c_attn"};
-  if (c.model_type == "gpt_neox") return {"query_key_value"};
+  if (c.model_type == "gpt_neox" || c.model_type == "falcon") return {"query_key_value"};
   if (c.model_type == "phi3") return {"qkv_proj"};
   if (c.model_type == "bert" || c.model_type == "roberta") return {"query", "value"};
   return {"q_proj", "v_proj"};
@@ -142,7 +157,7 @@ class Builder {
 };
 
 absl::Status Builder::CheckOptions() const {
-  const FieldNames fields = FieldsOf(c_);
+  const ConfigFieldNames fields = FieldNamesOf(c_);
   if (o_.batch <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat("batch must be positive, got %d", o_.batch));
   }
@@ -341,6 +356,32 @@ TensorId Builder::SoftCap(const std::string& name, TensorId x) {
 //    score-sized tensor per layer than Llama; softmax runs in f32 for f16
 //    scores only, with no logits upcast before the loss.
 
+// Note [Falcon]
+// FalconForCausalLM (transformers 4.46's modeling_falcon.py) keeps GPT-NeoX's
+// module names under transformer.* with these departures:
+//  - query_key_value holds num_kv_heads groups, each of num_attention_heads /
+//    num_kv_heads queries, one key and one value: one group (multi_query,
+//    Falcon-7B), num_kv_heads groups (new_decoder_architecture, Falcon-40B
+//    and 180B) or one per head. Keys and values are indexed out of it
+//    (fused_qkv[..., [-2], :]), copies; the new architecture also broadcasts
+//    them to every query head and flattens the groups before the rotary
+//    embedding, three more copies. Eager attention then matmuls 4-d tensors,
+//    and PyTorch folds batch and heads by copying what is not contiguous: the
+//    one-head keys and values broadcast to every head, and the values when
+//    they are a transposed view. Either way each layer saves its rotated
+//    queries and keys, its probabilities and values at every head's width;
+//  - the rotary path's eager attention scales in place, adds the mask, takes
+//    the softmax in the hidden states' dtype and applies no dropout to the
+//    probabilities;
+//  - with parallel_attn both branches read one input_layernorm (Falcon-7B) or
+//    their own ln_attn and ln_mlp, both computed before attention (the new
+//    architecture); mlp_output += attention_output, then one dropout of
+//    hidden_dropout before the residual add. Without parallel_attn the
+//    attention branch is dropped out with attention_dropout, the MLP branch
+//    with hidden_dropout;
+//  - the lm_head is tied to word_embeddings; the loss takes the logits as
+//    they are.
+
 // Note [gelu_new]
 // transformers' NewGELUActivation ("gelu_new", GPT-2's default) computes
 //   0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
@@ -453,7 +494,7 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   const int64_t b = o_.batch, s = o_.seq_len, h = c_.hidden_size, d = c_.head_dim;
   const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
   const bool causal = c_.family == ModelFamily::kDecoder;
-  const bool opt = c_.model_type == "opt";
+  const bool opt = c_.model_type == "opt", falcon = c_.model_type == "falcon";
   TensorId q, k, v;
   std::string out_module;
   if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox") {
@@ -473,6 +514,26 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     k = e_.View(module + ".k", qkv, {b, heads, s, d});
     v = e_.View(module + ".v", qkv, {b, heads, s, d});
     out_module = prefix + (gpt2 ? "attn.c_proj" : "attention.dense");
+  } else if (falcon) {
+    // Note [Falcon]: query_key_value holds kv groups of (heads / kv queries, a key, a value).
+    const std::string module = prefix + "self_attention.query_key_value";
+    TensorId qkv = Proj(module, x, h, (heads + 2 * kv) * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+    q = e_.View(module + ".q", qkv, {b, heads, s, d});
+    k = e_.View(module + ".k", qkv, {b, kv, s, d});
+    v = e_.View(module + ".v", qkv, {b, kv, s, d});
+    if (kv < heads || c_.kv_broadcast_early) {
+      // fused_qkv[..., [-2], :] is an index: a copy of each key and value head.
+      k = e_.Contiguous(module + ".k_index", k);
+      v = e_.Contiguous(module + ".v_index", v);
+    }
+    if (c_.kv_broadcast_early && kv > 1 && kv < heads) {
+      // The new architecture broadcasts k and v to every query head and flattens the groups: copies of all three
+      // (views when there is one group, whose keys and values the eager core then repeats).
+      q = e_.Contiguous(module + ".q_flatten", q);
+      k = e_.RepeatKv(module + ".k_broadcast", k, heads);
+      v = e_.RepeatKv(module + ".v_broadcast", v, heads);
+    }
+    out_module = prefix + "self_attention.dense";
   } else {
     const bool bert = c_.family == ModelFamily::kEncoder;
     const std::string base = prefix + (bert ? "attention.self." : "self_attn.");
@@ -520,10 +581,13 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     context = e_.FlashAttention(core + ".sdpa", q, k, v, causal);
   } else {
     e_.set_attention_core(true);
-    if (kv < heads) {
-      // HF eager attention materializes repeated k/v heads (repeat_kv).
+    if (g_.tensor(k).shape[1] < heads) {
+      // HF eager attention materializes repeated k/v heads (repeat_kv; Falcon's matmul broadcasts and copies).
       k = e_.RepeatKv(core + ".repeat_k", k, heads);
       v = e_.RepeatKv(core + ".repeat_v", v, heads);
+    } else if (falcon) {
+      // Note [Falcon]: v is a transposed view, which the matmul copies to fold batch and heads.
+      v = e_.Contiguous(core + ".v_fold", v);
     }
     TensorId scores = e_.MatMul(core + ".qk", q, k, /*b_transposed=*/true);
     if (c_.attn_logit_softcap > 0) {
@@ -535,13 +599,16 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     // f32 (and casts back) for f16 scores only.
     const bool f16_scores = g_.tensor(scores).dtype == DType::kF16;
     if (opt) scores = e_.Maximum(core + ".clamp", scores);
-    TensorId probs = e_.Softmax(core + ".softmax", scores, /*force_f32=*/IsLlamaLike(c_) || (opt && f16_scores));
+    // Falcon's softmax takes the dtype of its input hidden states, a LayerNorm output (f32 under autocast).
+    TensorId probs = e_.Softmax(core + ".softmax", scores, /*force_f32=*/IsLlamaLike(c_) || (opt && f16_scores) ||
+                                                              (falcon && e_.options().autocast));
     // Decoders cast the probabilities back to v's dtype (HF's
     // `.to(query.dtype)` / `.type(value.dtype)`); BERT leaves that to autocast.
     if (c_.family == ModelFamily::kDecoder && (!opt || f16_scores)) {
       probs = e_.Cast(core + ".probs_cast", probs, g_.tensor(v).dtype);
     }
-    probs = e_.Dropout(core + ".dropout", probs, c_.attention_dropout);
+    // Falcon's rotary attention drops no probabilities (its attention_dropout applies elsewhere, Note [Falcon]).
+    probs = e_.Dropout(core + ".dropout", probs, falcon ? 0.0 : c_.attention_dropout);
     context = e_.MatMul(core + ".pv", probs, v);
     e_.set_attention_core(false);
   }
@@ -648,7 +715,7 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
       up_name = "mlp.c_fc", down_name = "mlp.c_proj";  // GPT-2's names on nn.Linear
     } else if (c_.model_type == "opt") {
       up_name = "fc1", down_name = "fc2";
-    } else if (c_.model_type == "gpt_neox") {
+    } else if (c_.model_type == "gpt_neox" || c_.model_type == "falcon") {
       up_name = "mlp.dense_h_to_4h", down_name = "mlp.dense_4h_to_h";
     } else {
       up_name = "intermediate.dense", down_name = "output.dense";
@@ -762,10 +829,10 @@ absl::Status Builder::BuildDecoder() {
   const int64_t s_local = sp_ ? s / t_ : s;
   // Megatron pads the vocabulary so every rank holds the same number of rows.
   const int64_t vocab = CeilDiv<int64_t>(c_.vocab_size, t_);
-  const bool gpt2 = c_.model_type == "gpt2", neox = c_.model_type == "gpt_neox", opt = c_.model_type == "opt";
-  const std::string root = gpt2 ? "transformer." : neox ? "gpt_neox." : opt ? "model.decoder." : "model.";
-  const std::string embed_name =
-      root + (gpt2 ? "wte" : neox ? "embed_in" : "embed_tokens") + ".weight";
+  const bool gpt2 = c_.model_type == "gpt2", opt = c_.model_type == "opt", falcon = c_.model_type == "falcon";
+  const DecoderNames names = DecoderNamesOf(c_);
+  const std::string& root = names.root;
+  const std::string embed_name = root + names.embed + ".weight";
   // OPT's token embeddings (and lm_head) may be narrower than the blocks (Note [OPT]).
   const int64_t embed_dim = c_.word_embed_proj_dim > 0 ? c_.word_embed_proj_dim : h;
 
@@ -808,25 +875,38 @@ absl::Status Builder::BuildDecoder() {
   }
   for (int64_t i = 0; i < c_.num_layers; ++i) {
     e_.set_layer(static_cast<int>(i));
-    const std::string p =
-        absl::StrFormat("%s%s.%d.", root, gpt2 ? "h" : "layers", i);
-    const std::string n1 = p + (gpt2 ? "ln_1" : opt ? "self_attn_layer_norm" : "input_layernorm");
-    const std::string n2 = p + (gpt2 ? "ln_2" : opt ? "final_layer_norm" : "post_attention_layernorm");
+    const std::string p = absl::StrFormat("%s%s.%d.", root, names.layers, i);
+    const std::string n1 = p + names.norm1, n2 = p + names.norm2;
     TensorId residual = x;
     // Note [OLMo 2] and Note [OPT]: their attention reads the residual stream itself.
     const bool branch_output = c_.norm_placement == NormPlacement::kBranchOutput;
     const bool post_residual = c_.norm_placement == NormPlacement::kPostResidual;
     const std::string attn_in_name = branch_output || post_residual ? p + "self_attn" : n1;
     TensorId attn_in = branch_output || post_residual ? x : Norm(n1, x);
-    TensorId attn = c_.is_mla() ? LatentAttention(p, attn_in)
-                                : Attention(p, GatherInput(attn_in_name, attn_in), sp_ ? attn_in : kNone);
-    attn = e_.Dropout(p + "attn_dropout", attn, c_.hidden_dropout);
+    // Falcon's new architecture norms both branches' inputs before attending (Note [Falcon]).
+    TensorId mlp_norm = falcon && c_.parallel_residual && c_.branch_norms == 2 ? Norm(n2, residual) : kNone;
+    const TensorId attn_full = GatherInput(attn_in_name, attn_in);
+    TensorId attn = c_.is_mla() ? LatentAttention(p, attn_in) : Attention(p, attn_full, sp_ ? attn_in : kNone);
+    // Note [Falcon]: one dropout after the parallel branches' sum, attention_dropout after a sequential attention.
+    const double attn_dropout = !falcon ? c_.hidden_dropout : c_.parallel_residual ? 0.0 : c_.attention_dropout;
+    attn = e_.Dropout(p + "attn_dropout", attn, attn_dropout);
     if (c_.parallel_residual) {
-      // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)).
-      TensorId ln2 = Norm(n2, residual);
-      TensorId mlp = Mlp(p, GatherInput(n2, ln2), sp_ ? ln2 : kNone);
-      mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
-      x = e_.Add(p + "residual", e_.Add(p + "branch_add", mlp, attn), residual);
+      // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)); Falcon-7B: x + attn(ln(x)) + mlp(ln(x)).
+      TensorId mlp;
+      if (c_.branch_norms == 1) {
+        mlp = Mlp(p, attn_full, sp_ ? attn_in : kNone);
+      } else {
+        if (mlp_norm == kNone) mlp_norm = Norm(n2, residual);
+        mlp = Mlp(p, GatherInput(n2, mlp_norm), sp_ ? mlp_norm : kNone);
+      }
+      if (falcon) {
+        // mlp_output += attention_output, then dropout_add(mlp_output, residual, hidden_dropout).
+        TensorId sum = e_.Dropout(p + "mlp_dropout", e_.AddInplace(p + "branch_add", mlp, attn), c_.hidden_dropout);
+        x = e_.Add(p + "residual", residual, sum);
+      } else {
+        mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
+        x = e_.Add(p + "residual", e_.Add(p + "branch_add", mlp, attn), residual);
+      }
     } else if (c_.norm_placement == NormPlacement::kSandwich) {
       // Gemma 2: each branch is normed on the way in and on the way out.
       x = e_.Add(p + "attn_residual", residual, Norm(p + "post_attention_layernorm", attn));
@@ -855,17 +935,15 @@ absl::Status Builder::BuildDecoder() {
   }
   e_.set_layer(-1);
   if (causal_mask != kNone) e_.ScopeEnd("model.layers_done", {causal_mask});
+  const std::string final_norm = root + names.final_norm;
   if (c_.architecture == "GPT2Model") {
-    Norm(root + "ln_f", x);
+    Norm(final_norm, x);
     return absl::OkStatus();
   }
-  const std::string final_norm =
-      root + (gpt2 ? "ln_f" : neox || opt ? "final_layer_norm" : "norm");
   TensorId normed = c_.final_norm ? Norm(final_norm, x) : x;
   if (embed_dim != h) normed = Proj(root + "project_out", normed, h, embed_dim, false, Parallel::kReplicated);
   TensorId head_in = GatherInput(final_norm, normed);
-  const std::string head = neox ? "embed_out" : "lm_head";
-  TensorId logits = Proj(head, head_in, embed_dim, vocab, false, Parallel::kColumn, false,
+  TensorId logits = Proj(names.head, head_in, embed_dim, vocab, false, Parallel::kColumn, false,
                          sp_ ? normed : kNone, c_.tie_word_embeddings ? table : kNone);
   if (c_.final_logit_softcap > 0) logits = SoftCap("final_logit_softcap", logits);
   if (o_.training) {

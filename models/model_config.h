@@ -55,7 +55,7 @@ inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
   kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
-             // Mixtral
+             // Falcon, Mixtral
   kEncoder,  // BERT, RoBERTa
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
@@ -108,7 +108,9 @@ struct ModelConfig {
   bool attn_output_bias = false;  // bias on the attention output projection
   bool mlp_bias = false;
   bool norm_bias = true;         // LayerNorm has a bias (RMSNorm never does)
-  bool parallel_residual = false;  // GPT-NeoX use_parallel_residual
+  bool parallel_residual = false;  // GPT-NeoX use_parallel_residual, Falcon parallel_attn
+  int64_t branch_norms = 2;        // parallel_residual: 2 when each branch has its own norm (GPT-NeoX,
+                                   // Falcon-40B), 1 when one norm feeds both (Falcon-7B)
   bool final_norm = true;        // decoders: a norm after the last block
   int64_t word_embed_proj_dim = 0;  // OPT: token embeddings and lm_head this wide, projected into and out of
                                     // hidden_size (project_in, project_out); 0: hidden_size
@@ -136,6 +138,8 @@ struct ModelConfig {
   double query_pre_attn_scalar = 0;  // Gemma 3: scores scale by its -1/2 power (not head_dim's); 0: head_dim
   bool fused_qkv = false;           // Phi-3: one qkv_proj whose output q, k and v are slices of
   bool fused_gate_up = false;       // Phi-3: one gate_up_proj, chunked into gate and up
+  bool kv_broadcast_early = false;  // Falcon's new_decoder_architecture: k and v copied out to every query head
+                                    // before the rotary embedding (Note [Falcon] in builders.cc)
 
   // --- mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE) ---
   int64_t num_experts = 0;        // 0: dense MLP
@@ -182,12 +186,24 @@ struct ModelConfig {
   }
 };
 
+// The config.json keys a transformer's sizes were read from, for errors that
+// point at the line to change ("n_head" for GPT-2, "ffn_hidden_size" for Falcon).
+struct ConfigFieldNames {
+  std::string_view hidden = "hidden_size";
+  std::string_view layers = "num_hidden_layers";
+  std::string_view heads = "num_attention_heads";
+  std::string_view kv_heads = "num_key_value_heads";  // the field that sets num_kv_heads
+  std::string_view intermediate = "intermediate_size";
+  std::string_view positions = "max_position_embeddings";
+};
+ConfigFieldNames FieldNamesOf(const ModelConfig& config);
+
 // Parses a Hugging Face config.json (or the MlpChain form above). The
 // architecture comes from `architectures[0]`, falling back to `model_type`.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
 // Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
-// OPTForCausalLM,
+// OPTForCausalLM, FalconForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

@@ -1,6 +1,6 @@
 // The decoder families beyond Llama: Qwen3, Gemma 1-3 (Note [Gemma decoders] in
-// models/builders.cc), Phi-3, the Qwen MoEs, OLMo 2 (Note [OLMo 2]), StarCoder2 and
-// OPT (Note [OPT]), from their real config.json presets.
+// models/builders.cc), Phi-3, the Qwen MoEs, OLMo 2 (Note [OLMo 2]), StarCoder2,
+// OPT (Note [OPT]) and Falcon (Note [Falcon]), from their real config.json presets.
 #include <map>
 #include <set>
 #include <string>
@@ -69,7 +69,10 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //  - opt-1.3b (facebook/opt-1.3b) and opt-350m (its config in Opt350mConfig below): transformers 4.46.3's
 //    OPTForCausalLM the same way (1.3 B and 350 M on the model cards; 2050 learned position rows, biased
 //    projections and fc1/fc2, LayerNorms with bias, the tied lm_head; opt-350m adds project_in and project_out
-//    and drops the final LayerNorm).
+//    and drops the final LayerNorm);
+//  - falcon-7b (tiiuae/falcon-7b) and falcon-40b (its config in kFalcon40bConfig below): transformers 4.46.3's
+//    FalconForCausalLM the same way (7 B and 40 B on the model cards; a multi-query or 8-group fused
+//    query_key_value, no biases, one LayerNorm per layer for 7B and two for 40B, the tied lm_head).
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -83,6 +86,7 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("opt-1.3b")).ParameterCount(), 1'315'758'080u);
   EXPECT_EQ(Build(Preset("deepseek-v3")).ParameterCount(), 671'026'419'200u);
   EXPECT_EQ(Build(Preset("deepseek-v2-lite")).ParameterCount(), 15'706'484'224u);
+  EXPECT_EQ(Build(Preset("falcon-7b")).ParameterCount(), 6'921'720'704u);
 }
 
 std::set<std::string> TensorNames(const Graph& g) {
@@ -646,6 +650,163 @@ TEST(DecoderFamilies, BadOptFieldsAreNamed) {
   absl::StatusOr<Graph> split = BuildModelGraph(*c, {.batch = 1, .seq_len = 8, .tensor_parallel = 4});
   ASSERT_FALSE(split.ok());
   EXPECT_THAT(split.status().message(), HasSubstr("ffn_dim (250)"));
+}
+
+// tiiuae/falcon-40b's config.json: new_decoder_architecture with 8 key/value groups.
+constexpr std::string_view kFalcon40bConfig = R"({
+  "alibi": false, "apply_residual_connection_post_layernorm": false, "architectures": ["FalconForCausalLM"],
+  "attention_dropout": 0.0, "bias": false, "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0,
+  "hidden_size": 8192, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon",
+  "multi_query": true, "new_decoder_architecture": true, "num_attention_heads": 128, "num_hidden_layers": 60,
+  "num_kv_heads": 8, "parallel_attn": true, "torch_dtype": "bfloat16", "transformers_version": "4.27.4",
+  "use_cache": true, "vocab_size": 65024})";
+
+// Falcon-7B (Note [Falcon]): one key/value head in a fused query_key_value, parallel attention and MLP reading one
+// LayerNorm, no biases, the tied lm_head.
+TEST(DecoderFamilies, FalconSharesOneKeyValueHeadAndOneNorm) {
+  ModelConfig c = Preset("falcon-7b");
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.intermediate_size, 4 * 4544);
+  EXPECT_TRUE(c.parallel_residual && c.tie_word_embeddings);
+  EXPECT_EQ(c.branch_norms, 1);
+  EXPECT_FALSE(c.qkv_bias || c.mlp_bias || c.kv_broadcast_early);
+  EXPECT_EQ(c.positions, PositionKind::kRotary);
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 2, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["transformer.word_embeddings.weight"], (std::vector<int64_t>{65024, 4544}));
+  EXPECT_EQ(params["transformer.h.0.self_attention.query_key_value.weight"], (std::vector<int64_t>{73 * 64, 4544}));
+  EXPECT_EQ(params["transformer.h.0.self_attention.dense.weight"], (std::vector<int64_t>{4544, 4544}));
+  EXPECT_EQ(params["transformer.h.0.mlp.dense_h_to_4h.weight"], (std::vector<int64_t>{18176, 4544}));
+  for (const char* name : {"transformer.h.0.input_layernorm.bias", "transformer.ln_f.bias"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  for (const char* name : {"transformer.h.0.post_attention_layernorm.weight", "transformer.h.0.ln_mlp.weight",
+                           "transformer.h.0.self_attention.query_key_value.bias", "lm_head.weight"}) {
+    EXPECT_FALSE(params.contains(name)) << name;
+  }
+  // Both branches read the one LayerNorm's output.
+  const Op* qkv = FindOp(g, "transformer.h.0.self_attention.query_key_value");
+  const Op* up = FindOp(g, "transformer.h.0.mlp.dense_h_to_4h");
+  ASSERT_NE(qkv, nullptr);
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(qkv->inputs[0], up->inputs[0]);
+  EXPECT_EQ(g.tensor(up->inputs[0]).name, "transformer.h.0.input_layernorm.out");
+  // The key and value heads are indexed out (copies) and broadcast to the 71 query heads for the eager matmuls.
+  EXPECT_EQ(CountOps(g, "transformer.h.0.self_attention.query_key_value.k_index", "contiguous"), 1);
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.repeat_k", "repeat_kv"), 1);
+  const Op* pv = FindOp(g, "transformer.h.0.attn_core.pv");
+  ASSERT_NE(pv, nullptr);
+  EXPECT_EQ(g.tensor(pv->inputs[1]).shape, (std::vector<int64_t>{2, 71, 16, 64}));
+  // mlp_output += attention_output in place; no dropout anywhere at the config's zeros; the loss reads the logits.
+  const Op* sum = FindOp(g, "transformer.h.0.branch_add");
+  ASSERT_NE(sum, nullptr);
+  EXPECT_TRUE(sum->inplace);
+  EXPECT_EQ(CountOps(g, "", "dropout"), 0);
+  EXPECT_EQ(CountOps(g, "loss.logits_float", "cast"), 0);
+}
+
+// Falcon-40B's new_decoder_architecture: 8 groups of 16 queries, a key and a value, broadcast to every head before
+// the rotary embedding; ln_attn and ln_mlp, both before attention.
+TEST(DecoderFamilies, FalconNewArchitectureGroupsHeadsAndNormsEachBranch) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(kFalcon40bConfig, "falcon-40b/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->branch_norms, 2);
+  EXPECT_TRUE(c->kv_broadcast_early);
+  // transformers 4.46.3's FalconForCausalLM from this config (41.3 B), the lm_head tied.
+  EXPECT_EQ(Build(*c).ParameterCount(), 41'303'293'952u);
+  c->num_layers = 1;
+  const Graph g = Build(*c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["transformer.h.0.self_attention.query_key_value.weight"],
+            (std::vector<int64_t>{(128 + 2 * 8) * 64, 8192}));
+  EXPECT_TRUE(params.contains("transformer.h.0.ln_attn.weight"));
+  EXPECT_TRUE(params.contains("transformer.h.0.ln_mlp.bias"));
+  EXPECT_FALSE(params.contains("transformer.h.0.input_layernorm.weight"));
+  int ln_mlp = -1, qkv = -1, broadcast = -1, rotary_k = -1;
+  for (size_t i = 0; i < g.ops().size(); ++i) {
+    const std::string& name = g.ops()[i].name;
+    if (name == "transformer.h.0.ln_mlp") ln_mlp = static_cast<int>(i);
+    if (name == "transformer.h.0.self_attention.query_key_value") qkv = static_cast<int>(i);
+    if (name == "transformer.h.0.self_attention.query_key_value.k_broadcast") broadcast = static_cast<int>(i);
+    if (name == "transformer.h.0.rotary_k") rotary_k = static_cast<int>(i);
+  }
+  EXPECT_TRUE(ln_mlp >= 0 && ln_mlp < qkv);
+  EXPECT_TRUE(broadcast > qkv && broadcast < rotary_k);
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.repeat_k", "repeat_kv"), 0);  // already at every head
+  const Op* up = FindOp(g, "transformer.h.0.mlp.dense_h_to_4h");
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(g.tensor(up->inputs[0]).name, "transformer.h.0.ln_mlp.out");
+  // Falcon2-11B's layout: the new architecture with one norm for both branches (num_ln_in_parallel_attn 1),
+  // an ffn_hidden_size and an untied head: 78,208 parameters in transformers 4.46.3 at this size.
+  absl::StatusOr<ModelConfig> one_norm = ParseHfConfig(
+      R"({"architectures": ["FalconForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8,
+          "num_kv_heads": 2, "vocab_size": 256, "new_decoder_architecture": true, "num_ln_in_parallel_attn": 1,
+          "ffn_hidden_size": 96, "tie_word_embeddings": false})",
+      "falcon2.json");
+  ASSERT_TRUE(one_norm.ok()) << one_norm.status();
+  EXPECT_EQ(one_norm->branch_norms, 1);
+  const Graph small = Build(*one_norm);
+  EXPECT_EQ(small.ParameterCount(), 78'208u);
+  EXPECT_TRUE(Params(small).contains("transformer.h.1.input_layernorm.weight"));
+}
+
+// Without parallel_attn Falcon is a sequential pre-norm block whose attention branch drops out with
+// attention_dropout (the probabilities do not); without multi_query every head has its own key and value.
+TEST(DecoderFamilies, FalconSequentialBlocksDropTheAttentionBranch) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(
+      R"({"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "vocab_size": 256, "multi_query": false, "parallel_attn": false, "bias": true,
+          "attention_dropout": 0.1, "hidden_dropout": 0.2})",
+      "falcon-seq.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_FALSE(c->parallel_residual);
+  const Graph g = Build(*c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  EXPECT_EQ(g.ParameterCount(), 116'480u);  // transformers 4.46.3's FalconForCausalLM at this size
+  auto params = Params(g);
+  EXPECT_TRUE(params.contains("transformer.h.0.post_attention_layernorm.weight"));
+  EXPECT_TRUE(params.contains("transformer.h.0.self_attention.query_key_value.bias"));
+  EXPECT_TRUE(params.contains("transformer.h.0.mlp.dense_4h_to_h.bias"));
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.dropout", "dropout"), 0);
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.repeat_k", "repeat_kv"), 0);
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.v_fold", "contiguous"), 1);
+  const Op* attn_dropout = FindOp(g, "transformer.h.0.attn_dropout");
+  const Op* mlp_dropout = FindOp(g, "transformer.h.0.mlp_dropout");
+  ASSERT_NE(attn_dropout, nullptr);
+  ASSERT_NE(mlp_dropout, nullptr);
+  const Op* norm = FindOp(g, "transformer.h.0.post_attention_layernorm");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(g.tensor(norm->inputs[0]).name, "transformer.h.0.attn_residual.out");
+}
+
+TEST(DecoderFamilies, BadFalconFieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["FalconForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 4,
+          "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(})", "hidden_size"},
+           {R"(, "hidden_size": 64, "alibi": true})", "alibi"},
+           {R"(, "hidden_size": 64, "new_decoder_architecture": true, "num_kv_heads": 3})", "num_kv_heads"},
+           {R"(, "hidden_size": 64, "new_decoder_architecture": true, "parallel_attn": false})", "parallel_attn"},
+           {R"(, "hidden_size": 64, "num_ln_in_parallel_attn": 3})", "num_ln_in_parallel_attn"},
+           {R"(, "hidden_size": 64, "num_ln_in_parallel_attn": 2})", "num_ln_in_parallel_attn"},
+           {R"(, "hidden_size": 64, "ffn_hidden_size": 0})", "ffn_hidden_size"},
+           {R"(, "hidden_size": 64, "bias": "no"})", "bias"},
+           {R"(, "hidden_size": 64, "hidden_dropout": 1})", "hidden_dropout"},
+           {R"(, "hidden_size": 66})", "num_attention_heads"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "falcon.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("falcon.json: " + field)) << extra;
+  }
+  // Tensor parallelism cannot split Falcon-7B's one key/value head.
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(base + R"(, "hidden_size": 64})", "falcon.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<Graph> split = BuildModelGraph(*c, {.batch = 1, .seq_len = 8, .tensor_parallel = 2});
+  ASSERT_FALSE(split.ok());
+  EXPECT_THAT(split.status().message(), HasSubstr("multi_query (1)"));
 }
 
 }  // namespace
