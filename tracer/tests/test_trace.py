@@ -247,6 +247,15 @@ TINY = {
                    "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
                    "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256,
                    "sliding_window": 16, "residual_dropout": 0.1, "embedding_dropout": 0.1},
+    "falcon": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "multi_query": True,
+               "parallel_attn": True, "new_decoder_architecture": False, "bias": False},
+    "falcon-new": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
+                   "num_hidden_layers": 2, "num_attention_heads": 8, "num_kv_heads": 2, "vocab_size": 512,
+                   "new_decoder_architecture": True, "ffn_hidden_size": 192, "hidden_dropout": 0.1},
+    "falcon-seq": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
+                   "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "multi_query": False,
+                   "parallel_attn": False, "bias": True, "attention_dropout": 0.1, "hidden_dropout": 0.1},
     "bert": {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 64,
              "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256, "vocab_size": 512,
              "max_position_embeddings": 256},
@@ -295,7 +304,7 @@ class HuggingFaceTest(unittest.TestCase):
 
 
 # Families without a builder yet: encoder-decoders, Whisper's audio encoder, vision and two-tower models, a
-# state-space model, ALiBi and parallel-attention decoders. Each traces, keeps transformers' parameter count, and
+# state-space model, ALiBi decoders. Each traces, keeps transformers' parameter count, and
 # estimates and plans.
 NO_BUILDER = {
     "t5": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "d_ff": 128,
@@ -322,9 +331,6 @@ NO_BUILDER = {
                                "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 64},
                "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                                  "num_attention_heads": 4, "image_size": 32, "patch_size": 8}},
-    "falcon": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
-               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "multi_query": True,
-               "parallel_attn": True, "new_decoder_architecture": False, "bias": False},
     "bloom": {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": 64, "n_layer": 2,
               "n_head": 4, "vocab_size": 512},
     "mamba": {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 64,
