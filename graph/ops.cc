@@ -458,6 +458,15 @@ TensorId OpEmitter::Zeros(const std::string& name, std::vector<int64_t> shape, D
   return y;
 }
 
+TensorId OpEmitter::Materialize(const std::string& name, std::string kind, const std::vector<TensorId>& inputs,
+                                std::vector<int64_t> shape, DType dtype) {
+  TensorId y = NewTensor(name + ".out", std::move(shape), dtype);
+  bool rg = false;
+  for (TensorId in : inputs) rg = rg || RequiresGrad(in);
+  Emit({.kind = std::move(kind), .name = name, .inputs = inputs, .outputs = {y}, .compute_dtype = dtype}, rg);
+  return y;
+}
+
 void OpEmitter::ScopeEnd(const std::string& name, std::vector<TensorId> tensors) {
   // No kernel runs: one byte read keeps Emit from charging a read of every input.
   Emit({.kind = "scope_end", .name = name, .inputs = std::move(tensors), .bytes_read = 1}, false);

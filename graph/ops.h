@@ -52,6 +52,8 @@
 //   adaptive_avg_pool2d (x) -> y                        saves x
 //   repeat_kv      (x [b, kv, s, d]) -> [b, heads, s, d] copy (HF eager GQA)  saves nothing
 //   zeros          () -> y                              saves nothing
+//   repeat, gather, repeat_interleave, alibi, ... (inputs) -> y   saves nothing: tensors no gradient reaches,
+//                  computed from positions and tables (Materialize; GPT-J's per-layer sin/cos, ALiBi biases)
 //   gather_rows    (x) -> y, a row subset (MoE dispatch) saves nothing (indices are ints)
 //   index_add      (acc, src) -> acc (in place)         saves nothing
 //   router_topk    (logits) -> (probs f32, weights, indices i64), HF Mixtral's
@@ -169,6 +171,10 @@ class OpEmitter {
   TensorId Softmax(const std::string& name, TensorId x, bool force_f32 = false);
   TensorId RepeatKv(const std::string& name, TensorId x, int64_t heads);
   TensorId Zeros(const std::string& name, std::vector<int64_t> shape, DType dtype);
+  // A new tensor of `shape` that an op of `kind` computes from `inputs` and
+  // autograd keeps nothing for (position arithmetic over tables and indices).
+  TensorId Materialize(const std::string& name, std::string kind, const std::vector<TensorId>& inputs,
+                       std::vector<int64_t> shape, DType dtype);
   // An op that only reads `tensors`: a Python function's locals, alive until it returns.
   void ScopeEnd(const std::string& name, std::vector<TensorId> tensors);
   // Identity (returns x, emits nothing) when not training or p == 0.

@@ -27,6 +27,9 @@ bool IsLlamaLike(const ModelConfig& c) {
          c.model_type == "starcoder2";
 }
 
+// The causal LMs whose loss reads the logits cast to f32: Llama's ForCausalLMLoss, GPT-J's forward.
+bool UpcastsLogits(const ModelConfig& c) { return IsLlamaLike(c) || c.model_type == "gptj"; }
+
 // A decoder's module names as its family's state dict spells them.
 struct DecoderNames {
   std::string root = "model.";            // the body
@@ -50,6 +53,9 @@ DecoderNames DecoderNamesOf(const ModelConfig& c) {
   if (type == "opt") {
     return {.root = "model.decoder.", .norm1 = "self_attn_layer_norm", .norm2 = "final_layer_norm",
             .final_norm = "final_layer_norm"};
+  }
+  if (type == "gptj") {
+    return {.root = "transformer.", .embed = "wte", .layers = "h", .norm1 = "ln_1", .final_norm = "ln_f"};
   }
   if (type == "falcon") {
     // Note [Falcon]: ln_attn and ln_mlp when each parallel branch has its own norm.
@@ -127,6 +133,8 @@ class Builder {
   }
   TensorId Attention(const std::string& prefix, TensorId x, TensorId x_shard);
   TensorId LatentAttention(const std::string& prefix, TensorId x);
+  // GPT-J's rotary embedding of x [b, s, heads, d] with the layer's sin/cos table (Note [GPT-J]).
+  TensorId GptjRotary(const std::string& name, TensorId x, TensorId sincos);
   TensorId Mlp(const std::string& prefix, TensorId x, TensorId x_shard);
   TensorId Moe(const std::string& prefix, TensorId x, TensorId x_shard);
   // The training loss over logits [rows, classes] (Note [Causal LM loss]).
@@ -171,6 +179,11 @@ absl::Status Builder::CheckOptions() const {
     return absl::InvalidArgumentError(absl::StrFormat(
         "seq_len %d exceeds the model's %s (%d): its learned position embeddings end there",
         o_.seq_len, fields.positions, c_.max_position_embeddings));
+  }
+  if (c_.model_type == "gptj" && o_.seq_len > c_.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "seq_len %d exceeds the model's %s (%d): its sinusoidal position table ends there", o_.seq_len,
+        fields.positions, c_.max_position_embeddings));
   }
   auto floating = [](DType d) {
     return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16 || d == DType::kF64;
@@ -514,6 +527,24 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     k = e_.View(module + ".k", qkv, {b, heads, s, d});
     v = e_.View(module + ".v", qkv, {b, heads, s, d});
     out_module = prefix + (gpt2 ? "attn.c_proj" : "attention.dense");
+  } else if (c_.model_type == "gptj") {
+    // Note [GPT-J]: separate projections; q and k rotate as [b, s, heads, d], then permute.
+    const std::string base = prefix + "attn.";
+    TensorId qp = Proj(base + "q_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
+    TensorId kp = Proj(base + "k_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
+    TensorId vp = Proj(base + "v_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
+    v = e_.View(base + "v_proj.heads", vp, {b, heads, s, d});
+    const int64_t rd = c_.rotary_dim;
+    TensorId table = e_.Buffer(base + "embed_positions", {c_.max_position_embeddings, rd}, DType::kF32);
+    // One row of positions (position_ids is arange(s)[None] unless given): tables of batch 1.
+    TensorId rows = e_.Materialize(base + "embed_positions.repeat", "repeat", {table},
+                                   {1, c_.max_position_embeddings, rd}, DType::kF32);
+    TensorId sincos = e_.Materialize(base + "sincos", "gather", {rows}, {1, s, rd}, DType::kF32);
+    k = GptjRotary(prefix + "rotary_k", e_.View(base + "k_proj.heads", kp, {b, s, heads, d}), sincos);
+    q = GptjRotary(prefix + "rotary_q", e_.View(base + "q_proj.heads", qp, {b, s, heads, d}), sincos);
+    k = e_.View(base + "k_permute", k, {b, heads, s, d});
+    q = e_.View(base + "q_permute", q, {b, heads, s, d});
+    out_module = base + "out_proj";
   } else if (falcon) {
     // Note [Falcon]: query_key_value holds kv groups of (heads / kv queries, a key, a value).
     const std::string module = prefix + "self_attention.query_key_value";
@@ -567,7 +598,7 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     }
     out_module = bert ? prefix + "attention.output.dense" : base + (opt ? "out_proj" : "o_proj");
   }
-  if (c_.positions == PositionKind::kRotary) {
+  if (c_.positions == PositionKind::kRotary && c_.model_type != "gptj") {  // GPT-J's are rotated already
     const auto rotary_dims = static_cast<int64_t>(static_cast<double>(d) * c_.rotary_pct);
     const bool local = c_.local_rotary && c_.is_sliding_layer(e_.layer());
     const TensorId cos = local ? local_cos_ : cos_, sin = local ? local_sin_ : sin_;
@@ -618,6 +649,40 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   // Note [Python references in inference].
   if (!o_.training) e_.ScopeEnd(prefix + "attention_returns", {x, q, k, v});
   return ReduceOutput(out_module, out);
+}
+
+// Note [GPT-J]
+// GPTJForCausalLM (transformers 4.46's modeling_gptj.py) runs attention and
+// the MLP in parallel from one ln_1 (x + attn(ln_1(x)) + mlp(ln_1(x)), each
+// branch with its resid_pdrop dropout) and rotates positions its own way:
+//  - every layer keeps its own sinusoidal table of n_positions x rotary_dim
+//    f32 values (a plain attribute, so it stays f32 whatever the weights'
+//    dtype), repeats it for each row of position_ids (one: arange(s)[None]
+//    unless the caller passes them) and gathers the positions;
+//  - q_proj and k_proj outputs rotate as [b, s, heads, d]: the first
+//    rotary_dim features of each head are multiplied by cos and, rotated two
+//    by two (stack(-x2, x1)), by sin, then concatenated with the rest. sin and
+//    cos are repeat_interleave'd afresh for k and for q, and each
+//    multiplication saves its table: four s x rotary_dim f32 tensors per
+//    layer, where Llama saves none. In 16-bit the f32 tables promote the
+//    rotated q and k to f32, and _attn casts both to f32 anyway;
+//  - q, k and v are permuted views, so the eager matmuls copy them when they
+//    fold batch and heads; the probabilities are cast back to v's dtype;
+//  - the lm_head has a bias and is not tied; its logits are cast to f32
+//    before the loss.
+TensorId Builder::GptjRotary(const std::string& name, TensorId x, TensorId sincos) {
+  const std::vector<int64_t> shape = g_.tensor(x).shape;
+  const int64_t b = shape[0], s = shape[1], heads = shape[2], d = shape[3], rd = c_.rotary_dim;
+  TensorId sin = e_.Materialize(name + ".sin", "repeat_interleave", {sincos}, {1, s, 1, rd}, DType::kF32);
+  TensorId cos = e_.Materialize(name + ".cos", "repeat_interleave", {sincos}, {1, s, 1, rd}, DType::kF32);
+  TensorId rot = e_.View(name + ".rot", x, {b, s, heads, rd});
+  TensorId odd = e_.Scale(name + ".neg", e_.View(name + ".odd", x, {b, s, heads, rd / 2}));
+  TensorId even = e_.View(name + ".even", x, {b, s, heads, rd / 2});
+  TensorId rotated = e_.Concat(name + ".rotate_every_two", {odd, even}, {b, s, heads, rd});
+  TensorId y = e_.Add(name + ".add", e_.Mul(name + ".mul_cos", rot, cos), e_.Mul(name + ".mul_sin", rotated, sin));
+  std::vector<TensorId> parts = {y};
+  if (rd < d) parts.push_back(e_.View(name + ".pass", x, {b, s, heads, d - rd}));
+  return e_.Concat(name + ".cat", parts, {b, s, heads, d});
 }
 
 // Note [Multi-head latent attention]
@@ -715,6 +780,8 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
       up_name = "mlp.c_fc", down_name = "mlp.c_proj";  // GPT-2's names on nn.Linear
     } else if (c_.model_type == "opt") {
       up_name = "fc1", down_name = "fc2";
+    } else if (c_.model_type == "gptj") {
+      up_name = "mlp.fc_in", down_name = "mlp.fc_out";
     } else if (c_.model_type == "gpt_neox" || c_.model_type == "falcon") {
       up_name = "mlp.dense_h_to_4h", down_name = "mlp.dense_4h_to_h";
     } else {
@@ -810,7 +877,7 @@ TensorId Builder::CausalLmLoss(TensorId logits, int64_t vocab) {
   e_.set_layer(-1);
   e_.set_phase(Phase::kLoss);
   const TensorId model_logits = logits;
-  if (IsLlamaLike(c_)) logits = e_.Cast("loss.logits_float", logits, DType::kF32);
+  if (UpcastsLogits(c_)) logits = e_.Cast("loss.logits_float", logits, DType::kF32);
   TensorId labels = e_.Input("labels", {b, s}, DType::kI64);
   TensorId shifted_labels = e_.Contiguous("loss.shift_labels", e_.View("loss.labels_tail", labels, {b, s - 1}));
   TensorId shifted = e_.Contiguous("loss.shift_logits", e_.View("loss.logits_head", logits, {b, s - 1, vocab}));
@@ -856,7 +923,8 @@ absl::Status Builder::BuildDecoder() {
   }
   x = e_.Dropout(root + "drop", x, c_.embedding_dropout);
   if (c_.embedding_scaled) x = e_.Scale(root + "embed_scale", x);  // Note [Gemma decoders]
-  if (c_.positions == PositionKind::kRotary) {
+  // GPT-J builds its tables in every layer (Note [GPT-J]).
+  if (c_.positions == PositionKind::kRotary && c_.model_type != "gptj") {
     const auto rotary_dims = c_.is_mla() ? c_.qk_rope_head_dim
                                          : static_cast<int64_t>(static_cast<double>(c_.head_dim) * c_.rotary_pct);
     const DType dtype = e_.options().autocast ? o_.param_dtype : o_.compute_dtype;
@@ -943,7 +1011,7 @@ absl::Status Builder::BuildDecoder() {
   TensorId normed = c_.final_norm ? Norm(final_norm, x) : x;
   if (embed_dim != h) normed = Proj(root + "project_out", normed, h, embed_dim, false, Parallel::kReplicated);
   TensorId head_in = GatherInput(final_norm, normed);
-  TensorId logits = Proj(names.head, head_in, embed_dim, vocab, false, Parallel::kColumn, false,
+  TensorId logits = Proj(names.head, head_in, embed_dim, vocab, c_.lm_head_bias, Parallel::kColumn, false,
                          sp_ ? normed : kNone, c_.tie_word_embeddings ? table : kNone);
   if (c_.final_logit_softcap > 0) logits = SoftCap("final_logit_softcap", logits);
   if (o_.training) {

@@ -136,6 +136,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"Starcoder2ForCausalLM", "starcoder2", ModelFamily::kDecoder},
     {"OPTForCausalLM", "opt", ModelFamily::kDecoder},
     {"FalconForCausalLM", "falcon", ModelFamily::kDecoder},
+    {"GPTJForCausalLM", "gptj", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -159,7 +160,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
     {"olmo2", "Olmo2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
     {"starcoder2", "Starcoder2ForCausalLM"}, {"opt", "OPTForCausalLM"},
-    {"falcon", "FalconForCausalLM"},
+    {"falcon", "FalconForCausalLM"}, {"gptj", "GPTJForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
     {"mlp", "MlpChain"},
@@ -563,6 +564,41 @@ absl::Status ParseFalcon(const json& doc, const JsonPath& path, ModelConfig& c) 
   return absl::OkStatus();
 }
 
+// GPTJForCausalLM (transformers 4.46's modeling_gptj.py, Note [GPT-J] in builders.cc): GPT-2's size names,
+// unbiased q/k/v/out projections, rotary positions over the first rotary_dim features of each head, attention and
+// MLP in parallel from one ln_1, a biased fc_in/fc_out MLP, and an untied lm_head with a bias.
+absl::Status ParseGptj(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "n_embd", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "n_layer", path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "n_head", path));
+  c.num_kv_heads = c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, OptionalPositiveInt(doc, "n_inner", path, 4 * c.hidden_size));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, OptionalPositiveInt(doc, "n_positions", path, 2048));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "activation_function", path, ActivationKind::kGeluNew));
+  if (doc.contains("rotary_dim") && doc["rotary_dim"].is_null()) {
+    // GPTJAttention then rotates hidden_size features of every head-sized slice, which only runs with one head.
+    return (path / "rotary_dim").Error("null (rotary over hidden_size features) is not supported");
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.rotary_dim, OptionalPositiveInt(doc, "rotary_dim", path, 64));
+  if (c.rotary_dim % 2 != 0 || (c.hidden_size % c.num_heads == 0 && c.rotary_dim > c.hidden_size / c.num_heads)) {
+    return (path / "rotary_dim")
+        .Error(absl::StrFormat("%d: must be even and at most the head size, n_embd / n_head", c.rotary_dim));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "resid_pdrop", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.embedding_dropout, Probability(doc, "embd_pdrop", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attn_pdrop", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, false));
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kRotary;
+  c.parallel_residual = true;
+  c.branch_norms = 1;
+  c.mlp_bias = c.lm_head_bias = true;
+  return absl::OkStatus();
+}
+
 absl::Status ParseBertLike(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 512, c));
   HEADROOM_ASSIGN_OR_RETURN(c.type_vocab_size, OptionalInt(doc, "type_vocab_size", path, 2));
@@ -767,7 +803,7 @@ absl::StatusOr<EncoderHead> ParseEncoderHead(std::string_view name) { return kEn
 
 ConfigFieldNames FieldNamesOf(const ModelConfig& c) {
   const std::string& type = c.model_type;
-  if (type == "gpt2") {
+  if (type == "gpt2" || type == "gptj") {
     return {.hidden = "n_embd", .layers = "n_layer", .heads = "n_head", .kv_heads = "n_head",
             .intermediate = "n_inner", .positions = "n_positions"};
   }
@@ -843,6 +879,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     HEADROOM_RETURN_IF_ERROR(ParseOpt(doc, path, c));
   } else if (type == "falcon") {
     HEADROOM_RETURN_IF_ERROR(ParseFalcon(doc, path, c));
+  } else if (type == "gptj") {
+    HEADROOM_RETURN_IF_ERROR(ParseGptj(doc, path, c));
   } else if (type == "bert" || type == "roberta") {
     HEADROOM_RETURN_IF_ERROR(ParseBertLike(doc, path, c));
   } else {

@@ -55,7 +55,7 @@ inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
   kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
-             // Falcon, Mixtral
+             // Falcon, GPT-J, Mixtral
   kEncoder,  // BERT, RoBERTa
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
@@ -103,6 +103,7 @@ struct ModelConfig {
   bool gated_mlp = false;  // Llama-style gate_proj/up_proj/down_proj (SwiGLU)
   PositionKind positions = PositionKind::kLearned;
   double rotary_pct = 1.0;  // GPT-NeoX partial rotary
+  int64_t rotary_dim = 0;   // GPT-J: rotated features at the start of each head; 0: head_dim x rotary_pct
   bool tie_word_embeddings = false;
   bool qkv_bias = false;         // bias on the q/k/v projections
   bool attn_output_bias = false;  // bias on the attention output projection
@@ -110,7 +111,8 @@ struct ModelConfig {
   bool norm_bias = true;         // LayerNorm has a bias (RMSNorm never does)
   bool parallel_residual = false;  // GPT-NeoX use_parallel_residual, Falcon parallel_attn
   int64_t branch_norms = 2;        // parallel_residual: 2 when each branch has its own norm (GPT-NeoX,
-                                   // Falcon-40B), 1 when one norm feeds both (Falcon-7B)
+                                   // Falcon-40B), 1 when one norm feeds both (Falcon-7B, GPT-J)
+  bool lm_head_bias = false;       // GPT-J's lm_head has a bias
   bool final_norm = true;        // decoders: a norm after the last block
   int64_t word_embed_proj_dim = 0;  // OPT: token embeddings and lm_head this wide, projected into and out of
                                     // hidden_size (project_in, project_out); 0: hidden_size
@@ -203,7 +205,7 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& config);
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
 // Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
-// OPTForCausalLM, FalconForCausalLM,
+// OPTForCausalLM, FalconForCausalLM, GPTJForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

@@ -1,6 +1,6 @@
 // The decoder families beyond Llama: Qwen3, Gemma 1-3 (Note [Gemma decoders] in
 // models/builders.cc), Phi-3, the Qwen MoEs, OLMo 2 (Note [OLMo 2]), StarCoder2,
-// OPT (Note [OPT]) and Falcon (Note [Falcon]), from their real config.json presets.
+// OPT (Note [OPT]), Falcon (Note [Falcon]) and GPT-J (Note [GPT-J]), from their real config.json presets.
 #include <map>
 #include <set>
 #include <string>
@@ -72,7 +72,9 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //    and drops the final LayerNorm);
 //  - falcon-7b (tiiuae/falcon-7b) and falcon-40b (its config in kFalcon40bConfig below): transformers 4.46.3's
 //    FalconForCausalLM the same way (7 B and 40 B on the model cards; a multi-query or 8-group fused
-//    query_key_value, no biases, one LayerNorm per layer for 7B and two for 40B, the tied lm_head).
+//    query_key_value, no biases, one LayerNorm per layer for 7B and two for 40B, the tied lm_head);
+//  - gpt-j-6b (EleutherAI/gpt-j-6b): transformers 4.46.3's GPTJForCausalLM the same way (6 B on the model card;
+//    unbiased q/k/v/out projections, a biased fc_in/fc_out MLP, one ln_1 per layer, an untied lm_head with a bias).
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -87,6 +89,7 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("deepseek-v3")).ParameterCount(), 671'026'419'200u);
   EXPECT_EQ(Build(Preset("deepseek-v2-lite")).ParameterCount(), 15'706'484'224u);
   EXPECT_EQ(Build(Preset("falcon-7b")).ParameterCount(), 6'921'720'704u);
+  EXPECT_EQ(Build(Preset("gpt-j-6b")).ParameterCount(), 6'050'882'784u);
 }
 
 std::set<std::string> TensorNames(const Graph& g) {
@@ -807,6 +810,93 @@ TEST(DecoderFamilies, BadFalconFieldsAreNamed) {
   absl::StatusOr<Graph> split = BuildModelGraph(*c, {.batch = 1, .seq_len = 8, .tensor_parallel = 2});
   ASSERT_FALSE(split.ok());
   EXPECT_THAT(split.status().message(), HasSubstr("multi_query (1)"));
+}
+
+// GPT-J (Note [GPT-J]): parallel attention and MLP from one ln_1, rotary over the first 64 of each head's 256
+// features with a sin/cos table in every layer, whose copies the rotations save; an untied, biased lm_head.
+TEST(DecoderFamilies, GptjRotatesPartOfEachHeadWithTablesInEveryLayer) {
+  ModelConfig c = Preset("gpt-j-6b");
+  EXPECT_EQ(c.rotary_dim, 64);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.max_position_embeddings, 2048);
+  EXPECT_TRUE(c.parallel_residual && c.lm_head_bias && c.mlp_bias);
+  EXPECT_EQ(c.branch_norms, 1);
+  EXPECT_FALSE(c.tie_word_embeddings || c.qkv_bias || c.attn_output_bias);
+  EXPECT_EQ(c.activation, ActivationKind::kGeluNew);
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 2, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["transformer.h.0.attn.q_proj.weight"], (std::vector<int64_t>{4096, 4096}));
+  EXPECT_EQ(params["transformer.h.0.mlp.fc_in.weight"], (std::vector<int64_t>{16384, 4096}));
+  EXPECT_EQ(params["lm_head.bias"], std::vector<int64_t>{50400});
+  for (const char* name : {"transformer.wte.weight", "transformer.h.0.ln_1.bias", "transformer.h.0.mlp.fc_out.bias",
+                           "transformer.ln_f.weight", "lm_head.weight"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  for (const char* name : {"transformer.h.0.ln_2.weight", "transformer.h.0.attn.q_proj.bias",
+                           "transformer.h.0.attn.out_proj.bias", "transformer.wpe.weight"}) {
+    EXPECT_FALSE(params.contains(name)) << name;
+  }
+  // Each layer keeps its own f32 table; each rotation multiplies by fresh [1, s, 1, 64] f32 copies and saves them.
+  const Tensor* table = nullptr;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name == "transformer.h.0.attn.embed_positions") table = &t;
+  }
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(table->role, TensorRole::kBuffer);
+  EXPECT_EQ(table->shape, (std::vector<int64_t>{2048, 64}));
+  for (const char* name : {"transformer.h.0.rotary_q.mul_cos", "transformer.h.0.rotary_q.mul_sin",
+                           "transformer.h.0.rotary_k.mul_cos", "transformer.h.0.rotary_k.mul_sin"}) {
+    const Op* mul = FindOp(g, name);
+    ASSERT_NE(mul, nullptr) << name;
+    ASSERT_EQ(mul->saved.size(), 1u) << name;
+    EXPECT_EQ(g.tensor(mul->saved[0]).shape, (std::vector<int64_t>{1, 16, 1, 64})) << name;
+    EXPECT_EQ(g.tensor(mul->saved[0]).dtype, DType::kF32) << name;
+  }
+  EXPECT_EQ(CountOps(g, "", "rotary"), 0);
+  // Both branches read ln_1; the loss reads the logits cast to f32.
+  const Op* q = FindOp(g, "transformer.h.0.attn.q_proj");
+  const Op* up = FindOp(g, "transformer.h.0.mlp.fc_in");
+  ASSERT_NE(q, nullptr);
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(q->inputs[0], up->inputs[0]);
+  // In bf16 the f32 tables promote the rotated queries and keys to f32, and the loss reads f32 logits.
+  const Graph half = Build(c, {.batch = 2, .seq_len = 16, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,
+                               .attention = AttentionImpl::kEager});
+  const Op* qk = FindOp(half, "transformer.h.0.attn_core.qk");
+  ASSERT_NE(qk, nullptr);
+  EXPECT_EQ(half.tensor(qk->inputs[0]).dtype, DType::kF32);
+  EXPECT_EQ(half.tensor(qk->inputs[1]).dtype, DType::kF32);
+  EXPECT_EQ(CountOps(half, "loss.logits_float", "cast"), 1);
+  // Positions past n_positions have no row in the table.
+  absl::StatusOr<Graph> too_long = BuildModelGraph(c, {.batch = 1, .seq_len = 4096});
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(too_long.status().message(), HasSubstr("n_positions (2048)"));
+}
+
+TEST(DecoderFamilies, BadGptjFieldsAreNamed) {
+  const std::string base = R"({"architectures": ["GPTJForCausalLM"], "n_layer": 2, "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "n_head": 4})", "n_embd"},
+           {R"(, "n_embd": 64, "n_head": 4, "rotary_dim": null})", "rotary_dim"},
+           {R"(, "n_embd": 64, "n_head": 4, "rotary_dim": 32})", "rotary_dim"},
+           {R"(, "n_embd": 64, "n_head": 4, "rotary_dim": 7})", "rotary_dim"},
+           {R"(, "n_embd": 64, "n_head": 4})", "rotary_dim"},  // GPTJConfig's 64 exceeds the head size, 16
+           {R"(, "n_embd": 64, "n_head": 5, "rotary_dim": 8})", "n_head"},
+           {R"(, "n_embd": 64, "n_head": 4, "rotary_dim": 8, "resid_pdrop": 1})", "resid_pdrop"},
+           {R"(, "n_embd": 64, "n_head": 4, "rotary_dim": 8, "activation_function": "swiglu"})",
+            "activation_function"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "gptj.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("gptj.json: " + field)) << extra;
+  }
+  absl::StatusOr<ModelConfig> defaults =
+      ParseHfConfig(R"({"model_type": "gptj", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 128,
+                        "rotary_dim": 8})", "gptj.json");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->architecture, "GPTJForCausalLM");
+  EXPECT_EQ(defaults->intermediate_size, 256);  // n_inner absent: 4 x n_embd
+  EXPECT_EQ(defaults->max_position_embeddings, 2048);
 }
 
 }  // namespace

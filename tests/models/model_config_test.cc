@@ -171,7 +171,8 @@ TEST(LoadModel, PresetsFilesAndCloseNames) {
   for (const char* expected : {"llama-3-8b", "llama-2-7b", "llama-2-70b", "mistral-7b", "qwen2-7b",
                                "gpt2", "gpt2-xl", "bert-large", "mixtral-8x7b", "resnet50",
                                "vgg16", "olmo-2-13b", "gemma-3-1b", "starcoder2-15b", "opt-1.3b",
-                               "deepseek-v3", "deepseek-v2-lite", "falcon-7b"}) {
+                               "deepseek-v3", "deepseek-v2-lite", "falcon-7b",
+                               "gpt-j-6b"}) {
     EXPECT_THAT(names, ::testing::Contains(std::string(expected)));
   }
 }
