@@ -43,7 +43,7 @@ struct DecoderNames {
 
 DecoderNames DecoderNamesOf(const ModelConfig& c) {
   const std::string& type = c.model_type;
-  if (type == "gpt2") {
+  if (type == "gpt2" || type == "gpt_bigcode") {
     return {.root = "transformer.", .embed = "wte", .layers = "h", .norm1 = "ln_1", .norm2 = "ln_2",
             .final_norm = "ln_f"};
   }
@@ -71,7 +71,7 @@ DecoderNames DecoderNamesOf(const ModelConfig& c) {
 // TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): the attention query
 // and value projections.
 std::vector<std::string> DefaultLoraTargets(const ModelConfig& c) {
-  if (c.model_type == "gpt2") return {"c_attn"};
+  if (c.model_type == "gpt2" || c.model_type == "gpt_bigcode") return {"c_attn"};
   if (c.model_type == "gpt_neox" || c.model_type == "falcon") return {"query_key_value"};
   if (c.model_type == "phi3") return {"qkv_proj"};
   if (c.model_type == "bert" || c.model_type == "roberta") return {"query", "value"};
@@ -395,6 +395,22 @@ TensorId Builder::SoftCap(const std::string& name, TensorId x) {
 //  - the lm_head is tied to word_embeddings; the loss takes the logits as
 //    they are.
 
+// Note [GPTBigCode]
+// GPTBigCodeForCausalLM (transformers 4.46's modeling_gpt_bigcode.py;
+// StarCoder, SantaCoder) is GPT-2 on nn.Linear with multi-query attention:
+//  - c_attn projects to n_embd queries, then one head's key and value
+//    (multi_query) or, without it, to [head, (q, k, v)] per head;
+//  - the multi-query eager attention folds the heads into the rows of one
+//    baddbmm: query.reshape(b, s * heads, d) copies the strided queries, the
+//    key and value stay views of c_attn's output, so each layer saves the
+//    query copy and c_attn's whole output, and never repeats the key or value
+//    per head as Llama's repeat_kv does;
+//  - the mask is applied with torch.where, the softmax upcasts 16-bit scores
+//    to f32 (attention_softmax_in_fp32) and casts back, and the probabilities
+//    drop out with attn_pdrop;
+//  - one tril(ones(n_positions, n_positions)) bool buffer for the model, the
+//    lm_head tied to wte, the loss over the logits as they are.
+
 // Note [gelu_new]
 // transformers' NewGELUActivation ("gelu_new", GPT-2's default) computes
 //   0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
@@ -508,6 +524,7 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
   const bool causal = c_.family == ModelFamily::kDecoder;
   const bool opt = c_.model_type == "opt", falcon = c_.model_type == "falcon";
+  const bool bigcode = c_.model_type == "gpt_bigcode";
   TensorId q, k, v;
   std::string out_module;
   if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox") {
@@ -545,6 +562,14 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     k = e_.View(base + "k_permute", k, {b, heads, s, d});
     q = e_.View(base + "q_permute", q, {b, heads, s, d});
     out_module = base + "out_proj";
+  } else if (bigcode) {
+    // Note [GPTBigCode]: c_attn's output is all queries, then the keys, then the values.
+    const std::string module = prefix + "attn.c_attn";
+    TensorId qkv = Proj(module, x, h, (heads + 2 * kv) * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+    q = e_.View(module + ".q", qkv, {b, heads, s, d});
+    k = e_.View(module + ".k", qkv, {b, kv, s, d});
+    v = e_.View(module + ".v", qkv, {b, kv, s, d});
+    out_module = prefix + "attn.c_proj";
   } else if (falcon) {
     // Note [Falcon]: query_key_value holds kv groups of (heads / kv queries, a key, a value).
     const std::string module = prefix + "self_attention.query_key_value";
@@ -612,7 +637,13 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     context = e_.FlashAttention(core + ".sdpa", q, k, v, causal);
   } else {
     e_.set_attention_core(true);
-    if (g_.tensor(k).shape[1] < heads) {
+    if (bigcode && kv == 1) {
+      // Note [GPTBigCode]: the query heads fold into the rows of one bmm (a copy of the strided queries) against
+      // the one key and value head, which stay views of c_attn's output.
+      q = e_.Contiguous(core + ".q_fold", e_.View(core + ".q_rows", q, {b, s * heads, d}));
+      k = e_.View(core + ".k_rows", k, {b, s, d});
+      v = e_.View(core + ".v_rows", v, {b, s, d});
+    } else if (g_.tensor(k).shape[1] < heads) {
       // HF eager attention materializes repeated k/v heads (repeat_kv; Falcon's matmul broadcasts and copies).
       k = e_.RepeatKv(core + ".repeat_k", k, heads);
       v = e_.RepeatKv(core + ".repeat_v", v, heads);
@@ -632,7 +663,8 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     if (opt) scores = e_.Maximum(core + ".clamp", scores);
     // Falcon's softmax takes the dtype of its input hidden states, a LayerNorm output (f32 under autocast).
     TensorId probs = e_.Softmax(core + ".softmax", scores, /*force_f32=*/IsLlamaLike(c_) || (opt && f16_scores) ||
-                                                              (falcon && e_.options().autocast));
+                                                              (falcon && e_.options().autocast) ||
+                                                              c_.attention_softmax_f32);
     // Decoders cast the probabilities back to v's dtype (HF's
     // `.to(query.dtype)` / `.type(value.dtype)`); BERT leaves that to autocast.
     if (c_.family == ModelFamily::kDecoder && (!opt || f16_scores)) {
@@ -776,7 +808,7 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
     bool conv1d = false;
     if (c_.model_type == "gpt2") {
       up_name = "mlp.c_fc", down_name = "mlp.c_proj", conv1d = true;
-    } else if (c_.model_type == "starcoder2") {
+    } else if (c_.model_type == "starcoder2" || c_.model_type == "gpt_bigcode") {
       up_name = "mlp.c_fc", down_name = "mlp.c_proj";  // GPT-2's names on nn.Linear
     } else if (c_.model_type == "opt") {
       up_name = "fc1", down_name = "fc2";
@@ -897,6 +929,7 @@ absl::Status Builder::BuildDecoder() {
   // Megatron pads the vocabulary so every rank holds the same number of rows.
   const int64_t vocab = CeilDiv<int64_t>(c_.vocab_size, t_);
   const bool gpt2 = c_.model_type == "gpt2", opt = c_.model_type == "opt", falcon = c_.model_type == "falcon";
+  const bool bigcode = c_.model_type == "gpt_bigcode";
   const DecoderNames names = DecoderNamesOf(c_);
   const std::string& root = names.root;
   const std::string embed_name = root + names.embed + ".weight";
@@ -908,7 +941,12 @@ absl::Status Builder::BuildDecoder() {
   TensorId table = Param(embed_name, {vocab, embed_dim});
   TensorId x = e_.Embedding(root + "embed", ids, table);
   if (t_ > 1) x = ReduceOutput(root + "embed", x);
-  if (gpt2) {
+  if (bigcode) {
+    // GPTBigCodeModel's causal mask: one tril(ones(n_positions, n_positions)) bool buffer for all layers.
+    const int64_t n = c_.max_position_embeddings;
+    e_.Buffer(root + "bias", {n, n}, DType::kBool);
+  }
+  if (gpt2 || bigcode) {
     TensorId positions = e_.Input("position_ids", {1, s_local}, DType::kI64);
     TensorId wpe = Param(root + "wpe.weight", {c_.max_position_embeddings, h});
     TensorId pos = e_.Embedding(root + "wpe", positions, wpe);

@@ -137,6 +137,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"OPTForCausalLM", "opt", ModelFamily::kDecoder},
     {"FalconForCausalLM", "falcon", ModelFamily::kDecoder},
     {"GPTJForCausalLM", "gptj", ModelFamily::kDecoder},
+    {"GPTBigCodeForCausalLM", "gpt_bigcode", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -161,6 +162,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"olmo2", "Olmo2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
     {"starcoder2", "Starcoder2ForCausalLM"}, {"opt", "OPTForCausalLM"},
     {"falcon", "FalconForCausalLM"}, {"gptj", "GPTJForCausalLM"},
+    {"gpt_bigcode", "GPTBigCodeForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
     {"mlp", "MlpChain"},
@@ -599,6 +601,32 @@ absl::Status ParseGptj(const json& doc, const JsonPath& path, ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// GPTBigCodeForCausalLM (transformers 4.46's modeling_gpt_bigcode.py, Note [GPTBigCode] in builders.cc), StarCoder
+// and SantaCoder: GPT-2's blocks and size names on nn.Linear, one fused c_attn whose keys and values are one head
+// (multi_query) or one per head, learned positions, a softmax in f32 (attention_softmax_in_fp32), the tied lm_head.
+absl::Status ParseGptBigCode(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "n_embd", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "n_layer", path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "n_head", path));
+  HEADROOM_ASSIGN_OR_RETURN(const bool multi_query, OptionalBool(doc, "multi_query", path, true));
+  c.num_kv_heads = multi_query ? 1 : c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, OptionalPositiveInt(doc, "n_inner", path, 4 * c.hidden_size));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, PositiveInt(doc, "n_positions", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "activation_function", path, ActivationKind::kGeluTanh));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_softmax_f32, OptionalBool(doc, "attention_softmax_in_fp32", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "resid_pdrop", path, 0.1));
+  HEADROOM_ASSIGN_OR_RETURN(c.embedding_dropout, Probability(doc, "embd_pdrop", path, 0.1));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attn_pdrop", path, 0.1));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kLearned;
+  c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;
+  return absl::OkStatus();
+}
+
 absl::Status ParseBertLike(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 512, c));
   HEADROOM_ASSIGN_OR_RETURN(c.type_vocab_size, OptionalInt(doc, "type_vocab_size", path, 2));
@@ -803,9 +831,10 @@ absl::StatusOr<EncoderHead> ParseEncoderHead(std::string_view name) { return kEn
 
 ConfigFieldNames FieldNamesOf(const ModelConfig& c) {
   const std::string& type = c.model_type;
-  if (type == "gpt2" || type == "gptj") {
-    return {.hidden = "n_embd", .layers = "n_layer", .heads = "n_head", .kv_heads = "n_head",
-            .intermediate = "n_inner", .positions = "n_positions"};
+  if (type == "gpt2" || type == "gptj" || type == "gpt_bigcode") {
+    const bool multi_query = type == "gpt_bigcode" && c.num_kv_heads == 1 && c.num_heads > 1;
+    return {.hidden = "n_embd", .layers = "n_layer", .heads = "n_head",
+            .kv_heads = multi_query ? "multi_query" : "n_head", .intermediate = "n_inner", .positions = "n_positions"};
   }
   if (type == "opt") return {.kv_heads = "num_attention_heads", .intermediate = "ffn_dim"};
   if (type == "falcon") {
@@ -881,6 +910,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     HEADROOM_RETURN_IF_ERROR(ParseFalcon(doc, path, c));
   } else if (type == "gptj") {
     HEADROOM_RETURN_IF_ERROR(ParseGptj(doc, path, c));
+  } else if (type == "gpt_bigcode") {
+    HEADROOM_RETURN_IF_ERROR(ParseGptBigCode(doc, path, c));
   } else if (type == "bert" || type == "roberta") {
     HEADROOM_RETURN_IF_ERROR(ParseBertLike(doc, path, c));
   } else {

@@ -55,7 +55,7 @@ inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
   kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
-             // Falcon, GPT-J, Mixtral
+             // Falcon, GPT-J, GPTBigCode, Mixtral
   kEncoder,  // BERT, RoBERTa
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
@@ -140,6 +140,7 @@ struct ModelConfig {
   double query_pre_attn_scalar = 0;  // Gemma 3: scores scale by its -1/2 power (not head_dim's); 0: head_dim
   bool fused_qkv = false;           // Phi-3: one qkv_proj whose output q, k and v are slices of
   bool fused_gate_up = false;       // Phi-3: one gate_up_proj, chunked into gate and up
+  bool attention_softmax_f32 = false;  // GPTBigCode's attention_softmax_in_fp32: 16-bit scores upcast for softmax
   bool kv_broadcast_early = false;  // Falcon's new_decoder_architecture: k and v copied out to every query head
                                     // before the rotary embedding (Note [Falcon] in builders.cc)
 
@@ -205,7 +206,7 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& config);
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
 // Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
-// OPTForCausalLM, FalconForCausalLM, GPTJForCausalLM,
+// OPTForCausalLM, FalconForCausalLM, GPTJForCausalLM, GPTBigCodeForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

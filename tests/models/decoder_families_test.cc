@@ -1,6 +1,7 @@
 // The decoder families beyond Llama: Qwen3, Gemma 1-3 (Note [Gemma decoders] in
 // models/builders.cc), Phi-3, the Qwen MoEs, OLMo 2 (Note [OLMo 2]), StarCoder2,
-// OPT (Note [OPT]), Falcon (Note [Falcon]) and GPT-J (Note [GPT-J]), from their real config.json presets.
+// OPT (Note [OPT]), Falcon (Note [Falcon]), GPT-J (Note [GPT-J]) and GPTBigCode (Note [GPTBigCode]), from their
+// real config.json presets.
 #include <map>
 #include <set>
 #include <string>
@@ -74,7 +75,10 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //    FalconForCausalLM the same way (7 B and 40 B on the model cards; a multi-query or 8-group fused
 //    query_key_value, no biases, one LayerNorm per layer for 7B and two for 40B, the tied lm_head);
 //  - gpt-j-6b (EleutherAI/gpt-j-6b): transformers 4.46.3's GPTJForCausalLM the same way (6 B on the model card;
-//    unbiased q/k/v/out projections, a biased fc_in/fc_out MLP, one ln_1 per layer, an untied lm_head with a bias).
+//    unbiased q/k/v/out projections, a biased fc_in/fc_out MLP, one ln_1 per layer, an untied lm_head with a bias);
+//  - santacoder (bigcode/gpt_bigcode-santacoder): transformers 4.46.3's GPTBigCodeForCausalLM the same way (1.1 B on
+//    the model card; a biased multi-query c_attn and c_proj, a biased c_fc/c_proj MLP, ln_1 and ln_2, 2048 learned
+//    positions, the tied lm_head).
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -90,6 +94,7 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("deepseek-v2-lite")).ParameterCount(), 15'706'484'224u);
   EXPECT_EQ(Build(Preset("falcon-7b")).ParameterCount(), 6'921'720'704u);
   EXPECT_EQ(Build(Preset("gpt-j-6b")).ParameterCount(), 6'050'882'784u);
+  EXPECT_EQ(Build(Preset("santacoder")).ParameterCount(), 1'124'886'528u);
 }
 
 std::set<std::string> TensorNames(const Graph& g) {
@@ -897,6 +902,85 @@ TEST(DecoderFamilies, BadGptjFieldsAreNamed) {
   EXPECT_EQ(defaults->architecture, "GPTJForCausalLM");
   EXPECT_EQ(defaults->intermediate_size, 256);  // n_inner absent: 4 x n_embd
   EXPECT_EQ(defaults->max_position_embeddings, 2048);
+}
+
+// GPTBigCode (Note [GPTBigCode]): SantaCoder's multi-query c_attn; the eager attention folds the 16 query heads into
+// the rows of one matmul against the single key, saving a copy of the queries and c_attn's output, no repeated keys.
+TEST(DecoderFamilies, GptBigCodeFoldsQueryHeadsAgainstOneKey) {
+  ModelConfig c = Preset("santacoder");
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.intermediate_size, 8192);
+  EXPECT_EQ(c.activation, ActivationKind::kGeluTanh);
+  EXPECT_TRUE(c.tie_word_embeddings && c.attention_softmax_f32 && c.qkv_bias && c.mlp_bias);
+  EXPECT_DOUBLE_EQ(c.attention_dropout, 0.1);
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 2, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["transformer.h.0.attn.c_attn.weight"], (std::vector<int64_t>{2048 + 2 * 128, 2048}));
+  EXPECT_EQ(params["transformer.h.0.attn.c_attn.bias"], std::vector<int64_t>{2048 + 2 * 128});
+  EXPECT_EQ(params["transformer.wpe.weight"], (std::vector<int64_t>{2048, 2048}));
+  for (const char* name : {"transformer.h.0.ln_2.bias", "transformer.h.0.mlp.c_fc.bias",
+                           "transformer.h.0.attn.c_proj.weight", "transformer.ln_f.weight"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  EXPECT_FALSE(params.contains("lm_head.weight"));
+  bool mask = false;
+  for (const Tensor& t : g.tensors()) {
+    mask = mask || (t.name == "transformer.bias" && t.role == TensorRole::kBuffer && t.dtype == DType::kBool);
+  }
+  EXPECT_TRUE(mask);
+  EXPECT_EQ(CountOps(g, "", "repeat_kv"), 0);
+  const Op* qk = FindOp(g, "transformer.h.0.attn_core.qk");
+  ASSERT_NE(qk, nullptr);
+  EXPECT_EQ(g.tensor(qk->outputs[0]).shape, (std::vector<int64_t>{2, 16 * 16, 16}));
+  std::set<std::string> saved;
+  for (TensorId t : qk->saved) {
+    const Tensor& tensor = g.tensor(t);
+    saved.insert(g.tensor(tensor.view_of == kNone ? t : tensor.view_of).name);
+  }
+  EXPECT_EQ(saved, (std::set<std::string>{"transformer.h.0.attn_core.q_fold.out", "transformer.h.0.attn.c_attn.out"}));
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(g, "loss.logits_float", "cast"), 0);
+  // In bf16 the softmax runs in f32 and its probabilities are cast back.
+  const Graph half = Build(c, {.batch = 2, .seq_len = 16, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,
+                               .attention = AttentionImpl::kEager});
+  const Op* softmax = FindOp(half, "transformer.h.0.attn_core.softmax");
+  ASSERT_NE(softmax, nullptr);
+  EXPECT_EQ(half.tensor(softmax->outputs[0]).dtype, DType::kF32);
+  EXPECT_EQ(CountOps(half, "transformer.h.0.attn_core.probs_cast", "cast"), 1);
+  // Without multi_query every head has its own key and value.
+  absl::StatusOr<ModelConfig> mha = ParseHfConfig(
+      R"({"architectures": ["GPTBigCodeForCausalLM"], "n_embd": 64, "n_head": 4, "n_layer": 1, "n_positions": 64,
+          "vocab_size": 128, "multi_query": false})",
+      "bigcode.json");
+  ASSERT_TRUE(mha.ok()) << mha.status();
+  const Graph h = Build(*mha, {.batch = 1, .seq_len = 8, .attention = AttentionImpl::kEager});
+  EXPECT_EQ(Params(h)["transformer.h.0.attn.c_attn.weight"], (std::vector<int64_t>{3 * 64, 64}));
+  EXPECT_EQ(CountOps(h, "transformer.h.0.attn_core.q_fold", "contiguous"), 0);
+}
+
+TEST(DecoderFamilies, BadGptBigCodeFieldsAreNamed) {
+  const std::string base = R"({"architectures": ["GPTBigCodeForCausalLM"], "n_embd": 64, "n_layer": 2,
+                               "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "n_head": 4})", "n_positions"},
+           {R"(, "n_head": 4, "n_positions": 64, "multi_query": "yes"})", "multi_query"},
+           {R"(, "n_head": 4, "n_positions": 64, "attn_pdrop": 1.5})", "attn_pdrop"},
+           {R"(, "n_head": 4, "n_positions": 64, "attention_softmax_in_fp32": 1})", "attention_softmax_in_fp32"},
+           {R"(, "n_head": 5, "n_positions": 64})", "n_head"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "bigcode.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("bigcode.json: " + field)) << extra;
+  }
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(base + R"(, "n_head": 4, "n_positions": 64})", "bigcode.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<Graph> split = BuildModelGraph(*c, {.batch = 1, .seq_len = 8, .tensor_parallel = 2});
+  ASSERT_FALSE(split.ok());
+  EXPECT_THAT(split.status().message(), HasSubstr("multi_query (1)"));
+  absl::StatusOr<Graph> too_long = BuildModelGraph(*c, {.batch = 1, .seq_len = 128});
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(too_long.status().message(), HasSubstr("n_positions (64)"));
 }
 
 }  // namespace
