@@ -23,6 +23,8 @@
 //                  the op's attribute is implied by the shape it reads).
 //   matmul         (a, b) -> c, batched a[..., m, k] @ b[..., k, n]
 //                  saves a if b requires grad, b if a does; flops 2*batch*m*n*k
+//   baddbmm        (a, b, bias) -> bias + a @ b in one output (Bloom's ALiBi scores)
+//                  saves as matmul; the broadcast bias needs no gradient
 //   cast           (x) -> y in another dtype            saves nothing
 //   layer_norm     (x, weight[, bias]) -> (y, mean, rstd)  saves x, mean, rstd
 //   rms_norm       (x, weight) -> (y, rstd)             saves x, rstd
@@ -140,6 +142,8 @@ class OpEmitter {
                   TensorId x_shard = kNone);
   // a[..., m, k] @ b[..., k, n]; `b_transposed` reads b as [..., n, k].
   TensorId MatMul(const std::string& name, TensorId a, TensorId b, bool b_transposed = false);
+  // bias + a @ b as torch.baddbmm computes it: no separate product tensor.
+  TensorId BaddBmm(const std::string& name, TensorId bias, TensorId a, TensorId b, bool b_transposed = false);
   // No-op (returns x) when x already has `dtype`.
   TensorId Cast(const std::string& name, TensorId x, DType dtype);
   // Autocast's cast of a matmul operand: Cast to compute_dtype under autocast.
@@ -213,6 +217,7 @@ class OpEmitter {
  private:
   TensorId NewTensor(std::string name, std::vector<int64_t> shape, DType dtype,
                      TensorRole role = TensorRole::kActivation);
+  TensorId Gemm(const std::string& name, TensorId a, TensorId b, bool b_transposed, TensorId bias);
   OpId Emit(Op op, bool requires_grad);
   // The wider of two floating dtypes (type promotion of elementwise ops).
   static DType Promote(DType a, DType b);

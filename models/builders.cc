@@ -50,6 +50,7 @@ DecoderNames DecoderNamesOf(const ModelConfig& c) {
   if (type == "gpt_neox") {
     return {.root = "gpt_neox.", .embed = "embed_in", .final_norm = "final_layer_norm", .head = "embed_out"};
   }
+  if (type == "bloom") return {.root = "transformer.", .embed = "word_embeddings", .layers = "h", .final_norm = "ln_f"};
   if (type == "opt") {
     return {.root = "model.decoder.", .norm1 = "self_attn_layer_norm", .norm2 = "final_layer_norm",
             .final_norm = "final_layer_norm"};
@@ -72,7 +73,7 @@ DecoderNames DecoderNamesOf(const ModelConfig& c) {
 // and value projections.
 std::vector<std::string> DefaultLoraTargets(const ModelConfig& c) {
   if (c.model_type == "gpt2" || c.model_type == "gpt_bigcode") return {"c_attn"};
-  if (c.model_type == "gpt_neox" || c.model_type == "falcon") return {"query_key_value"};
+  if (c.model_type == "gpt_neox" || c.model_type == "falcon" || c.model_type == "bloom") return {"query_key_value"};
   if (c.model_type == "phi3") return {"qkv_proj"};
   if (c.model_type == "bert" || c.model_type == "roberta") return {"query", "value"};
   return {"q_proj", "v_proj"};
@@ -159,6 +160,7 @@ class Builder {
   TensorId sin_ = kNone;
   TensorId local_cos_ = kNone;  // Gemma 3's sliding layers (Note [Gemma decoders])
   TensorId local_sin_ = kNone;
+  TensorId alibi_ = kNone;  // Bloom's [batch x heads, 1, seq] biases (Note [Bloom])
   std::set<std::string> lora_targets_;
   std::set<std::string> seen_leaves_;
   std::set<std::string> used_targets_;
@@ -411,6 +413,28 @@ TensorId Builder::SoftCap(const std::string& name, TensorId x) {
 //  - one tril(ones(n_positions, n_positions)) bool buffer for the model, the
 //    lm_head tied to wte, the loss over the logits as they are.
 
+// Note [Bloom]
+// BloomForCausalLM (transformers 4.46's modeling_bloom.py) has no position
+// embeddings; its attention scores carry ALiBi biases (Press et al. 2022):
+//  - the model builds them once per forward from the attention mask,
+//    [batch x heads, 1, seq] in the hidden states' dtype, alive through the
+//    last layer;
+//  - each layer's eager attention computes alibi.baddbmm(q, k^T, beta=1,
+//    alpha=head_dim^-1/2): one [batch x heads, seq, seq] output with the
+//    biases added in the product's kernel and nothing of them saved; q, k and
+//    v are strided views of the per-head query_key_value output that the
+//    reshape to [batch x heads, seq, head_dim] copies, and each layer saves
+//    those copies;
+//  - the mask is added as a new tensor, the softmax runs in f32 and is cast
+//    back, the probabilities drop out with attention_dropout;
+//  - word_embeddings_layernorm normalizes the embeddings; the MLP is
+//    4 x hidden_size with Bloom's tanh GELU, an autograd Function that saves
+//    its input; dropout_add ends both branches (hidden_dropout); the lm_head
+//    is tied and the loss takes the logits as they are.
+// transformers' Bloom has only this eager attention; --attention flash models
+// a kernel that takes the ALiBi slopes itself (FlashAttention-2's
+// alibi_slopes), which adds nothing score-sized.
+
 // Note [gelu_new]
 // transformers' NewGELUActivation ("gelu_new", GPT-2's default) computes
 //   0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
@@ -524,12 +548,13 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
   const bool causal = c_.family == ModelFamily::kDecoder;
   const bool opt = c_.model_type == "opt", falcon = c_.model_type == "falcon";
-  const bool bigcode = c_.model_type == "gpt_bigcode";
+  const bool bigcode = c_.model_type == "gpt_bigcode", bloom = c_.model_type == "bloom";
   TensorId q, k, v;
   std::string out_module;
-  if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox") {
+  if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox" || bloom) {
     const bool gpt2 = c_.model_type == "gpt2";
-    const std::string module = prefix + (gpt2 ? "attn.c_attn" : "attention.query_key_value");
+    const std::string module =
+        prefix + (gpt2 ? "attn.c_attn" : bloom ? "self_attention.query_key_value" : "attention.query_key_value");
     if (gpt2) {
       // GPT2Attention registers its causal mask as a buffer in every layer:
       // tril(ones(n_positions, n_positions)) as bool, 1 MiB per layer at 1024 positions.
@@ -543,7 +568,7 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     q = e_.View(module + ".q", qkv, {b, heads, s, d});
     k = e_.View(module + ".k", qkv, {b, heads, s, d});
     v = e_.View(module + ".v", qkv, {b, heads, s, d});
-    out_module = prefix + (gpt2 ? "attn.c_proj" : "attention.dense");
+    out_module = prefix + (gpt2 ? "attn.c_proj" : bloom ? "self_attention.dense" : "attention.dense");
   } else if (c_.model_type == "gptj") {
     // Note [GPT-J]: separate projections; q and k rotate as [b, s, heads, d], then permute.
     const std::string base = prefix + "attn.";
@@ -633,7 +658,8 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   TensorId context;
   const std::string core = prefix + "attn_core";
   if (o_.attention == AttentionImpl::kFlash) {
-    // flash_attention_2 reads grouped k/v directly; no repeat_kv copy.
+    // flash_attention_2 reads grouped k/v directly; no repeat_kv copy. For Bloom, a kernel that takes ALiBi slopes
+    // (Note [Bloom]).
     context = e_.FlashAttention(core + ".sdpa", q, k, v, causal);
   } else {
     e_.set_attention_core(true);
@@ -651,7 +677,9 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
       // Note [Falcon]: v is a transposed view, which the matmul copies to fold batch and heads.
       v = e_.Contiguous(core + ".v_fold", v);
     }
-    TensorId scores = e_.MatMul(core + ".qk", q, k, /*b_transposed=*/true);
+    // Note [Bloom]: alibi.baddbmm(q, k^T), the biases added in the product's kernel.
+    TensorId scores = bloom ? e_.BaddBmm(core + ".qk", alibi_, q, k, /*b_transposed=*/true)
+                            : e_.MatMul(core + ".qk", q, k, /*b_transposed=*/true);
     if (c_.attn_logit_softcap > 0) {
       // Gemma 2 scales, caps, then adds the mask (Note [Gemma decoders]).
       scores = SoftCap(core + ".softcap", e_.Scale(core + ".scale", scores));
@@ -664,7 +692,7 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     // Falcon's softmax takes the dtype of its input hidden states, a LayerNorm output (f32 under autocast).
     TensorId probs = e_.Softmax(core + ".softmax", scores, /*force_f32=*/IsLlamaLike(c_) || (opt && f16_scores) ||
                                                               (falcon && e_.options().autocast) ||
-                                                              c_.attention_softmax_f32);
+                                                              c_.attention_softmax_f32 || bloom);
     // Decoders cast the probabilities back to v's dtype (HF's
     // `.to(query.dtype)` / `.type(value.dtype)`); BERT leaves that to autocast.
     if (c_.family == ModelFamily::kDecoder && (!opt || f16_scores)) {
@@ -814,7 +842,7 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
       up_name = "fc1", down_name = "fc2";
     } else if (c_.model_type == "gptj") {
       up_name = "mlp.fc_in", down_name = "mlp.fc_out";
-    } else if (c_.model_type == "gpt_neox" || c_.model_type == "falcon") {
+    } else if (c_.model_type == "gpt_neox" || c_.model_type == "falcon" || c_.model_type == "bloom") {
       up_name = "mlp.dense_h_to_4h", down_name = "mlp.dense_4h_to_h";
     } else {
       up_name = "intermediate.dense", down_name = "output.dense";
@@ -959,8 +987,13 @@ absl::Status Builder::BuildDecoder() {
     if (embed_dim != h) x = Proj(root + "project_in", x, embed_dim, h, false, Parallel::kReplicated);
     x = e_.Add(root + "embed_add", x, pos);
   }
+  if (c_.embedding_norm) x = LayerNormModule(root + "word_embeddings_layernorm", x);  // Bloom
   x = e_.Dropout(root + "drop", x, c_.embedding_dropout);
   if (c_.embedding_scaled) x = e_.Scale(root + "embed_scale", x);  // Note [Gemma decoders]
+  if (c_.positions == PositionKind::kAlibi) {
+    // Note [Bloom]: built once from the attention mask in the hidden states' dtype, read by every layer.
+    alibi_ = e_.Materialize(root + "alibi", "alibi", {}, {b * (c_.num_heads / t_), 1, s}, g_.tensor(x).dtype);
+  }
   // GPT-J builds its tables in every layer (Note [GPT-J]).
   if (c_.positions == PositionKind::kRotary && c_.model_type != "gptj") {
     const auto rotary_dims = c_.is_mla() ? c_.qk_rope_head_dim
@@ -1031,11 +1064,12 @@ absl::Status Builder::BuildDecoder() {
       mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
       x = Norm(n2, e_.Add(p + "mlp_residual", x, mlp));
     } else {
-      x = e_.Add(p + "attn_residual", residual, attn);
+      // Bloom's apply_residual_connection_post_layernorm: each branch adds to its norm's output instead.
+      x = e_.Add(p + "attn_residual", c_.residual_from_norm ? attn_in : residual, attn);
       TensorId ln2 = Norm(n2, x);
       TensorId mlp = Mlp(p, GatherInput(n2, ln2), sp_ ? ln2 : kNone);
       mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
-      x = e_.Add(p + "mlp_residual", x, mlp);
+      x = e_.Add(p + "mlp_residual", c_.residual_from_norm ? ln2 : x, mlp);
     }
     HEADROOM_RETURN_IF_ERROR(CheckGraphSize(i));
   }

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -138,6 +140,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"FalconForCausalLM", "falcon", ModelFamily::kDecoder},
     {"GPTJForCausalLM", "gptj", ModelFamily::kDecoder},
     {"GPTBigCodeForCausalLM", "gpt_bigcode", ModelFamily::kDecoder},
+    {"BloomForCausalLM", "bloom", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -162,7 +165,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"olmo2", "Olmo2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
     {"starcoder2", "Starcoder2ForCausalLM"}, {"opt", "OPTForCausalLM"},
     {"falcon", "FalconForCausalLM"}, {"gptj", "GPTJForCausalLM"},
-    {"gpt_bigcode", "GPTBigCodeForCausalLM"},
+    {"gpt_bigcode", "GPTBigCodeForCausalLM"}, {"bloom", "BloomForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
     {"mlp", "MlpChain"},
@@ -627,6 +630,53 @@ absl::Status ParseGptBigCode(const json& doc, const JsonPath& path, ModelConfig&
   return absl::OkStatus();
 }
 
+// The key a config.json gives a size under: the first of `keys` present (they are in the order the config class
+// lets one override another), else the last, the config class's own name, for the error that it is missing.
+std::string_view KeyOf(const json& doc, std::initializer_list<std::string_view> keys) {
+  for (std::string_view key : keys) {
+    if (Present(doc, key)) return key;
+  }
+  return *(keys.end() - 1);
+}
+
+// BloomForCausalLM (transformers 4.46's modeling_bloom.py, Note [Bloom] in builders.cc): ALiBi instead of position
+// embeddings, a LayerNorm after the word embeddings, a per-head fused query_key_value, pre-norm blocks whose
+// residual is the norm's output under apply_residual_connection_post_layernorm, a 4 x hidden_size MLP with Bloom's
+// tanh GELU, biases on every Linear, the tied lm_head. BloomConfig takes n_embed over hidden_size, and
+// num_hidden_layers and num_attention_heads (the older hub files' keys) over n_layer and n_head.
+absl::Status ParseBloom(const json& doc, const JsonPath& path, ModelConfig& c) {
+  const std::string_view hidden = KeyOf(doc, {"n_embed", "hidden_size"});
+  const std::string_view layers = KeyOf(doc, {"num_hidden_layers", "n_layer"});
+  const std::string_view heads = KeyOf(doc, {"num_attention_heads", "n_head"});
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, hidden, path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, layers, path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, heads, path));
+  if (c.hidden_size % c.num_heads != 0) {
+    return (path / heads).Error(absl::StrFormat("%d does not divide %s (%d)", c.num_heads, hidden, c.hidden_size));
+  }
+  c.num_kv_heads = c.num_heads;
+  c.intermediate_size = 4 * c.hidden_size;
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.residual_from_norm,
+                            OptionalBool(doc, "apply_residual_connection_post_layernorm", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "hidden_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(const int64_t tp, OptionalPositiveInt(doc, "pretraining_tp", path, 1));
+  HEADROOM_ASSIGN_OR_RETURN(const bool slow_but_exact, OptionalBool(doc, "slow_but_exact", path, false));
+  if (slow_but_exact && tp > 1) {
+    // BloomAttention and BloomMLP then run dense and dense_4h_to_h as pretraining_tp sliced matmuls.
+    return (path / "slow_but_exact").Error(absl::StrFormat("true with pretraining_tp %d is not supported", tp));
+  }
+  c.activation = ActivationKind::kGeluTanh;  // bloom_gelu_forward: the tanh approximation
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kAlibi;
+  c.embedding_norm = true;
+  c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;
+  return absl::OkStatus();
+}
+
 absl::Status ParseBertLike(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 512, c));
   HEADROOM_ASSIGN_OR_RETURN(c.type_vocab_size, OptionalInt(doc, "type_vocab_size", path, 2));
@@ -837,6 +887,9 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& c) {
             .kv_heads = multi_query ? "multi_query" : "n_head", .intermediate = "n_inner", .positions = "n_positions"};
   }
   if (type == "opt") return {.kv_heads = "num_attention_heads", .intermediate = "ffn_dim"};
+  if (type == "bloom") {
+    return {.layers = "n_layer", .heads = "n_head", .kv_heads = "n_head", .intermediate = "4 x hidden_size"};
+  }
   if (type == "falcon") {
     const std::string_view kv = c.kv_broadcast_early      ? "num_kv_heads"
                                 : c.num_kv_heads == 1 ? "multi_query"
@@ -912,6 +965,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     HEADROOM_RETURN_IF_ERROR(ParseGptj(doc, path, c));
   } else if (type == "gpt_bigcode") {
     HEADROOM_RETURN_IF_ERROR(ParseGptBigCode(doc, path, c));
+  } else if (type == "bloom") {
+    HEADROOM_RETURN_IF_ERROR(ParseBloom(doc, path, c));
   } else if (type == "bert" || type == "roberta") {
     HEADROOM_RETURN_IF_ERROR(ParseBertLike(doc, path, c));
   } else {

@@ -55,7 +55,7 @@ inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
   kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
-             // Falcon, GPT-J, GPTBigCode, Mixtral
+             // Falcon, GPT-J, GPTBigCode, Bloom, Mixtral
   kEncoder,  // BERT, RoBERTa
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
@@ -63,7 +63,8 @@ enum class ModelFamily : uint8_t {
 
 enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
 
-enum class PositionKind : uint8_t { kLearned, kRotary };
+// kAlibi: no position embeddings, a per-head linear bias on the attention scores (Bloom).
+enum class PositionKind : uint8_t { kLearned, kRotary, kAlibi };
 
 // Where a decoder block's norms sit around its attention and MLP branches.
 enum class NormPlacement : uint8_t {
@@ -113,6 +114,9 @@ struct ModelConfig {
   int64_t branch_norms = 2;        // parallel_residual: 2 when each branch has its own norm (GPT-NeoX,
                                    // Falcon-40B), 1 when one norm feeds both (Falcon-7B, GPT-J)
   bool lm_head_bias = false;       // GPT-J's lm_head has a bias
+  bool residual_from_norm = false;  // Bloom's apply_residual_connection_post_layernorm: branches add to their
+                                    // norm's output, not to the block's input
+  bool embedding_norm = false;      // Bloom: a LayerNorm on the embeddings (word_embeddings_layernorm)
   bool final_norm = true;        // decoders: a norm after the last block
   int64_t word_embed_proj_dim = 0;  // OPT: token embeddings and lm_head this wide, projected into and out of
                                     // hidden_size (project_in, project_out); 0: hidden_size
@@ -206,7 +210,7 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& config);
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
 // Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
-// OPTForCausalLM, FalconForCausalLM, GPTJForCausalLM, GPTBigCodeForCausalLM,
+// OPTForCausalLM, FalconForCausalLM, GPTJForCausalLM, GPTBigCodeForCausalLM, BloomForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, MlpChain, and the

@@ -1,7 +1,7 @@
 // The decoder families beyond Llama: Qwen3, Gemma 1-3 (Note [Gemma decoders] in
 // models/builders.cc), Phi-3, the Qwen MoEs, OLMo 2 (Note [OLMo 2]), StarCoder2,
-// OPT (Note [OPT]), Falcon (Note [Falcon]), GPT-J (Note [GPT-J]) and GPTBigCode (Note [GPTBigCode]), from their
-// real config.json presets.
+// OPT (Note [OPT]), Falcon (Note [Falcon]), GPT-J (Note [GPT-J]), GPTBigCode (Note [GPTBigCode]) and Bloom
+// (Note [Bloom]), from their real config.json presets.
 #include <map>
 #include <set>
 #include <string>
@@ -78,7 +78,10 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //    unbiased q/k/v/out projections, a biased fc_in/fc_out MLP, one ln_1 per layer, an untied lm_head with a bias);
 //  - santacoder (bigcode/gpt_bigcode-santacoder): transformers 4.46.3's GPTBigCodeForCausalLM the same way (1.1 B on
 //    the model card; a biased multi-query c_attn and c_proj, a biased c_fc/c_proj MLP, ln_1 and ln_2, 2048 learned
-//    positions, the tied lm_head).
+//    positions, the tied lm_head);
+//  - bloom-560m (bigscience/bloom-560m): transformers 4.46.3's BloomForCausalLM the same way (560 M on the model
+//    card; the 250880 x 1024 tied embeddings and their LayerNorm, biased query_key_value, dense and 4096-wide MLP,
+//    two LayerNorms per layer, no position embeddings).
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -95,6 +98,7 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("falcon-7b")).ParameterCount(), 6'921'720'704u);
   EXPECT_EQ(Build(Preset("gpt-j-6b")).ParameterCount(), 6'050'882'784u);
   EXPECT_EQ(Build(Preset("santacoder")).ParameterCount(), 1'124'886'528u);
+  EXPECT_EQ(Build(Preset("bloom-560m")).ParameterCount(), 559'214'592u);
 }
 
 std::set<std::string> TensorNames(const Graph& g) {
@@ -981,6 +985,102 @@ TEST(DecoderFamilies, BadGptBigCodeFieldsAreNamed) {
   absl::StatusOr<Graph> too_long = BuildModelGraph(*c, {.batch = 1, .seq_len = 128});
   ASSERT_FALSE(too_long.ok());
   EXPECT_THAT(too_long.status().message(), HasSubstr("n_positions (64)"));
+}
+
+// Bloom (Note [Bloom]): no position embeddings, ALiBi biases built once and added inside each layer's baddbmm, a
+// LayerNorm on the embeddings, the softmax in f32.
+TEST(DecoderFamilies, BloomBiasesItsScoresWithAlibi) {
+  ModelConfig c = Preset("bloom-560m");
+  EXPECT_EQ(c.positions, PositionKind::kAlibi);
+  EXPECT_TRUE(c.embedding_norm && c.tie_word_embeddings && c.qkv_bias && c.attn_output_bias && c.mlp_bias);
+  EXPECT_FALSE(c.residual_from_norm);
+  EXPECT_EQ(c.intermediate_size, 4096);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.activation, ActivationKind::kGeluTanh);
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 2, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["transformer.word_embeddings.weight"], (std::vector<int64_t>{250880, 1024}));
+  EXPECT_EQ(params["transformer.h.0.self_attention.query_key_value.weight"], (std::vector<int64_t>{3072, 1024}));
+  EXPECT_EQ(params["transformer.h.0.mlp.dense_h_to_4h.weight"], (std::vector<int64_t>{4096, 1024}));
+  for (const char* name : {"transformer.word_embeddings_layernorm.bias", "transformer.h.0.input_layernorm.weight",
+                           "transformer.h.0.post_attention_layernorm.bias",
+                           "transformer.h.0.self_attention.query_key_value.bias",
+                           "transformer.h.0.self_attention.dense.bias", "transformer.ln_f.weight"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  EXPECT_FALSE(params.contains("lm_head.weight"));
+  for (const auto& [name, shape] : params) EXPECT_EQ(name.find("position"), std::string::npos) << name;
+  // The biases: [batch x heads, 1, seq], made before the layers, an input of the layer's baddbmm, never saved.
+  const Op* alibi = FindOp(g, "transformer.alibi");
+  ASSERT_NE(alibi, nullptr);
+  EXPECT_EQ(alibi->layer, -1);
+  EXPECT_EQ(g.tensor(alibi->outputs[0]).shape, (std::vector<int64_t>{2 * 16, 1, 16}));
+  const Op* qk = FindOp(g, "transformer.h.0.attn_core.qk");
+  ASSERT_NE(qk, nullptr);
+  EXPECT_EQ(qk->kind, "baddbmm");
+  EXPECT_THAT(qk->inputs, ::testing::Contains(alibi->outputs[0]));
+  EXPECT_THAT(qk->saved, ::testing::Not(::testing::Contains(alibi->outputs[0])));
+  EXPECT_EQ(g.tensor(qk->outputs[0]).shape, (std::vector<int64_t>{2, 16, 16, 16}));
+  EXPECT_EQ(CountOps(g, "", "rotary"), 0);
+  const Op* embed_norm = FindOp(g, "transformer.word_embeddings_layernorm");
+  ASSERT_NE(embed_norm, nullptr);
+  EXPECT_EQ(g.tensor(embed_norm->inputs[0]).name, "transformer.embed.out");
+  // The softmax runs in f32 and is cast back to bf16.
+  const Graph half = Build(c, {.batch = 2, .seq_len = 16, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,
+                               .attention = AttentionImpl::kEager});
+  const Op* softmax = FindOp(half, "transformer.h.0.attn_core.softmax");
+  ASSERT_NE(softmax, nullptr);
+  EXPECT_EQ(half.tensor(softmax->outputs[0]).dtype, DType::kF32);
+  EXPECT_EQ(CountOps(half, "transformer.h.0.attn_core.probs_cast", "cast"), 1);
+  // No position table ends the sequence.
+  EXPECT_TRUE(BuildModelGraph(c, {.batch = 1, .seq_len = 8192}).ok());
+}
+
+// Older Bloom configs name the sizes n_embed and num_attention_heads (BloomConfig maps both); with
+// apply_residual_connection_post_layernorm each branch adds to its norm's output.
+TEST(DecoderFamilies, BloomReadsEitherSpellingAndResidualsFromTheNorm) {
+  absl::StatusOr<ModelConfig> old = ParseHfConfig(
+      R"({"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_embed": 1024, "n_layer": 24,
+          "num_attention_heads": 16, "vocab_size": 250880, "apply_residual_connection_post_layernorm": false})",
+      "bloom-old.json");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(Build(*old).ParameterCount(), 559'214'592u);  // bloom-560m's count
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(
+      R"({"model_type": "bloom", "hidden_size": 64, "n_layer": 1, "n_head": 4, "vocab_size": 128,
+          "apply_residual_connection_post_layernorm": true, "hidden_dropout": 0.1, "attention_dropout": 0.1})",
+      "bloom.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "BloomForCausalLM");
+  EXPECT_TRUE(c->residual_from_norm);
+  const Graph g = Build(*c, {.batch = 1, .seq_len = 8, .attention = AttentionImpl::kEager});
+  const Op* attn_residual = FindOp(g, "transformer.h.0.attn_residual");
+  const Op* mlp_residual = FindOp(g, "transformer.h.0.mlp_residual");
+  ASSERT_NE(attn_residual, nullptr);
+  ASSERT_NE(mlp_residual, nullptr);
+  EXPECT_EQ(g.tensor(attn_residual->inputs[0]).name, "transformer.h.0.input_layernorm.out");
+  EXPECT_EQ(g.tensor(mlp_residual->inputs[0]).name, "transformer.h.0.post_attention_layernorm.out");
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(g, "transformer.h.0.mlp_dropout", "dropout"), 1);
+}
+
+TEST(DecoderFamilies, BadBloomFieldsAreNamed) {
+  const std::string base = R"({"architectures": ["BloomForCausalLM"], "n_layer": 2)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "hidden_size": 64, "n_head": 4})", "vocab_size"},
+           {R"(, "vocab_size": 128, "n_head": 4})", "hidden_size"},
+           {R"(, "vocab_size": 128, "hidden_size": 64, "n_head": 5})", "n_head: 5 does not divide hidden_size"},
+           {R"(, "vocab_size": 128, "n_embed": 64, "num_attention_heads": 5})",
+            "num_attention_heads: 5 does not divide n_embed"},
+           {R"(, "vocab_size": 128, "hidden_size": 64, "n_head": 4, "slow_but_exact": true, "pretraining_tp": 4})",
+            "slow_but_exact"},
+           {R"(, "vocab_size": 128, "hidden_size": 64, "n_head": 4, "hidden_dropout": 2})", "hidden_dropout"},
+           {R"(, "vocab_size": 128, "hidden_size": 64, "n_head": 4, "apply_residual_connection_post_layernorm": 1})",
+            "apply_residual_connection_post_layernorm"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "bloom.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("bloom.json: " + field)) << extra;
+  }
 }
 
 }  // namespace

@@ -172,7 +172,7 @@ TEST(LoadModel, PresetsFilesAndCloseNames) {
                                "gpt2", "gpt2-xl", "bert-large", "mixtral-8x7b", "resnet50",
                                "vgg16", "olmo-2-13b", "gemma-3-1b", "starcoder2-15b", "opt-1.3b",
                                "deepseek-v3", "deepseek-v2-lite", "falcon-7b",
-                               "gpt-j-6b", "santacoder"}) {
+                               "gpt-j-6b", "santacoder", "bloom-560m"}) {
     EXPECT_THAT(names, ::testing::Contains(std::string(expected)));
   }
 }
