@@ -263,6 +263,10 @@ TINY = {
                     "n_layer": 2, "n_head": 4, "n_inner": 192, "vocab_size": 512, "n_positions": 256},
     "gpt_bigcode-mha": {"architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode", "n_embd": 64,
                         "n_layer": 2, "n_head": 4, "vocab_size": 512, "n_positions": 256, "multi_query": False},
+    "bloom": {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": 64, "n_layer": 2,
+              "n_head": 4, "vocab_size": 512, "attention_dropout": 0.1, "hidden_dropout": 0.1},
+    "bloom-post-ln": {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_embed": 64, "n_layer": 2,
+                      "num_attention_heads": 4, "vocab_size": 512, "apply_residual_connection_post_layernorm": True},
     "bert": {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 64,
              "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256, "vocab_size": 512,
              "max_position_embeddings": 256},
@@ -311,7 +315,7 @@ class HuggingFaceTest(unittest.TestCase):
 
 
 # Families without a builder yet: encoder-decoders, Whisper's audio encoder, vision and two-tower models, a
-# state-space model, ALiBi decoders. Each traces, keeps transformers' parameter count, and
+# state-space model. Each traces, keeps transformers' parameter count, and
 # estimates and plans.
 NO_BUILDER = {
     "t5": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "d_ff": 128,
@@ -338,8 +342,6 @@ NO_BUILDER = {
                                "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 64},
                "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                                  "num_attention_heads": 4, "image_size": 32, "patch_size": 8}},
-    "bloom": {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": 64, "n_layer": 2,
-              "n_head": 4, "vocab_size": 512},
     "mamba": {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 64,
               "num_hidden_layers": 2, "vocab_size": 512, "state_size": 16, "expand": 2, "conv_kernel": 4},
 }
