@@ -14,6 +14,7 @@
 #include "graph/training_step.h"
 #include "hardware/cost_model.h"
 #include "models/builders.h"
+#include "models/model_config.h"
 #include "planner/checkpoint_plan.h"
 
 namespace headroom {
@@ -31,8 +32,7 @@ int LayersOf(const Graph& forward) {
 std::string_view LayersField(const ModelConfig& c) {
   if (c.family == ModelFamily::kMlp) return "layer_sizes entries";
   if (c.family == ModelFamily::kCnn) return "blocks";
-  if (c.family == ModelFamily::kContrastive) return "text_config.num_hidden_layers + vision_config.num_hidden_layers";
-  return c.model_type == "gpt2" ? "n_layer" : "num_hidden_layers";
+  return FieldNamesOf(c).layers;
 }
 
 absl::Status CheckPipelineStages(int stages, int layers, std::string_view layers_field) {
@@ -84,19 +84,19 @@ absl::Status CheckActivationSizes(const ModelConfig& c, const JobSpec& job, int6
           ? absl::StrFormat("%s x ((image_size %d / patch_size %d)^2%s tokens)", batch_named, c.image_size,
                             c.patch_size, c.class_token ? " + 1" : "")
           : absl::StrFormat("%s x seq_len %d", batch_named, seq_len);
-  const bool gpt2 = c.model_type == "gpt2";
-  const std::string_view inner = gpt2 ? "n_inner" : c.model_type == "opt" ? "ffn_dim" : "intermediate_size";
+  const ConfigFieldNames fields = FieldNamesOf(c);
+  const std::string_view inner = fields.intermediate;
   const struct {
     uint64_t width;
     std::string named;
   } widths[] = {
-      {static_cast<uint64_t>(c.hidden_size), absl::StrFormat("%s %d", gpt2 ? "n_embd" : "hidden_size", c.hidden_size)},
+      {static_cast<uint64_t>(c.hidden_size), absl::StrFormat("%s %d", fields.hidden, c.hidden_size)},
       {static_cast<uint64_t>(c.intermediate_size) / t,
        absl::StrFormat("%s %d / tensor_parallel %d", inner, c.intermediate_size, t)},
       {CeilDiv(static_cast<uint64_t>(c.vocab_size), t),
        absl::StrFormat("vocab_size %d / tensor_parallel %d", c.vocab_size, t)},
       {SaturatingMul(static_cast<uint64_t>(c.num_heads) / t, static_cast<uint64_t>(c.head_dim)),
-       absl::StrFormat("num_attention_heads %d / tensor_parallel %d x head_dim %d", c.num_heads, t, c.head_dim)},
+       absl::StrFormat("%s %d / tensor_parallel %d x head_dim %d", fields.heads, c.num_heads, t, c.head_dim)},
   };
   for (const auto& [width, named] : widths) {
     HEADROOM_RETURN_IF_ERROR(CheckActivation(tokens, tokens_named, width, named));
@@ -105,7 +105,7 @@ absl::Status CheckActivationSizes(const ModelConfig& c, const JobSpec& job, int6
     // Eager attention's scores: batch x heads x seq x seq.
     HEADROOM_RETURN_IF_ERROR(CheckActivation(
         tokens, tokens_named, SaturatingMul(static_cast<uint64_t>(c.num_heads) / t, static_cast<uint64_t>(seq_len)),
-        absl::StrFormat("num_attention_heads %d / tensor_parallel %d x seq_len %d (eager attention scores)",
+        absl::StrFormat("%s %d / tensor_parallel %d x seq_len %d (eager attention scores)", fields.heads,
                         c.num_heads, t, seq_len)));
   }
   return absl::OkStatus();

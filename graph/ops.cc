@@ -183,6 +183,14 @@ TensorId OpEmitter::Linear(const std::string& name, TensorId x, TensorId weight,
 }
 
 TensorId OpEmitter::MatMul(const std::string& name, TensorId a, TensorId b, bool b_transposed) {
+  return Gemm(name, a, b, b_transposed, kNone);
+}
+
+TensorId OpEmitter::BaddBmm(const std::string& name, TensorId bias, TensorId a, TensorId b, bool b_transposed) {
+  return Gemm(name, a, b, b_transposed, bias);
+}
+
+TensorId OpEmitter::Gemm(const std::string& name, TensorId a, TensorId b, bool b_transposed, TensorId bias) {
   a = ToCompute(name + ".a_cast", a);
   b = ToCompute(name + ".b_cast", b);
   const Tensor at = graph_.tensor(a);
@@ -195,13 +203,14 @@ TensorId OpEmitter::MatMul(const std::string& name, TensorId a, TensorId b, bool
   std::vector<int64_t> shape = at.shape;
   shape.back() = n;
   TensorId c = NewTensor(name + ".out", shape, Promote(at.dtype, bt.dtype));
-  Op op{.kind = "matmul", .name = name, .inputs = {a, b}, .outputs = {c},
-        .flops = 2.0 * static_cast<double>(batch) * static_cast<double>(m) *
-                 static_cast<double>(n) * static_cast<double>(k),
+  const double product = static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n);
+  Op op{.kind = bias == kNone ? "matmul" : "baddbmm", .name = name, .inputs = {a, b}, .outputs = {c},
+        .flops = 2.0 * product * static_cast<double>(k) + (bias == kNone ? 0.0 : product),
         .compute_dtype = at.dtype};
+  if (bias != kNone) op.inputs.push_back(bias);
   if (RequiresGrad(b)) op.saved.push_back(a);
   if (RequiresGrad(a)) op.saved.push_back(b);
-  Emit(std::move(op), RequiresGrad(a) || RequiresGrad(b));
+  Emit(std::move(op), RequiresGrad(a) || RequiresGrad(b) || RequiresGrad(bias));
   return c;
 }
 
@@ -509,6 +518,15 @@ TensorId OpEmitter::RepeatKv(const std::string& name, TensorId x, int64_t heads)
 TensorId OpEmitter::Zeros(const std::string& name, std::vector<int64_t> shape, DType dtype) {
   TensorId y = NewTensor(name, std::move(shape), dtype);
   Emit({.kind = "zeros", .name = name, .outputs = {y}, .compute_dtype = dtype}, false);
+  return y;
+}
+
+TensorId OpEmitter::Materialize(const std::string& name, std::string kind, const std::vector<TensorId>& inputs,
+                                std::vector<int64_t> shape, DType dtype) {
+  TensorId y = NewTensor(name + ".out", std::move(shape), dtype);
+  bool rg = false;
+  for (TensorId in : inputs) rg = rg || RequiresGrad(in);
+  Emit({.kind = std::move(kind), .name = name, .inputs = inputs, .outputs = {y}, .compute_dtype = dtype}, rg);
   return y;
 }
 

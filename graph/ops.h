@@ -23,6 +23,8 @@
 //                  the op's attribute is implied by the shape it reads).
 //   matmul         (a, b) -> c, batched a[..., m, k] @ b[..., k, n]
 //                  saves a if b requires grad, b if a does; flops 2*batch*m*n*k
+//   baddbmm        (a, b, bias) -> bias + a @ b in one output (Bloom's ALiBi scores)
+//                  saves as matmul; the broadcast bias needs no gradient
 //   cast           (x) -> y in another dtype            saves nothing
 //   layer_norm     (x, weight[, bias]) -> (y, mean, rstd)  saves x, mean, rstd
 //   rms_norm       (x, weight) -> (y, rstd)             saves x, rstd
@@ -55,6 +57,8 @@
 //   adaptive_avg_pool2d (x) -> y                        saves x
 //   repeat_kv      (x [b, kv, s, d]) -> [b, heads, s, d] copy (HF eager GQA)  saves nothing
 //   zeros          () -> y                              saves nothing
+//   repeat, gather, repeat_interleave, alibi, ... (inputs) -> y   saves nothing: tensors no gradient reaches,
+//                  computed from positions and tables (Materialize; GPT-J's per-layer sin/cos, ALiBi biases)
 //   gather_rows    (x) -> y, a row subset (MoE dispatch) saves nothing (indices are ints)
 //   index_add      (acc, src) -> acc (in place)         saves nothing
 //   router_topk    (logits) -> (probs f32, weights, indices i64), HF Mixtral's
@@ -143,6 +147,8 @@ class OpEmitter {
                   TensorId x_shard = kNone);
   // a[..., m, k] @ b[..., k, n]; `b_transposed` reads b as [..., n, k].
   TensorId MatMul(const std::string& name, TensorId a, TensorId b, bool b_transposed = false);
+  // bias + a @ b as torch.baddbmm computes it: no separate product tensor.
+  TensorId BaddBmm(const std::string& name, TensorId bias, TensorId a, TensorId b, bool b_transposed = false);
   // No-op (returns x) when x already has `dtype`.
   TensorId Cast(const std::string& name, TensorId x, DType dtype);
   // Autocast's cast of a matmul operand: Cast to compute_dtype under autocast.
@@ -179,6 +185,10 @@ class OpEmitter {
   TensorId Softmax(const std::string& name, TensorId x, bool force_f32 = false);
   TensorId RepeatKv(const std::string& name, TensorId x, int64_t heads);
   TensorId Zeros(const std::string& name, std::vector<int64_t> shape, DType dtype);
+  // A new tensor of `shape` that an op of `kind` computes from `inputs` and
+  // autograd keeps nothing for (position arithmetic over tables and indices).
+  TensorId Materialize(const std::string& name, std::string kind, const std::vector<TensorId>& inputs,
+                       std::vector<int64_t> shape, DType dtype);
   // An op that only reads `tensors`: a Python function's locals, alive until it returns.
   void ScopeEnd(const std::string& name, std::vector<TensorId> tensors);
   // Identity (returns x, emits nothing) when not training or p == 0.
@@ -217,6 +227,7 @@ class OpEmitter {
  private:
   TensorId NewTensor(std::string name, std::vector<int64_t> shape, DType dtype,
                      TensorRole role = TensorRole::kActivation);
+  TensorId Gemm(const std::string& name, TensorId a, TensorId b, bool b_transposed, TensorId bias);
   OpId Emit(Op op, bool requires_grad);
   // The wider of two floating dtypes (type promotion of elementwise ops).
   static DType Promote(DType a, DType b);

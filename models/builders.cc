@@ -28,23 +28,44 @@ bool IsLlamaLike(const ModelConfig& c) {
          c.model_type == "starcoder2";
 }
 
-// Config field names as each architecture's config.json spells them, so
-// errors point at the line the user has to change.
-struct FieldNames {
-  std::string_view heads = "num_attention_heads";
-  std::string_view kv_heads = "num_key_value_heads";
-  std::string_view intermediate = "intermediate_size";
-  std::string_view positions = "max_position_embeddings";
+// The causal LMs whose loss reads the logits cast to f32: Llama's ForCausalLMLoss, GPT-J's forward.
+bool UpcastsLogits(const ModelConfig& c) { return IsLlamaLike(c) || c.model_type == "gptj"; }
+
+// A decoder's module names as its family's state dict spells them.
+struct DecoderNames {
+  std::string root = "model.";            // the body
+  std::string embed = "embed_tokens";     // token embeddings, under root
+  std::string layers = "layers";          // the blocks, under root
+  std::string norm1 = "input_layernorm";  // in each block: before attention
+  std::string norm2 = "post_attention_layernorm";
+  std::string final_norm = "norm";  // under root
+  std::string head = "lm_head";
 };
 
-FieldNames FieldsOf(const ModelConfig& c) {
-  if (c.model_type == "gpt2") {
-    return {.heads = "n_head", .kv_heads = "n_head", .intermediate = "n_inner",
-            .positions = "n_positions"};
+DecoderNames DecoderNamesOf(const ModelConfig& c) {
+  const std::string& type = c.model_type;
+  if (type == "gpt2" || type == "gpt_bigcode") {
+    return {.root = "transformer.", .embed = "wte", .layers = "h", .norm1 = "ln_1", .norm2 = "ln_2",
+            .final_norm = "ln_f"};
   }
-  if (c.model_type == "opt") return {.kv_heads = "num_attention_heads", .intermediate = "ffn_dim"};
-  if (c.model_type == "t5") return {.heads = "num_heads", .kv_heads = "num_heads", .intermediate = "d_ff"};
-  if (!IsLlamaLike(c)) return {.kv_heads = "num_attention_heads"};
+  if (type == "gpt_neox") {
+    return {.root = "gpt_neox.", .embed = "embed_in", .final_norm = "final_layer_norm", .head = "embed_out"};
+  }
+  if (type == "bloom") return {.root = "transformer.", .embed = "word_embeddings", .layers = "h", .final_norm = "ln_f"};
+  if (type == "opt") {
+    return {.root = "model.decoder.", .norm1 = "self_attn_layer_norm", .norm2 = "final_layer_norm",
+            .final_norm = "final_layer_norm"};
+  }
+  if (type == "gptj") {
+    return {.root = "transformer.", .embed = "wte", .layers = "h", .norm1 = "ln_1", .final_norm = "ln_f"};
+  }
+  if (type == "falcon") {
+    // Note [Falcon]: ln_attn and ln_mlp when each parallel branch has its own norm.
+    const bool two = c.parallel_residual && c.branch_norms == 2;
+    return {.root = "transformer.", .embed = "word_embeddings", .layers = "h",
+            .norm1 = two ? "ln_attn" : "input_layernorm", .norm2 = two ? "ln_mlp" : "post_attention_layernorm",
+            .final_norm = "ln_f"};
+  }
   return {};
 }
 
@@ -52,8 +73,8 @@ FieldNames FieldsOf(const ModelConfig& c) {
 // TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): the attention query
 // and value projections.
 std::vector<std::string> DefaultLoraTargets(const ModelConfig& c) {
-  if (c.model_type == "gpt2") return {"c_attn"};
-  if (c.model_type == "gpt_neox") return {"query_key_value"};
+  if (c.model_type == "gpt2" || c.model_type == "gpt_bigcode") return {"c_attn"};
+  if (c.model_type == "gpt_neox" || c.model_type == "falcon" || c.model_type == "bloom") return {"query_key_value"};
   if (c.model_type == "phi3") return {"qkv_proj"};
   if (c.model_type == "bert" || c.model_type == "roberta") return {"query", "value"};
   if (c.model_type == "t5") return {"q", "v"};
@@ -151,6 +172,8 @@ class Builder {
   }
   TensorId Attention(const std::string& prefix, TensorId x, TensorId x_shard);
   TensorId LatentAttention(const std::string& prefix, TensorId x);
+  // GPT-J's rotary embedding of x [b, s, heads, d] with the layer's sin/cos table (Note [GPT-J]).
+  TensorId GptjRotary(const std::string& name, TensorId x, TensorId sincos);
   TensorId Mlp(const std::string& prefix, TensorId x, TensorId x_shard);
   TensorId Moe(const std::string& prefix, TensorId x, TensorId x_shard);
   // The training loss over logits [rows, classes] (Note [Causal LM loss]).
@@ -178,13 +201,14 @@ class Builder {
   TensorId sin_ = kNone;
   TensorId local_cos_ = kNone;  // Gemma 3's sliding layers (Note [Gemma decoders])
   TensorId local_sin_ = kNone;
+  TensorId alibi_ = kNone;  // Bloom's [batch x heads, 1, seq] biases (Note [Bloom])
   std::set<std::string> lora_targets_;
   std::set<std::string> seen_leaves_;
   std::set<std::string> used_targets_;
 };
 
 absl::Status Builder::CheckOptions() const {
-  const FieldNames fields = FieldsOf(c_);
+  const ConfigFieldNames fields = FieldNamesOf(c_);
   if (o_.batch <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat("batch must be positive, got %d", o_.batch));
   }
@@ -210,6 +234,11 @@ absl::Status Builder::CheckOptions() const {
           "seq_len %d: the text tower takes 1 to text_config.max_position_embeddings (%d) tokens", o_.seq_len,
           positions));
     }
+  }
+  if (c_.model_type == "gptj" && o_.seq_len > c_.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "seq_len %d exceeds the model's %s (%d): its sinusoidal position table ends there", o_.seq_len,
+        fields.positions, c_.max_position_embeddings));
   }
   auto floating = [](DType d) {
     return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16 || d == DType::kF64;
@@ -405,6 +434,70 @@ TensorId Builder::SoftCap(const std::string& name, TensorId x) {
 //    score-sized tensor per layer than Llama; softmax runs in f32 for f16
 //    scores only, with no logits upcast before the loss.
 
+// Note [Falcon]
+// FalconForCausalLM (transformers 4.46's modeling_falcon.py) keeps GPT-NeoX's
+// module names under transformer.* with these departures:
+//  - query_key_value holds num_kv_heads groups, each of num_attention_heads /
+//    num_kv_heads queries, one key and one value: one group (multi_query,
+//    Falcon-7B), num_kv_heads groups (new_decoder_architecture, Falcon-40B
+//    and 180B) or one per head. Keys and values are indexed out of it
+//    (fused_qkv[..., [-2], :]), copies; the new architecture also broadcasts
+//    them to every query head and flattens the groups before the rotary
+//    embedding, three more copies. Eager attention then matmuls 4-d tensors,
+//    and PyTorch folds batch and heads by copying what is not contiguous: the
+//    one-head keys and values broadcast to every head, and the values when
+//    they are a transposed view. Either way each layer saves its rotated
+//    queries and keys, its probabilities and values at every head's width;
+//  - the rotary path's eager attention scales in place, adds the mask, takes
+//    the softmax in the hidden states' dtype and applies no dropout to the
+//    probabilities;
+//  - with parallel_attn both branches read one input_layernorm (Falcon-7B) or
+//    their own ln_attn and ln_mlp, both computed before attention (the new
+//    architecture); mlp_output += attention_output, then one dropout of
+//    hidden_dropout before the residual add. Without parallel_attn the
+//    attention branch is dropped out with attention_dropout, the MLP branch
+//    with hidden_dropout;
+//  - the lm_head is tied to word_embeddings; the loss takes the logits as
+//    they are.
+
+// Note [GPTBigCode]
+// GPTBigCodeForCausalLM (transformers 4.46's modeling_gpt_bigcode.py;
+// StarCoder, SantaCoder) is GPT-2 on nn.Linear with multi-query attention:
+//  - c_attn projects to n_embd queries, then one head's key and value
+//    (multi_query) or, without it, to [head, (q, k, v)] per head;
+//  - the multi-query eager attention folds the heads into the rows of one
+//    baddbmm: query.reshape(b, s * heads, d) copies the strided queries, the
+//    key and value stay views of c_attn's output, so each layer saves the
+//    query copy and c_attn's whole output, and never repeats the key or value
+//    per head as Llama's repeat_kv does;
+//  - the mask is applied with torch.where, the softmax upcasts 16-bit scores
+//    to f32 (attention_softmax_in_fp32) and casts back, and the probabilities
+//    drop out with attn_pdrop;
+//  - one tril(ones(n_positions, n_positions)) bool buffer for the model, the
+//    lm_head tied to wte, the loss over the logits as they are.
+
+// Note [Bloom]
+// BloomForCausalLM (transformers 4.46's modeling_bloom.py) has no position
+// embeddings; its attention scores carry ALiBi biases (Press et al. 2022):
+//  - the model builds them once per forward from the attention mask,
+//    [batch x heads, 1, seq] in the hidden states' dtype, alive through the
+//    last layer;
+//  - each layer's eager attention computes alibi.baddbmm(q, k^T, beta=1,
+//    alpha=head_dim^-1/2): one [batch x heads, seq, seq] output with the
+//    biases added in the product's kernel and nothing of them saved; q, k and
+//    v are strided views of the per-head query_key_value output that the
+//    reshape to [batch x heads, seq, head_dim] copies, and each layer saves
+//    those copies;
+//  - the mask is added as a new tensor, the softmax runs in f32 and is cast
+//    back, the probabilities drop out with attention_dropout;
+//  - word_embeddings_layernorm normalizes the embeddings; the MLP is
+//    4 x hidden_size with Bloom's tanh GELU, an autograd Function that saves
+//    its input; dropout_add ends both branches (hidden_dropout); the lm_head
+//    is tied and the loss takes the logits as they are.
+// transformers' Bloom has only this eager attention; --attention flash models
+// a kernel that takes the ALiBi slopes itself (FlashAttention-2's
+// alibi_slopes), which adds nothing score-sized.
+
 // Note [gelu_new]
 // transformers' NewGELUActivation ("gelu_new", GPT-2's default) computes
 //   0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
@@ -527,13 +620,15 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
   // CLIP's text tower masks causally; SigLIP's does not.
   const bool causal = c_.family == ModelFamily::kDecoder || c_.model_type == "clip_text_model";
-  const bool opt = c_.model_type == "opt";
+  const bool opt = c_.model_type == "opt", falcon = c_.model_type == "falcon";
+  const bool bigcode = c_.model_type == "gpt_bigcode", bloom = c_.model_type == "bloom";
   const bool clip = c_.model_type.starts_with("clip_"), siglip = c_.model_type.starts_with("siglip_");
   TensorId q, k, v;
   std::string out_module;
-  if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox") {
+  if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox" || bloom) {
     const bool gpt2 = c_.model_type == "gpt2";
-    const std::string module = prefix + (gpt2 ? "attn.c_attn" : "attention.query_key_value");
+    const std::string module =
+        prefix + (gpt2 ? "attn.c_attn" : bloom ? "self_attention.query_key_value" : "attention.query_key_value");
     if (gpt2) {
       // GPT2Attention registers its causal mask as a buffer in every layer:
       // tril(ones(n_positions, n_positions)) as bool, 1 MiB per layer at 1024 positions.
@@ -547,7 +642,53 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     q = e_.View(module + ".q", qkv, {b, heads, s, d});
     k = e_.View(module + ".k", qkv, {b, heads, s, d});
     v = e_.View(module + ".v", qkv, {b, heads, s, d});
-    out_module = prefix + (gpt2 ? "attn.c_proj" : "attention.dense");
+    out_module = prefix + (gpt2 ? "attn.c_proj" : bloom ? "self_attention.dense" : "attention.dense");
+  } else if (c_.model_type == "gptj") {
+    // Note [GPT-J]: separate projections; q and k rotate as [b, s, heads, d], then permute.
+    const std::string base = prefix + "attn.";
+    TensorId qp = Proj(base + "q_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
+    TensorId kp = Proj(base + "k_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
+    TensorId vp = Proj(base + "v_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
+    v = e_.View(base + "v_proj.heads", vp, {b, heads, s, d});
+    const int64_t rd = c_.rotary_dim;
+    TensorId table = e_.Buffer(base + "embed_positions", {c_.max_position_embeddings, rd}, DType::kF32);
+    // One row of positions (position_ids is arange(s)[None] unless given): tables of batch 1.
+    TensorId rows = e_.Materialize(base + "embed_positions.repeat", "repeat", {table},
+                                   {1, c_.max_position_embeddings, rd}, DType::kF32);
+    TensorId sincos = e_.Materialize(base + "sincos", "gather", {rows}, {1, s, rd}, DType::kF32);
+    k = GptjRotary(prefix + "rotary_k", e_.View(base + "k_proj.heads", kp, {b, s, heads, d}), sincos);
+    q = GptjRotary(prefix + "rotary_q", e_.View(base + "q_proj.heads", qp, {b, s, heads, d}), sincos);
+    k = e_.View(base + "k_permute", k, {b, heads, s, d});
+    q = e_.View(base + "q_permute", q, {b, heads, s, d});
+    out_module = base + "out_proj";
+  } else if (bigcode) {
+    // Note [GPTBigCode]: c_attn's output is all queries, then the keys, then the values.
+    const std::string module = prefix + "attn.c_attn";
+    TensorId qkv = Proj(module, x, h, (heads + 2 * kv) * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+    q = e_.View(module + ".q", qkv, {b, heads, s, d});
+    k = e_.View(module + ".k", qkv, {b, kv, s, d});
+    v = e_.View(module + ".v", qkv, {b, kv, s, d});
+    out_module = prefix + "attn.c_proj";
+  } else if (falcon) {
+    // Note [Falcon]: query_key_value holds kv groups of (heads / kv queries, a key, a value).
+    const std::string module = prefix + "self_attention.query_key_value";
+    TensorId qkv = Proj(module, x, h, (heads + 2 * kv) * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+    q = e_.View(module + ".q", qkv, {b, heads, s, d});
+    k = e_.View(module + ".k", qkv, {b, kv, s, d});
+    v = e_.View(module + ".v", qkv, {b, kv, s, d});
+    if (kv < heads || c_.kv_broadcast_early) {
+      // fused_qkv[..., [-2], :] is an index: a copy of each key and value head.
+      k = e_.Contiguous(module + ".k_index", k);
+      v = e_.Contiguous(module + ".v_index", v);
+    }
+    if (c_.kv_broadcast_early && kv > 1 && kv < heads) {
+      // The new architecture broadcasts k and v to every query head and flattens the groups: copies of all three
+      // (views when there is one group, whose keys and values the eager core then repeats).
+      q = e_.Contiguous(module + ".q_flatten", q);
+      k = e_.RepeatKv(module + ".k_broadcast", k, heads);
+      v = e_.RepeatKv(module + ".v_broadcast", v, heads);
+    }
+    out_module = prefix + "self_attention.dense";
   } else {
     const bool bert = c_.model_type == "bert" || c_.model_type == "roberta", vit = c_.model_type == "vit";
     const std::string base = prefix + (bert ? "attention.self." : vit ? "attention.attention." : "self_attn.");
@@ -583,7 +724,7 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     out_module = bert || vit ? prefix + "attention.output.dense"
                              : base + (opt || clip || siglip ? "out_proj" : "o_proj");
   }
-  if (c_.positions == PositionKind::kRotary) {
+  if (c_.positions == PositionKind::kRotary && c_.model_type != "gptj") {  // GPT-J's are rotated already
     const auto rotary_dims = static_cast<int64_t>(static_cast<double>(d) * c_.rotary_pct);
     const bool local = c_.local_rotary && c_.is_sliding_layer(e_.layer());
     const TensorId cos = local ? local_cos_ : cos_, sin = local ? local_sin_ : sin_;
@@ -593,16 +734,28 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   TensorId context;
   const std::string core = prefix + "attn_core";
   if (o_.attention == AttentionImpl::kFlash) {
-    // flash_attention_2 reads grouped k/v directly; no repeat_kv copy.
+    // flash_attention_2 reads grouped k/v directly; no repeat_kv copy. For Bloom, a kernel that takes ALiBi slopes
+    // (Note [Bloom]).
     context = e_.FlashAttention(core + ".sdpa", q, k, v, causal);
   } else {
     e_.set_attention_core(true);
-    if (kv < heads) {
-      // HF eager attention materializes repeated k/v heads (repeat_kv).
+    if (bigcode && kv == 1) {
+      // Note [GPTBigCode]: the query heads fold into the rows of one bmm (a copy of the strided queries) against
+      // the one key and value head, which stay views of c_attn's output.
+      q = e_.Contiguous(core + ".q_fold", e_.View(core + ".q_rows", q, {b, s * heads, d}));
+      k = e_.View(core + ".k_rows", k, {b, s, d});
+      v = e_.View(core + ".v_rows", v, {b, s, d});
+    } else if (g_.tensor(k).shape[1] < heads) {
+      // HF eager attention materializes repeated k/v heads (repeat_kv; Falcon's matmul broadcasts and copies).
       k = e_.RepeatKv(core + ".repeat_k", k, heads);
       v = e_.RepeatKv(core + ".repeat_v", v, heads);
+    } else if (falcon) {
+      // Note [Falcon]: v is a transposed view, which the matmul copies to fold batch and heads.
+      v = e_.Contiguous(core + ".v_fold", v);
     }
-    TensorId scores = e_.MatMul(core + ".qk", q, k, /*b_transposed=*/true);
+    // Note [Bloom]: alibi.baddbmm(q, k^T), the biases added in the product's kernel.
+    TensorId scores = bloom ? e_.BaddBmm(core + ".qk", alibi_, q, k, /*b_transposed=*/true)
+                            : e_.MatMul(core + ".qk", q, k, /*b_transposed=*/true);
     if (c_.attn_logit_softcap > 0) {
       // Gemma 2 scales, caps, then adds the mask (Note [Gemma decoders]).
       scores = SoftCap(core + ".softcap", e_.Scale(core + ".scale", scores));
@@ -612,14 +765,17 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     // f32 (and casts back) for f16 scores only.
     const bool f16_scores = g_.tensor(scores).dtype == DType::kF16;
     if (opt) scores = e_.Maximum(core + ".clamp", scores);
-    TensorId probs =
-        e_.Softmax(core + ".softmax", scores, /*force_f32=*/IsLlamaLike(c_) || siglip || (opt && f16_scores));
+    // Falcon's softmax takes the dtype of its input hidden states, a LayerNorm output (f32 under autocast).
+    TensorId probs = e_.Softmax(core + ".softmax", scores,
+                                /*force_f32=*/IsLlamaLike(c_) || siglip || (opt && f16_scores) ||
+                                    (falcon && e_.options().autocast) || c_.attention_softmax_f32 || bloom);
     // Decoders and SigLIP cast the probabilities back to v's dtype (HF's
     // `.to(query.dtype)` / `.type(value.dtype)`); BERT, ViT and CLIP leave that to autocast.
     if ((c_.family == ModelFamily::kDecoder && (!opt || f16_scores)) || siglip) {
       probs = e_.Cast(core + ".probs_cast", probs, g_.tensor(v).dtype);
     }
-    probs = e_.Dropout(core + ".dropout", probs, c_.attention_dropout);
+    // Falcon's rotary attention drops no probabilities (its attention_dropout applies elsewhere, Note [Falcon]).
+    probs = e_.Dropout(core + ".dropout", probs, falcon ? 0.0 : c_.attention_dropout);
     context = e_.MatMul(core + ".pv", probs, v);
     e_.set_attention_core(false);
   }
@@ -629,6 +785,40 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   // Note [Python references in inference].
   if (!o_.training) e_.ScopeEnd(prefix + "attention_returns", {x, q, k, v});
   return ReduceOutput(out_module, out);
+}
+
+// Note [GPT-J]
+// GPTJForCausalLM (transformers 4.46's modeling_gptj.py) runs attention and
+// the MLP in parallel from one ln_1 (x + attn(ln_1(x)) + mlp(ln_1(x)), each
+// branch with its resid_pdrop dropout) and rotates positions its own way:
+//  - every layer keeps its own sinusoidal table of n_positions x rotary_dim
+//    f32 values (a plain attribute, so it stays f32 whatever the weights'
+//    dtype), repeats it for each row of position_ids (one: arange(s)[None]
+//    unless the caller passes them) and gathers the positions;
+//  - q_proj and k_proj outputs rotate as [b, s, heads, d]: the first
+//    rotary_dim features of each head are multiplied by cos and, rotated two
+//    by two (stack(-x2, x1)), by sin, then concatenated with the rest. sin and
+//    cos are repeat_interleave'd afresh for k and for q, and each
+//    multiplication saves its table: four s x rotary_dim f32 tensors per
+//    layer, where Llama saves none. In 16-bit the f32 tables promote the
+//    rotated q and k to f32, and _attn casts both to f32 anyway;
+//  - q, k and v are permuted views, so the eager matmuls copy them when they
+//    fold batch and heads; the probabilities are cast back to v's dtype;
+//  - the lm_head has a bias and is not tied; its logits are cast to f32
+//    before the loss.
+TensorId Builder::GptjRotary(const std::string& name, TensorId x, TensorId sincos) {
+  const std::vector<int64_t> shape = g_.tensor(x).shape;
+  const int64_t b = shape[0], s = shape[1], heads = shape[2], d = shape[3], rd = c_.rotary_dim;
+  TensorId sin = e_.Materialize(name + ".sin", "repeat_interleave", {sincos}, {1, s, 1, rd}, DType::kF32);
+  TensorId cos = e_.Materialize(name + ".cos", "repeat_interleave", {sincos}, {1, s, 1, rd}, DType::kF32);
+  TensorId rot = e_.View(name + ".rot", x, {b, s, heads, rd});
+  TensorId odd = e_.Scale(name + ".neg", e_.View(name + ".odd", x, {b, s, heads, rd / 2}));
+  TensorId even = e_.View(name + ".even", x, {b, s, heads, rd / 2});
+  TensorId rotated = e_.Concat(name + ".rotate_every_two", {odd, even}, {b, s, heads, rd});
+  TensorId y = e_.Add(name + ".add", e_.Mul(name + ".mul_cos", rot, cos), e_.Mul(name + ".mul_sin", rotated, sin));
+  std::vector<TensorId> parts = {y};
+  if (rd < d) parts.push_back(e_.View(name + ".pass", x, {b, s, heads, d - rd}));
+  return e_.Concat(name + ".cat", parts, {b, s, heads, d});
 }
 
 // Note [Multi-head latent attention]
@@ -722,13 +912,15 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
     bool conv1d = false;
     if (c_.model_type == "gpt2") {
       up_name = "mlp.c_fc", down_name = "mlp.c_proj", conv1d = true;
-    } else if (c_.model_type == "starcoder2") {
+    } else if (c_.model_type == "starcoder2" || c_.model_type == "gpt_bigcode") {
       up_name = "mlp.c_fc", down_name = "mlp.c_proj";  // GPT-2's names on nn.Linear
     } else if (c_.model_type == "opt") {
       up_name = "fc1", down_name = "fc2";
     } else if (c_.model_type.starts_with("clip_") || c_.model_type.starts_with("siglip_")) {
       up_name = "mlp.fc1", down_name = "mlp.fc2";  // CLIPMLP, SiglipMLP
-    } else if (c_.model_type == "gpt_neox") {
+    } else if (c_.model_type == "gptj") {
+      up_name = "mlp.fc_in", down_name = "mlp.fc_out";
+    } else if (c_.model_type == "gpt_neox" || c_.model_type == "falcon" || c_.model_type == "bloom") {
       up_name = "mlp.dense_h_to_4h", down_name = "mlp.dense_4h_to_h";
     } else {
       up_name = "intermediate.dense", down_name = "output.dense";
@@ -823,7 +1015,7 @@ TensorId Builder::CausalLmLoss(TensorId logits, int64_t vocab) {
   e_.set_layer(-1);
   e_.set_phase(Phase::kLoss);
   const TensorId model_logits = logits;
-  if (IsLlamaLike(c_)) logits = e_.Cast("loss.logits_float", logits, DType::kF32);
+  if (UpcastsLogits(c_)) logits = e_.Cast("loss.logits_float", logits, DType::kF32);
   TensorId labels = e_.Input("labels", {b, s}, DType::kI64);
   TensorId shifted_labels = e_.Contiguous("loss.shift_labels", e_.View("loss.labels_tail", labels, {b, s - 1}));
   TensorId shifted = e_.Contiguous("loss.shift_logits", e_.View("loss.logits_head", logits, {b, s - 1, vocab}));
@@ -842,10 +1034,11 @@ absl::Status Builder::BuildDecoder() {
   const int64_t s_local = sp_ ? s / t_ : s;
   // Megatron pads the vocabulary so every rank holds the same number of rows.
   const int64_t vocab = CeilDiv<int64_t>(c_.vocab_size, t_);
-  const bool gpt2 = c_.model_type == "gpt2", neox = c_.model_type == "gpt_neox", opt = c_.model_type == "opt";
-  const std::string root = gpt2 ? "transformer." : neox ? "gpt_neox." : opt ? "model.decoder." : "model.";
-  const std::string embed_name =
-      root + (gpt2 ? "wte" : neox ? "embed_in" : "embed_tokens") + ".weight";
+  const bool gpt2 = c_.model_type == "gpt2", opt = c_.model_type == "opt", falcon = c_.model_type == "falcon";
+  const bool bigcode = c_.model_type == "gpt_bigcode";
+  const DecoderNames names = DecoderNamesOf(c_);
+  const std::string& root = names.root;
+  const std::string embed_name = root + names.embed + ".weight";
   // OPT's token embeddings (and lm_head) may be narrower than the blocks (Note [OPT]).
   const int64_t embed_dim = c_.word_embed_proj_dim > 0 ? c_.word_embed_proj_dim : h;
 
@@ -854,7 +1047,12 @@ absl::Status Builder::BuildDecoder() {
   TensorId table = Param(embed_name, {vocab, embed_dim});
   TensorId x = e_.Embedding(root + "embed", ids, table);
   if (t_ > 1) x = ReduceOutput(root + "embed", x);
-  if (gpt2) {
+  if (bigcode) {
+    // GPTBigCodeModel's causal mask: one tril(ones(n_positions, n_positions)) bool buffer for all layers.
+    const int64_t n = c_.max_position_embeddings;
+    e_.Buffer(root + "bias", {n, n}, DType::kBool);
+  }
+  if (gpt2 || bigcode) {
     TensorId positions = e_.Input("position_ids", {1, s_local}, DType::kI64);
     TensorId wpe = Param(root + "wpe.weight", {c_.max_position_embeddings, h});
     TensorId pos = e_.Embedding(root + "wpe", positions, wpe);
@@ -867,9 +1065,15 @@ absl::Status Builder::BuildDecoder() {
     if (embed_dim != h) x = Proj(root + "project_in", x, embed_dim, h, false, Parallel::kReplicated);
     x = e_.Add(root + "embed_add", x, pos);
   }
+  if (c_.embedding_norm) x = LayerNormModule(root + "word_embeddings_layernorm", x);  // Bloom
   x = e_.Dropout(root + "drop", x, c_.embedding_dropout);
   if (c_.embedding_scaled) x = e_.Scale(root + "embed_scale", x);  // Note [Gemma decoders]
-  if (c_.positions == PositionKind::kRotary) {
+  if (c_.positions == PositionKind::kAlibi) {
+    // Note [Bloom]: built once from the attention mask in the hidden states' dtype, read by every layer.
+    alibi_ = e_.Materialize(root + "alibi", "alibi", {}, {b * (c_.num_heads / t_), 1, s}, g_.tensor(x).dtype);
+  }
+  // GPT-J builds its tables in every layer (Note [GPT-J]).
+  if (c_.positions == PositionKind::kRotary && c_.model_type != "gptj") {
     const auto rotary_dims = c_.is_mla() ? c_.qk_rope_head_dim
                                          : static_cast<int64_t>(static_cast<double>(c_.head_dim) * c_.rotary_pct);
     const DType dtype = e_.options().autocast ? o_.param_dtype : o_.compute_dtype;
@@ -888,25 +1092,38 @@ absl::Status Builder::BuildDecoder() {
   }
   for (int64_t i = 0; i < c_.num_layers; ++i) {
     e_.set_layer(static_cast<int>(i));
-    const std::string p =
-        absl::StrFormat("%s%s.%d.", root, gpt2 ? "h" : "layers", i);
-    const std::string n1 = p + (gpt2 ? "ln_1" : opt ? "self_attn_layer_norm" : "input_layernorm");
-    const std::string n2 = p + (gpt2 ? "ln_2" : opt ? "final_layer_norm" : "post_attention_layernorm");
+    const std::string p = absl::StrFormat("%s%s.%d.", root, names.layers, i);
+    const std::string n1 = p + names.norm1, n2 = p + names.norm2;
     TensorId residual = x;
     // Note [OLMo 2] and Note [OPT]: their attention reads the residual stream itself.
     const bool branch_output = c_.norm_placement == NormPlacement::kBranchOutput;
     const bool post_residual = c_.norm_placement == NormPlacement::kPostResidual;
     const std::string attn_in_name = branch_output || post_residual ? p + "self_attn" : n1;
     TensorId attn_in = branch_output || post_residual ? x : Norm(n1, x);
-    TensorId attn = c_.is_mla() ? LatentAttention(p, attn_in)
-                                : Attention(p, GatherInput(attn_in_name, attn_in), sp_ ? attn_in : kNone);
-    attn = e_.Dropout(p + "attn_dropout", attn, c_.hidden_dropout);
+    // Falcon's new architecture norms both branches' inputs before attending (Note [Falcon]).
+    TensorId mlp_norm = falcon && c_.parallel_residual && c_.branch_norms == 2 ? Norm(n2, residual) : kNone;
+    const TensorId attn_full = GatherInput(attn_in_name, attn_in);
+    TensorId attn = c_.is_mla() ? LatentAttention(p, attn_in) : Attention(p, attn_full, sp_ ? attn_in : kNone);
+    // Note [Falcon]: one dropout after the parallel branches' sum, attention_dropout after a sequential attention.
+    const double attn_dropout = !falcon ? c_.hidden_dropout : c_.parallel_residual ? 0.0 : c_.attention_dropout;
+    attn = e_.Dropout(p + "attn_dropout", attn, attn_dropout);
     if (c_.parallel_residual) {
-      // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)).
-      TensorId ln2 = Norm(n2, residual);
-      TensorId mlp = Mlp(p, GatherInput(n2, ln2), sp_ ? ln2 : kNone);
-      mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
-      x = e_.Add(p + "residual", e_.Add(p + "branch_add", mlp, attn), residual);
+      // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)); Falcon-7B: x + attn(ln(x)) + mlp(ln(x)).
+      TensorId mlp;
+      if (c_.branch_norms == 1) {
+        mlp = Mlp(p, attn_full, sp_ ? attn_in : kNone);
+      } else {
+        if (mlp_norm == kNone) mlp_norm = Norm(n2, residual);
+        mlp = Mlp(p, GatherInput(n2, mlp_norm), sp_ ? mlp_norm : kNone);
+      }
+      if (falcon) {
+        // mlp_output += attention_output, then dropout_add(mlp_output, residual, hidden_dropout).
+        TensorId sum = e_.Dropout(p + "mlp_dropout", e_.AddInplace(p + "branch_add", mlp, attn), c_.hidden_dropout);
+        x = e_.Add(p + "residual", residual, sum);
+      } else {
+        mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
+        x = e_.Add(p + "residual", e_.Add(p + "branch_add", mlp, attn), residual);
+      }
     } else if (c_.norm_placement == NormPlacement::kSandwich) {
       // Gemma 2: each branch is normed on the way in and on the way out.
       x = e_.Add(p + "attn_residual", residual, Norm(p + "post_attention_layernorm", attn));
@@ -925,27 +1142,26 @@ absl::Status Builder::BuildDecoder() {
       mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
       x = Norm(n2, e_.Add(p + "mlp_residual", x, mlp));
     } else {
-      x = e_.Add(p + "attn_residual", residual, attn);
+      // Bloom's apply_residual_connection_post_layernorm: each branch adds to its norm's output instead.
+      x = e_.Add(p + "attn_residual", c_.residual_from_norm ? attn_in : residual, attn);
       TensorId ln2 = Norm(n2, x);
       TensorId mlp = Mlp(p, GatherInput(n2, ln2), sp_ ? ln2 : kNone);
       mlp = e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout);
-      x = e_.Add(p + "mlp_residual", x, mlp);
+      x = e_.Add(p + "mlp_residual", c_.residual_from_norm ? ln2 : x, mlp);
     }
     HEADROOM_RETURN_IF_ERROR(CheckGraphSize(i));
   }
   e_.set_layer(-1);
   if (causal_mask != kNone) e_.ScopeEnd("model.layers_done", {causal_mask});
+  const std::string final_norm = root + names.final_norm;
   if (c_.architecture == "GPT2Model") {
-    Norm(root + "ln_f", x);
+    Norm(final_norm, x);
     return absl::OkStatus();
   }
-  const std::string final_norm =
-      root + (gpt2 ? "ln_f" : neox || opt ? "final_layer_norm" : "norm");
   TensorId normed = c_.final_norm ? Norm(final_norm, x) : x;
   if (embed_dim != h) normed = Proj(root + "project_out", normed, h, embed_dim, false, Parallel::kReplicated);
   TensorId head_in = GatherInput(final_norm, normed);
-  const std::string head = neox ? "embed_out" : "lm_head";
-  TensorId logits = Proj(head, head_in, embed_dim, vocab, false, Parallel::kColumn, false,
+  TensorId logits = Proj(names.head, head_in, embed_dim, vocab, c_.lm_head_bias, Parallel::kColumn, false,
                          sp_ ? normed : kNone, c_.tie_word_embeddings ? table : kNone);
   if (c_.final_logit_softcap > 0) logits = SoftCap("final_logit_softcap", logits);
   if (o_.training) {

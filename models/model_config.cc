@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -137,6 +139,10 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"Gemma3ForCausalLM", "gemma3_text", ModelFamily::kDecoder},
     {"Starcoder2ForCausalLM", "starcoder2", ModelFamily::kDecoder},
     {"OPTForCausalLM", "opt", ModelFamily::kDecoder},
+    {"FalconForCausalLM", "falcon", ModelFamily::kDecoder},
+    {"GPTJForCausalLM", "gptj", ModelFamily::kDecoder},
+    {"GPTBigCodeForCausalLM", "gpt_bigcode", ModelFamily::kDecoder},
+    {"BloomForCausalLM", "bloom", ModelFamily::kDecoder},
     {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
     {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
     {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
@@ -165,6 +171,8 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
     {"olmo2", "Olmo2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
     {"starcoder2", "Starcoder2ForCausalLM"}, {"opt", "OPTForCausalLM"},
+    {"falcon", "FalconForCausalLM"}, {"gptj", "GPTJForCausalLM"},
+    {"gpt_bigcode", "GPTBigCodeForCausalLM"}, {"bloom", "BloomForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
     {"t5", "T5ForConditionalGeneration"},
@@ -560,6 +568,170 @@ absl::Status ParseOpt(const json& doc, const JsonPath& path, ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// FalconForCausalLM (transformers 4.46's modeling_falcon.py, Note [Falcon] in builders.cc): one fused
+// query_key_value whose key/value heads are one (multi_query, Falcon-7B), num_kv_heads
+// (new_decoder_architecture, Falcon-40B and 180B) or num_attention_heads; rotary positions; LayerNorm with bias;
+// attention and MLP in parallel from one norm (ln_attn and ln_mlp under the new architecture) or in sequence; a
+// GELU MLP of ffn_hidden_size; biases on every Linear when `bias`; the lm_head tied to the embeddings.
+absl::Status ParseFalcon(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "hidden_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "num_hidden_layers", path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_attention_heads", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size,
+                            OptionalPositiveInt(doc, "ffn_hidden_size", path, 4 * c.hidden_size));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                            OptionalPositiveInt(doc, "max_position_embeddings", path, 2048));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation, ParseActivation(doc, "activation", path, ActivationKind::kGelu));
+  HEADROOM_ASSIGN_OR_RETURN(const bool alibi, OptionalBool(doc, "alibi", path, false));
+  if (alibi) {
+    // falcon-rw-1b and -7b: ALiBi scores in f32 with dropout, which the builder does not model for Falcon.
+    return (path / "alibi").Error("true (ALiBi position biases) is not supported for Falcon");
+  }
+  HEADROOM_ASSIGN_OR_RETURN(const bool new_architecture, OptionalBool(doc, "new_decoder_architecture", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(const bool multi_query, OptionalBool(doc, "multi_query", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(c.parallel_residual, OptionalBool(doc, "parallel_attn", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(const int64_t norms, OptionalInt(doc, "num_ln_in_parallel_attn", path, 0));
+  if (norms != 0 && norms != 1 && norms != 2) {
+    return (path / "num_ln_in_parallel_attn").Error(absl::StrFormat("must be 1, 2 or null, got %d", norms));
+  }
+  if (new_architecture) {
+    // FalconAttention: num_kv_heads groups, each of num_attention_heads / num_kv_heads queries, a key and a value.
+    HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads, OptionalPositiveInt(doc, "num_kv_heads", path, c.num_heads));
+    if (!c.parallel_residual) {
+      // FalconDecoderLayer reads ln_attn (or mlp_layernorm_out) that only the parallel layout defines.
+      return (path / "parallel_attn").Error("false with new_decoder_architecture: transformers builds no such layer");
+    }
+    c.branch_norms = norms == 1 ? 1 : 2;
+    c.kv_broadcast_early = true;
+  } else {
+    // multi_query: one key/value head; otherwise num_kv_heads is ignored and every head has its own.
+    c.num_kv_heads = multi_query ? 1 : c.num_heads;
+    if (c.parallel_residual && norms == 2) {
+      return (path / "num_ln_in_parallel_attn")
+          .Error("2 needs new_decoder_architecture: the old layout has one input_layernorm");
+    }
+    c.branch_norms = 1;
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "bias", path, false));
+  c.attn_output_bias = c.mlp_bias = c.qkv_bias;
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "hidden_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kRotary;
+  return absl::OkStatus();
+}
+
+// GPTJForCausalLM (transformers 4.46's modeling_gptj.py, Note [GPT-J] in builders.cc): GPT-2's size names,
+// unbiased q/k/v/out projections, rotary positions over the first rotary_dim features of each head, attention and
+// MLP in parallel from one ln_1, a biased fc_in/fc_out MLP, and an untied lm_head with a bias.
+absl::Status ParseGptj(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "n_embd", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "n_layer", path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "n_head", path));
+  c.num_kv_heads = c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, OptionalPositiveInt(doc, "n_inner", path, 4 * c.hidden_size));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, OptionalPositiveInt(doc, "n_positions", path, 2048));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "activation_function", path, ActivationKind::kGeluNew));
+  if (doc.contains("rotary_dim") && doc["rotary_dim"].is_null()) {
+    // GPTJAttention then rotates hidden_size features of every head-sized slice, which only runs with one head.
+    return (path / "rotary_dim").Error("null (rotary over hidden_size features) is not supported");
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.rotary_dim, OptionalPositiveInt(doc, "rotary_dim", path, 64));
+  if (c.rotary_dim % 2 != 0 || (c.hidden_size % c.num_heads == 0 && c.rotary_dim > c.hidden_size / c.num_heads)) {
+    return (path / "rotary_dim")
+        .Error(absl::StrFormat("%d: must be even and at most the head size, n_embd / n_head", c.rotary_dim));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "resid_pdrop", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.embedding_dropout, Probability(doc, "embd_pdrop", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attn_pdrop", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, false));
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kRotary;
+  c.parallel_residual = true;
+  c.branch_norms = 1;
+  c.mlp_bias = c.lm_head_bias = true;
+  return absl::OkStatus();
+}
+
+// GPTBigCodeForCausalLM (transformers 4.46's modeling_gpt_bigcode.py, Note [GPTBigCode] in builders.cc), StarCoder
+// and SantaCoder: GPT-2's blocks and size names on nn.Linear, one fused c_attn whose keys and values are one head
+// (multi_query) or one per head, learned positions, a softmax in f32 (attention_softmax_in_fp32), the tied lm_head.
+absl::Status ParseGptBigCode(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "n_embd", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "n_layer", path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "n_head", path));
+  HEADROOM_ASSIGN_OR_RETURN(const bool multi_query, OptionalBool(doc, "multi_query", path, true));
+  c.num_kv_heads = multi_query ? 1 : c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, OptionalPositiveInt(doc, "n_inner", path, 4 * c.hidden_size));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, PositiveInt(doc, "n_positions", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "activation_function", path, ActivationKind::kGeluTanh));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_softmax_f32, OptionalBool(doc, "attention_softmax_in_fp32", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "resid_pdrop", path, 0.1));
+  HEADROOM_ASSIGN_OR_RETURN(c.embedding_dropout, Probability(doc, "embd_pdrop", path, 0.1));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attn_pdrop", path, 0.1));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kLearned;
+  c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;
+  return absl::OkStatus();
+}
+
+// The key a config.json gives a size under: the first of `keys` present (they are in the order the config class
+// lets one override another), else the last, the config class's own name, for the error that it is missing.
+std::string_view KeyOf(const json& doc, std::initializer_list<std::string_view> keys) {
+  for (std::string_view key : keys) {
+    if (Present(doc, key)) return key;
+  }
+  return *(keys.end() - 1);
+}
+
+// BloomForCausalLM (transformers 4.46's modeling_bloom.py, Note [Bloom] in builders.cc): ALiBi instead of position
+// embeddings, a LayerNorm after the word embeddings, a per-head fused query_key_value, pre-norm blocks whose
+// residual is the norm's output under apply_residual_connection_post_layernorm, a 4 x hidden_size MLP with Bloom's
+// tanh GELU, biases on every Linear, the tied lm_head. BloomConfig takes n_embed over hidden_size, and
+// num_hidden_layers and num_attention_heads (the older hub files' keys) over n_layer and n_head.
+absl::Status ParseBloom(const json& doc, const JsonPath& path, ModelConfig& c) {
+  const std::string_view hidden = KeyOf(doc, {"n_embed", "hidden_size"});
+  const std::string_view layers = KeyOf(doc, {"num_hidden_layers", "n_layer"});
+  const std::string_view heads = KeyOf(doc, {"num_attention_heads", "n_head"});
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, hidden, path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, layers, path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, heads, path));
+  if (c.hidden_size % c.num_heads != 0) {
+    return (path / heads).Error(absl::StrFormat("%d does not divide %s (%d)", c.num_heads, hidden, c.hidden_size));
+  }
+  c.num_kv_heads = c.num_heads;
+  c.intermediate_size = 4 * c.hidden_size;
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.residual_from_norm,
+                            OptionalBool(doc, "apply_residual_connection_post_layernorm", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "hidden_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(const int64_t tp, OptionalPositiveInt(doc, "pretraining_tp", path, 1));
+  HEADROOM_ASSIGN_OR_RETURN(const bool slow_but_exact, OptionalBool(doc, "slow_but_exact", path, false));
+  if (slow_but_exact && tp > 1) {
+    // BloomAttention and BloomMLP then run dense and dense_4h_to_h as pretraining_tp sliced matmuls.
+    return (path / "slow_but_exact").Error(absl::StrFormat("true with pretraining_tp %d is not supported", tp));
+  }
+  c.activation = ActivationKind::kGeluTanh;  // bloom_gelu_forward: the tanh approximation
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kAlibi;
+  c.embedding_norm = true;
+  c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;
+  return absl::OkStatus();
+}
+
 absl::Status ParseBertLike(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 512, c));
   HEADROOM_ASSIGN_OR_RETURN(c.type_vocab_size, OptionalInt(doc, "type_vocab_size", path, 2));
@@ -623,16 +795,15 @@ absl::Status ParseMlpChain(const json& doc, const JsonPath& path, ModelConfig& c
 }
 
 absl::Status CheckAttentionShape(const JsonPath& path, ModelConfig& c) {
+  const ConfigFieldNames fields = FieldNamesOf(c);
   if (c.num_heads % c.num_kv_heads != 0) {
-    return (path / "num_key_value_heads")
-        .Error(absl::StrFormat("%d does not divide num_attention_heads (%d)", c.num_kv_heads,
-                               c.num_heads));
+    return (path / fields.kv_heads)
+        .Error(absl::StrFormat("%d does not divide %s (%d)", c.num_kv_heads, fields.heads, c.num_heads));
   }
   if (c.head_dim == 0) {
     if (c.hidden_size % c.num_heads != 0) {
-      return (path / "num_attention_heads")
-          .Error(absl::StrFormat("%d does not divide hidden_size (%d)", c.num_heads,
-                                 c.hidden_size));
+      return (path / fields.heads)
+          .Error(absl::StrFormat("%d does not divide %s (%d)", c.num_heads, fields.hidden, c.hidden_size));
     }
     c.head_dim = c.hidden_size / c.num_heads;
   }
@@ -676,12 +847,8 @@ absl::Status CheckMlpSizes(const JsonPath& path, const ModelConfig& c) {
 
 // Transformers: the largest weights and the whole model's parameter count.
 absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
-  const bool gpt2 = c.model_type == "gpt2", t5 = c.model_type == "t5";
-  const std::string_view hidden = gpt2 ? "n_embd" : t5 ? "d_model" : "hidden_size";
-  const std::string_view inner = gpt2                    ? "n_inner"
-                                 : c.model_type == "opt" ? "ffn_dim"
-                                 : t5                    ? "d_ff"
-                                                         : "intermediate_size";
+  const ConfigFieldNames fields = FieldNamesOf(c);
+  const std::string_view hidden = fields.hidden, inner = fields.intermediate;
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "vocab_size", c.vocab_size, hidden, c.hidden_size));
   HEADROOM_RETURN_IF_ERROR(
       CheckWeight(path, "vocab_size", c.vocab_size, "word_embed_proj_dim", c.word_embed_proj_dim));
@@ -691,8 +858,7 @@ absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, "moe_intermediate_size", c.moe_intermediate_size));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, "shared_expert_intermediate_size",
                                        c.shared_expert_intermediate_size));
-  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, gpt2 ? "n_positions" : "max_position_embeddings",
-                                       c.max_position_embeddings, hidden, c.hidden_size));
+  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, fields.positions, c.max_position_embeddings, hidden, c.hidden_size));
   if (c.is_mla()) {
     // Each size is at most 2^31, a sum of two at most 2^32: their products saturate rather than wrap.
     const auto heads_times = [&](int64_t width) {
@@ -731,8 +897,7 @@ absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
   const uint64_t blocks = static_cast<uint64_t>(c.num_layers) + 2 * static_cast<uint64_t>(c.decoder_layers);
   uint64_t parameters = SaturatingMul(per_layer, blocks);
   parameters = SaturatingAdd(parameters, SaturatingMul(2 * h, static_cast<uint64_t>(c.vocab_size)));
-  const std::string_view layers = gpt2 ? "n_layer" : t5 ? "num_layers" : "num_hidden_layers";
-  return CheckParameterCount(path, absl::StrFormat("%s, %s, %s, %s and %s", layers, hidden, inner, "vocab_size",
+  return CheckParameterCount(path, absl::StrFormat("%s, %s, %s, %s and %s", fields.layers, hidden, inner, "vocab_size",
                                                    c.is_moe() ? "num_local_experts" : "the heads"),
                              parameters);
 }
@@ -936,6 +1101,36 @@ absl::Status ParseContrastive(const json& doc, const JsonPath& path, ModelConfig
 std::string_view EncoderHeadName(EncoderHead head) { return kEncoderHeadNames.Name(head); }
 absl::StatusOr<EncoderHead> ParseEncoderHead(std::string_view name) { return kEncoderHeadNames.Parse(name); }
 
+ConfigFieldNames FieldNamesOf(const ModelConfig& c) {
+  const std::string& type = c.model_type;
+  if (type == "gpt2" || type == "gptj" || type == "gpt_bigcode") {
+    const bool multi_query = type == "gpt_bigcode" && c.num_kv_heads == 1 && c.num_heads > 1;
+    return {.hidden = "n_embd", .layers = "n_layer", .heads = "n_head",
+            .kv_heads = multi_query ? "multi_query" : "n_head", .intermediate = "n_inner", .positions = "n_positions"};
+  }
+  if (type == "opt") return {.kv_heads = "num_attention_heads", .intermediate = "ffn_dim"};
+  if (type == "t5") {
+    return {.hidden = "d_model", .layers = "num_layers", .heads = "num_heads", .kv_heads = "num_heads",
+            .intermediate = "d_ff", .positions = "n_positions"};
+  }
+  if (c.family == ModelFamily::kContrastive) {
+    return {.layers = "text_config.num_hidden_layers + vision_config.num_hidden_layers"};
+  }
+  if (type == "bloom") {
+    return {.layers = "n_layer", .heads = "n_head", .kv_heads = "n_head", .intermediate = "4 x hidden_size"};
+  }
+  if (type == "falcon") {
+    const std::string_view kv = c.kv_broadcast_early      ? "num_kv_heads"
+                                : c.num_kv_heads == 1 ? "multi_query"
+                                                      : "num_attention_heads";
+    return {.kv_heads = kv, .intermediate = "ffn_hidden_size"};
+  }
+  if (type == "gpt_neox" || type == "bert" || type == "roberta" || type == "deepseek_v2" || type == "deepseek_v3") {
+    return {.kv_heads = "num_attention_heads"};
+  }
+  return {};
+}
+
 std::vector<std::string> SupportedArchitectures() {
   std::vector<std::string> names;
   for (const ArchitectureInfo& info : kArchitectures) names.emplace_back(info.architecture);
@@ -995,6 +1190,14 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     HEADROOM_RETURN_IF_ERROR(ParseStarcoder2(doc, path, c));
   } else if (type == "opt") {
     HEADROOM_RETURN_IF_ERROR(ParseOpt(doc, path, c));
+  } else if (type == "falcon") {
+    HEADROOM_RETURN_IF_ERROR(ParseFalcon(doc, path, c));
+  } else if (type == "gptj") {
+    HEADROOM_RETURN_IF_ERROR(ParseGptj(doc, path, c));
+  } else if (type == "gpt_bigcode") {
+    HEADROOM_RETURN_IF_ERROR(ParseGptBigCode(doc, path, c));
+  } else if (type == "bloom") {
+    HEADROOM_RETURN_IF_ERROR(ParseBloom(doc, path, c));
   } else if (type == "bert" || type == "roberta") {
     HEADROOM_RETURN_IF_ERROR(ParseBertLike(doc, path, c));
   } else if (type == "vit") {

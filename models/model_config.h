@@ -55,7 +55,7 @@ inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
   kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
-             // Mixtral
+             // Falcon, GPT-J, GPTBigCode, Bloom, Mixtral
   kEncoder,  // BERT, RoBERTa
   kEncoderDecoder,  // T5, Flan-T5
   kVision,   // ViT: a transformer over image patches (Note [Vision transformers] in builders.cc)
@@ -66,7 +66,9 @@ enum class ModelFamily : uint8_t {
 
 enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
 
-enum class PositionKind : uint8_t { kLearned, kRotary, kRelativeBuckets };
+// kRelativeBuckets: T5's learned bias per relative-position bucket; kAlibi: no position embeddings, a per-head
+// linear bias on the attention scores (Bloom).
+enum class PositionKind : uint8_t { kLearned, kRotary, kRelativeBuckets, kAlibi };
 
 // Where a decoder block's norms sit around its attention and MLP branches.
 enum class NormPlacement : uint8_t {
@@ -106,12 +108,19 @@ struct ModelConfig {
   bool gated_mlp = false;  // Llama-style gate_proj/up_proj/down_proj (SwiGLU)
   PositionKind positions = PositionKind::kLearned;
   double rotary_pct = 1.0;  // GPT-NeoX partial rotary
+  int64_t rotary_dim = 0;   // GPT-J: rotated features at the start of each head; 0: head_dim x rotary_pct
   bool tie_word_embeddings = false;
   bool qkv_bias = false;         // bias on the q/k/v projections
   bool attn_output_bias = false;  // bias on the attention output projection
   bool mlp_bias = false;
   bool norm_bias = true;         // LayerNorm has a bias (RMSNorm never does)
-  bool parallel_residual = false;  // GPT-NeoX use_parallel_residual
+  bool parallel_residual = false;  // GPT-NeoX use_parallel_residual, Falcon parallel_attn
+  int64_t branch_norms = 2;        // parallel_residual: 2 when each branch has its own norm (GPT-NeoX,
+                                   // Falcon-40B), 1 when one norm feeds both (Falcon-7B, GPT-J)
+  bool lm_head_bias = false;       // GPT-J's lm_head has a bias
+  bool residual_from_norm = false;  // Bloom's apply_residual_connection_post_layernorm: branches add to their
+                                    // norm's output, not to the block's input
+  bool embedding_norm = false;      // Bloom: a LayerNorm on the embeddings (word_embeddings_layernorm)
   bool final_norm = true;        // decoders: a norm after the last block
   int64_t word_embed_proj_dim = 0;  // OPT: token embeddings and lm_head this wide, projected into and out of
                                     // hidden_size (project_in, project_out); 0: hidden_size
@@ -139,6 +148,9 @@ struct ModelConfig {
   double query_pre_attn_scalar = 0;  // Gemma 3: scores scale by its -1/2 power (not head_dim's); 0: head_dim
   bool fused_qkv = false;           // Phi-3: one qkv_proj whose output q, k and v are slices of
   bool fused_gate_up = false;       // Phi-3: one gate_up_proj, chunked into gate and up
+  bool attention_softmax_f32 = false;  // GPTBigCode's attention_softmax_in_fp32: 16-bit scores upcast for softmax
+  bool kv_broadcast_early = false;  // Falcon's new_decoder_architecture: k and v copied out to every query head
+                                    // before the rotary embedding (Note [Falcon] in builders.cc)
 
   // --- mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE) ---
   int64_t num_experts = 0;        // 0: dense MLP
@@ -205,12 +217,24 @@ struct ModelConfig {
   }
 };
 
+// The config.json keys a transformer's sizes were read from, for errors that
+// point at the line to change ("n_head" for GPT-2, "ffn_hidden_size" for Falcon).
+struct ConfigFieldNames {
+  std::string_view hidden = "hidden_size";
+  std::string_view layers = "num_hidden_layers";
+  std::string_view heads = "num_attention_heads";
+  std::string_view kv_heads = "num_key_value_heads";  // the field that sets num_kv_heads
+  std::string_view intermediate = "intermediate_size";
+  std::string_view positions = "max_position_embeddings";
+};
+ConfigFieldNames FieldNamesOf(const ModelConfig& config);
+
 // Parses a Hugging Face config.json (or the MlpChain form above). The
 // architecture comes from `architectures[0]`, falling back to `model_type`.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
 // Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
-// OPTForCausalLM,
+// OPTForCausalLM, FalconForCausalLM, GPTJForCausalLM, GPTBigCodeForCausalLM, BloomForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, ViTModel,

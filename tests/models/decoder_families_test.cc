@@ -1,6 +1,7 @@
 // The decoder families beyond Llama: Qwen3, Gemma 1-3 (Note [Gemma decoders] in
-// models/builders.cc), Phi-3, the Qwen MoEs, OLMo 2 (Note [OLMo 2]), StarCoder2 and
-// OPT (Note [OPT]), from their real config.json presets.
+// models/builders.cc), Phi-3, the Qwen MoEs, OLMo 2 (Note [OLMo 2]), StarCoder2,
+// OPT (Note [OPT]), Falcon (Note [Falcon]), GPT-J (Note [GPT-J]), GPTBigCode (Note [GPTBigCode]) and Bloom
+// (Note [Bloom]), from their real config.json presets.
 #include <map>
 #include <set>
 #include <string>
@@ -69,7 +70,18 @@ int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
 //  - opt-1.3b (facebook/opt-1.3b) and opt-350m (its config in Opt350mConfig below): transformers 4.46.3's
 //    OPTForCausalLM the same way (1.3 B and 350 M on the model cards; 2050 learned position rows, biased
 //    projections and fc1/fc2, LayerNorms with bias, the tied lm_head; opt-350m adds project_in and project_out
-//    and drops the final LayerNorm).
+//    and drops the final LayerNorm);
+//  - falcon-7b (tiiuae/falcon-7b) and falcon-40b (its config in kFalcon40bConfig below): transformers 4.46.3's
+//    FalconForCausalLM the same way (7 B and 40 B on the model cards; a multi-query or 8-group fused
+//    query_key_value, no biases, one LayerNorm per layer for 7B and two for 40B, the tied lm_head);
+//  - gpt-j-6b (EleutherAI/gpt-j-6b): transformers 4.46.3's GPTJForCausalLM the same way (6 B on the model card;
+//    unbiased q/k/v/out projections, a biased fc_in/fc_out MLP, one ln_1 per layer, an untied lm_head with a bias);
+//  - santacoder (bigcode/gpt_bigcode-santacoder): transformers 4.46.3's GPTBigCodeForCausalLM the same way (1.1 B on
+//    the model card; a biased multi-query c_attn and c_proj, a biased c_fc/c_proj MLP, ln_1 and ln_2, 2048 learned
+//    positions, the tied lm_head);
+//  - bloom-560m (bigscience/bloom-560m): transformers 4.46.3's BloomForCausalLM the same way (560 M on the model
+//    card; the 250880 x 1024 tied embeddings and their LayerNorm, biased query_key_value, dense and 4096-wide MLP,
+//    two LayerNorms per layer, no position embeddings).
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -83,6 +95,10 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("opt-1.3b")).ParameterCount(), 1'315'758'080u);
   EXPECT_EQ(Build(Preset("deepseek-v3")).ParameterCount(), 671'026'419'200u);
   EXPECT_EQ(Build(Preset("deepseek-v2-lite")).ParameterCount(), 15'706'484'224u);
+  EXPECT_EQ(Build(Preset("falcon-7b")).ParameterCount(), 6'921'720'704u);
+  EXPECT_EQ(Build(Preset("gpt-j-6b")).ParameterCount(), 6'050'882'784u);
+  EXPECT_EQ(Build(Preset("santacoder")).ParameterCount(), 1'124'886'528u);
+  EXPECT_EQ(Build(Preset("bloom-560m")).ParameterCount(), 559'214'592u);
 }
 
 std::set<std::string> TensorNames(const Graph& g) {
@@ -660,6 +676,425 @@ TEST(DecoderFamilies, BadOptFieldsAreNamed) {
   absl::StatusOr<Graph> split = BuildModelGraph(*c, {.batch = 1, .seq_len = 8, .tensor_parallel = 4});
   ASSERT_FALSE(split.ok());
   EXPECT_THAT(split.status().message(), HasSubstr("ffn_dim (250)"));
+}
+
+// tiiuae/falcon-40b's config.json: new_decoder_architecture with 8 key/value groups.
+constexpr std::string_view kFalcon40bConfig = R"({
+  "alibi": false, "apply_residual_connection_post_layernorm": false, "architectures": ["FalconForCausalLM"],
+  "attention_dropout": 0.0, "bias": false, "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0,
+  "hidden_size": 8192, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon",
+  "multi_query": true, "new_decoder_architecture": true, "num_attention_heads": 128, "num_hidden_layers": 60,
+  "num_kv_heads": 8, "parallel_attn": true, "torch_dtype": "bfloat16", "transformers_version": "4.27.4",
+  "use_cache": true, "vocab_size": 65024})";
+
+// Falcon-7B (Note [Falcon]): one key/value head in a fused query_key_value, parallel attention and MLP reading one
+// LayerNorm, no biases, the tied lm_head.
+TEST(DecoderFamilies, FalconSharesOneKeyValueHeadAndOneNorm) {
+  ModelConfig c = Preset("falcon-7b");
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.intermediate_size, 4 * 4544);
+  EXPECT_TRUE(c.parallel_residual && c.tie_word_embeddings);
+  EXPECT_EQ(c.branch_norms, 1);
+  EXPECT_FALSE(c.qkv_bias || c.mlp_bias || c.kv_broadcast_early);
+  EXPECT_EQ(c.positions, PositionKind::kRotary);
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 2, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["transformer.word_embeddings.weight"], (std::vector<int64_t>{65024, 4544}));
+  EXPECT_EQ(params["transformer.h.0.self_attention.query_key_value.weight"], (std::vector<int64_t>{73 * 64, 4544}));
+  EXPECT_EQ(params["transformer.h.0.self_attention.dense.weight"], (std::vector<int64_t>{4544, 4544}));
+  EXPECT_EQ(params["transformer.h.0.mlp.dense_h_to_4h.weight"], (std::vector<int64_t>{18176, 4544}));
+  for (const char* name : {"transformer.h.0.input_layernorm.bias", "transformer.ln_f.bias"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  for (const char* name : {"transformer.h.0.post_attention_layernorm.weight", "transformer.h.0.ln_mlp.weight",
+                           "transformer.h.0.self_attention.query_key_value.bias", "lm_head.weight"}) {
+    EXPECT_FALSE(params.contains(name)) << name;
+  }
+  // Both branches read the one LayerNorm's output.
+  const Op* qkv = FindOp(g, "transformer.h.0.self_attention.query_key_value");
+  const Op* up = FindOp(g, "transformer.h.0.mlp.dense_h_to_4h");
+  ASSERT_NE(qkv, nullptr);
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(qkv->inputs[0], up->inputs[0]);
+  EXPECT_EQ(g.tensor(up->inputs[0]).name, "transformer.h.0.input_layernorm.out");
+  // The key and value heads are indexed out (copies) and broadcast to the 71 query heads for the eager matmuls.
+  EXPECT_EQ(CountOps(g, "transformer.h.0.self_attention.query_key_value.k_index", "contiguous"), 1);
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.repeat_k", "repeat_kv"), 1);
+  const Op* pv = FindOp(g, "transformer.h.0.attn_core.pv");
+  ASSERT_NE(pv, nullptr);
+  EXPECT_EQ(g.tensor(pv->inputs[1]).shape, (std::vector<int64_t>{2, 71, 16, 64}));
+  // mlp_output += attention_output in place; no dropout anywhere at the config's zeros; the loss reads the logits.
+  const Op* sum = FindOp(g, "transformer.h.0.branch_add");
+  ASSERT_NE(sum, nullptr);
+  EXPECT_TRUE(sum->inplace);
+  EXPECT_EQ(CountOps(g, "", "dropout"), 0);
+  EXPECT_EQ(CountOps(g, "loss.logits_float", "cast"), 0);
+}
+
+// Falcon-40B's new_decoder_architecture: 8 groups of 16 queries, a key and a value, broadcast to every head before
+// the rotary embedding; ln_attn and ln_mlp, both before attention.
+TEST(DecoderFamilies, FalconNewArchitectureGroupsHeadsAndNormsEachBranch) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(kFalcon40bConfig, "falcon-40b/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->branch_norms, 2);
+  EXPECT_TRUE(c->kv_broadcast_early);
+  // transformers 4.46.3's FalconForCausalLM from this config (41.3 B), the lm_head tied.
+  EXPECT_EQ(Build(*c).ParameterCount(), 41'303'293'952u);
+  c->num_layers = 1;
+  const Graph g = Build(*c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["transformer.h.0.self_attention.query_key_value.weight"],
+            (std::vector<int64_t>{(128 + 2 * 8) * 64, 8192}));
+  EXPECT_TRUE(params.contains("transformer.h.0.ln_attn.weight"));
+  EXPECT_TRUE(params.contains("transformer.h.0.ln_mlp.bias"));
+  EXPECT_FALSE(params.contains("transformer.h.0.input_layernorm.weight"));
+  int ln_mlp = -1, qkv = -1, broadcast = -1, rotary_k = -1;
+  for (size_t i = 0; i < g.ops().size(); ++i) {
+    const std::string& name = g.ops()[i].name;
+    if (name == "transformer.h.0.ln_mlp") ln_mlp = static_cast<int>(i);
+    if (name == "transformer.h.0.self_attention.query_key_value") qkv = static_cast<int>(i);
+    if (name == "transformer.h.0.self_attention.query_key_value.k_broadcast") broadcast = static_cast<int>(i);
+    if (name == "transformer.h.0.rotary_k") rotary_k = static_cast<int>(i);
+  }
+  EXPECT_TRUE(ln_mlp >= 0 && ln_mlp < qkv);
+  EXPECT_TRUE(broadcast > qkv && broadcast < rotary_k);
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.repeat_k", "repeat_kv"), 0);  // already at every head
+  const Op* up = FindOp(g, "transformer.h.0.mlp.dense_h_to_4h");
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(g.tensor(up->inputs[0]).name, "transformer.h.0.ln_mlp.out");
+  // Falcon2-11B's layout: the new architecture with one norm for both branches (num_ln_in_parallel_attn 1),
+  // an ffn_hidden_size and an untied head: 78,208 parameters in transformers 4.46.3 at this size.
+  absl::StatusOr<ModelConfig> one_norm = ParseHfConfig(
+      R"({"architectures": ["FalconForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8,
+          "num_kv_heads": 2, "vocab_size": 256, "new_decoder_architecture": true, "num_ln_in_parallel_attn": 1,
+          "ffn_hidden_size": 96, "tie_word_embeddings": false})",
+      "falcon2.json");
+  ASSERT_TRUE(one_norm.ok()) << one_norm.status();
+  EXPECT_EQ(one_norm->branch_norms, 1);
+  const Graph small = Build(*one_norm);
+  EXPECT_EQ(small.ParameterCount(), 78'208u);
+  EXPECT_TRUE(Params(small).contains("transformer.h.1.input_layernorm.weight"));
+}
+
+// Without parallel_attn Falcon is a sequential pre-norm block whose attention branch drops out with
+// attention_dropout (the probabilities do not); without multi_query every head has its own key and value.
+TEST(DecoderFamilies, FalconSequentialBlocksDropTheAttentionBranch) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(
+      R"({"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "vocab_size": 256, "multi_query": false, "parallel_attn": false, "bias": true,
+          "attention_dropout": 0.1, "hidden_dropout": 0.2})",
+      "falcon-seq.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_FALSE(c->parallel_residual);
+  const Graph g = Build(*c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  EXPECT_EQ(g.ParameterCount(), 116'480u);  // transformers 4.46.3's FalconForCausalLM at this size
+  auto params = Params(g);
+  EXPECT_TRUE(params.contains("transformer.h.0.post_attention_layernorm.weight"));
+  EXPECT_TRUE(params.contains("transformer.h.0.self_attention.query_key_value.bias"));
+  EXPECT_TRUE(params.contains("transformer.h.0.mlp.dense_4h_to_h.bias"));
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.dropout", "dropout"), 0);
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.repeat_k", "repeat_kv"), 0);
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.v_fold", "contiguous"), 1);
+  const Op* attn_dropout = FindOp(g, "transformer.h.0.attn_dropout");
+  const Op* mlp_dropout = FindOp(g, "transformer.h.0.mlp_dropout");
+  ASSERT_NE(attn_dropout, nullptr);
+  ASSERT_NE(mlp_dropout, nullptr);
+  const Op* norm = FindOp(g, "transformer.h.0.post_attention_layernorm");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(g.tensor(norm->inputs[0]).name, "transformer.h.0.attn_residual.out");
+}
+
+TEST(DecoderFamilies, BadFalconFieldsAreNamed) {
+  const std::string base =
+      R"({"architectures": ["FalconForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 4,
+          "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(})", "hidden_size"},
+           {R"(, "hidden_size": 64, "alibi": true})", "alibi"},
+           {R"(, "hidden_size": 64, "new_decoder_architecture": true, "num_kv_heads": 3})", "num_kv_heads"},
+           {R"(, "hidden_size": 64, "new_decoder_architecture": true, "parallel_attn": false})", "parallel_attn"},
+           {R"(, "hidden_size": 64, "num_ln_in_parallel_attn": 3})", "num_ln_in_parallel_attn"},
+           {R"(, "hidden_size": 64, "num_ln_in_parallel_attn": 2})", "num_ln_in_parallel_attn"},
+           {R"(, "hidden_size": 64, "ffn_hidden_size": 0})", "ffn_hidden_size"},
+           {R"(, "hidden_size": 64, "bias": "no"})", "bias"},
+           {R"(, "hidden_size": 64, "hidden_dropout": 1})", "hidden_dropout"},
+           {R"(, "hidden_size": 66})", "num_attention_heads"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "falcon.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("falcon.json: " + field)) << extra;
+  }
+  // Tensor parallelism cannot split Falcon-7B's one key/value head.
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(base + R"(, "hidden_size": 64})", "falcon.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<Graph> split = BuildModelGraph(*c, {.batch = 1, .seq_len = 8, .tensor_parallel = 2});
+  ASSERT_FALSE(split.ok());
+  EXPECT_THAT(split.status().message(), HasSubstr("multi_query (1)"));
+}
+
+// GPT-J (Note [GPT-J]): parallel attention and MLP from one ln_1, rotary over the first 64 of each head's 256
+// features with a sin/cos table in every layer, whose copies the rotations save; an untied, biased lm_head.
+TEST(DecoderFamilies, GptjRotatesPartOfEachHeadWithTablesInEveryLayer) {
+  ModelConfig c = Preset("gpt-j-6b");
+  EXPECT_EQ(c.rotary_dim, 64);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.max_position_embeddings, 2048);
+  EXPECT_TRUE(c.parallel_residual && c.lm_head_bias && c.mlp_bias);
+  EXPECT_EQ(c.branch_norms, 1);
+  EXPECT_FALSE(c.tie_word_embeddings || c.qkv_bias || c.attn_output_bias);
+  EXPECT_EQ(c.activation, ActivationKind::kGeluNew);
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 2, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["transformer.h.0.attn.q_proj.weight"], (std::vector<int64_t>{4096, 4096}));
+  EXPECT_EQ(params["transformer.h.0.mlp.fc_in.weight"], (std::vector<int64_t>{16384, 4096}));
+  EXPECT_EQ(params["lm_head.bias"], std::vector<int64_t>{50400});
+  for (const char* name : {"transformer.wte.weight", "transformer.h.0.ln_1.bias", "transformer.h.0.mlp.fc_out.bias",
+                           "transformer.ln_f.weight", "lm_head.weight"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  for (const char* name : {"transformer.h.0.ln_2.weight", "transformer.h.0.attn.q_proj.bias",
+                           "transformer.h.0.attn.out_proj.bias", "transformer.wpe.weight"}) {
+    EXPECT_FALSE(params.contains(name)) << name;
+  }
+  // Each layer keeps its own f32 table; each rotation multiplies by fresh [1, s, 1, 64] f32 copies and saves them.
+  const Tensor* table = nullptr;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name == "transformer.h.0.attn.embed_positions") table = &t;
+  }
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(table->role, TensorRole::kBuffer);
+  EXPECT_EQ(table->shape, (std::vector<int64_t>{2048, 64}));
+  for (const char* name : {"transformer.h.0.rotary_q.mul_cos", "transformer.h.0.rotary_q.mul_sin",
+                           "transformer.h.0.rotary_k.mul_cos", "transformer.h.0.rotary_k.mul_sin"}) {
+    const Op* mul = FindOp(g, name);
+    ASSERT_NE(mul, nullptr) << name;
+    ASSERT_EQ(mul->saved.size(), 1u) << name;
+    EXPECT_EQ(g.tensor(mul->saved[0]).shape, (std::vector<int64_t>{1, 16, 1, 64})) << name;
+    EXPECT_EQ(g.tensor(mul->saved[0]).dtype, DType::kF32) << name;
+  }
+  EXPECT_EQ(CountOps(g, "", "rotary"), 0);
+  // Both branches read ln_1; the loss reads the logits cast to f32.
+  const Op* q = FindOp(g, "transformer.h.0.attn.q_proj");
+  const Op* up = FindOp(g, "transformer.h.0.mlp.fc_in");
+  ASSERT_NE(q, nullptr);
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(q->inputs[0], up->inputs[0]);
+  // In bf16 the f32 tables promote the rotated queries and keys to f32, and the loss reads f32 logits.
+  const Graph half = Build(c, {.batch = 2, .seq_len = 16, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,
+                               .attention = AttentionImpl::kEager});
+  const Op* qk = FindOp(half, "transformer.h.0.attn_core.qk");
+  ASSERT_NE(qk, nullptr);
+  EXPECT_EQ(half.tensor(qk->inputs[0]).dtype, DType::kF32);
+  EXPECT_EQ(half.tensor(qk->inputs[1]).dtype, DType::kF32);
+  EXPECT_EQ(CountOps(half, "loss.logits_float", "cast"), 1);
+  // Positions past n_positions have no row in the table.
+  absl::StatusOr<Graph> too_long = BuildModelGraph(c, {.batch = 1, .seq_len = 4096});
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(too_long.status().message(), HasSubstr("n_positions (2048)"));
+}
+
+TEST(DecoderFamilies, BadGptjFieldsAreNamed) {
+  const std::string base = R"({"architectures": ["GPTJForCausalLM"], "n_layer": 2, "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "n_head": 4})", "n_embd"},
+           {R"(, "n_embd": 64, "n_head": 4, "rotary_dim": null})", "rotary_dim"},
+           {R"(, "n_embd": 64, "n_head": 4, "rotary_dim": 32})", "rotary_dim"},
+           {R"(, "n_embd": 64, "n_head": 4, "rotary_dim": 7})", "rotary_dim"},
+           {R"(, "n_embd": 64, "n_head": 4})", "rotary_dim"},  // GPTJConfig's 64 exceeds the head size, 16
+           {R"(, "n_embd": 64, "n_head": 5, "rotary_dim": 8})", "n_head"},
+           {R"(, "n_embd": 64, "n_head": 4, "rotary_dim": 8, "resid_pdrop": 1})", "resid_pdrop"},
+           {R"(, "n_embd": 64, "n_head": 4, "rotary_dim": 8, "activation_function": "swiglu"})",
+            "activation_function"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "gptj.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("gptj.json: " + field)) << extra;
+  }
+  absl::StatusOr<ModelConfig> defaults =
+      ParseHfConfig(R"({"model_type": "gptj", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 128,
+                        "rotary_dim": 8})", "gptj.json");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->architecture, "GPTJForCausalLM");
+  EXPECT_EQ(defaults->intermediate_size, 256);  // n_inner absent: 4 x n_embd
+  EXPECT_EQ(defaults->max_position_embeddings, 2048);
+}
+
+// GPTBigCode (Note [GPTBigCode]): SantaCoder's multi-query c_attn; the eager attention folds the 16 query heads into
+// the rows of one matmul against the single key, saving a copy of the queries and c_attn's output, no repeated keys.
+TEST(DecoderFamilies, GptBigCodeFoldsQueryHeadsAgainstOneKey) {
+  ModelConfig c = Preset("santacoder");
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.intermediate_size, 8192);
+  EXPECT_EQ(c.activation, ActivationKind::kGeluTanh);
+  EXPECT_TRUE(c.tie_word_embeddings && c.attention_softmax_f32 && c.qkv_bias && c.mlp_bias);
+  EXPECT_DOUBLE_EQ(c.attention_dropout, 0.1);
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 2, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["transformer.h.0.attn.c_attn.weight"], (std::vector<int64_t>{2048 + 2 * 128, 2048}));
+  EXPECT_EQ(params["transformer.h.0.attn.c_attn.bias"], std::vector<int64_t>{2048 + 2 * 128});
+  EXPECT_EQ(params["transformer.wpe.weight"], (std::vector<int64_t>{2048, 2048}));
+  for (const char* name : {"transformer.h.0.ln_2.bias", "transformer.h.0.mlp.c_fc.bias",
+                           "transformer.h.0.attn.c_proj.weight", "transformer.ln_f.weight"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  EXPECT_FALSE(params.contains("lm_head.weight"));
+  bool mask = false;
+  for (const Tensor& t : g.tensors()) {
+    mask = mask || (t.name == "transformer.bias" && t.role == TensorRole::kBuffer && t.dtype == DType::kBool);
+  }
+  EXPECT_TRUE(mask);
+  EXPECT_EQ(CountOps(g, "", "repeat_kv"), 0);
+  const Op* qk = FindOp(g, "transformer.h.0.attn_core.qk");
+  ASSERT_NE(qk, nullptr);
+  EXPECT_EQ(g.tensor(qk->outputs[0]).shape, (std::vector<int64_t>{2, 16 * 16, 16}));
+  std::set<std::string> saved;
+  for (TensorId t : qk->saved) {
+    const Tensor& tensor = g.tensor(t);
+    saved.insert(g.tensor(tensor.view_of == kNone ? t : tensor.view_of).name);
+  }
+  EXPECT_EQ(saved, (std::set<std::string>{"transformer.h.0.attn_core.q_fold.out", "transformer.h.0.attn.c_attn.out"}));
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(g, "loss.logits_float", "cast"), 0);
+  // In bf16 the softmax runs in f32 and its probabilities are cast back.
+  const Graph half = Build(c, {.batch = 2, .seq_len = 16, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,
+                               .attention = AttentionImpl::kEager});
+  const Op* softmax = FindOp(half, "transformer.h.0.attn_core.softmax");
+  ASSERT_NE(softmax, nullptr);
+  EXPECT_EQ(half.tensor(softmax->outputs[0]).dtype, DType::kF32);
+  EXPECT_EQ(CountOps(half, "transformer.h.0.attn_core.probs_cast", "cast"), 1);
+  // Without multi_query every head has its own key and value.
+  absl::StatusOr<ModelConfig> mha = ParseHfConfig(
+      R"({"architectures": ["GPTBigCodeForCausalLM"], "n_embd": 64, "n_head": 4, "n_layer": 1, "n_positions": 64,
+          "vocab_size": 128, "multi_query": false})",
+      "bigcode.json");
+  ASSERT_TRUE(mha.ok()) << mha.status();
+  const Graph h = Build(*mha, {.batch = 1, .seq_len = 8, .attention = AttentionImpl::kEager});
+  EXPECT_EQ(Params(h)["transformer.h.0.attn.c_attn.weight"], (std::vector<int64_t>{3 * 64, 64}));
+  EXPECT_EQ(CountOps(h, "transformer.h.0.attn_core.q_fold", "contiguous"), 0);
+}
+
+TEST(DecoderFamilies, BadGptBigCodeFieldsAreNamed) {
+  const std::string base = R"({"architectures": ["GPTBigCodeForCausalLM"], "n_embd": 64, "n_layer": 2,
+                               "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "n_head": 4})", "n_positions"},
+           {R"(, "n_head": 4, "n_positions": 64, "multi_query": "yes"})", "multi_query"},
+           {R"(, "n_head": 4, "n_positions": 64, "attn_pdrop": 1.5})", "attn_pdrop"},
+           {R"(, "n_head": 4, "n_positions": 64, "attention_softmax_in_fp32": 1})", "attention_softmax_in_fp32"},
+           {R"(, "n_head": 5, "n_positions": 64})", "n_head"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "bigcode.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("bigcode.json: " + field)) << extra;
+  }
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(base + R"(, "n_head": 4, "n_positions": 64})", "bigcode.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<Graph> split = BuildModelGraph(*c, {.batch = 1, .seq_len = 8, .tensor_parallel = 2});
+  ASSERT_FALSE(split.ok());
+  EXPECT_THAT(split.status().message(), HasSubstr("multi_query (1)"));
+  absl::StatusOr<Graph> too_long = BuildModelGraph(*c, {.batch = 1, .seq_len = 128});
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(too_long.status().message(), HasSubstr("n_positions (64)"));
+}
+
+// Bloom (Note [Bloom]): no position embeddings, ALiBi biases built once and added inside each layer's baddbmm, a
+// LayerNorm on the embeddings, the softmax in f32.
+TEST(DecoderFamilies, BloomBiasesItsScoresWithAlibi) {
+  ModelConfig c = Preset("bloom-560m");
+  EXPECT_EQ(c.positions, PositionKind::kAlibi);
+  EXPECT_TRUE(c.embedding_norm && c.tie_word_embeddings && c.qkv_bias && c.attn_output_bias && c.mlp_bias);
+  EXPECT_FALSE(c.residual_from_norm);
+  EXPECT_EQ(c.intermediate_size, 4096);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.activation, ActivationKind::kGeluTanh);
+  c.num_layers = 1;
+  const Graph g = Build(c, {.batch = 2, .seq_len = 16, .attention = AttentionImpl::kEager});
+  auto params = Params(g);
+  EXPECT_EQ(params["transformer.word_embeddings.weight"], (std::vector<int64_t>{250880, 1024}));
+  EXPECT_EQ(params["transformer.h.0.self_attention.query_key_value.weight"], (std::vector<int64_t>{3072, 1024}));
+  EXPECT_EQ(params["transformer.h.0.mlp.dense_h_to_4h.weight"], (std::vector<int64_t>{4096, 1024}));
+  for (const char* name : {"transformer.word_embeddings_layernorm.bias", "transformer.h.0.input_layernorm.weight",
+                           "transformer.h.0.post_attention_layernorm.bias",
+                           "transformer.h.0.self_attention.query_key_value.bias",
+                           "transformer.h.0.self_attention.dense.bias", "transformer.ln_f.weight"}) {
+    EXPECT_TRUE(params.contains(name)) << name;
+  }
+  EXPECT_FALSE(params.contains("lm_head.weight"));
+  for (const auto& [name, shape] : params) EXPECT_EQ(name.find("position"), std::string::npos) << name;
+  // The biases: [batch x heads, 1, seq], made before the layers, an input of the layer's baddbmm, never saved.
+  const Op* alibi = FindOp(g, "transformer.alibi");
+  ASSERT_NE(alibi, nullptr);
+  EXPECT_EQ(alibi->layer, -1);
+  EXPECT_EQ(g.tensor(alibi->outputs[0]).shape, (std::vector<int64_t>{2 * 16, 1, 16}));
+  const Op* qk = FindOp(g, "transformer.h.0.attn_core.qk");
+  ASSERT_NE(qk, nullptr);
+  EXPECT_EQ(qk->kind, "baddbmm");
+  EXPECT_THAT(qk->inputs, ::testing::Contains(alibi->outputs[0]));
+  EXPECT_THAT(qk->saved, ::testing::Not(::testing::Contains(alibi->outputs[0])));
+  EXPECT_EQ(g.tensor(qk->outputs[0]).shape, (std::vector<int64_t>{2, 16, 16, 16}));
+  EXPECT_EQ(CountOps(g, "", "rotary"), 0);
+  const Op* embed_norm = FindOp(g, "transformer.word_embeddings_layernorm");
+  ASSERT_NE(embed_norm, nullptr);
+  EXPECT_EQ(g.tensor(embed_norm->inputs[0]).name, "transformer.embed.out");
+  // The softmax runs in f32 and is cast back to bf16.
+  const Graph half = Build(c, {.batch = 2, .seq_len = 16, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,
+                               .attention = AttentionImpl::kEager});
+  const Op* softmax = FindOp(half, "transformer.h.0.attn_core.softmax");
+  ASSERT_NE(softmax, nullptr);
+  EXPECT_EQ(half.tensor(softmax->outputs[0]).dtype, DType::kF32);
+  EXPECT_EQ(CountOps(half, "transformer.h.0.attn_core.probs_cast", "cast"), 1);
+  // No position table ends the sequence.
+  EXPECT_TRUE(BuildModelGraph(c, {.batch = 1, .seq_len = 8192}).ok());
+}
+
+// Older Bloom configs name the sizes n_embed and num_attention_heads (BloomConfig maps both); with
+// apply_residual_connection_post_layernorm each branch adds to its norm's output.
+TEST(DecoderFamilies, BloomReadsEitherSpellingAndResidualsFromTheNorm) {
+  absl::StatusOr<ModelConfig> old = ParseHfConfig(
+      R"({"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_embed": 1024, "n_layer": 24,
+          "num_attention_heads": 16, "vocab_size": 250880, "apply_residual_connection_post_layernorm": false})",
+      "bloom-old.json");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(Build(*old).ParameterCount(), 559'214'592u);  // bloom-560m's count
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(
+      R"({"model_type": "bloom", "hidden_size": 64, "n_layer": 1, "n_head": 4, "vocab_size": 128,
+          "apply_residual_connection_post_layernorm": true, "hidden_dropout": 0.1, "attention_dropout": 0.1})",
+      "bloom.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "BloomForCausalLM");
+  EXPECT_TRUE(c->residual_from_norm);
+  const Graph g = Build(*c, {.batch = 1, .seq_len = 8, .attention = AttentionImpl::kEager});
+  const Op* attn_residual = FindOp(g, "transformer.h.0.attn_residual");
+  const Op* mlp_residual = FindOp(g, "transformer.h.0.mlp_residual");
+  ASSERT_NE(attn_residual, nullptr);
+  ASSERT_NE(mlp_residual, nullptr);
+  EXPECT_EQ(g.tensor(attn_residual->inputs[0]).name, "transformer.h.0.input_layernorm.out");
+  EXPECT_EQ(g.tensor(mlp_residual->inputs[0]).name, "transformer.h.0.post_attention_layernorm.out");
+  EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.dropout", "dropout"), 1);
+  EXPECT_EQ(CountOps(g, "transformer.h.0.mlp_dropout", "dropout"), 1);
+}
+
+TEST(DecoderFamilies, BadBloomFieldsAreNamed) {
+  const std::string base = R"({"architectures": ["BloomForCausalLM"], "n_layer": 2)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "hidden_size": 64, "n_head": 4})", "vocab_size"},
+           {R"(, "vocab_size": 128, "n_head": 4})", "hidden_size"},
+           {R"(, "vocab_size": 128, "hidden_size": 64, "n_head": 5})", "n_head: 5 does not divide hidden_size"},
+           {R"(, "vocab_size": 128, "n_embed": 64, "num_attention_heads": 5})",
+            "num_attention_heads: 5 does not divide n_embed"},
+           {R"(, "vocab_size": 128, "hidden_size": 64, "n_head": 4, "slow_but_exact": true, "pretraining_tp": 4})",
+            "slow_but_exact"},
+           {R"(, "vocab_size": 128, "hidden_size": 64, "n_head": 4, "hidden_dropout": 2})", "hidden_dropout"},
+           {R"(, "vocab_size": 128, "hidden_size": 64, "n_head": 4, "apply_residual_connection_post_layernorm": 1})",
+            "apply_residual_connection_post_layernorm"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "bloom.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr("bloom.json: " + field)) << extra;
+  }
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ def trace(module, inputs, input_names=None, loss=None, call=None, name=None):
         recorder.add_input(t, input_name)
     run = call or (lambda m, xs: m(*xs))
     try:
-        with _autocast_accepts_meta(), recorder:
+        with _autocast_accepts_meta(), _repeat_interleave_on_meta(), recorder:
             output = run(module, inputs)
             if loss is not None:
                 recorder.phase = "loss"
@@ -63,3 +63,23 @@ def _autocast_accepts_meta():
         yield
     finally:
         autocast.__init__ = original
+
+
+@contextlib.contextmanager
+def _repeat_interleave_on_meta():
+    """torch.repeat_interleave(x, n, dim) with an int n makes a tensor of counts and asks it for the output's size,
+    which a meta tensor cannot tell (GPT-J's rotary tables); the size follows from n, so it is passed along."""
+    original = torch.repeat_interleave
+
+    def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+        if repeats is None:
+            return original(input, output_size=output_size)
+        if isinstance(repeats, int) and output_size is None and input.device.type == "meta":
+            output_size = (input.numel() if dim is None else input.shape[dim]) * repeats
+        return original(input, repeats, dim, output_size=output_size)
+
+    torch.repeat_interleave = repeat_interleave
+    try:
+        yield
+    finally:
+        torch.repeat_interleave = original

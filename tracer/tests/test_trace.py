@@ -255,6 +255,26 @@ TINY = {
     "t5-relu-tied": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64,
                      "d_ff": 256, "d_kv": 16, "num_layers": 2, "num_heads": 4, "vocab_size": 512,
                      "feed_forward_proj": "relu"},
+    "falcon": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "multi_query": True,
+               "parallel_attn": True, "new_decoder_architecture": False, "bias": False},
+    "falcon-new": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
+                   "num_hidden_layers": 2, "num_attention_heads": 8, "num_kv_heads": 2, "vocab_size": 512,
+                   "new_decoder_architecture": True, "ffn_hidden_size": 192, "hidden_dropout": 0.1},
+    "falcon-seq": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
+                   "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "multi_query": False,
+                   "parallel_attn": False, "bias": True, "attention_dropout": 0.1, "hidden_dropout": 0.1},
+    "gptj": {"architectures": ["GPTJForCausalLM"], "model_type": "gptj", "n_embd": 64, "n_layer": 2, "n_head": 4,
+             "rotary_dim": 8, "vocab_size": 512, "n_positions": 256, "resid_pdrop": 0.1, "embd_pdrop": 0.1,
+             "attn_pdrop": 0.1},
+    "gpt_bigcode": {"architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode", "n_embd": 64,
+                    "n_layer": 2, "n_head": 4, "n_inner": 192, "vocab_size": 512, "n_positions": 256},
+    "gpt_bigcode-mha": {"architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode", "n_embd": 64,
+                        "n_layer": 2, "n_head": 4, "vocab_size": 512, "n_positions": 256, "multi_query": False},
+    "bloom": {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": 64, "n_layer": 2,
+              "n_head": 4, "vocab_size": 512, "attention_dropout": 0.1, "hidden_dropout": 0.1},
+    "bloom-post-ln": {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_embed": 64, "n_layer": 2,
+                      "num_attention_heads": 4, "vocab_size": 512, "apply_residual_connection_post_layernorm": True},
     "bert": {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 64,
              "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256, "vocab_size": 512,
              "max_position_embeddings": 256},
@@ -317,7 +337,8 @@ class HuggingFaceTest(unittest.TestCase):
             self.assertIn("model_type: field is required", result.stderr)
 
 
-# Families without a builder yet: encoder-decoders, Whisper's audio encoder, a state-space model, ALiBi and parallel-attention decoders. Each traces, keeps transformers' parameter count, and
+# Families without a builder yet: BART, Whisper's audio encoder, a state-space model (Mamba). Each traces, keeps
+# transformers' parameter count, and
 # estimates and plans.
 NO_BUILDER = {
     "bart": {"architectures": ["BartForConditionalGeneration"], "model_type": "bart", "d_model": 64,
@@ -328,11 +349,6 @@ NO_BUILDER = {
                 "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512,
                 "num_mel_bins": 80, "max_source_positions": 1500, "max_target_positions": 448, "pad_token_id": 0,
                 "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1},
-    "falcon": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
-               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "multi_query": True,
-               "parallel_attn": True, "new_decoder_architecture": False, "bias": False},
-    "bloom": {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": 64, "n_layer": 2,
-              "n_head": 4, "vocab_size": 512},
     "mamba": {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 64,
               "num_hidden_layers": 2, "vocab_size": 512, "state_size": 16, "expand": 2, "conv_kernel": 4},
 }
