@@ -76,7 +76,7 @@ std::vector<std::string> DefaultLoraTargets(const ModelConfig& c) {
   if (c.model_type == "gpt2" || c.model_type == "gpt_bigcode") return {"c_attn"};
   if (c.model_type == "gpt_neox" || c.model_type == "falcon" || c.model_type == "bloom") return {"query_key_value"};
   if (c.model_type == "phi3") return {"qkv_proj"};
-  if (c.model_type == "bert" || c.model_type == "roberta") return {"query", "value"};
+  if (c.model_type == "bert" || c.model_type == "roberta" || c.model_type == "vit") return {"query", "value"};
   if (c.model_type == "t5") return {"q", "v"};
   return {"q_proj", "v_proj"};
 }

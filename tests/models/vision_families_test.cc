@@ -164,6 +164,17 @@ TEST(VisionFamilies, VitDefaultsAreTransformers) {
   EXPECT_DOUBLE_EQ(c->hidden_dropout, 0.0);
 }
 
+// PEFT's default LoRA targets for ViT are its attention's query and value (not q_proj/v_proj): 12 blocks x 2
+// targets x rank 8 x (768 + 768).
+TEST(VisionFamilies, VitLoraTargetsQueryAndValueByDefault) {
+  const Graph g = Build(Preset("vit-base-patch16-224"), {.batch = 2, .lora = {.rank = 8, .alpha = 16}});
+  uint64_t trainable = 0;
+  for (const Tensor& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter && t.trainable) trainable += t.elements();
+  }
+  EXPECT_EQ(trainable, 12u * 2 * 8 * (768 + 768));
+}
+
 TEST(VisionFamilies, BadVitFieldsAreNamed) {
   const std::string base =
       R"({"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": 64,
