@@ -71,8 +71,8 @@ void AddJobFlags(CLI::App& app, JobFlags& flags);
 // The job the flags describe. Errors name the flag at fault.
 absl::StatusOr<JobSpec> ToJob(const JobFlags& flags);
 
-// Defaults that depend on the model, for flags left out: encoder-decoders (T5, whose position bias is added
-// to the scores) run eager attention.
+// Defaults that depend on the model, for flags left out: T5, whose position bias is added to the scores, runs
+// eager attention.
 void ApplyModelDefaults(const JobFlags& flags, const LoadedModel& model, JobSpec& job);
 
 // `status` with each JobSpec field name that leads a message or names a

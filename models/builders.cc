@@ -127,6 +127,9 @@ class Builder {
   // T5's first-block position bias, [1, heads, q, k] buckets plus `mask`; zeros plus `mask` without buckets.
   TensorId T5PositionBias(const std::string& module, int64_t q, int64_t k, TensorId mask, bool buckets);
   TensorId T5FeedForward(const std::string& prefix, TensorId x);
+  absl::Status BuildBart();
+  // One BART attention module (Note [BART]): q from x, k and v from `kv_source`, `mask` added to the scores.
+  TensorId BartAttention(const std::string& module, TensorId x, TensorId kv_source, TensorId mask, bool causal);
   absl::Status BuildVision();
   absl::Status BuildContrastive();
   // A vision transformer over pixel_values up to its last hidden state (Note [Vision transformers]), blocks
@@ -325,7 +328,7 @@ absl::Status Builder::CheckOptions() const {
       return absl::InvalidArgumentError("QLoRA block sizes must be positive");
     }
   }
-  if (c_.family == ModelFamily::kEncoderDecoder && o_.attention == AttentionImpl::kFlash) {
+  if (c_.model_type == "t5" && o_.attention == AttentionImpl::kFlash) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "attention flash: %s adds a position bias to its attention scores and has no flash attention path; use "
         "eager attention",
@@ -1379,6 +1382,112 @@ absl::Status Builder::BuildT5() {
   return absl::OkStatus();
 }
 
+// Note [BART]
+// BartForConditionalGeneration (transformers 4.46's modeling_bart.py; Lewis et al. 2020) keeps T5's layout
+// (shared embeddings, an encoder, a decoder with cross-attention, blocks numbered encoder first) with a
+// post-norm Transformer of its own:
+//  - embeddings are scaled by sqrt(d_model) when scale_embedding (a multiply either way), plus learned
+//    positions offset by 2 (embed_positions has max_position_embeddings + 2 rows, one table per stack), then
+//    layernorm_embedding and dropout;
+//  - each block: LayerNorm(x + dropout(attention(x))), for the decoder then the same with encoder_attn, then
+//    LayerNorm(x + dropout(fc2(dropout(act(fc1(x)))))); every projection has a bias;
+//  - attention scales q by head_dim^-0.5 into a new tensor, adds the [b, 1, q, k] mask out of place (eager),
+//    softmax, attention_dropout; flash attention (sdpa or flash_attention_2) takes q, k, v instead;
+//  - the head is tied to the shared embeddings and adds the final_logits_bias buffer; the loss is cross-entropy
+//    over the decoder's logits.
+TensorId Builder::BartAttention(const std::string& module, TensorId x, TensorId kv_source, TensorId mask,
+                                bool causal) {
+  const int64_t b = o_.batch, h = c_.hidden_size, heads = c_.num_heads, d = h / heads;
+  const int64_t q_len = g_.tensor(x).shape[1], k_len = g_.tensor(kv_source).shape[1];
+  TensorId q = e_.Scale(module + ".q_scale", Proj(module + ".q_proj", x, h, h, true, Parallel::kColumn));
+  q = e_.View(module + ".q_heads", q, {b, heads, q_len, d});
+  TensorId k = e_.View(module + ".k_heads", Proj(module + ".k_proj", kv_source, h, h, true, Parallel::kColumn),
+                       {b, heads, k_len, d});
+  TensorId v = e_.View(module + ".v_heads", Proj(module + ".v_proj", kv_source, h, h, true, Parallel::kColumn),
+                       {b, heads, k_len, d});
+  TensorId context;
+  if (o_.attention == AttentionImpl::kFlash) {
+    context = e_.FlashAttention(module + ".sdpa", q, k, v, causal);
+  } else {
+    e_.set_attention_core(true);
+    TensorId scores = e_.Add(module + ".add_mask", e_.MatMul(module + ".qk", q, k, /*b_transposed=*/true), mask);
+    TensorId probs = e_.Dropout(module + ".dropout", e_.Softmax(module + ".softmax", scores), c_.attention_dropout);
+    context = e_.MatMul(module + ".pv", probs, v);
+    e_.set_attention_core(false);
+  }
+  TensorId merged = e_.View(module + ".merge_heads", context, {b, q_len, h});
+  return Proj(module + ".out_proj", merged, h, h, true, Parallel::kRow);
+}
+
+absl::Status Builder::BuildBart() {
+  const int64_t b = o_.batch, s = o_.seq_len, t = o_.target_seq_len > 0 ? o_.target_seq_len : o_.seq_len;
+  const int64_t h = c_.hidden_size, vocab = c_.vocab_size;
+  if (t > c_.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "target_seq_len %d exceeds the model's max_position_embeddings (%d): its learned position embeddings end "
+        "there",
+        t, c_.max_position_embeddings));
+  }
+  e_.set_layer(-1);
+  TensorId shared = Param("model.shared.weight", {vocab, h});
+  const DType act_dtype = e_.options().autocast ? o_.param_dtype : o_.compute_dtype;
+  // The additive masks eager attention adds, [b, 1, q, k]: padding for the encoder and cross-attention, causal
+  // for the decoder.
+  TensorId padding = e_.Input("attention_mask", {b, s}, DType::kI64);
+  TensorId encoder_mask = e_.Cast("model.encoder.attention_mask_4d",
+                                  e_.View("model.encoder.mask_view", padding, {b, 1, 1, s}), act_dtype);
+  auto stack = [&](const std::string& root, TensorId ids, int64_t first_layer, int64_t layers, TensorId encoder_out)
+      -> absl::StatusOr<TensorId> {
+    e_.set_layer(-1);
+    const int64_t len = g_.tensor(ids).shape[1];
+    TensorId x = e_.Scale(root + "embed_tokens.scale", e_.Embedding(root + "embed_tokens", ids, shared));
+    TensorId positions = e_.Input(root + "position_ids", {b, len}, DType::kI64);
+    TensorId table = Param(root + "embed_positions.weight", {c_.max_position_embeddings + 2, h});
+    x = e_.Add(root + "add_positions", x, e_.Embedding(root + "embed_positions", positions, table));
+    x = e_.Dropout(root + "dropout", LayerNormModule(root + "layernorm_embedding", x), c_.embedding_dropout);
+    const bool decoder = encoder_out != kNone;
+    TensorId self_mask = kNone, cross_mask = kNone;
+    if (o_.attention != AttentionImpl::kFlash) {
+      self_mask = decoder ? e_.Zeros(root + "causal_mask", {b, 1, len, len}, act_dtype)
+                          : e_.Add(root + "attention_mask_expanded", e_.Zeros(root + "mask_rows", {1, 1, len, 1},
+                                                                                act_dtype),
+                                   encoder_mask);
+      if (decoder) cross_mask = e_.Zeros(root + "encoder_attention_mask", {b, 1, len, s}, act_dtype);
+    }
+    for (int64_t i = 0; i < layers; ++i) {
+      e_.set_layer(static_cast<int>(first_layer + i));
+      const std::string p = absl::StrFormat("%slayers.%d.", root, i);
+      TensorId attn = BartAttention(p + "self_attn", x, x, self_mask, decoder);
+      x = LayerNormModule(p + "self_attn_layer_norm",
+                          e_.Add(p + "attn_residual", x, e_.Dropout(p + "attn_dropout", attn, c_.hidden_dropout)));
+      if (decoder) {
+        TensorId cross = BartAttention(p + "encoder_attn", x, encoder_out, cross_mask, false);
+        x = LayerNormModule(p + "encoder_attn_layer_norm",
+                            e_.Add(p + "cross_residual", x, e_.Dropout(p + "cross_dropout", cross, c_.hidden_dropout)));
+      }
+      TensorId hidden = Activation(p + "activation_fn", Proj(p + "fc1", x, h, c_.intermediate_size, true,
+                                                            Parallel::kColumn));
+      hidden = e_.Dropout(p + "activation_dropout", hidden, c_.activation_dropout);
+      TensorId mlp = e_.Dropout(p + "mlp_dropout", Proj(p + "fc2", hidden, c_.intermediate_size, h, true,
+                                                        Parallel::kRow), c_.hidden_dropout);
+      x = LayerNormModule(p + "final_layer_norm", e_.Add(p + "mlp_residual", x, mlp));
+      HEADROOM_RETURN_IF_ERROR(CheckGraphSize(first_layer + i));
+    }
+    e_.set_layer(-1);
+    return x;
+  };
+  TensorId encoder_ids = e_.Input("input_ids", {b, s}, DType::kI64);
+  HEADROOM_ASSIGN_OR_RETURN(TensorId encoded, stack("model.encoder.", encoder_ids, 0, c_.num_layers, kNone));
+  TensorId decoder_ids = e_.Input("decoder_input_ids", {b, t}, DType::kI64);
+  HEADROOM_ASSIGN_OR_RETURN(TensorId decoded,
+                            stack("model.decoder.", decoder_ids, c_.num_layers, c_.decoder_layers, encoded));
+  TensorId logits = Proj("lm_head", decoded, h, vocab, false, Parallel::kColumn, false, kNone,
+                         c_.tie_word_embeddings ? shared : kNone);
+  logits = e_.Add("final_logits_bias", logits, e_.Buffer("final_logits_bias", {1, vocab}, g_.tensor(logits).dtype));
+  if (o_.training) Loss(logits, b * t, vocab);
+  return absl::OkStatus();
+}
+
 // Note [Vision transformers]
 // ViTModel and ViTForImageClassification (transformers 4.46's modeling_vit.py) run BERT's encoder blocks over
 // image patches, with the norms before each branch:
@@ -1726,7 +1835,9 @@ absl::Status Builder::Build() {
   switch (c_.family) {
     case ModelFamily::kDecoder: HEADROOM_RETURN_IF_ERROR(BuildDecoder()); break;
     case ModelFamily::kEncoder: HEADROOM_RETURN_IF_ERROR(BuildEncoder()); break;
-    case ModelFamily::kEncoderDecoder: HEADROOM_RETURN_IF_ERROR(BuildT5()); break;
+    case ModelFamily::kEncoderDecoder:
+      HEADROOM_RETURN_IF_ERROR(c_.model_type == "t5" ? BuildT5() : BuildBart());
+      break;
     case ModelFamily::kVision: HEADROOM_RETURN_IF_ERROR(BuildVision()); break;
     case ModelFamily::kContrastive: HEADROOM_RETURN_IF_ERROR(BuildContrastive()); break;
     case ModelFamily::kCnn: HEADROOM_RETURN_IF_ERROR(BuildCnn()); break;

@@ -152,6 +152,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"RobertaForSequenceClassification", "roberta", ModelFamily::kEncoder,
      EncoderHead::kSequenceClassification},
     {"T5ForConditionalGeneration", "t5", ModelFamily::kEncoderDecoder},
+    {"BartForConditionalGeneration", "bart", ModelFamily::kEncoderDecoder},
     {"DeepseekV2ForCausalLM", "deepseek_v2", ModelFamily::kDecoder},
     {"DeepseekV3ForCausalLM", "deepseek_v3", ModelFamily::kDecoder},
     {"ViTModel", "vit", ModelFamily::kVision, EncoderHead::kBodyOnly},
@@ -175,7 +176,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"gpt_bigcode", "GPTBigCodeForCausalLM"}, {"bloom", "BloomForCausalLM"},
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
-    {"t5", "T5ForConditionalGeneration"},
+    {"t5", "T5ForConditionalGeneration"},   {"bart", "BartForConditionalGeneration"},
     {"vit", "ViTModel"},             {"clip", "CLIPModel"},
     {"siglip", "SiglipModel"},       {"mlp", "MlpChain"},
 };
@@ -335,6 +336,39 @@ absl::Status ParseT5(const json& doc, const JsonPath& path, ModelConfig& c) {
   c.norm = NormKind::kRmsNorm;  // T5LayerNorm: no mean subtraction, no bias
   c.norm_bias = false;
   c.positions = PositionKind::kRelativeBuckets;
+  return absl::OkStatus();
+}
+
+// BartForConditionalGeneration (Note [BART] in builders.cc): encoder and decoder of the same width, each with
+// its own learned positions; the encoder's and decoder's heads and feed-forward sizes must agree (every BART
+// checkpoint's do).
+absl::Status ParseBart(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "d_model", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "encoder_layers", path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.decoder_layers, BoundedCount(doc, "decoder_layers", path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "encoder_attention_heads", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "encoder_ffn_dim", path));
+  for (const auto& [key, encoder_value] : {std::pair<std::string_view, int64_t>{"decoder_attention_heads", c.num_heads},
+                                          {"decoder_ffn_dim", c.intermediate_size}}) {
+    HEADROOM_ASSIGN_OR_RETURN(const int64_t value, PositiveInt(doc, key, path));
+    if (value != encoder_value) {
+      return (path / key).Error(absl::StrFormat("%d differs from the encoder's %d, which is not modelled", value,
+                                                encoder_value));
+    }
+  }
+  c.num_kv_heads = c.num_heads;
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, OptionalPositiveInt(doc, "max_position_embeddings", path, 1024));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation, ParseActivation(doc, "activation_function", path, ActivationKind::kGelu));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "dropout", path, 0.1));
+  c.embedding_dropout = c.hidden_dropout;
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation_dropout, Probability(doc, "activation_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.embedding_scaled, OptionalBool(doc, "scale_embedding", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
+  c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;
+  c.norm = NormKind::kLayerNorm;
+  c.positions = PositionKind::kLearned;
   return absl::OkStatus();
 }
 
@@ -1113,6 +1147,10 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& c) {
     return {.hidden = "d_model", .layers = "num_layers", .heads = "num_heads", .kv_heads = "num_heads",
             .intermediate = "d_ff", .positions = "n_positions"};
   }
+  if (type == "bart") {
+    return {.hidden = "d_model", .layers = "encoder_layers", .heads = "encoder_attention_heads",
+            .kv_heads = "encoder_attention_heads", .intermediate = "encoder_ffn_dim"};
+  }
   if (c.family == ModelFamily::kContrastive) {
     return {.layers = "text_config.num_hidden_layers + vision_config.num_hidden_layers"};
   }
@@ -1180,6 +1218,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
   } else if (type == "t5") {
     HEADROOM_RETURN_IF_ERROR(ParseT5(doc, path, c));
+  } else if (type == "bart") {
+    HEADROOM_RETURN_IF_ERROR(ParseBart(doc, path, c));
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
     HEADROOM_RETURN_IF_ERROR(ParseDeepseek(doc, path, c));
   } else if (type == "gpt2") {

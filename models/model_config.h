@@ -57,7 +57,7 @@ enum class ModelFamily : uint8_t {
   kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
              // Falcon, GPT-J, GPTBigCode, Bloom, Mixtral
   kEncoder,  // BERT, RoBERTa
-  kEncoderDecoder,  // T5, Flan-T5
+  kEncoderDecoder,  // T5, Flan-T5, BART
   kVision,   // ViT: a transformer over image patches (Note [Vision transformers] in builders.cc)
   kContrastive,  // CLIP, SigLIP: a text and a vision tower trained on image-text pairs (`towers`)
   kCnn,      // torchvision resnet50, vgg16
@@ -169,9 +169,10 @@ struct ModelConfig {
   bool shared_expert_gated = true;  // Qwen2-MoE gates its shared expert by a sigmoid; DeepSeek does not
   bool router_bias = false;         // DeepSeek-V3 (noaux_tc): e_score_correction_bias, one per expert
 
-  // --- encoder-decoders (T5; Note [T5] in builders.cc) ---
+  // --- encoder-decoders (T5, BART; Note [T5] and Note [BART] in builders.cc) ---
   int64_t decoder_layers = 0;     // blocks in the decoder; num_layers counts the encoder's
   int64_t relative_buckets = 0;   // relative_attention_num_buckets of the first block's position bias
+  double activation_dropout = 0;  // BART: dropout after the feed-forward's activation
 
   // --- CNNs (torchvision) and vision transformers: square images of image_size pixels ---
   int64_t image_size = 224;

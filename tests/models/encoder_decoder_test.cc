@@ -1,4 +1,5 @@
-// T5 (Note [T5] in models/builders.cc): parameter counts, the blocks of both stacks, and malformed configs.
+// T5 and BART (Note [T5] and Note [BART] in models/builders.cc): parameter counts, the blocks of both stacks, and
+// malformed configs.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -102,6 +103,53 @@ TEST(EncoderDecoder, BadConfigsAndOptionsAreNamed) {
       *ok, {.batch = 1, .seq_len = 8, .attention = AttentionImpl::kEager, .tensor_parallel = 2});
   ASSERT_FALSE(tp.ok());
   EXPECT_THAT(tp.status().message(), HasSubstr("tensor_parallel"));
+}
+
+// bart-large: transformers 4.46.3's BartForConditionalGeneration from this config, the shared embeddings counted
+// once (406 M on the model card). The preset is written from the published sizes with bart-large-mnli's dropouts.
+TEST(EncoderDecoder, BartCountsAndBuildsPostNormStacks) {
+  absl::StatusOr<ModelConfig> c = LoadPresetConfig("bart-large");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(Build(*c, kEager).ParameterCount(), 406'291'456u);
+  c->num_layers = 1;
+  c->decoder_layers = 2;
+  const Graph g = Build(*c, kEager);
+  bool positions = false, logits_bias = false;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name == "model.decoder.embed_positions.weight") positions = t.shape == std::vector<int64_t>{1026, 1024};
+    if (t.name == "final_logits_bias") logits_bias = t.role == TensorRole::kBuffer;
+  }
+  EXPECT_TRUE(positions);  // max_position_embeddings + 2 rows
+  EXPECT_TRUE(logits_bias);
+  int cross = 0;
+  for (const Op& op : g.ops()) {
+    if (op.name.starts_with("model.decoder.layers.1.encoder_attn.k_proj")) {
+      ++cross;
+      EXPECT_EQ(op.layer, 2);
+      EXPECT_EQ(g.tensor(op.inputs[0]).shape, (std::vector<int64_t>{2, 32, 1024}));  // the encoder's output
+    }
+  }
+  EXPECT_EQ(cross, 1);
+  // BART has flash paths (sdpa, flash_attention_2), T5 does not.
+  EXPECT_TRUE(BuildModelGraph(*c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kFlash}).ok());
+  absl::StatusOr<Graph> too_long = BuildModelGraph(*c, {.batch = 1, .seq_len = 16, .target_seq_len = 1025});
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(too_long.status().message(), HasSubstr("max_position_embeddings (1024)"));
+}
+
+TEST(EncoderDecoder, BadBartFieldsAreNamed) {
+  const std::string base = R"({"architectures": ["BartForConditionalGeneration"], "d_model": 32, "encoder_layers": 2,
+      "decoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 64, "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "decoder_attention_heads": 4})", "decoder_ffn_dim"},
+           {R"(, "decoder_attention_heads": 8, "decoder_ffn_dim": 64})", "decoder_attention_heads"},
+           {R"(, "decoder_attention_heads": 4, "decoder_ffn_dim": 32})", "decoder_ffn_dim"},
+           {R"(, "decoder_attention_heads": 4, "decoder_ffn_dim": 64, "activation_function": "swoosh"})",
+            "activation_function"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "bart.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr(field)) << extra;
+  }
 }
 
 }  // namespace

@@ -252,6 +252,10 @@ TINY = {
     "t5-gated": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "d_ff": 128,
                  "d_kv": 16, "num_layers": 2, "num_decoder_layers": 3, "num_heads": 4, "vocab_size": 512,
                  "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+    "bart": {"architectures": ["BartForConditionalGeneration"], "model_type": "bart", "d_model": 64,
+             "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+             "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512, "max_position_embeddings": 128,
+             "attention_dropout": 0.1, "activation_dropout": 0.1},
     "t5-relu-tied": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64,
                      "d_ff": 256, "d_kv": 16, "num_layers": 2, "num_heads": 4, "vocab_size": 512,
                      "feed_forward_proj": "relu"},
@@ -337,13 +341,9 @@ class HuggingFaceTest(unittest.TestCase):
             self.assertIn("model_type: field is required", result.stderr)
 
 
-# Families without a builder yet: BART, Whisper's audio encoder, a state-space model (Mamba). Each traces, keeps
-# transformers' parameter count, and
-# estimates and plans.
+# Families without a builder yet: Whisper's audio encoder, a state-space model (Mamba). Each traces, keeps
+# transformers' parameter count, and estimates and plans.
 NO_BUILDER = {
-    "bart": {"architectures": ["BartForConditionalGeneration"], "model_type": "bart", "d_model": 64,
-             "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
-             "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512, "max_position_embeddings": 128},
     "whisper": {"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper", "d_model": 64,
                 "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
                 "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512,
@@ -422,6 +422,8 @@ def saved_bytes_per_layer(graph, by_module=False):
 def block_count(config):
     if config["model_type"] == "t5":  # encoder blocks, then decoder blocks
         return config["num_layers"] + config.get("num_decoder_layers", config["num_layers"])
+    if config["model_type"] == "bart":
+        return config["encoder_layers"] + config["decoder_layers"]
     return config.get("num_hidden_layers", config.get("n_layer"))
 
 
