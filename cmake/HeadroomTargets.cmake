@@ -32,16 +32,26 @@ endfunction()
 # headroom_embed_files(<output.cc> <namespace-qualified function> FILES ...)
 # Generates a C++ source whose function returns the files' contents keyed by
 # file name, so data (the GPU catalog, model presets) ships inside the library
-# and installed binaries need no data directory.
+# and installed binaries need no data directory. Each file becomes a byte
+# array rather than a string literal: compilers need not accept literals over
+# 64 KiB (clang's -Woverlength-strings), and a config.json with ImageNet's
+# 1000 labels is longer.
 function(headroom_embed_files output function)
   cmake_parse_arguments(ARG "" "" "FILES" ${ARGN})
+  set(arrays "")
   set(entries "")
+  set(index 0)
   foreach(file IN LISTS ARG_FILES)
     get_filename_component(name ${file} NAME)
-    file(READ ${file} contents)
-    string(APPEND entries "      {\"${name}\", R\"headroom_embed(${contents})headroom_embed\"},\n")
+    file(READ ${file} hex HEX)
+    string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
+    string(APPEND arrays "constexpr unsigned char kFile${index}[] = {${bytes}};\n")
+    string(APPEND entries "      {\"${name}\",\n"
+                          "       std::string_view(reinterpret_cast<const char*>(kFile${index}), sizeof(kFile${index}))},\n")
+    math(EXPR index "${index} + 1")
   endforeach()
   set(HEADROOM_EMBED_FUNCTION ${function})
+  set(HEADROOM_EMBED_ARRAYS "${arrays}")
   set(HEADROOM_EMBED_ENTRIES "${entries}")
   configure_file(${PROJECT_SOURCE_DIR}/cmake/embedded_files.cc.in ${output} @ONLY)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${ARG_FILES})
