@@ -46,8 +46,8 @@ function(headroom_embed_files output function)
     file(READ ${file} hex HEX)
     string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
     string(APPEND arrays "constexpr unsigned char kFile${index}[] = {${bytes}};\n")
-    string(APPEND entries "      {\"${name}\",\n"
-                          "       std::string_view(reinterpret_cast<const char*>(kFile${index}), sizeof(kFile${index}))},\n")
+    string(APPEND entries "      {\"${name}\", std::string_view(reinterpret_cast<const char*>(kFile${index}),\n"
+                          "                                    sizeof(kFile${index}))},\n")
     math(EXPR index "${index} + 1")
   endforeach()
   set(HEADROOM_EMBED_FUNCTION ${function})

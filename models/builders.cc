@@ -270,8 +270,9 @@ absl::Status Builder::CheckOptions() const {
   }
   if (o_.tensor_parallel > 1) {
     if (c_.is_mla() || c_.family == ModelFamily::kEncoderDecoder) {
-      return absl::InvalidArgumentError(absl::StrFormat("tensor_parallel %d: %s is not modelled under tensor parallelism",
-                                                        t_, c_.is_mla() ? "latent attention" : c_.architecture));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tensor_parallel %d: %s is not modelled under tensor parallelism", t_,
+                          c_.is_mla() ? "latent attention" : c_.architecture));
     }
     if (vision) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -953,7 +954,8 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
                          false, x_shard);
   if (c_.router_bias) {
     // DeepSeek-V3's noaux_tc routing: a per-expert bias added to the scores for choosing experts only.
-    logits = e_.Add(prefix + "gate.score_bias", logits, Param(prefix + "gate.e_score_correction_bias", {c_.num_experts}));
+    TensorId bias = Param(prefix + "gate.e_score_correction_bias", {c_.num_experts});
+    logits = e_.Add(prefix + "gate.score_bias", logits, bias);
   }
   OpEmitter::Routing routing =
       e_.RouterTopK(prefix + "router", logits, c_.experts_per_token);
@@ -1334,8 +1336,8 @@ absl::Status Builder::BuildT5() {
   // The padding mask a batch comes with, as the additive [b, 1, 1, s] mask both attentions over it use.
   TensorId padding = e_.Input("attention_mask", {b, s}, DType::kI64);
   const DType act_dtype = e_.options().autocast ? o_.param_dtype : o_.compute_dtype;
-  TensorId encoder_mask = e_.Cast("encoder.extended_attention_mask", e_.View("encoder.mask_view", padding, {b, 1, 1, s}),
-                                  act_dtype);
+  TensorId encoder_mask =
+      e_.Cast("encoder.extended_attention_mask", e_.View("encoder.mask_view", padding, {b, 1, 1, s}), act_dtype);
   auto stack = [&](const std::string& root, TensorId ids, int64_t first_layer, int64_t layers, TensorId self_mask,
                    TensorId encoder_out) -> absl::StatusOr<TensorId> {
     e_.set_layer(-1);
@@ -1355,7 +1357,9 @@ absl::Status Builder::BuildT5() {
       if (encoder_out != kNone) {
         normed = Norm(p + "1.layer_norm", x);
         const int64_t enc_len = g_.tensor(encoder_out).shape[1];
-        if (cross_bias == kNone) cross_bias = T5PositionBias(p + "1.EncDecAttention", len, enc_len, encoder_mask, false);
+        if (cross_bias == kNone) {
+          cross_bias = T5PositionBias(p + "1.EncDecAttention", len, enc_len, encoder_mask, false);
+        }
         TensorId cross = T5Attention(p + "1.EncDecAttention", normed, encoder_out, cross_bias);
         x = e_.Add(p + "1.add", x, e_.Dropout(p + "1.dropout", cross, c_.hidden_dropout));
         next = 2;

@@ -117,13 +117,13 @@ TEST(DecoderFamilies, DeepseekAttendsThroughALatentAndSharesExperts) {
   EXPECT_TRUE(v3.is_moe_layer(3));
   v3.num_layers = 4;
   const std::set<std::string> names = TensorNames(Build(v3, {.batch = 1, .seq_len = 16}));
-  for (const char* name : {"model.layers.0.self_attn.q_a_proj.weight", "model.layers.0.self_attn.q_a_layernorm.weight",
-                           "model.layers.0.self_attn.q_b_proj.weight",
-                           "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
-                           "model.layers.0.self_attn.kv_a_layernorm.weight", "model.layers.0.self_attn.kv_b_proj.weight",
-                           "model.layers.2.mlp.gate_proj.weight", "model.layers.3.mlp.gate.weight",
-                           "model.layers.3.mlp.gate.e_score_correction_bias", "model.layers.3.mlp.experts.255.up_proj.weight",
-                           "model.layers.3.mlp.shared_experts.down_proj.weight"}) {
+  for (const char* name :
+       {"model.layers.0.self_attn.q_a_proj.weight", "model.layers.0.self_attn.q_a_layernorm.weight",
+        "model.layers.0.self_attn.q_b_proj.weight", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
+        "model.layers.0.self_attn.kv_a_layernorm.weight", "model.layers.0.self_attn.kv_b_proj.weight",
+        "model.layers.2.mlp.gate_proj.weight", "model.layers.3.mlp.gate.weight",
+        "model.layers.3.mlp.gate.e_score_correction_bias", "model.layers.3.mlp.experts.255.up_proj.weight",
+        "model.layers.3.mlp.shared_experts.down_proj.weight"}) {
     EXPECT_TRUE(names.contains(name)) << name;
   }
   EXPECT_FALSE(names.contains("model.layers.3.mlp.shared_expert_gate.weight"));
