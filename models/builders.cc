@@ -4,6 +4,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -174,6 +175,11 @@ class Builder {
     return sp_ ? e_.AllGather(name + ".all_gather", x, 1, t_) : x;
   }
   TensorId Attention(const std::string& prefix, TensorId x, TensorId x_shard);
+  // One projection `module` whose output holds this shard's queries, keys and values (GPT-2's c_attn, Phi-3's
+  // qkv_proj, Falcon's query_key_value, ...): q, k and v are views of that one storage, so it stays alive while
+  // any of them is saved. `conv1d` stores the weight [in, out] as GPT-2 does.
+  std::tuple<TensorId, TensorId, TensorId> FusedQkv(const std::string& module, TensorId x, TensorId x_shard,
+                                                     bool conv1d = false);
   TensorId LatentAttention(const std::string& prefix, TensorId x);
   // GPT-J's rotary embedding of x [b, s, heads, d] with the layer's sin/cos table (Note [GPT-J]).
   TensorId GptjRotary(const std::string& name, TensorId x, TensorId sincos);
@@ -619,6 +625,18 @@ TensorId Builder::ReduceOutput(const std::string& name, TensorId x) {
   return e_.AllReduce(name + ".all_reduce", x, t_);
 }
 
+std::tuple<TensorId, TensorId, TensorId> Builder::FusedQkv(const std::string& module, TensorId x, TensorId x_shard,
+                                                           bool conv1d) {
+  const int64_t b = o_.batch, s = seq_, d = c_.head_dim;
+  const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
+  TensorId qkv = Proj(module, x, c_.hidden_size, (heads + 2 * kv) * d, c_.qkv_bias, Parallel::kColumn, conv1d,
+                      x_shard);
+  // Each view a statement of its own: tensor ids follow program order, q then k then v.
+  TensorId q = e_.View(module + ".q", qkv, {b, heads, s, d});
+  TensorId k = e_.View(module + ".k", qkv, {b, kv, s, d});
+  return {q, k, e_.View(module + ".v", qkv, {b, kv, s, d})};
+}
+
 TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_shard) {
   const int64_t b = o_.batch, s = seq_, h = c_.hidden_size, d = c_.head_dim;
   const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
@@ -639,13 +657,7 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
       const int64_t n = c_.max_position_embeddings;
       e_.Buffer(prefix + "attn.bias", {1, 1, n, n}, DType::kBool);
     }
-    TensorId qkv = Proj(module, x, h, 3 * heads * d, c_.qkv_bias, Parallel::kColumn, gpt2,
-                        x_shard);
-    // Splitting heads out of the fused projection is views of one storage:
-    // it stays alive while q, k or v are saved.
-    q = e_.View(module + ".q", qkv, {b, heads, s, d});
-    k = e_.View(module + ".k", qkv, {b, heads, s, d});
-    v = e_.View(module + ".v", qkv, {b, heads, s, d});
+    std::tie(q, k, v) = FusedQkv(module, x, x_shard, /*conv1d=*/gpt2);
     out_module = prefix + (gpt2 ? "attn.c_proj" : bloom ? "self_attention.dense" : "attention.dense");
   } else if (c_.model_type == "gptj") {
     // Note [GPT-J]: separate projections; q and k rotate as [b, s, heads, d], then permute.
@@ -667,19 +679,12 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     out_module = base + "out_proj";
   } else if (bigcode) {
     // Note [GPTBigCode]: c_attn's output is all queries, then the keys, then the values.
-    const std::string module = prefix + "attn.c_attn";
-    TensorId qkv = Proj(module, x, h, (heads + 2 * kv) * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
-    q = e_.View(module + ".q", qkv, {b, heads, s, d});
-    k = e_.View(module + ".k", qkv, {b, kv, s, d});
-    v = e_.View(module + ".v", qkv, {b, kv, s, d});
+    std::tie(q, k, v) = FusedQkv(prefix + "attn.c_attn", x, x_shard);
     out_module = prefix + "attn.c_proj";
   } else if (falcon) {
     // Note [Falcon]: query_key_value holds kv groups of (heads / kv queries, a key, a value).
     const std::string module = prefix + "self_attention.query_key_value";
-    TensorId qkv = Proj(module, x, h, (heads + 2 * kv) * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
-    q = e_.View(module + ".q", qkv, {b, heads, s, d});
-    k = e_.View(module + ".k", qkv, {b, kv, s, d});
-    v = e_.View(module + ".v", qkv, {b, kv, s, d});
+    std::tie(q, k, v) = FusedQkv(module, x, x_shard);
     if (kv < heads || c_.kv_broadcast_early) {
       // fused_qkv[..., [-2], :] is an index: a copy of each key and value head.
       k = e_.Contiguous(module + ".k_index", k);
@@ -699,12 +704,7 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     const std::string qn = bert || vit ? "query" : "q_proj", kn = bert || vit ? "key" : "k_proj",
                       vn = bert || vit ? "value" : "v_proj";
     if (c_.fused_qkv) {
-      // Phi-3: q, k and v are slices of one projection's output, which they keep alive.
-      TensorId qkv = Proj(base + "qkv_proj", x, h, (heads + 2 * kv) * d, c_.qkv_bias, Parallel::kColumn, false,
-                          x_shard);
-      q = e_.View(base + "qkv_proj.q", qkv, {b, heads, s, d});
-      k = e_.View(base + "qkv_proj.k", qkv, {b, kv, s, d});
-      v = e_.View(base + "qkv_proj.v", qkv, {b, kv, s, d});
+      std::tie(q, k, v) = FusedQkv(base + "qkv_proj", x, x_shard);  // Phi-3
     } else {
       TensorId qp = Proj(base + qn, x, h, heads * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
       // Note [OPT] (and CLIPAttention): q_proj(x) * head_dim^-1/2, its own tensor.
