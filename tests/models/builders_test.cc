@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "models/model_source.h"
+#include "tests/models/model_test_util.h"
 #include "gtest/gtest.h"
 
 namespace headroom {
@@ -11,30 +12,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-ModelConfig Preset(std::string_view name) {
-  absl::StatusOr<ModelConfig> c = LoadPresetConfig(name);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return *c;
-}
+using ::headroom::testing::FindOp;
+using ::headroom::testing::FindTensor;
+using ::headroom::testing::Preset;
 
 uint64_t Params(const ModelConfig& c, BuildOptions o = {.batch = 1, .seq_len = 8}) {
   absl::StatusOr<Graph> g = BuildModelGraph(c, o);
   EXPECT_TRUE(g.ok()) << g.status();
   return g.ok() ? g->ParameterCount() : 0;
-}
-
-const Tensor* FindTensor(const Graph& g, std::string_view name) {
-  for (const Tensor& t : g.tensors()) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
-}
-
-const Op* FindOp(const Graph& g, std::string_view name) {
-  for (const Op& op : g.ops()) {
-    if (op.name == name) return &op;
-  }
-  return nullptr;
 }
 
 // Bytes of distinct storage that the ops of `layer` save for backward

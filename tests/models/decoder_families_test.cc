@@ -16,29 +16,18 @@
 #include "models/builders.h"
 #include "models/model_config.h"
 #include "models/model_source.h"
+#include "tests/models/model_test_util.h"
 
 namespace headroom {
 namespace {
 
 using ::testing::HasSubstr;
 
-ModelConfig Preset(std::string_view name) {
-  absl::StatusOr<ModelConfig> c = LoadPresetConfig(name);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? *c : ModelConfig{};
-}
-
-Graph Build(const ModelConfig& c, BuildOptions o = {.batch = 1, .seq_len = 8}) {
-  absl::StatusOr<Graph> g = BuildModelGraph(c, o);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return g.ok() ? *std::move(g) : Graph{};
-}
-
-int CountOps(const Graph& g, std::string_view prefix, std::string_view kind) {
-  int n = 0;
-  for (const Op& op : g.ops()) n += op.name.starts_with(prefix) && op.kind == kind ? 1 : 0;
-  return n;
-}
+using ::headroom::testing::Build;
+using ::headroom::testing::CountOps;
+using ::headroom::testing::FindOp;
+using ::headroom::testing::Preset;
+using ::headroom::testing::TensorNames;
 
 // The expected counts come from the reference implementation, not from Headroom:
 //  - gemma-7b and gemma-2-9b: transformers 4.46.3's GemmaForCausalLM and Gemma2ForCausalLM built from these
@@ -99,12 +88,6 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gpt-j-6b")).ParameterCount(), 6'050'882'784u);
   EXPECT_EQ(Build(Preset("santacoder")).ParameterCount(), 1'124'886'528u);
   EXPECT_EQ(Build(Preset("bloom-560m")).ParameterCount(), 559'214'592u);
-}
-
-std::set<std::string> TensorNames(const Graph& g) {
-  std::set<std::string> names;
-  for (const Tensor& t : g.tensors()) names.insert(t.name);
-  return names;
 }
 
 // Note [Multi-head latent attention]: V3 has the q bottleneck and score-biased routing, V2-Lite a full q_proj;
@@ -569,13 +552,6 @@ std::map<std::string, std::vector<int64_t>> Params(const Graph& g) {
     if (t.role == TensorRole::kParameter) params[t.name] = t.shape;
   }
   return params;
-}
-
-const Op* FindOp(const Graph& g, std::string_view name) {
-  for (const Op& op : g.ops()) {
-    if (op.name == name) return &op;
-  }
-  return nullptr;
 }
 
 // OPT: learned positions two rows on, q_proj scaled as its own tensor, out_proj, fc1/ReLU/fc2, LayerNorm with

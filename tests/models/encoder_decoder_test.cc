@@ -10,6 +10,7 @@
 #include "models/builders.h"
 #include "models/model_config.h"
 #include "models/model_source.h"
+#include "tests/models/model_test_util.h"
 
 namespace headroom {
 namespace {
@@ -21,11 +22,7 @@ constexpr char kT5Base[] = R"({"architectures": ["T5ForConditionalGeneration"], 
     "d_model": 768, "d_kv": 64, "d_ff": 3072, "num_layers": 12, "num_heads": 12, "vocab_size": 32128,
     "feed_forward_proj": "relu"})";
 
-Graph Build(const ModelConfig& c, BuildOptions o) {
-  absl::StatusOr<Graph> g = BuildModelGraph(c, o);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return g.ok() ? *std::move(g) : Graph{};
-}
+using ::headroom::testing::Build;
 
 const BuildOptions kEager{.batch = 2, .seq_len = 32, .target_seq_len = 8, .attention = AttentionImpl::kEager};
 

@@ -14,42 +14,22 @@
 #include "models/builders.h"
 #include "models/model_config.h"
 #include "models/model_source.h"
+#include "tests/models/model_test_util.h"
 
 namespace headroom {
 namespace {
 
 using ::testing::HasSubstr;
 
-ModelConfig Preset(std::string_view name) {
-  absl::StatusOr<ModelConfig> c = LoadPresetConfig(name);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? *c : ModelConfig{};
-}
-
-Graph Build(const ModelConfig& c, BuildOptions o = {.batch = 2}) {
-  absl::StatusOr<Graph> g = BuildModelGraph(c, o);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return g.ok() ? *std::move(g) : Graph{};
-}
-
-const Tensor* Named(const Graph& g, std::string_view name) {
-  for (const Tensor& t : g.tensors()) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
-}
+using ::headroom::testing::Build;
+using ::headroom::testing::FindOp;
+using ::headroom::testing::FindTensor;
+using ::headroom::testing::Preset;
 
 std::vector<int64_t> ShapeOf(const Graph& g, std::string_view name) {
-  const Tensor* t = Named(g, name);
+  const Tensor* t = FindTensor(g, name);
   EXPECT_NE(t, nullptr) << name;
   return t != nullptr ? t->shape : std::vector<int64_t>{};
-}
-
-const Op* OpNamed(const Graph& g, std::string_view name) {
-  for (const Op& op : g.ops()) {
-    if (op.name == name) return &op;
-  }
-  return nullptr;
 }
 
 // The expected counts come from the reference implementation, not from Headroom: transformers 4.46.3's
@@ -69,7 +49,7 @@ const Op* OpNamed(const Graph& g, std::string_view name) {
 //    head, the text head, logit_scale and logit_bias).
 TEST(VisionFamilies, ParameterCountsMatchTheRealModels) {
   const ModelConfig vit = Preset("vit-base-patch16-224");
-  EXPECT_EQ(Build(vit).ParameterCount(), 86'567'656u);
+  EXPECT_EQ(Build(vit, {.batch = 2}).ParameterCount(), 86'567'656u);
   ModelConfig body = vit;
   body.architecture = "ViTModel";
   body.encoder_head = EncoderHead::kBodyOnly;
@@ -110,24 +90,24 @@ TEST(VisionFamilies, VitEmbedsPatchesAndAttendsOverThem) {
         "vit.encoder.layer.1.attention.output.dense.weight", "vit.encoder.layer.1.layernorm_after.bias",
         "vit.encoder.layer.1.intermediate.dense.weight", "vit.encoder.layer.1.output.dense.weight",
         "vit.layernorm.weight", "classifier.bias"}) {
-    EXPECT_NE(Named(g, name), nullptr) << name;
+    EXPECT_NE(FindTensor(g, name), nullptr) << name;
   }
-  EXPECT_EQ(Named(g, "vit.pooler.dense.weight"), nullptr);  // ViTForImageClassification builds no pooler
+  EXPECT_EQ(FindTensor(g, "vit.pooler.dense.weight"), nullptr);  // ViTForImageClassification builds no pooler
   // The patch convolution: kernel and stride 16 over the 224-pixel image, a 14 x 14 grid.
-  const Op* conv = OpNamed(g, "vit.embeddings.patch_embeddings.projection");
+  const Op* conv = FindOp(g, "vit.embeddings.patch_embeddings.projection");
   ASSERT_NE(conv, nullptr);
   EXPECT_EQ(conv->kind, "conv2d");
   EXPECT_EQ(g.tensor(conv->outputs[0]).shape, (std::vector<int64_t>{2, 768, 14, 14}));
-  const Op* scores = OpNamed(g, "vit.encoder.layer.1.attn_core.qk");
+  const Op* scores = FindOp(g, "vit.encoder.layer.1.attn_core.qk");
   ASSERT_NE(scores, nullptr);
   EXPECT_EQ(g.tensor(scores->outputs[0]).shape, (std::vector<int64_t>{2, 12, 197, 197}));
   EXPECT_EQ(scores->layer, 1);
   // Pre-norm: each block's first op normalizes the residual stream.
-  const Op* norm = OpNamed(g, "vit.encoder.layer.0.layernorm_before");
+  const Op* norm = FindOp(g, "vit.encoder.layer.0.layernorm_before");
   ASSERT_NE(norm, nullptr);
   EXPECT_EQ(norm->kind, "layer_norm");
   // The loss is cross-entropy over the 1000 classes of the class token.
-  const Op* loss = OpNamed(g, "loss");
+  const Op* loss = FindOp(g, "loss");
   ASSERT_NE(loss, nullptr);
   EXPECT_EQ(loss->phase, Phase::kLoss);
 }
@@ -142,11 +122,11 @@ TEST(VisionFamilies, HeadlessVitPoolsAndTrainsWithAClassifier) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->num_labels, 2);
   const Graph inference = Build(*c, {.batch = 1, .training = false});
-  EXPECT_NE(Named(inference, "pooler.dense.weight"), nullptr);
-  EXPECT_EQ(Named(inference, "classifier.weight"), nullptr);
-  EXPECT_NE(Named(inference, "encoder.layer.1.attention.attention.query.weight"), nullptr);
+  EXPECT_NE(FindTensor(inference, "pooler.dense.weight"), nullptr);
+  EXPECT_EQ(FindTensor(inference, "classifier.weight"), nullptr);
+  EXPECT_NE(FindTensor(inference, "encoder.layer.1.attention.attention.query.weight"), nullptr);
   const Graph training = Build(*c, {.batch = 4});
-  EXPECT_EQ(Named(training, "pooler.dense.weight"), nullptr);
+  EXPECT_EQ(FindTensor(training, "pooler.dense.weight"), nullptr);
   EXPECT_EQ(ShapeOf(training, "classifier.weight"), (std::vector<int64_t>{2, 64}));
   // (32 / 8)^2 patches and the class token.
   EXPECT_EQ(ShapeOf(training, "embeddings.position_embeddings"), (std::vector<int64_t>{1, 17, 64}));
@@ -248,7 +228,7 @@ TEST(VisionFamilies, ClipBuildsTheTowersProjectionsAndSymmetricLoss) {
   c.towers[1].num_layers = 3;
   const Graph g = Build(c, {.batch = 4, .seq_len = 16, .attention = AttentionImpl::kEager});
   EXPECT_EQ(ShapeOf(g, "vision_model.embeddings.patch_embedding.weight"), (std::vector<int64_t>{768, 3, 32, 32}));
-  EXPECT_EQ(Named(g, "vision_model.embeddings.patch_embedding.bias"), nullptr);
+  EXPECT_EQ(FindTensor(g, "vision_model.embeddings.patch_embedding.bias"), nullptr);
   EXPECT_EQ(ShapeOf(g, "vision_model.embeddings.class_embedding"), (std::vector<int64_t>{768}));
   EXPECT_EQ(ShapeOf(g, "vision_model.embeddings.position_embedding.weight"), (std::vector<int64_t>{50, 768}));
   EXPECT_EQ(ShapeOf(g, "text_model.embeddings.position_embedding.weight"), (std::vector<int64_t>{77, 512}));
@@ -260,30 +240,30 @@ TEST(VisionFamilies, ClipBuildsTheTowersProjectionsAndSymmetricLoss) {
                            "vision_model.encoder.layers.2.mlp.fc2.weight", "text_model.final_layer_norm.weight",
                            "text_model.encoder.layers.1.layer_norm2.bias",
                            "text_model.encoder.layers.1.self_attn.q_proj.weight"}) {
-    EXPECT_NE(Named(g, name), nullptr) << name;
+    EXPECT_NE(FindTensor(g, name), nullptr) << name;
   }
-  const Op* vision_block = OpNamed(g, "vision_model.encoder.layers.2.layer_norm1");
-  const Op* text_block = OpNamed(g, "text_model.encoder.layers.0.layer_norm1");
+  const Op* vision_block = FindOp(g, "vision_model.encoder.layers.2.layer_norm1");
+  const Op* text_block = FindOp(g, "text_model.encoder.layers.0.layer_norm1");
   ASSERT_NE(vision_block, nullptr);
   ASSERT_NE(text_block, nullptr);
   EXPECT_EQ(vision_block->layer, 2);
   EXPECT_EQ(text_block->layer, 3);
   EXPECT_LT(vision_block->id, text_block->id);
   // Text attends over seq_len tokens, vision over 50; quick_gelu keeps its sigmoid.
-  const Op* text_scores = OpNamed(g, "text_model.encoder.layers.0.attn_core.qk");
-  const Op* vision_scores = OpNamed(g, "vision_model.encoder.layers.0.attn_core.qk");
+  const Op* text_scores = FindOp(g, "text_model.encoder.layers.0.attn_core.qk");
+  const Op* vision_scores = FindOp(g, "vision_model.encoder.layers.0.attn_core.qk");
   ASSERT_NE(text_scores, nullptr);
   ASSERT_NE(vision_scores, nullptr);
   EXPECT_EQ(g.tensor(text_scores->outputs[0]).shape, (std::vector<int64_t>{4, 8, 16, 16}));
   EXPECT_EQ(g.tensor(vision_scores->outputs[0]).shape, (std::vector<int64_t>{4, 12, 50, 50}));
-  EXPECT_NE(OpNamed(g, "text_model.encoder.layers.0.mlp.fc1.act.sigmoid"), nullptr);
+  EXPECT_NE(FindOp(g, "text_model.encoder.layers.0.mlp.fc1.act.sigmoid"), nullptr);
   // Similarities of every text with every image, and cross-entropy both ways.
-  const Op* logits = OpNamed(g, "logits_per_text");
+  const Op* logits = FindOp(g, "logits_per_text");
   ASSERT_NE(logits, nullptr);
   EXPECT_EQ(g.tensor(logits->outputs[0]).shape, (std::vector<int64_t>{4, 4}));
-  ASSERT_NE(OpNamed(g, "loss.text"), nullptr);
-  ASSERT_NE(OpNamed(g, "loss.image"), nullptr);
-  EXPECT_EQ(OpNamed(g, "loss")->phase, Phase::kLoss);
+  ASSERT_NE(FindOp(g, "loss.text"), nullptr);
+  ASSERT_NE(FindOp(g, "loss.image"), nullptr);
+  EXPECT_EQ(FindOp(g, "loss")->phase, Phase::kLoss);
 }
 
 TEST(VisionFamilies, SiglipPoolsThroughItsHeadsAndTrainsOnPairs) {
@@ -301,14 +281,14 @@ TEST(VisionFamilies, SiglipPoolsThroughItsHeadsAndTrainsOnPairs) {
   EXPECT_EQ(ShapeOf(g, "vision_model.head.attention.in_proj_weight"), (std::vector<int64_t>{2304, 768}));
   EXPECT_EQ(ShapeOf(g, "text_model.head.weight"), (std::vector<int64_t>{768, 768}));
   EXPECT_EQ(ShapeOf(g, "logit_bias"), (std::vector<int64_t>{1}));
-  EXPECT_EQ(Named(g, "vision_model.embeddings.class_embedding"), nullptr);
-  EXPECT_EQ(Named(g, "visual_projection.weight"), nullptr);
+  EXPECT_EQ(FindTensor(g, "vision_model.embeddings.class_embedding"), nullptr);
+  EXPECT_EQ(FindTensor(g, "visual_projection.weight"), nullptr);
   // Eager SigLIP attention runs its softmax in f32 and casts back to bf16.
-  const Op* softmax = OpNamed(g, "vision_model.encoder.layers.0.attn_core.softmax");
+  const Op* softmax = FindOp(g, "vision_model.encoder.layers.0.attn_core.softmax");
   ASSERT_NE(softmax, nullptr);
   EXPECT_EQ(g.tensor(softmax->outputs[0]).dtype, DType::kF32);
-  EXPECT_NE(OpNamed(g, "vision_model.encoder.layers.0.attn_core.probs_cast"), nullptr);
-  EXPECT_NE(OpNamed(g, "loss.log_sigmoid"), nullptr);
+  EXPECT_NE(FindOp(g, "vision_model.encoder.layers.0.attn_core.probs_cast"), nullptr);
+  EXPECT_NE(FindOp(g, "loss.log_sigmoid"), nullptr);
 }
 
 TEST(VisionFamilies, BadTowerFieldsAreNamed) {
