@@ -893,6 +893,9 @@ absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, "shared_expert_intermediate_size",
                                        c.shared_expert_intermediate_size));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, fields.positions, c.max_position_embeddings, hidden, c.hidden_size));
+  // T5's position bias table: a row of heads per relative-position bucket.
+  HEADROOM_RETURN_IF_ERROR(
+      CheckWeight(path, "relative_attention_num_buckets", c.relative_buckets, fields.heads, c.num_heads));
   if (c.is_mla()) {
     // Each size is at most 2^31, a sum of two at most 2^32: their products saturate rather than wrap.
     const auto heads_times = [&](int64_t width) {
@@ -918,9 +921,10 @@ absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
   const uint64_t attention_width = SaturatingMul(heads + 2 * kv_heads, static_cast<uint64_t>(c.head_dim));
   if (SaturatingMul(h, attention_width) > kMaxWeightElements) {
     return path.Error(absl::StrFormat(
-        "%s x (num_attention_heads + 2 x num_key_value_heads) x head_dim (%d x (%d + 2 x %d) x %d) is more "
-        "than the %d elements (1 TiB in fp32) the attention projections may hold",
-        hidden, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, kMaxWeightElements));
+        "%s x (%s + 2 x %s) x head_dim (%d x (%d + 2 x %d) x %d) is more than the %d elements (1 TiB in fp32) "
+        "the attention projections may hold",
+        hidden, fields.heads, fields.kv_heads, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
+        kMaxWeightElements));
   }
   const uint64_t attention = SaturatingMul(h, SaturatingAdd(attention_width, query_width));
   const uint64_t mlp = SaturatingMul(static_cast<uint64_t>(c.gated_mlp || c.is_moe() ? 3 : 2),

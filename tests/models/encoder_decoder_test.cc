@@ -91,6 +91,13 @@ TEST(EncoderDecoder, BadConfigsAndOptionsAreNamed) {
     ASSERT_FALSE(c.ok()) << extra;
     EXPECT_THAT(c.status().message(), HasSubstr(field)) << extra;
   }
+  // A bias table of 2^31 buckets x 256 heads is past the weight bound (Note [Model size bounds]).
+  absl::StatusOr<ModelConfig> buckets = ParseHfConfig(
+      R"({"architectures": ["T5ForConditionalGeneration"], "d_model": 64, "d_kv": 8, "d_ff": 64, "num_layers": 2,
+          "num_heads": 256, "vocab_size": 128, "relative_attention_num_buckets": 2147483647})",
+      "t5.json");
+  ASSERT_FALSE(buckets.ok());
+  EXPECT_THAT(buckets.status().message(), HasSubstr("t5.json: relative_attention_num_buckets x num_heads"));
   absl::StatusOr<ModelConfig> ok = ParseHfConfig(base + R"(, "d_model": 32})", "t5.json");
   ASSERT_TRUE(ok.ok()) << ok.status();
   absl::StatusOr<Graph> flash = BuildModelGraph(*ok, {.batch = 1, .seq_len = 8, .attention = AttentionImpl::kFlash});
