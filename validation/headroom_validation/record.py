@@ -106,6 +106,24 @@ def versions():
     return out
 
 
+def cpu_description():
+    """What decides the CPU kernels' workspaces: oneDNN picks its kernels by instruction set, and some of them
+    take a buffer per thread."""
+    flags = set()
+    model = platform.processor()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.strip() == "flags":
+                flags = set(value.split())
+            elif key.strip() == "model name":
+                model = value.strip()
+    isa = next((name for name, flag in (("avx512", "avx512f"), ("avx2", "avx2"), ("sse4.1", "sse4_1"))
+                if flag in flags), "other")
+    return {"model": model, "isa": isa, "threads": torch.get_num_threads(),
+            "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")}
+
+
 def run_one(name, device_name, out_dir):
     cfg = configs.by_name(name)
     device = torch.device(device_name)
@@ -121,6 +139,7 @@ def run_one(name, device_name, out_dir):
         "description": cfg["description"],
         "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
         "versions": versions(),
+        **({"cpu": cpu_description()} if device.type == "cpu" else {}),
         "setup": {k: v for k, v in cfg.items() if k not in ("name", "description", "model")},
         "model": w.estimate_model,
         "estimate_args": configs.estimate_args(cfg, device.type, torch.__version__),
@@ -165,8 +184,10 @@ def main(argv=None):
         parser.error(f"unknown configuration(s): {', '.join(unknown)}")
     failed = []
     for name in names:
+        # A configuration's environment (oneDNN's instruction set) must be set before PyTorch loads.
+        env = dict(os.environ, **configs.by_name(name).get("env", {}))
         rc = subprocess.call([sys.executable, "-m", "headroom_validation.record", "--one", "--device",
-                              args.device, "--out", str(args.out), name])
+                              args.device, "--out", str(args.out), name], env=env)
         if rc != 0:
             failed.append(name)
     if failed:
