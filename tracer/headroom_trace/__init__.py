@@ -33,7 +33,7 @@ def trace(module, inputs, input_names=None, loss=None, call=None, name=None):
         recorder.add_input(t, input_name)
     run = call or (lambda m, xs: m(*xs))
     try:
-        with _autocast_accepts_meta(), _repeat_interleave_on_meta(), recorder:
+        with _fake_tensors(), _autocast_accepts_meta(), _repeat_interleave_on_meta(), recorder:
             output = run(module, inputs)
             if loss is not None:
                 recorder.phase = "loss"
@@ -45,6 +45,17 @@ def trace(module, inputs, input_names=None, loss=None, call=None, name=None):
         return recorder.finish()
     finally:
         recorder.remove_hooks()  # the user's module is left as it was, whatever happened
+
+
+def _fake_tensors():
+    """On PyTorch 2.x the step runs under fake tensors over the meta device: libraries skip their data-dependent
+    checks for fake tensors (transformers 5 looks at a mask's values and at packed position ids unless it is
+    tracing), where a plain meta tensor fails, having no values. The recorder sits above the fake mode and sees
+    every op first. PyTorch 1.13's fake tensors are too young; its meta tensors run as they are."""
+    if int(torch.__version__.split(".")[0]) < 2:
+        return contextlib.nullcontext()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    return FakeTensorMode(allow_non_fake_inputs=True)
 
 
 @contextlib.contextmanager

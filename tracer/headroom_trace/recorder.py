@@ -182,12 +182,17 @@ class GraphRecorder(TorchDispatchMode):
         # A tensor made outside the trace (a Python attribute, a cached table): resident, like a buffer.
         return self._leaf(t, f"{op_name}.constant{len(self.tensors)}", "buffer")
 
-    def _output_id(self, t, name, layer):
+    def _output_id(self, t, name, layer, alias_of=None):
         key = storage_key(t)
         entry = {"name": name, "shape": list(t.shape), "dtype": dtype_name(t.dtype, name), "role": "activation"}
         if layer >= 0:
             entry["layer"] = layer
         base = self._base_of_storage.get(key)
+        if base is None and alias_of is not None:
+            # A view the schema declares (t, view, expand): under fake tensors a parameter's view lands on the
+            # fake copy's storage, not the parameter's, so the schema says what storage ties cannot.
+            base = self.tensors[alias_of].get("view_of", alias_of)
+            self._base_of_storage[key] = base
         if base is not None:
             entry["view_of"] = base
         return self._add(t, entry, key)
@@ -196,6 +201,10 @@ class GraphRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func.namespace == "prim":
+            # Metadata queries (prim.device: fake tensors ask it while autograd saves an op's tensors) move no
+            # data; reading the pending node here would come before the node exists.
+            return func(*args, **kwargs)
         if func is torch.ops.aten.detach.default:
             # Autograd detaches an output it saves (softmax's, rsqrt's) while saving it, after the op returned
             # and before the node holds it: the previous op stays pending. A detach is a view; it saves nothing.
@@ -229,7 +238,9 @@ class GraphRecorder(TorchDispatchMode):
             if mutable and i == 0 and ins and storage_key(t) == storage_key(ins[0]):
                 op["inplace"] = True
             suffix = "" if len(outs) == 1 else str(i)
-            op["outputs"].append(self._output_id(t, f"{name}.out{suffix}", layer))
+            alias = _aliased_argument(func, args, i)
+            op["outputs"].append(self._output_id(t, f"{name}.out{suffix}", layer,
+                                                 None if alias is None else self._input_id(alias, name)))
         op["compute_dtype"] = dtype_name(outs[0].dtype, name) if outs else "f32"
         op["flops"] = _gemm_flops(kind, args, outs[0]) if outs else 0.0
         op["bytes_read"] = sum(_numel(t.shape) * t.element_size() for t in ins)
@@ -288,6 +299,20 @@ class GraphRecorder(TorchDispatchMode):
         self._read_pending_node()
         self.remove_hooks()
         return {"headroom_graph_version": GRAPH_VERSION, "name": self.name, "tensors": self.tensors, "ops": self.ops}
+
+
+def _aliased_argument(func, args, i):
+    """The tensor argument that output `i` is a view of, by the op's schema ("Tensor(a) self -> Tensor(a)"), if
+    the output is a pure view (not an in-place write)."""
+    returns = func._schema.returns
+    alias = returns[i].alias_info if i < len(returns) else None
+    if alias is None or alias.is_write:
+        return None
+    for argument, value in zip(func._schema.arguments, args):
+        if (isinstance(value, torch.Tensor) and argument.alias_info is not None
+                and argument.alias_info.before_set == alias.before_set):
+            return value
+    return None
 
 
 _SAVED = re.compile(r"^_saved_\w+$")
