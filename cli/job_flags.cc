@@ -129,6 +129,9 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
                  "RMSNorm: eager (Hugging Face) or fused (one kernel); default fused under --tp/--pp (Megatron)");
   app.add_option("--torch", f.torch_version, "PyTorch version that runs the step, e.g. 2.5 (default) or 1.13");
   app.add_option("--kernels", f.kernels, "cuda (default) or cpu: whose kernels run the ops (validation on a CPU)");
+  app.add_option("--transformers", f.transformers_version,
+                 "Hugging Face transformers version whose modeling code runs the model, e.g. 5.24 (default) or "
+                 "4.46");
 }
 
 void ApplyModelDefaults(const JobFlags& flags, const LoadedModel& model, JobSpec& job) {
@@ -202,6 +205,10 @@ absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
     HEADROOM_ASSIGN_OR_RETURN(job.runtime, ForFlag("--torch", ParseTorchVersion(f.torch_version)));
   }
   HEADROOM_ASSIGN_OR_RETURN(job.runtime.kernels, ForFlag("--kernels", ParseKernels(f.kernels)));
+  if (!f.transformers_version.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(job.runtime.transformers,
+                              ForFlag("--transformers", ParseTransformersVersion(f.transformers_version)));
+  }
   HEADROOM_RETURN_IF_ERROR(InFlagTerms(ValidateJob(job)));
   return job;
 }

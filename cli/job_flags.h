@@ -64,6 +64,7 @@ struct JobFlags {
   std::string rms_norm;  // empty: fused under Megatron layouts (--tp, --pp), else eager
   std::string torch_version;  // empty: the current 2.x line
   std::string kernels = "cuda";
+  std::string transformers_version;  // empty: TransformersVersion's default
 };
 
 void AddJobFlags(CLI::App& app, JobFlags& flags);

@@ -20,6 +20,15 @@ std::string_view LeadingNumber(std::string_view text, int& out, bool& ok) {
   return text.substr(static_cast<size_t>(end - text.data()));
 }
 
+// "MAJOR.MINOR" or "MAJOR" with anything after the minor number ignored.
+bool ParseMajorMinor(std::string_view version, int& major, int& minor) {
+  bool ok = false;
+  std::string_view rest = LeadingNumber(version, major, ok);
+  minor = 0;
+  if (ok && rest.starts_with('.')) LeadingNumber(rest.substr(1), minor, ok);
+  return ok;
+}
+
 }  // namespace
 
 std::string_view KernelsName(Kernels kernels) { return kKernelsNames.Name(kernels); }
@@ -27,11 +36,7 @@ absl::StatusOr<Kernels> ParseKernels(std::string_view name) { return kKernelsNam
 
 absl::StatusOr<TorchRuntime> ParseTorchVersion(std::string_view version) {
   TorchRuntime r;
-  bool ok = false;
-  std::string_view rest = LeadingNumber(version, r.major, ok);
-  r.minor = 0;
-  if (ok && rest.starts_with('.')) rest = LeadingNumber(rest.substr(1), r.minor, ok);
-  if (!ok) {
+  if (!ParseMajorMinor(version, r.major, r.minor)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("PyTorch version '%s' is not MAJOR.MINOR (e.g. 2.5 or 1.13)", version));
   }
@@ -44,6 +49,23 @@ absl::StatusOr<TorchRuntime> ParseTorchVersion(std::string_view version) {
 
 std::string TorchVersionName(const TorchRuntime& runtime) {
   return absl::StrFormat("%d.%d", runtime.major, runtime.minor);
+}
+
+absl::StatusOr<TransformersVersion> ParseTransformersVersion(std::string_view version) {
+  TransformersVersion v;
+  if (!ParseMajorMinor(version, v.major, v.minor)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("transformers version '%s' is not MAJOR.MINOR (e.g. 5.24 or 4.46)", version));
+  }
+  if (v.major < 4 || v.major > 99 || (v.major == 4 && v.minor < 40) || v.minor > 999) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("transformers version '%s' is not supported (4.40 or later)", version));
+  }
+  return v;
+}
+
+std::string TransformersVersionName(const TransformersVersion& version) {
+  return absl::StrFormat("%d.%d", version.major, version.minor);
 }
 
 }  // namespace headroom

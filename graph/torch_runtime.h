@@ -1,6 +1,7 @@
 // Which PyTorch runs a step: its version and whether CUDA or CPU kernels run
-// the ops. A few ops keep different bytes for backward depending on both, so
-// the op emitters (graph/ops.h) and the optimizer's transients follow them.
+// the ops, and the transformers release on top. A few ops keep different bytes
+// for backward depending on these, so the op emitters (graph/ops.h), the
+// model builders and the optimizer's transients follow them.
 //
 //   absl::StatusOr<TorchRuntime> r = ParseTorchVersion("1.13");   // r->major == 1, r->minor == 13
 //   r->kernels = Kernels::kCpu;
@@ -35,6 +36,24 @@
 
 namespace headroom {
 
+// The Hugging Face transformers release whose modeling code builds the model.
+// Its modeling files change what a few families save (Note [transformers
+// versions] in models/builders.cc); the default is the release last checked
+// against the tracer.
+struct TransformersVersion {
+  int major = 5;
+  int minor = 24;
+
+  bool operator==(const TransformersVersion&) const = default;
+  bool AtLeast(int at_major, int at_minor) const {
+    return major > at_major || (major == at_major && minor >= at_minor);
+  }
+};
+// "MAJOR.MINOR" or "MAJOR", from 4.40 on; a suffix after the minor number is
+// ignored ("4.46.3").
+absl::StatusOr<TransformersVersion> ParseTransformersVersion(std::string_view version);
+std::string TransformersVersionName(const TransformersVersion& version);  // "5.24"
+
 enum class Kernels : uint8_t { kCuda, kCpu };
 std::string_view KernelsName(Kernels kernels);  // "cuda", "cpu"
 absl::StatusOr<Kernels> ParseKernels(std::string_view name);
@@ -44,6 +63,8 @@ struct TorchRuntime {
   int major = 2;
   int minor = 5;
   Kernels kernels = Kernels::kCuda;
+  // The transformers release running on it (Hugging Face models only).
+  TransformersVersion transformers;
 
   bool operator==(const TorchRuntime&) const = default;
   // Note [Runtime differences].

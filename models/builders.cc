@@ -444,6 +444,22 @@ TensorId Builder::SoftCap(const std::string& name, TensorId x) {
 //    score-sized tensor per layer than Llama; softmax runs in f32 for f16
 //    scores only, with no logits upcast before the loss.
 
+// Note [transformers versions]
+// The builders follow transformers' modeling code, which changes between
+// releases. Checked against the tracer (tracer/tests) at 4.46.3 and 5.24.0,
+// every family builds alike in both except three, whose changes were found
+// by reading each release's modeling file in between:
+//  - OPT (4.49): the clamp of the scores and the f16-only upcast are gone;
+//    the attention is Llama's (softmax in f32, cast back);
+//  - GPTBigCode (4.54): multi-query attention goes through the shared eager
+//    attention, which repeats the key and value head for every query head
+//    (repeat_kv) instead of folding the heads into one bmm;
+//  - T5 (5.0): T5Config forces tie_word_embeddings and the lm_head is the
+//    shared embedding even for v1.1 and Flan-T5, whose checkpoints carry an
+//    lm_head of their own; the decoder output is still rescaled only when
+//    the config.json asks for tied embeddings.
+// BuildOptions::runtime.transformers (--transformers) picks the release.
+
 // Note [Falcon]
 // FalconForCausalLM (transformers 4.46's modeling_falcon.py) keeps GPT-NeoX's
 // module names under transformer.* with these departures:
@@ -743,13 +759,17 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     context = e_.FlashAttention(core + ".sdpa", q, k, v, causal);
   } else {
     e_.set_attention_core(true);
-    if (bigcode && kv == 1) {
+    if (bigcode && kv == 1 && !o_.runtime.transformers.AtLeast(4, 54)) {
       // Note [GPTBigCode]: the query heads fold into the rows of one bmm (a copy of the strided queries) against
-      // the one key and value head, which stay views of c_attn's output.
+      // the one key and value head, which stay views of c_attn's output. From transformers 4.54 the shared
+      // eager attention repeats the key and value head instead (Note [transformers versions]).
       q = e_.Contiguous(core + ".q_fold", e_.View(core + ".q_rows", q, {b, s * heads, d}));
       k = e_.View(core + ".k_rows", k, {b, s, d});
       v = e_.View(core + ".v_rows", v, {b, s, d});
     } else if (g_.tensor(k).shape[1] < heads) {
+      // GPTBigCode's queries are a strided slice of c_attn's output, which the matmul copies to fold batch and
+      // heads (Note [transformers versions]); rotated queries are fresh tensors already.
+      if (bigcode) q = e_.Contiguous(core + ".q_fold", q);
       // HF eager attention materializes repeated k/v heads (repeat_kv; Falcon's matmul broadcasts and copies).
       k = e_.RepeatKv(core + ".repeat_k", k, heads);
       v = e_.RepeatKv(core + ".repeat_v", v, heads);
@@ -765,17 +785,19 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
       scores = SoftCap(core + ".softcap", e_.Scale(core + ".scale", scores));
     }
     scores = e_.MaskedScale(core + ".scale_mask", scores);
-    // Note [OPT]: torch.max(scores, finfo.min) keeps the masked scores for backward; its softmax runs in
-    // f32 (and casts back) for f16 scores only.
+    // Note [OPT]: before transformers 4.49, torch.max(scores, finfo.min) keeps the masked scores for backward
+    // and the softmax runs in f32 (and casts back) for f16 scores only; from 4.49 OPT's attention is
+    // Llama's (Note [transformers versions]).
     const bool f16_scores = g_.tensor(scores).dtype == DType::kF16;
-    if (opt) scores = e_.Maximum(core + ".clamp", scores);
+    const bool opt_clamps = opt && !o_.runtime.transformers.AtLeast(4, 49);
+    if (opt_clamps) scores = e_.Maximum(core + ".clamp", scores);
     // Falcon's softmax takes the dtype of its input hidden states, a LayerNorm output (f32 under autocast).
     TensorId probs = e_.Softmax(core + ".softmax", scores,
-                                /*force_f32=*/IsLlamaLike(c_) || siglip || (opt && f16_scores) ||
+                                /*force_f32=*/IsLlamaLike(c_) || siglip || (opt && (f16_scores || !opt_clamps)) ||
                                     (falcon && e_.options().autocast) || c_.attention_softmax_f32 || bloom);
     // Decoders and SigLIP cast the probabilities back to v's dtype (HF's
     // `.to(query.dtype)` / `.type(value.dtype)`); BERT, ViT and CLIP leave that to autocast.
-    if ((c_.family == ModelFamily::kDecoder && (!opt || f16_scores)) || siglip) {
+    if ((c_.family == ModelFamily::kDecoder && (!opt_clamps || f16_scores)) || siglip) {
       probs = e_.Cast(core + ".probs_cast", probs, g_.tensor(v).dtype);
     }
     // Falcon's rotary attention drops no probabilities (its attention_dropout applies elsewhere, Note [Falcon]).
@@ -1380,8 +1402,10 @@ absl::Status Builder::BuildT5() {
   HEADROOM_ASSIGN_OR_RETURN(TensorId decoded,
                             stack("decoder.", decoder_ids, c_.num_layers, c_.decoder_layers, causal, encoded));
   if (c_.tie_word_embeddings) decoded = e_.Scale("decoder.rescale", decoded);  // d_model^-0.5
+  // Note [transformers versions]: from transformers 5 the head is the shared embedding whatever the config says.
+  const bool tied_head = c_.tie_word_embeddings || o_.runtime.transformers.AtLeast(5, 0);
   TensorId logits = Proj("lm_head", decoded, h, vocab, false, Parallel::kColumn, false, kNone,
-                         c_.tie_word_embeddings ? shared : kNone);
+                         tied_head ? shared : kNone);
   if (o_.training) Loss(logits, b * t, vocab);
   return absl::OkStatus();
 }

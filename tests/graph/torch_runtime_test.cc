@@ -34,6 +34,21 @@ TEST(TorchRuntime, RefusesWhatIsNotASupportedVersion) {
   EXPECT_EQ(*ParseKernels("CPU"), Kernels::kCpu);
 }
 
+TEST(TorchRuntime, ParsesTransformersVersions) {
+  absl::StatusOr<TransformersVersion> pinned = ParseTransformersVersion("4.46.3");
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(TransformersVersionName(*pinned), "4.46");
+  EXPECT_FALSE(pinned->AtLeast(4, 49));
+  EXPECT_TRUE(pinned->AtLeast(4, 46));
+  EXPECT_TRUE(ParseTransformersVersion("5")->AtLeast(4, 54));
+  EXPECT_EQ(TransformersVersionName(TorchRuntime{}.transformers), "5.24");
+  for (const char* bad : {"", "five", "3.9", "4.39", ".5"}) {
+    absl::StatusOr<TransformersVersion> v = ParseTransformersVersion(bad);
+    EXPECT_FALSE(v.ok()) << bad;
+    EXPECT_THAT(v.status().message(), HasSubstr(std::string("'") + bad + "'"));
+  }
+}
+
 // Note [Runtime differences]: CPU dropout keeps a noise tensor of the input's dtype, CUDA a bool mask.
 TEST(TorchRuntime, DropoutMaskFollowsTheKernels) {
   for (Kernels kernels : {Kernels::kCuda, Kernels::kCpu}) {

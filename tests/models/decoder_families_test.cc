@@ -565,7 +565,9 @@ TEST(DecoderFamilies, OptHasOffsetPositionsAndGptStyleBlocks) {
   EXPECT_EQ(c.word_embed_proj_dim, 2048);
   EXPECT_DOUBLE_EQ(c.hidden_dropout, 0.1);
   c.num_layers = 1;
-  const Graph g = Build(c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager});
+  // transformers before 4.49 (Note [transformers versions]).
+  const TorchRuntime hf446{.transformers = {.major = 4, .minor = 46}};
+  const Graph g = Build(c, {.batch = 1, .seq_len = 16, .attention = AttentionImpl::kEager, .runtime = hf446});
   auto params = Params(g);
   EXPECT_EQ(params["model.decoder.embed_positions.weight"], (std::vector<int64_t>{2048 + 2, 2048}));
   EXPECT_EQ(params["model.decoder.embed_tokens.weight"], (std::vector<int64_t>{50272, 2048}));
@@ -591,12 +593,21 @@ TEST(DecoderFamilies, OptHasOffsetPositionsAndGptStyleBlocks) {
   for (const auto& [dtype, softmax_dtype, casts] : std::vector<std::tuple<DType, DType, int>>{
            {DType::kF16, DType::kF32, 1}, {DType::kBF16, DType::kBF16, 0}}) {
     const Graph h = Build(c, {.batch = 1, .seq_len = 16, .param_dtype = dtype, .compute_dtype = dtype,
-                              .attention = AttentionImpl::kEager});
+                              .attention = AttentionImpl::kEager, .runtime = hf446});
     const Op* softmax = FindOp(h, "model.decoder.layers.0.attn_core.softmax");
     ASSERT_NE(softmax, nullptr);
     EXPECT_EQ(h.tensor(softmax->outputs[0]).dtype, softmax_dtype) << DTypeName(dtype);
     EXPECT_EQ(CountOps(h, "model.decoder.layers.0.attn_core.probs_cast", "cast"), casts) << DTypeName(dtype);
   }
+  // From transformers 4.49 (the default) there is no clamp, and the softmax runs in f32 and is cast back in
+  // bf16 too, as Llama's.
+  const Graph now = Build(c, {.batch = 1, .seq_len = 16, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,
+                              .attention = AttentionImpl::kEager});
+  EXPECT_EQ(FindOp(now, "model.decoder.layers.0.attn_core.clamp"), nullptr);
+  const Op* softmax = FindOp(now, "model.decoder.layers.0.attn_core.softmax");
+  ASSERT_NE(softmax, nullptr);
+  EXPECT_EQ(now.tensor(softmax->outputs[0]).dtype, DType::kF32);
+  EXPECT_EQ(CountOps(now, "model.decoder.layers.0.attn_core.probs_cast", "cast"), 1);
   // Learned positions end at max_position_embeddings.
   absl::StatusOr<Graph> too_long = BuildModelGraph(c, {.batch = 1, .seq_len = 4096});
   ASSERT_FALSE(too_long.ok());
@@ -898,8 +909,9 @@ TEST(DecoderFamilies, BadGptjFieldsAreNamed) {
   EXPECT_EQ(defaults->max_position_embeddings, 2048);
 }
 
-// GPTBigCode (Note [GPTBigCode]): SantaCoder's multi-query c_attn; the eager attention folds the 16 query heads into
-// the rows of one matmul against the single key, saving a copy of the queries and c_attn's output, no repeated keys.
+// GPTBigCode (Note [GPTBigCode]): SantaCoder's multi-query c_attn; before transformers 4.54 the eager attention
+// folds the 16 query heads into the rows of one matmul against the single key, saving a copy of the queries and
+// c_attn's output, no repeated keys. From 4.54 it repeats the key (Note [transformers versions]).
 TEST(DecoderFamilies, GptBigCodeFoldsQueryHeadsAgainstOneKey) {
   ModelConfig c = Preset("santacoder");
   EXPECT_EQ(c.num_kv_heads, 1);
@@ -909,7 +921,8 @@ TEST(DecoderFamilies, GptBigCodeFoldsQueryHeadsAgainstOneKey) {
   EXPECT_TRUE(c.tie_word_embeddings && c.attention_softmax_f32 && c.qkv_bias && c.mlp_bias);
   EXPECT_DOUBLE_EQ(c.attention_dropout, 0.1);
   c.num_layers = 1;
-  const Graph g = Build(c, {.batch = 2, .seq_len = 16, .attention = AttentionImpl::kEager});
+  const TorchRuntime hf446{.transformers = {.major = 4, .minor = 46}};
+  const Graph g = Build(c, {.batch = 2, .seq_len = 16, .attention = AttentionImpl::kEager, .runtime = hf446});
   auto params = Params(g);
   EXPECT_EQ(params["transformer.h.0.attn.c_attn.weight"], (std::vector<int64_t>{2048 + 2 * 128, 2048}));
   EXPECT_EQ(params["transformer.h.0.attn.c_attn.bias"], std::vector<int64_t>{2048 + 2 * 128});
@@ -935,6 +948,17 @@ TEST(DecoderFamilies, GptBigCodeFoldsQueryHeadsAgainstOneKey) {
   }
   EXPECT_EQ(saved, (std::set<std::string>{"transformer.h.0.attn_core.q_fold.out", "transformer.h.0.attn.c_attn.out"}));
   EXPECT_EQ(CountOps(g, "transformer.h.0.attn_core.dropout", "dropout"), 1);
+  {
+    // transformers 4.54 on (the default): a copy of the queries against the key repeated for every head.
+    const Graph now = Build(c, {.batch = 2, .seq_len = 16, .attention = AttentionImpl::kEager});
+    const Op* now_qk = FindOp(now, "transformer.h.0.attn_core.qk");
+    ASSERT_NE(now_qk, nullptr);
+    std::set<std::string> now_saved;
+    for (TensorId t : now_qk->saved) now_saved.insert(now.tensor(t).name);
+    EXPECT_EQ(now_saved, (std::set<std::string>{"transformer.h.0.attn_core.q_fold.out",
+                                                "transformer.h.0.attn_core.repeat_k.out"}));
+    EXPECT_EQ(now.tensor(now_qk->outputs[0]).shape, (std::vector<int64_t>{2, 16, 16, 16}));
+  }
   EXPECT_EQ(CountOps(g, "loss.logits_float", "cast"), 0);
   // In bf16 the softmax runs in f32 and its probabilities are cast back.
   const Graph half = Build(c, {.batch = 2, .seq_len = 16, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,

@@ -436,10 +436,12 @@ def parameter_count(graph):
 class BuilderAgreesWithTraceTest(unittest.TestCase):
     """Op by op, through what autograd keeps: for each family that transformers can build, the traced graph's
     saved bytes per layer equal the builder's. The trace runs on the meta device, which takes PyTorch's
-    non-CUDA paths, so the builder is asked for the same (--kernels cpu) at the PyTorch version traced."""
+    non-CUDA paths, so the builder is asked for the same (--kernels cpu) at the PyTorch and transformers versions
+    traced."""
 
     def test_families(self):
         torch_version = ".".join(torch.__version__.split(".")[:2])
+        transformers_version = ".".join(transformers.__version__.split(".")[:2])
         batch, seq = 2, 32
         for family, config in TINY.items():
             with self.subTest(family=family), tempfile.TemporaryDirectory() as d:
@@ -455,6 +457,7 @@ class BuilderAgreesWithTraceTest(unittest.TestCase):
                 seq_args = [] if config["model_type"] == "vit" else ["--seq", str(seq)]
                 built = run_headroom("estimate", "--model", config_path, "--budget", "80GiB", "--precision", "fp32",
                                      "--attention", "eager", "--kernels", "cpu", "--torch", torch_version,
+                                     "--transformers", transformers_version,
                                      "--micro-batch", str(batch), *seq_args, "--no-search",
                                      "--graph-out", built_path)
                 self.assertEqual(built.returncode, 0, built.stderr)

@@ -137,12 +137,16 @@ def by_name(name):
     raise KeyError(name)
 
 
-def estimate_args(c, device, torch_version):
-    """The `headroom estimate` flags for configuration `c` run on `device` ("cpu" or "cuda") by PyTorch
-    `torch_version` (the model comes from the fixture's "model")."""
-    major_minor = ".".join(torch_version.split("+")[0].split(".")[:2])
-    args = ["--torch", major_minor, "--kernels", "cpu" if device == "cpu" else "cuda",
-            "--micro-batch", str(c["micro_batch"])]
+def estimate_args(c, device, versions):
+    """The `headroom estimate` flags for configuration `c` run on `device` ("cpu" or "cuda") by the fixture's
+    `versions` of PyTorch and transformers (the model comes from the fixture's "model")."""
+    def major_minor(version):
+        return ".".join(version.split("+")[0].split(".")[:2])
+
+    args = ["--torch", major_minor(versions["torch"]), "--kernels", "cpu" if device == "cpu" else "cuda"]
+    if c["model"]["source"] == "transformers":
+        args += ["--transformers", major_minor(versions["transformers"])]
+    args += ["--micro-batch", str(c["micro_batch"])]
     if c.get("seq"):
         args += ["--seq", str(c["seq"])]
     if c.get("inference"):

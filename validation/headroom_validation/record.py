@@ -142,7 +142,7 @@ def run_one(name, device_name, out_dir):
         **({"cpu": cpu_description()} if device.type == "cpu" else {}),
         "setup": {k: v for k, v in cfg.items() if k not in ("name", "description", "model")},
         "model": w.estimate_model,
-        "estimate_args": configs.estimate_args(cfg, device.type, torch.__version__),
+        "estimate_args": configs.estimate_args(cfg, device.type, versions()),
         "measured": measured,
         "trace": f"traces/{trace.name}",
         "notes": w.notes,
@@ -172,7 +172,7 @@ def main(argv=None):
             fixture = json.loads(path.read_text())
             device = "cpu" if fixture["device"] == "cpu" else "cuda"
             cfg = configs.by_name(fixture["name"])
-            fixture["estimate_args"] = configs.estimate_args(cfg, device, fixture["versions"]["torch"])
+            fixture["estimate_args"] = configs.estimate_args(cfg, device, fixture["versions"])
             if "parameters" not in fixture:
                 fixture["parameters"] = sum(p.numel() for p in workloads.build(cfg, torch.device("cpu")).model.parameters())
             fixture["peers"] = peers.peer_estimates(fixture, fixture["parameters"])
