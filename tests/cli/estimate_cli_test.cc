@@ -105,6 +105,36 @@ TEST(EstimateCli, EncoderDecodersTakeATargetSequence) {
   EXPECT_THAT(decoder.err, HasSubstr("--target-seq 16: gpt2 has no decoder of its own"));
 }
 
+// Whisper's encoder reads its 30 s of log-mel frames whatever the job says; --seq (or --target-seq) is the
+// decoder's tokens. Generating caches, in each of the 32 decoder blocks, 20 heads x 64 of keys and values in bf16
+// for the --context tokens (448: 28 blocks of 16) and for the 1500 encoder positions (94 blocks, 1504 tokens)
+// (Note [Encoder-decoder KV cache]).
+TEST(EstimateCli, WhisperDecodesTheJobsTokensAndCachesTheAudio) {
+  auto r = RunHeadroom({"estimate", "--model", "whisper-large-v3", "--gpu", "h100", "--seq", "128", "--no-search",
+                        "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["model"]["parameters"], 1'543'490'560u);
+  auto longer = RunHeadroom({"estimate", "--model", "whisper-large-v3", "--gpu", "h100", "--target-seq", "448",
+                             "--no-search", "--json"});
+  ASSERT_EQ(longer.exit_code, 0) << longer.err;
+  EXPECT_GT(nlohmann::json::parse(longer.out)["bytes"]["activations"].get<uint64_t>(),
+            doc["bytes"]["activations"].get<uint64_t>());
+  auto both = RunHeadroom({"estimate", "--model", "whisper-large-v3", "--gpu", "h100", "--seq", "128",
+                           "--target-seq", "64"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.err, HasSubstr("2 x max_source_positions (1500)"));
+  auto too_long = RunHeadroom({"estimate", "--model", "whisper-large-v3", "--gpu", "h100", "--seq", "449"});
+  EXPECT_EQ(too_long.exit_code, 2);
+  EXPECT_THAT(too_long.err, HasSubstr("max_target_positions (448)"));
+  auto serve = RunHeadroom({"estimate", "--model", "whisper-large-v3", "--inference", "--context", "448", "--seq",
+                            "4", "--micro-batch", "2", "--kv-dtype", "bf16", "--kv-block-size", "16", "--gpu", "h100",
+                            "--no-search", "--json"});
+  ASSERT_EQ(serve.exit_code, 0) << serve.err;
+  EXPECT_EQ(nlohmann::json::parse(serve.out)["bytes"]["kv_cache"].get<uint64_t>(),
+            2ull * 32 * (448 + 1504) * (2 * 20 * 64 * 2));
+}
+
 TEST(EstimateCli, LoraFitsWithLimits) {
   auto r = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "h100", "--lora-rank", "16"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
