@@ -55,10 +55,10 @@ TEST(ParseHfConfig, ErrorsNameTheField) {
                   .status()
                   .message(),
               HasSubstr("c.json: hidden_size"));
-  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["WhisperForConditionalGeneration"]})", "whisper.json")
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["MambaForCausalLM"]})", "mamba.json")
                   .status()
                   .message(),
-              HasSubstr("unsupported architecture 'WhisperForConditionalGeneration'"));
+              HasSubstr("unsupported architecture 'MambaForCausalLM'"));
   EXPECT_THAT(ParseHfConfig(R"({"vocab_size": 10})", "x.json").status().message(),
               HasSubstr("'architectures' (or 'model_type') is required"));
   EXPECT_THAT(ParseHfConfig(R"({"architectures": ["GPT2LMHeadModel"], "vocab_size": 10,
