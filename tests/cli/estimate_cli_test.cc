@@ -322,12 +322,12 @@ void ExpectEachRefused(const std::vector<std::string>& prefix, const std::vector
 
 TEST(EstimateCli, BadInputExitsTwoNamingTheField) {
   const std::string bad_arch = WriteTempFile(
-      "bad_arch.json", R"({"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper"})");
+      "bad_arch.json", R"({"architectures": ["MambaForCausalLM"], "model_type": "mamba"})");
   const std::string malformed = WriteTempFile("malformed.json", R"({"architectures": ["LlamaForCausalLM"], )");
   const std::string incomplete = WriteTempFile(
       "incomplete.json", R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000})");
   const std::vector<BadInput> cases = {
-      {{"--model", bad_arch, "--gpu", "h100"}, "WhisperForConditionalGeneration"},
+      {{"--model", bad_arch, "--gpu", "h100"}, "MambaForCausalLM"},
       {{"--model", malformed, "--gpu", "h100"}, "malformed.json"},
       {{"--model", incomplete, "--gpu", "h100"}, "hidden_size"},
       {{"--model", "llama-3-8b", "--gpu", "h100", "--gpus", "3", "--tp", "3"}, "num_attention_heads"},
