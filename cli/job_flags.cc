@@ -100,8 +100,11 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--optimizer-impl", f.optimizer_impl, "foreach (PyTorch default), for-loop or fused");
   app.add_option("--ema", f.ema, "An EMA copy of the trainable weights: none (default), gpu or cpu (host memory)");
   app.add_option("--micro-batch,--batch", f.micro_batch, "Samples per GPU per forward/backward (default 1)");
-  app.add_option("--seq", f.seq, "Sequence length (default: the model's maximum, at most 4096)");
-  app.add_option("--target-seq", f.target_seq, "Encoder-decoders (T5, BART): the decoder's tokens (default: --seq)");
+  app.add_option("--seq", f.seq,
+                 "Sequence length (default: the model's maximum, at most 4096); Whisper: the decoder's tokens, its "
+                 "encoder always reads the config's 30 s of log-mel frames");
+  app.add_option("--target-seq", f.target_seq,
+                 "Encoder-decoders (T5, BART, Whisper): the decoder's tokens (default: --seq)");
   app.add_option("--grad-accum", f.grad_accum, "Micro-batches per optimizer step (default 1)");
   app.add_option("--attention", f.attention, "flash (default) or eager");
   app.add_option("--checkpoint", f.checkpoint, "Activation checkpointing: none, full, every-k, selective, sqrt-n");

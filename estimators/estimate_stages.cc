@@ -72,6 +72,21 @@ absl::Status CheckActivationSizes(const ModelConfig& c, const JobSpec& job, int6
     return CheckActivation(batch, batch_named, 64 * pixels,
                            absl::StrFormat("64 channels x %d x %d pixels", c.image_size, c.image_size));
   }
+  if (c.model_type == "whisper") {
+    // The audio encoder's widest activations: its first convolution's output over every frame, and eager
+    // attention's scores over the encoder's positions.
+    const uint64_t frames = SaturatingMul(batch, 2 * static_cast<uint64_t>(c.source_positions));
+    const std::string frames_named = absl::StrFormat("%s x 2 x max_source_positions %d", batch_named,
+                                                     c.source_positions);
+    HEADROOM_RETURN_IF_ERROR(CheckActivation(frames, frames_named, static_cast<uint64_t>(c.hidden_size),
+                                             absl::StrFormat("d_model %d", c.hidden_size)));
+    if (job.attention == AttentionImpl::kEager) {
+      HEADROOM_RETURN_IF_ERROR(CheckActivation(
+          frames, frames_named, SaturatingMul(static_cast<uint64_t>(c.num_heads), c.source_positions),
+          absl::StrFormat("encoder_attention_heads %d x max_source_positions %d (eager attention scores)",
+                          c.num_heads, c.source_positions)));
+    }
+  }
   if (c.family == ModelFamily::kContrastive) {
     HEADROOM_RETURN_IF_ERROR(CheckActivationSizes(c.text_tower(), job, seq_len));
     return CheckActivationSizes(c.vision_tower(), job, c.vision_tower().image_tokens());
@@ -190,6 +205,13 @@ absl::Status CheckJobAgainstModel(const LoadedModel& model, const JobSpec& job) 
           "expert_parallel %d does not divide num_local_experts (%d): every rank must hold the same number of experts",
           layout.expert_parallel, c.num_experts));
     }
+  }
+  if (c.model_type == "whisper" && job.seq_len > 0 && job.target_seq_len > 0 && job.seq_len != job.target_seq_len) {
+    // Note [Whisper] in models/builders.cc: the encoder's frames are fixed, so both name the decoder's tokens.
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "seq_len %d and target_seq_len %d: %s's encoder always reads 2 x max_source_positions (%d) = %d log-mel "
+        "frames; both name its decoder's tokens, so give one (or equal values)",
+        job.seq_len, job.target_seq_len, c.architecture, c.source_positions, 2 * c.source_positions));
   }
   const int64_t seq_len = ResolveSeqLen(model, job);
   if (c.family == ModelFamily::kVision && job.seq_len > 0 && job.seq_len != seq_len) {

@@ -388,13 +388,17 @@ absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& jo
   const int64_t seq_step = std::lcm(kSeqStep, t);
   const int64_t longest_probed = t > 1 ? max_pos / seq_step * seq_step : max_pos;
   if (longest_probed < 1) return out;
+  // Whisper's sequence is its decoder's tokens, however the job named them (Note [Whisper] in models/builders.cc).
+  const bool whisper = model.config->model_type == "whisper";
   probe = job;
   probe.seq_len = std::min<int64_t>(seq_step, longest_probed);
+  if (whisper) probe.target_seq_len = 0;
   HEADROOM_ASSIGN_OR_RETURN(bool short_fits, Fits(model, probe, machine));
   if (!short_fits) return out;
   HEADROOM_ASSIGN_OR_RETURN(auto longest, Largest(probe.seq_len, longest_probed, seq_step, [&](int64_t s) {
                               JobSpec j = job;
                               j.seq_len = s;
+                              if (whisper) j.target_seq_len = 0;
                               return Fits(model, j, machine);
                             }));
   out.max_seq_len = longest.first;

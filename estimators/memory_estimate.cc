@@ -20,13 +20,22 @@
 namespace headroom {
 namespace {
 
-// KV cache for inference of decoders; 0 otherwise.
+// Note [Encoder-decoder KV cache]
+// Generating from an encoder-decoder (T5, BART, Whisper) caches, in every decoder block, the keys and values
+// of its self-attention over the tokens generated so far (`context`) and those of its cross-attention over
+// the encoder's output, which are computed once from it and reused at every step (transformers'
+// EncoderDecoderCache: a self_attention_cache and a cross_attention_cache; vLLM's encoder-decoder runner
+// likewise keeps a cross-attention block table per sequence). The encoder's tokens are seq_len, or for Whisper
+// its max_source_positions (1500) audio positions whatever the text (Note [Whisper] in models/builders.cc).
+// Both caches take the same dtype and paging.
+
+// KV cache for inference of decoders and encoder-decoders; 0 otherwise.
 absl::StatusOr<uint64_t> KvCacheFor(const LoadedModel& model, const JobSpec& job, const EstimateSetup& setup) {
-  if (job.training || job.context <= 0 || !model.config || model.config->family != ModelFamily::kDecoder) {
-    return 0;
-  }
+  if (job.training || job.context <= 0 || !model.config) return 0;
   const ModelConfig& c = *model.config;
-  KvCacheOptions kv{.num_layers = c.num_layers,
+  const bool encoder_decoder = c.family == ModelFamily::kEncoderDecoder;
+  if (c.family != ModelFamily::kDecoder && !encoder_decoder) return 0;
+  KvCacheOptions kv{.num_layers = encoder_decoder ? c.decoder_layers : c.num_layers,
                     .num_kv_heads = std::max<int64_t>(1, c.num_kv_heads / job.layout.tensor_parallel),
                     .head_dim = c.head_dim,
                     .dtype = job.kv_dtype.value_or(setup.precision.compute_dtype),
@@ -37,7 +46,12 @@ absl::StatusOr<uint64_t> KvCacheFor(const LoadedModel& model, const JobSpec& job
   for (int64_t layer = 0; layer < c.num_layers; ++layer) kv.sliding_layers += c.is_sliding_layer(layer) ? 1 : 0;
   kv.sliding_window = kv.sliding_layers > 0 ? c.sliding_window : 0;
   HEADROOM_RETURN_IF_ERROR(ValidateKvCache(kv));
-  return KvCacheBytes(kv);
+  if (!encoder_decoder) return KvCacheBytes(kv);
+  // Note [Encoder-decoder KV cache].
+  KvCacheOptions cross = kv;
+  cross.context_tokens = c.model_type == "whisper" ? c.source_positions : std::max<int64_t>(1, setup.seq_len);
+  HEADROOM_RETURN_IF_ERROR(ValidateKvCache(cross));
+  return KvCacheBytes(kv) + KvCacheBytes(cross);  // each at most 2^50 (Note [KV cache bound])
 }
 
 // Note [Checked totals]
@@ -174,7 +188,10 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
   // Note [Allocator replay]: resident state, the step, the optimizer's temporaries.
   const ResidentExtras extras{
       .kv_cache = kv_cache,
-      .kv_cache_layers = model.config ? static_cast<int>(model.config->num_layers) : 1,
+      .kv_cache_layers = !model.config ? 1
+                         : model.config->family == ModelFamily::kEncoderDecoder
+                             ? static_cast<int>(model.config->decoder_layers)
+                             : static_cast<int>(model.config->num_layers),
       .cublas_workspace = machine.gpu != nullptr ? machine.gpu->cublas_workspace_bytes : 0,
       .streams = job.overheads.streams};
   const std::vector<ResidentBlock> resident = ResidentBlocks(*stage_forward, stage.states, job, setup, extras);

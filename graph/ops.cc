@@ -557,6 +557,27 @@ TensorId OpEmitter::FlashAttention(const std::string& name, TensorId q, TensorId
   return out;
 }
 
+TensorId OpEmitter::Conv1d(const std::string& name, TensorId x, TensorId weight, TensorId bias,
+                           int64_t stride, int64_t padding) {
+  x = ToCompute(name + ".input_cast", x);
+  weight = ToCompute(name + ".weight_cast", weight);
+  bias = ToCompute(name + ".bias_cast", bias);
+  const Tensor xt = graph_.tensor(x);
+  const Tensor wt = graph_.tensor(weight);
+  const int64_t n = xt.shape[0], length = xt.shape[2];
+  const int64_t out_c = wt.shape[0], in_c = wt.shape[1], k = wt.shape[2];
+  const int64_t out_length = (length + 2 * padding - k) / stride + 1;
+  TensorId y = NewTensor(name + ".out", {n, out_c, out_length}, xt.dtype);
+  Op op{.kind = "conv1d", .name = name, .inputs = {x, weight}, .outputs = {y},
+        .flops = 2.0 * static_cast<double>(n * out_c * out_length) * static_cast<double>(in_c * k),
+        .compute_dtype = xt.dtype};
+  if (bias != kNone) op.inputs.push_back(bias);
+  if (RequiresGrad(weight)) op.saved.push_back(x);
+  if (RequiresGrad(x)) op.saved.push_back(weight);
+  Emit(std::move(op), RequiresGrad(x) || RequiresGrad(weight) || RequiresGrad(bias));
+  return y;
+}
+
 TensorId OpEmitter::Conv2d(const std::string& name, TensorId x, TensorId weight, TensorId bias,
                            int64_t stride, int64_t padding) {
   x = ToCompute(name + ".input_cast", x);

@@ -52,7 +52,7 @@
 //   rotary         (x, cos, sin) -> y                   saves nothing (cos/sin are buffers)
 //   sdpa_flash     (q, k, v) -> (out, logsumexp f32)    saves q, k, v, out, logsumexp
 //                  (dropout inside the kernel keeps only an RNG seed)
-//   conv2d         (x, weight[, bias]) -> y             saves x (if weight requires grad), weight
+//   conv1d, conv2d (x, weight[, bias]) -> y             saves x (if weight requires grad), weight
 //   max_pool2d     (x) -> (y, indices i64)              saves x, indices
 //   adaptive_avg_pool2d (x) -> y                        saves x
 //   repeat_kv      (x [b, kv, s, d]) -> [b, heads, s, d] copy (HF eager GQA)  saves nothing
@@ -198,6 +198,9 @@ class OpEmitter {
   // q [b, heads, s, d], k/v [b, kv_heads, s, d] -> out [b, heads, s, d].
   TensorId FlashAttention(const std::string& name, TensorId q, TensorId k, TensorId v,
                           bool causal);
+  // x [n, c, l], weight [out, c, k] (nn.Conv1d; Whisper's audio front end).
+  TensorId Conv1d(const std::string& name, TensorId x, TensorId weight, TensorId bias, int64_t stride,
+                  int64_t padding);
   // x [n, c, h, w], weight [out, c/groups, kh, kw].
   TensorId Conv2d(const std::string& name, TensorId x, TensorId weight, TensorId bias,
                   int64_t stride, int64_t padding);

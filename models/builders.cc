@@ -129,7 +129,9 @@ class Builder {
   TensorId T5PositionBias(const std::string& module, int64_t q, int64_t k, TensorId mask, bool buckets);
   TensorId T5FeedForward(const std::string& prefix, TensorId x);
   absl::Status BuildBart();
-  // One BART attention module (Note [BART]): q from x, k and v from `kv_source`, `mask` added to the scores.
+  absl::Status BuildWhisper();
+  // One BART or Whisper attention module (Note [BART], Note [Whisper]): q from x, k and v from `kv_source`,
+  // `mask` added to the scores (none when kNone).
   TensorId BartAttention(const std::string& module, TensorId x, TensorId kv_source, TensorId mask, bool causal);
   absl::Status BuildVision();
   absl::Status BuildContrastive();
@@ -227,7 +229,9 @@ absl::Status Builder::CheckOptions() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("seq_len must be positive, got %d", o_.seq_len));
   }
-  if (transformer && c_.positions == PositionKind::kLearned &&
+  // Whisper's decoder reads target_seq_len tokens when it is set, seq_len otherwise (Note [Whisper]).
+  const bool seq_unused = c_.model_type == "whisper" && o_.target_seq_len > 0;
+  if (transformer && c_.positions == PositionKind::kLearned && !seq_unused &&
       o_.seq_len > c_.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "seq_len %d exceeds the model's %s (%d): its learned position embeddings end there",
@@ -1429,7 +1433,8 @@ TensorId Builder::BartAttention(const std::string& module, TensorId x, TensorId 
   const int64_t q_len = g_.tensor(x).shape[1], k_len = g_.tensor(kv_source).shape[1];
   TensorId q = e_.Scale(module + ".q_scale", Proj(module + ".q_proj", x, h, h, true, Parallel::kColumn));
   q = e_.View(module + ".q_heads", q, {b, heads, q_len, d});
-  TensorId k = e_.View(module + ".k_heads", Proj(module + ".k_proj", kv_source, h, h, true, Parallel::kColumn),
+  const bool k_bias = c_.model_type != "whisper";  // Note [Whisper]
+  TensorId k = e_.View(module + ".k_heads", Proj(module + ".k_proj", kv_source, h, h, k_bias, Parallel::kColumn),
                        {b, heads, k_len, d});
   TensorId v = e_.View(module + ".v_heads", Proj(module + ".v_proj", kv_source, h, h, true, Parallel::kColumn),
                        {b, heads, k_len, d});
@@ -1438,7 +1443,8 @@ TensorId Builder::BartAttention(const std::string& module, TensorId x, TensorId 
     context = e_.FlashAttention(module + ".sdpa", q, k, v, causal);
   } else {
     e_.set_attention_core(true);
-    TensorId scores = e_.Add(module + ".add_mask", e_.MatMul(module + ".qk", q, k, /*b_transposed=*/true), mask);
+    TensorId scores = e_.MatMul(module + ".qk", q, k, /*b_transposed=*/true);
+    if (mask != kNone) scores = e_.Add(module + ".add_mask", scores, mask);
     TensorId probs = e_.Dropout(module + ".dropout", e_.Softmax(module + ".softmax", scores), c_.attention_dropout);
     context = e_.MatMul(module + ".pv", probs, v);
     e_.set_attention_core(false);
@@ -1512,6 +1518,98 @@ absl::Status Builder::BuildBart() {
   TensorId logits = Proj("lm_head", decoded, h, vocab, false, Parallel::kColumn, false, kNone,
                          c_.tie_word_embeddings ? shared : kNone);
   logits = e_.Add("final_logits_bias", logits, e_.Buffer("final_logits_bias", {1, vocab}, g_.tensor(logits).dtype));
+  if (o_.training) Loss(logits, b * t, vocab);
+  return absl::OkStatus();
+}
+
+// Note [Whisper]
+// WhisperForConditionalGeneration (transformers 4.46's modeling_whisper.py; Radford et al. 2022) is BART's
+// attention and feed-forward in pre-norm blocks, under an audio encoder:
+//  - the encoder reads log-mel frames [b, num_mel_bins, 2 x max_source_positions] (3000 frames, 30 s of audio
+//    for every released checkpoint; WhisperEncoder refuses any other length, shorter audio is padded), through
+//    conv1 (kernel 3, padding 1), GELU, conv2 (kernel 3, stride 2, padding 1), GELU, a permute to
+//    [b, max_source_positions, d_model], plus embed_positions.weight (sinusoids, frozen: requires_grad_(False),
+//    so counted as a parameter but given no gradient or optimizer state), dropout;
+//  - the decoder embeds its tokens (no embedding scale: WhisperConfig's scale_embedding is never applied) plus
+//    learned positions indexed by position (max_target_positions rows), dropout;
+//  - each block: x + dropout(attention(LayerNorm(x))), for the decoder then x + dropout(encoder_attn(LayerNorm(x)))
+//    over the encoder's output, then x + dropout(fc2(dropout(act(fc1(LayerNorm(x)))))); each stack ends in a
+//    layer_norm;
+//  - attention is BART's (q scaled by head_dim^-0.5, softmax, attention_dropout) except that k_proj has no bias;
+//    eager attention adds no mask to the encoder's or the cross-attention's scores (Whisper masks no frames), and
+//    the decoder's causal mask is one [t, t + 1] tensor expanded over the batch;
+//  - proj_out is tied to the decoder's embed_tokens; the loss is cross-entropy over the decoder's logits.
+// So the encoder's length is fixed by the config, and the decoder's tokens (target_seq_len, or seq_len when not
+// set) are what a job chooses, at most max_target_positions (448). Blocks are numbered encoder first, as BART's.
+absl::Status Builder::BuildWhisper() {
+  const int64_t b = o_.batch, t = o_.target_seq_len > 0 ? o_.target_seq_len : o_.seq_len;
+  const int64_t h = c_.hidden_size, vocab = c_.vocab_size, frames = 2 * c_.source_positions;
+  if (t > c_.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "target_seq_len %d exceeds the model's max_target_positions (%d): its learned position embeddings end there",
+        t, c_.max_position_embeddings));
+  }
+  const DType act_dtype = e_.options().autocast ? o_.param_dtype : o_.compute_dtype;
+  auto block_end = [&](const std::string& p, TensorId x) {
+    TensorId hidden = Activation(p + "activation_fn", Proj(p + "fc1", LayerNormModule(p + "final_layer_norm", x), h,
+                                                          c_.intermediate_size, true, Parallel::kColumn));
+    hidden = e_.Dropout(p + "activation_dropout", hidden, c_.activation_dropout);
+    TensorId mlp = Proj(p + "fc2", hidden, c_.intermediate_size, h, true, Parallel::kRow);
+    return e_.Add(p + "mlp_residual", x, e_.Dropout(p + "mlp_dropout", mlp, c_.hidden_dropout));
+  };
+  // The encoder.
+  e_.set_layer(-1);
+  const std::string enc = "model.encoder.";
+  TensorId x = e_.Input("input_features", {b, c_.num_mel_bins, frames}, act_dtype);
+  x = e_.Conv1d(enc + "conv1", x, Param(enc + "conv1.weight", {h, c_.num_mel_bins, 3}), Param(enc + "conv1.bias", {h}),
+                /*stride=*/1, /*padding=*/1);
+  x = e_.Activation(enc + "conv1_gelu", ActivationKind::kGelu, x);
+  x = e_.Conv1d(enc + "conv2", x, Param(enc + "conv2.weight", {h, h, 3}), Param(enc + "conv2.bias", {h}),
+                /*stride=*/2, /*padding=*/1);
+  x = e_.Activation(enc + "conv2_gelu", ActivationKind::kGelu, x);
+  x = e_.View(enc + "permute", x, {b, c_.source_positions, h});
+  TensorId positions = e_.Parameter(enc + "embed_positions.weight", {c_.source_positions, h}, o_.param_dtype,
+                                    /*trainable=*/false);
+  x = e_.Dropout(enc + "dropout", e_.Add(enc + "add_positions", x, positions), c_.hidden_dropout);
+  for (int64_t i = 0; i < c_.num_layers; ++i) {
+    e_.set_layer(static_cast<int>(i));
+    const std::string p = absl::StrFormat("%slayers.%d.", enc, i);
+    TensorId normed = LayerNormModule(p + "self_attn_layer_norm", x);
+    TensorId attn = BartAttention(p + "self_attn", normed, normed, kNone, false);
+    x = block_end(p, e_.Add(p + "attn_residual", x, e_.Dropout(p + "attn_dropout", attn, c_.hidden_dropout)));
+    HEADROOM_RETURN_IF_ERROR(CheckGraphSize(i));
+  }
+  e_.set_layer(-1);
+  TensorId encoded = LayerNormModule(enc + "layer_norm", x);
+  // The decoder.
+  const std::string dec = "model.decoder.";
+  TensorId embed = Param(dec + "embed_tokens.weight", {vocab, h});
+  TensorId ids = e_.Input("decoder_input_ids", {b, t}, DType::kI64);
+  TensorId position_ids = e_.Input(dec + "position_ids", {1, t}, DType::kI64);
+  TensorId table = Param(dec + "embed_positions.weight", {c_.max_position_embeddings, h});
+  x = e_.Add(dec + "add_positions", e_.Embedding(dec + "embed_tokens", ids, embed),
+             e_.Embedding(dec + "embed_positions", position_ids, table));
+  x = e_.Dropout(dec + "dropout", x, c_.hidden_dropout);
+  TensorId causal = kNone;
+  if (o_.attention != AttentionImpl::kFlash) {
+    causal = e_.View(dec + "causal_mask_view", e_.Zeros(dec + "causal_mask", {t, t + 1}, act_dtype), {1, 1, t, t});
+  }
+  for (int64_t i = 0; i < c_.decoder_layers; ++i) {
+    const int64_t layer = c_.num_layers + i;
+    e_.set_layer(static_cast<int>(layer));
+    const std::string p = absl::StrFormat("%slayers.%d.", dec, i);
+    TensorId normed = LayerNormModule(p + "self_attn_layer_norm", x);
+    TensorId attn = BartAttention(p + "self_attn", normed, normed, causal, true);
+    x = e_.Add(p + "attn_residual", x, e_.Dropout(p + "attn_dropout", attn, c_.hidden_dropout));
+    normed = LayerNormModule(p + "encoder_attn_layer_norm", x);
+    TensorId cross = BartAttention(p + "encoder_attn", normed, encoded, kNone, false);
+    x = block_end(p, e_.Add(p + "cross_residual", x, e_.Dropout(p + "cross_dropout", cross, c_.hidden_dropout)));
+    HEADROOM_RETURN_IF_ERROR(CheckGraphSize(layer));
+  }
+  e_.set_layer(-1);
+  TensorId decoded = LayerNormModule(dec + "layer_norm", x);
+  TensorId logits = Proj("proj_out", decoded, h, vocab, false, Parallel::kColumn, false, kNone,
+                         c_.tie_word_embeddings ? embed : kNone);
   if (o_.training) Loss(logits, b * t, vocab);
   return absl::OkStatus();
 }
@@ -1864,7 +1962,9 @@ absl::Status Builder::Build() {
     case ModelFamily::kDecoder: HEADROOM_RETURN_IF_ERROR(BuildDecoder()); break;
     case ModelFamily::kEncoder: HEADROOM_RETURN_IF_ERROR(BuildEncoder()); break;
     case ModelFamily::kEncoderDecoder:
-      HEADROOM_RETURN_IF_ERROR(c_.model_type == "t5" ? BuildT5() : BuildBart());
+      HEADROOM_RETURN_IF_ERROR(c_.model_type == "t5"        ? BuildT5()
+                               : c_.model_type == "whisper" ? BuildWhisper()
+                                                            : BuildBart());
       break;
     case ModelFamily::kVision: HEADROOM_RETURN_IF_ERROR(BuildVision()); break;
     case ModelFamily::kContrastive: HEADROOM_RETURN_IF_ERROR(BuildContrastive()); break;

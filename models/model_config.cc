@@ -153,6 +153,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
      EncoderHead::kSequenceClassification},
     {"T5ForConditionalGeneration", "t5", ModelFamily::kEncoderDecoder},
     {"BartForConditionalGeneration", "bart", ModelFamily::kEncoderDecoder},
+    {"WhisperForConditionalGeneration", "whisper", ModelFamily::kEncoderDecoder},
     {"DeepseekV2ForCausalLM", "deepseek_v2", ModelFamily::kDecoder},
     {"DeepseekV3ForCausalLM", "deepseek_v3", ModelFamily::kDecoder},
     {"ViTModel", "vit", ModelFamily::kVision, EncoderHead::kBodyOnly},
@@ -177,6 +178,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"bert", "BertModel"},           {"roberta", "RobertaModel"},
     {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
     {"t5", "T5ForConditionalGeneration"},   {"bart", "BartForConditionalGeneration"},
+    {"whisper", "WhisperForConditionalGeneration"},
     {"vit", "ViTModel"},             {"clip", "CLIPModel"},
     {"siglip", "SiglipModel"},       {"mlp", "MlpChain"},
 };
@@ -369,6 +371,25 @@ absl::Status ParseBart(const json& doc, const JsonPath& path, ModelConfig& c) {
   c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;
   c.norm = NormKind::kLayerNorm;
   c.positions = PositionKind::kLearned;
+  return absl::OkStatus();
+}
+
+// WhisperForConditionalGeneration (Note [Whisper] in builders.cc): BART's key names for the two stacks (whose
+// heads and feed-forward sizes must agree, as every Whisper checkpoint's do), the audio front end's num_mel_bins
+// and max_source_positions, and the decoder's max_target_positions (WhisperConfig's defaults when absent: 80,
+// 1500, 448; dropout 0). The sinusoidal table the encoder is initialized from needs an even d_model.
+absl::Status ParseWhisper(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseBart(doc, path, c));
+  if (c.hidden_size % 2 != 0) {
+    return (path / "d_model").Error(absl::StrFormat("%d is odd; the encoder's sinusoidal positions need it even",
+                                                    c.hidden_size));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.num_mel_bins, OptionalPositiveInt(doc, "num_mel_bins", path, 80));
+  HEADROOM_ASSIGN_OR_RETURN(c.source_positions, OptionalPositiveInt(doc, "max_source_positions", path, 1500));
+  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, OptionalPositiveInt(doc, "max_target_positions", path, 448));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "dropout", path, 0.0));
+  c.embedding_dropout = c.hidden_dropout;
+  c.embedding_scaled = false;  // WhisperConfig reads scale_embedding, but neither stack's forward applies it
   return absl::OkStatus();
 }
 
@@ -893,6 +914,9 @@ absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, hidden, c.hidden_size, "shared_expert_intermediate_size",
                                        c.shared_expert_intermediate_size));
   HEADROOM_RETURN_IF_ERROR(CheckWeight(path, fields.positions, c.max_position_embeddings, hidden, c.hidden_size));
+  // Whisper's encoder: its position table and its first convolution's [d_model, num_mel_bins, 3] weight.
+  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "max_source_positions", c.source_positions, hidden, c.hidden_size));
+  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "num_mel_bins x 3", c.num_mel_bins * 3, hidden, c.hidden_size));
   // T5's position bias table: a row of heads per relative-position bucket.
   HEADROOM_RETURN_IF_ERROR(
       CheckWeight(path, "relative_attention_num_buckets", c.relative_buckets, fields.heads, c.num_heads));
@@ -1151,9 +1175,10 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& c) {
     return {.hidden = "d_model", .layers = "num_layers", .heads = "num_heads", .kv_heads = "num_heads",
             .intermediate = "d_ff", .positions = "n_positions"};
   }
-  if (type == "bart") {
+  if (type == "bart" || type == "whisper") {
     return {.hidden = "d_model", .layers = "encoder_layers", .heads = "encoder_attention_heads",
-            .kv_heads = "encoder_attention_heads", .intermediate = "encoder_ffn_dim"};
+            .kv_heads = "encoder_attention_heads", .intermediate = "encoder_ffn_dim",
+            .positions = type == "whisper" ? "max_target_positions" : "max_position_embeddings"};
   }
   if (c.family == ModelFamily::kContrastive) {
     return {.layers = "text_config.num_hidden_layers + vision_config.num_hidden_layers"};
@@ -1224,6 +1249,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
     HEADROOM_RETURN_IF_ERROR(ParseT5(doc, path, c));
   } else if (type == "bart") {
     HEADROOM_RETURN_IF_ERROR(ParseBart(doc, path, c));
+  } else if (type == "whisper") {
+    HEADROOM_RETURN_IF_ERROR(ParseWhisper(doc, path, c));
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
     HEADROOM_RETURN_IF_ERROR(ParseDeepseek(doc, path, c));
   } else if (type == "gpt2") {

@@ -57,7 +57,7 @@ enum class ModelFamily : uint8_t {
   kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
              // Falcon, GPT-J, GPTBigCode, Bloom, Mixtral
   kEncoder,  // BERT, RoBERTa
-  kEncoderDecoder,  // T5, Flan-T5, BART
+  kEncoderDecoder,  // T5, Flan-T5, BART, Whisper
   kVision,   // ViT: a transformer over image patches (Note [Vision transformers] in builders.cc)
   kContrastive,  // CLIP, SigLIP: a text and a vision tower trained on image-text pairs (`towers`)
   kCnn,      // torchvision resnet50, vgg16
@@ -169,10 +169,15 @@ struct ModelConfig {
   bool shared_expert_gated = true;  // Qwen2-MoE gates its shared expert by a sigmoid; DeepSeek does not
   bool router_bias = false;         // DeepSeek-V3 (noaux_tc): e_score_correction_bias, one per expert
 
-  // --- encoder-decoders (T5, BART; Note [T5] and Note [BART] in builders.cc) ---
+  // --- encoder-decoders (T5, BART, Whisper; Note [T5], Note [BART] and Note [Whisper] in builders.cc) ---
   int64_t decoder_layers = 0;     // blocks in the decoder; num_layers counts the encoder's
   int64_t relative_buckets = 0;   // relative_attention_num_buckets of the first block's position bias
-  double activation_dropout = 0;  // BART: dropout after the feed-forward's activation
+  double activation_dropout = 0;  // BART, Whisper: dropout after the feed-forward's activation
+  // Whisper's audio encoder: num_mel_bins log-mel channels in, 2 x source_positions frames (30 s of audio),
+  // source_positions (max_source_positions) encoder tokens after its stride-2 convolution. The decoder's
+  // learned positions (max_target_positions) are max_position_embeddings.
+  int64_t num_mel_bins = 0;
+  int64_t source_positions = 0;
 
   // --- CNNs (torchvision) and vision transformers: square images of image_size pixels ---
   int64_t image_size = 224;
@@ -237,6 +242,7 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& config);
 // Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
 // OPTForCausalLM, FalconForCausalLM, GPTJForCausalLM, GPTBigCodeForCausalLM, BloomForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
+// T5ForConditionalGeneration, BartForConditionalGeneration, WhisperForConditionalGeneration,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, ViTModel,
 // ViTForImageClassification, CLIPModel, SiglipModel, MlpChain, and the

@@ -112,6 +112,36 @@ TEST(EstimateCli, EncoderDecodersTakeATargetSequence) {
   EXPECT_THAT(decoder.err, HasSubstr("--target-seq 16: gpt2 has no decoder of its own"));
 }
 
+// Whisper's encoder reads its 30 s of log-mel frames whatever the job says; --seq (or --target-seq) is the
+// decoder's tokens. Generating caches, in each of the 32 decoder blocks, 20 heads x 64 of keys and values in bf16
+// for the --context tokens (448: 28 blocks of 16) and for the 1500 encoder positions (94 blocks, 1504 tokens)
+// (Note [Encoder-decoder KV cache]).
+TEST(EstimateCli, WhisperDecodesTheJobsTokensAndCachesTheAudio) {
+  auto r = RunHeadroom({"estimate", "--model", "whisper-large-v3", "--gpu", "h100", "--seq", "128", "--no-search",
+                        "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["model"]["parameters"], 1'543'490'560u);
+  auto longer = RunHeadroom({"estimate", "--model", "whisper-large-v3", "--gpu", "h100", "--target-seq", "448",
+                             "--no-search", "--json"});
+  ASSERT_EQ(longer.exit_code, 0) << longer.err;
+  EXPECT_GT(nlohmann::json::parse(longer.out)["bytes"]["activations"].get<uint64_t>(),
+            doc["bytes"]["activations"].get<uint64_t>());
+  auto both = RunHeadroom({"estimate", "--model", "whisper-large-v3", "--gpu", "h100", "--seq", "128",
+                           "--target-seq", "64"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.err, HasSubstr("2 x max_source_positions (1500)"));
+  auto too_long = RunHeadroom({"estimate", "--model", "whisper-large-v3", "--gpu", "h100", "--seq", "449"});
+  EXPECT_EQ(too_long.exit_code, 2);
+  EXPECT_THAT(too_long.err, HasSubstr("max_target_positions (448)"));
+  auto serve = RunHeadroom({"estimate", "--model", "whisper-large-v3", "--inference", "--context", "448", "--seq",
+                            "4", "--micro-batch", "2", "--kv-dtype", "bf16", "--kv-block-size", "16", "--gpu", "h100",
+                            "--no-search", "--json"});
+  ASSERT_EQ(serve.exit_code, 0) << serve.err;
+  EXPECT_EQ(nlohmann::json::parse(serve.out)["bytes"]["kv_cache"].get<uint64_t>(),
+            2ull * 32 * (448 + 1504) * (2 * 20 * 64 * 2));
+}
+
 TEST(EstimateCli, LoraFitsWithLimits) {
   auto r = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "h100", "--lora-rank", "16"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -299,12 +329,12 @@ void ExpectEachRefused(const std::vector<std::string>& prefix, const std::vector
 
 TEST(EstimateCli, BadInputExitsTwoNamingTheField) {
   const std::string bad_arch = WriteTempFile(
-      "bad_arch.json", R"({"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper"})");
+      "bad_arch.json", R"({"architectures": ["MambaForCausalLM"], "model_type": "mamba"})");
   const std::string malformed = WriteTempFile("malformed.json", R"({"architectures": ["LlamaForCausalLM"], )");
   const std::string incomplete = WriteTempFile(
       "incomplete.json", R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000})");
   const std::vector<BadInput> cases = {
-      {{"--model", bad_arch, "--gpu", "h100"}, "WhisperForConditionalGeneration"},
+      {{"--model", bad_arch, "--gpu", "h100"}, "MambaForCausalLM"},
       {{"--model", malformed, "--gpu", "h100"}, "malformed.json"},
       {{"--model", incomplete, "--gpu", "h100"}, "hidden_size"},
       {{"--model", "llama-3-8b", "--gpu", "h100", "--gpus", "3", "--tp", "3"}, "num_attention_heads"},

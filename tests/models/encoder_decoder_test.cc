@@ -1,5 +1,5 @@
-// T5 and BART (Note [T5] and Note [BART] in models/builders.cc): parameter counts, the blocks of both stacks, and
-// malformed configs.
+// T5, BART and Whisper (Note [T5], Note [BART] and Note [Whisper] in models/builders.cc): parameter counts, the
+// blocks of both stacks, and malformed configs.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -23,6 +23,9 @@ constexpr char kT5Base[] = R"({"architectures": ["T5ForConditionalGeneration"], 
     "feed_forward_proj": "relu"})";
 
 using ::headroom::testing::Build;
+using ::headroom::testing::CountOps;
+using ::headroom::testing::FindOp;
+using ::headroom::testing::FindTensor;
 
 const BuildOptions kEager{.batch = 2, .seq_len = 32, .target_seq_len = 8, .attention = AttentionImpl::kEager};
 
@@ -158,6 +161,108 @@ TEST(EncoderDecoder, BadBartFieldsAreNamed) {
     ASSERT_FALSE(c.ok()) << extra;
     EXPECT_THAT(c.status().message(), HasSubstr(field)) << extra;
   }
+}
+
+// whisper-large-v3: transformers 4.46.3's WhisperForConditionalGeneration built on the meta device from this
+// preset, sum(p.numel() for p in model.parameters()) with proj_out tied to the decoder's embed_tokens (1.55 B on
+// the model card). The encoder's sinusoidal position table (1500 x 1280) is frozen in transformers.
+TEST(EncoderDecoder, WhisperCountsAndFreezesTheEncodersPositions) {
+  absl::StatusOr<ModelConfig> c = LoadPresetConfig("whisper-large-v3");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_mel_bins, 128);
+  EXPECT_EQ(c->source_positions, 1500);
+  EXPECT_EQ(c->max_position_embeddings, 448);
+  const Graph g = Build(*c, {.batch = 1, .seq_len = 8, .attention = AttentionImpl::kFlash});
+  EXPECT_EQ(g.ParameterCount(), 1'543'490'560u);
+  const Tensor* positions = FindTensor(g, "model.encoder.embed_positions.weight");
+  ASSERT_NE(positions, nullptr);
+  EXPECT_FALSE(positions->trainable);
+  EXPECT_EQ(positions->shape, (std::vector<int64_t>{1500, 1280}));
+  const Tensor* conv1 = FindTensor(g, "model.encoder.conv1.weight");
+  ASSERT_NE(conv1, nullptr);
+  EXPECT_EQ(conv1->shape, (std::vector<int64_t>{1280, 128, 3}));
+  EXPECT_TRUE(FindTensor(g, "model.decoder.embed_positions.weight")->trainable);
+  EXPECT_EQ(FindTensor(g, "proj_out.weight"), nullptr);  // tied to model.decoder.embed_tokens.weight
+  EXPECT_EQ(FindTensor(g, "model.encoder.layers.0.self_attn.k_proj.bias"), nullptr);
+  EXPECT_NE(FindTensor(g, "model.encoder.layers.0.self_attn.v_proj.bias"), nullptr);
+}
+
+// The encoder reads 2 x max_source_positions frames whatever the job; seq_len (or target_seq_len when set) is
+// the decoder's tokens, up to max_target_positions.
+TEST(EncoderDecoder, WhisperEncodesFixedFramesAndDecodesTheJobsTokens) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(R"({"architectures": ["WhisperForConditionalGeneration"],
+      "d_model": 64, "encoder_layers": 2, "decoder_layers": 3, "encoder_attention_heads": 4,
+      "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512,
+      "num_mel_bins": 80, "max_source_positions": 60, "max_target_positions": 100, "dropout": 0.1})",
+                                                "whisper.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Graph g = Build(*c, kEager);  // seq_len 32, target_seq_len 8
+  EXPECT_EQ(FindTensor(g, "input_features")->shape, (std::vector<int64_t>{2, 80, 120}));
+  EXPECT_EQ(FindTensor(g, "decoder_input_ids")->shape, (std::vector<int64_t>{2, 8}));
+  const Op* conv2 = FindOp(g, "model.encoder.conv2");
+  ASSERT_NE(conv2, nullptr);
+  EXPECT_EQ(conv2->kind, "conv1d");
+  EXPECT_EQ(g.tensor(conv2->outputs[0]).shape, (std::vector<int64_t>{2, 64, 60}));  // stride 2
+  const Op* cross_k = FindOp(g, "model.decoder.layers.2.encoder_attn.k_proj");
+  ASSERT_NE(cross_k, nullptr);
+  EXPECT_EQ(cross_k->layer, 4);  // encoder blocks 0-1, decoder blocks 2-4
+  EXPECT_EQ(g.tensor(cross_k->inputs[0]).shape, (std::vector<int64_t>{2, 60, 64}));  // the encoder's output
+  const Op* head = FindOp(g, "proj_out");
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(g.tensor(head->outputs[0]).shape, (std::vector<int64_t>{2, 8, 512}));
+  // Eager attention masks only the decoder's own scores.
+  EXPECT_EQ(CountOps(g, "model.encoder.", "add"), 1 + 2 * 2);  // positions, then two residuals per block
+  EXPECT_NE(FindOp(g, "model.decoder.layers.0.self_attn.add_mask"), nullptr);
+  EXPECT_EQ(FindOp(g, "model.decoder.layers.0.encoder_attn.add_mask"), nullptr);
+  // Without target_seq_len, seq_len is the decoder's tokens.
+  const Graph by_seq = Build(*c, {.batch = 1, .seq_len = 16});
+  EXPECT_EQ(FindTensor(by_seq, "decoder_input_ids")->shape, (std::vector<int64_t>{1, 16}));
+  EXPECT_EQ(FindTensor(by_seq, "input_features")->shape, (std::vector<int64_t>{1, 80, 120}));
+  for (const BuildOptions& too_long : {BuildOptions{.batch = 1, .seq_len = 101},
+                                       BuildOptions{.batch = 1, .seq_len = 8, .target_seq_len = 101}}) {
+    absl::StatusOr<Graph> refused = BuildModelGraph(*c, too_long);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_THAT(refused.status().message(), HasSubstr("max_target_positions (100)"));
+  }
+  EXPECT_TRUE(BuildModelGraph(*c, {.batch = 1, .seq_len = 512, .target_seq_len = 100}).ok());
+}
+
+TEST(EncoderDecoder, BadWhisperFieldsAreNamed) {
+  const std::string base = R"({"architectures": ["WhisperForConditionalGeneration"], "encoder_layers": 2,
+      "decoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+      "vocab_size": 128)";
+  for (const auto& [extra, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "decoder_attention_heads": 4})", "d_model"},
+           {R"(, "d_model": 32})", "decoder_attention_heads"},
+           {R"(, "d_model": 36, "decoder_attention_heads": 2})", "decoder_attention_heads"},
+           {R"(, "d_model": 32, "decoder_attention_heads": 4, "num_mel_bins": 0})", "num_mel_bins"},
+           {R"(, "d_model": 32, "decoder_attention_heads": 4, "max_source_positions": -1})", "max_source_positions"},
+           {R"(, "d_model": 32, "decoder_attention_heads": 4, "max_target_positions": "448"})",
+            "max_target_positions"},
+           {R"(, "d_model": 4294967296, "decoder_attention_heads": 4})", "d_model"},
+           {R"(, "d_model": 65536, "decoder_attention_heads": 4, "max_source_positions": 2147483647})",
+            "max_source_positions x d_model"},
+           {R"(, "d_model": 32, "decoder_attention_heads": 4, "dropout": 1})", "dropout"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(base + extra, "whisper.json");
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.status().message(), HasSubstr(field)) << extra;
+  }
+  // transformers' sinusoids() refuses an odd width.
+  absl::StatusOr<ModelConfig> odd = ParseHfConfig(
+      R"({"architectures": ["WhisperForConditionalGeneration"], "d_model": 27, "encoder_layers": 1,
+          "decoder_layers": 1, "encoder_attention_heads": 3, "decoder_attention_heads": 3, "encoder_ffn_dim": 64,
+          "decoder_ffn_dim": 64, "vocab_size": 128})",
+      "whisper.json");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_THAT(odd.status().message(), HasSubstr("whisper.json: d_model: 27 is odd"));
+  absl::StatusOr<ModelConfig> defaults =
+      ParseHfConfig(base + R"(, "d_model": 32, "decoder_attention_heads": 4})", "whisper.json");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  // WhisperConfig's defaults: 80 mel bins, 1500 source and 448 target positions, no dropout.
+  EXPECT_EQ(defaults->num_mel_bins, 80);
+  EXPECT_EQ(defaults->source_positions, 1500);
+  EXPECT_EQ(defaults->max_position_embeddings, 448);
+  EXPECT_EQ(defaults->hidden_dropout, 0.0);
 }
 
 }  // namespace

@@ -256,6 +256,14 @@ TINY = {
              "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
              "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512, "max_position_embeddings": 128,
              "attention_dropout": 0.1, "activation_dropout": 0.1},
+    # Whisper's encoder reads 2 x max_source_positions log-mel frames whatever --seq says (the decoder's tokens);
+    # 60 positions keep the two stacks' lengths apart.
+    "whisper": {"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper", "d_model": 64,
+                "encoder_layers": 2, "decoder_layers": 3, "encoder_attention_heads": 4,
+                "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512,
+                "num_mel_bins": 80, "max_source_positions": 60, "max_target_positions": 448, "pad_token_id": 0,
+                "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1, "dropout": 0.1,
+                "attention_dropout": 0.1, "activation_dropout": 0.1},
     "t5-relu-tied": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64,
                      "d_ff": 256, "d_kv": 16, "num_layers": 2, "num_heads": 4, "vocab_size": 512,
                      "feed_forward_proj": "relu"},
@@ -341,14 +349,9 @@ class HuggingFaceTest(unittest.TestCase):
             self.assertIn("model_type: field is required", result.stderr)
 
 
-# Families without a builder yet: Whisper's audio encoder, a state-space model (Mamba). Each traces, keeps
-# transformers' parameter count, and estimates and plans.
+# Families without a builder yet: a state-space model (Mamba). Each traces, keeps transformers' parameter count,
+# and estimates and plans.
 NO_BUILDER = {
-    "whisper": {"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper", "d_model": 64,
-                "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
-                "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512,
-                "num_mel_bins": 80, "max_source_positions": 1500, "max_target_positions": 448, "pad_token_id": 0,
-                "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1},
     "mamba": {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 64,
               "num_hidden_layers": 2, "vocab_size": 512, "state_size": 16, "expand": 2, "conv_kernel": 4},
 }
@@ -422,7 +425,7 @@ def saved_bytes_per_layer(graph, by_module=False):
 def block_count(config):
     if config["model_type"] == "t5":  # encoder blocks, then decoder blocks
         return config["num_layers"] + config.get("num_decoder_layers", config["num_layers"])
-    if config["model_type"] == "bart":
+    if config["model_type"] in ("bart", "whisper"):
         return config["encoder_layers"] + config["decoder_layers"]
     return config.get("num_hidden_layers", config.get("n_layer"))
 
