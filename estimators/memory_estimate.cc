@@ -22,10 +22,13 @@ namespace {
 
 // KV cache for inference of decoders; 0 otherwise.
 absl::StatusOr<uint64_t> KvCacheFor(const LoadedModel& model, const JobSpec& job, const EstimateSetup& setup) {
-  if (job.training || job.context <= 0 || !model.config || model.config->family != ModelFamily::kDecoder) {
+  const bool vision_language = model.config && model.config->family == ModelFamily::kVisionLanguage;
+  if (job.training || job.context <= 0 || !model.config ||
+      (model.config->family != ModelFamily::kDecoder && !vision_language)) {
     return 0;
   }
-  const ModelConfig& c = *model.config;
+  // LLaVA's cache is its language model's, over text and image tokens alike (Note [LLaVA] in models/builders.cc).
+  const ModelConfig& c = vision_language ? model.config->text_tower() : *model.config;
   KvCacheOptions kv{.num_layers = c.num_layers,
                     .num_kv_heads = std::max<int64_t>(1, c.num_kv_heads / job.layout.tensor_parallel),
                     .head_dim = c.head_dim,
@@ -115,8 +118,9 @@ int64_t ResolveSeqLen(const LoadedModel& model, const JobSpec& job) {
   if (model.config && model.config->family == ModelFamily::kVision) return model.config->image_tokens();
   if (job.seq_len > 0) return job.seq_len;
   if (!model.config) return 0;
-  const ModelConfig& c = model.config->family == ModelFamily::kContrastive ? model.config->text_tower()
-                                                                           : *model.config;
+  const bool towers = model.config->family == ModelFamily::kContrastive ||
+                      model.config->family == ModelFamily::kVisionLanguage;
+  const ModelConfig& c = towers ? model.config->text_tower() : *model.config;
   if (c.family != ModelFamily::kDecoder && c.family != ModelFamily::kEncoder &&
       c.family != ModelFamily::kEncoderDecoder) {
     return 0;
@@ -174,7 +178,10 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
   // Note [Allocator replay]: resident state, the step, the optimizer's temporaries.
   const ResidentExtras extras{
       .kv_cache = kv_cache,
-      .kv_cache_layers = model.config ? static_cast<int>(model.config->num_layers) : 1,
+      .kv_cache_layers = !model.config ? 1
+                         : model.config->family == ModelFamily::kVisionLanguage
+                             ? static_cast<int>(model.config->text_tower().num_layers)
+                             : static_cast<int>(model.config->num_layers),
       .cublas_workspace = machine.gpu != nullptr ? machine.gpu->cublas_workspace_bytes : 0,
       .streams = job.overheads.streams};
   const std::vector<ResidentBlock> resident = ResidentBlocks(*stage_forward, stage.states, job, setup, extras);
