@@ -41,6 +41,8 @@ constexpr std::pair<std::string_view, std::string_view> kFieldFlags[] = {
     {"overheads.streams", "--streams"},
     {"keep_gradients", "--keep-grads"},
     {"encoder_head", "--head"},
+    {"images", "--images"},
+    {"vlm_trainable", "--vlm-train"},
     {"gpus", "--gpus"},
     {"tensor_parallel", "--tp"},
     {"sequence_parallel", "--sp"},
@@ -125,6 +127,11 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
       ->default_str("pytorch-default");
   app.add_flag("--keep-grads", f.keep_grads, "zero_grad(set_to_none=False): gradients stay between steps");
   app.add_option("--head", f.head, "Encoders: classification or mlm head");
+  app.add_option("--images", f.images,
+                 "Vision-language models (LLaVA): images per sequence, whose tokens --seq counts (default 1)");
+  app.add_option("--vlm-train", f.vlm_train,
+                 "Vision-language models: what trains, projector+lm (default: vision tower frozen), projector "
+                 "or all");
   app.add_option("--loop", f.loop,
                  "hand (default: the loop holds the outputs through backward and the step) or trainer "
                  "(Hugging Face Trainer drops them before backward)");
@@ -200,6 +207,8 @@ absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
   if (!f.head.empty()) {
     HEADROOM_ASSIGN_OR_RETURN(job.encoder_head, ForFlag("--head", ParseEncoderHead(f.head)));
   }
+  job.images = f.images;
+  HEADROOM_ASSIGN_OR_RETURN(job.vlm_trainable, ForFlag("--vlm-train", ParseVlmTrainable(f.vlm_train)));
   HEADROOM_ASSIGN_OR_RETURN(job.loop, ForFlag("--loop", ParseTrainingLoop(f.loop)));
   if (!f.rms_norm.empty()) {
     HEADROOM_ASSIGN_OR_RETURN(job.rms_norm, ForFlag("--rms-norm", ParseRmsNormImpl(f.rms_norm)));

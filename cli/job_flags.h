@@ -60,6 +60,8 @@ struct JobFlags {
   std::string alloc_conf = "pytorch-default";
   bool keep_grads = false;
   std::string head;
+  int64_t images = 1;
+  std::string vlm_train = "projector+lm";
   std::string loop = "hand";
   std::string rms_norm;  // empty: fused under Megatron layouts (--tp, --pp), else eager
   std::string torch_version;  // empty: the current 2.x line

@@ -91,6 +91,14 @@ absl::Status CheckActivationSizes(const ModelConfig& c, const JobSpec& job, int6
     HEADROOM_RETURN_IF_ERROR(CheckActivationSizes(c.text_tower(), job, seq_len));
     return CheckActivationSizes(c.vision_tower(), job, c.vision_tower().image_tokens());
   }
+  if (c.family == ModelFamily::kVisionLanguage) {
+    // LLaVA's vision tower sees micro_batch x images images (Note [LLaVA] in models/builders.cc).
+    HEADROOM_RETURN_IF_ERROR(CheckActivationSizes(c.text_tower(), job, seq_len));
+    JobSpec images = job;
+    images.micro_batch = job.micro_batch * job.images;  // both bounded by ValidateJob: at most 2^44
+    return job.images == 0 ? absl::OkStatus()
+                           : CheckActivationSizes(c.vision_tower(), images, c.vision_tower().image_tokens());
+  }
   const auto t = static_cast<uint64_t>(job.layout.tensor_parallel);
   const uint64_t tokens = SaturatingMul(batch, static_cast<uint64_t>(seq_len));
   // A vision transformer's tokens come from its image (Note [Vision transformer configs]).
@@ -231,6 +239,8 @@ absl::StatusOr<Graph> BuildForwardGraph(const LoadedModel& model, const JobSpec&
   const ParallelLayout& layout = job.layout;
   BuildOptions build{.batch = job.micro_batch,
                      .seq_len = setup.seq_len > 0 ? setup.seq_len : 1,
+                     .images = job.images,
+                     .vlm_trainable = job.vlm_trainable,
                      .target_seq_len = job.target_seq_len,
                      .param_dtype = setup.autocast ? DType::kF32 : setup.precision.weight_dtype,
                      .compute_dtype = setup.precision.compute_dtype,

@@ -106,11 +106,12 @@ bool IsTransformer(const LoadedModel& model) {
           model.config->family == ModelFamily::kEncoderDecoder);
 }
 
-// Transformers and the vision transformers (ViT, CLIP, SigLIP), which have attention and Linears to adapt but
-// no tensor-parallel builder.
+// Transformers and the vision transformers (ViT, CLIP, SigLIP, LLaVA's tower), which have attention and Linears to
+// adapt but no tensor-parallel builder.
 bool HasAttention(const LoadedModel& model) {
   return IsTransformer(model) || (model.config && (model.config->family == ModelFamily::kVision ||
-                                                   model.config->family == ModelFamily::kContrastive));
+                                                   model.config->family == ModelFamily::kContrastive ||
+                                                   model.config->family == ModelFamily::kVisionLanguage));
 }
 
 Fix Candidate(std::string change, FixKind kind, JobSpec job, std::string note = "") {
@@ -379,19 +380,26 @@ absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& jo
   // A vision transformer's sequence is fixed by its image; a two-tower model's is its text tower's.
   out.has_sequence = seq > 0 && model.config->family != ModelFamily::kVision;
   if (!out.has_sequence) return out;
-  const ModelConfig& text =
-      model.config->family == ModelFamily::kContrastive ? model.config->text_tower() : *model.config;
+  const ModelConfig& text = model.config->family == ModelFamily::kContrastive ||
+                                    model.config->family == ModelFamily::kVisionLanguage
+                                ? model.config->text_tower()
+                                : *model.config;
   const int64_t max_pos = text.max_position_embeddings > 0 ? text.max_position_embeddings : 131072;
   // Sequence parallelism splits the sequence over the tensor-parallel ranks:
   // probe only lengths they divide.
   const int64_t t = job.layout.sequence_parallel ? job.layout.tensor_parallel : 1;
   const int64_t seq_step = std::lcm(kSeqStep, t);
   const int64_t longest_probed = t > 1 ? max_pos / seq_step * seq_step : max_pos;
-  if (longest_probed < 1) return out;
+  // LLaVA's sequence holds its images' tokens (Note [LLaVA] in models/builders.cc): shorter ones are no job.
+  const int64_t image_tokens = model.config->family == ModelFamily::kVisionLanguage
+                                   ? job.images * model.config->image_feature_tokens()
+                                   : 0;
+  const int64_t shortest = std::max<int64_t>(seq_step, (image_tokens + seq_step - 1) / seq_step * seq_step);
+  if (longest_probed < 1 || longest_probed < image_tokens) return out;
   // Whisper's sequence is its decoder's tokens, however the job named them (Note [Whisper] in models/builders.cc).
   const bool whisper = model.config->model_type == "whisper";
   probe = job;
-  probe.seq_len = std::min<int64_t>(seq_step, longest_probed);
+  probe.seq_len = std::min<int64_t>(shortest, longest_probed);
   if (whisper) probe.target_seq_len = 0;
   HEADROOM_ASSIGN_OR_RETURN(bool short_fits, Fits(model, probe, machine));
   if (!short_fits) return out;

@@ -32,9 +32,11 @@ namespace {
 // KV cache for inference of decoders and encoder-decoders; 0 otherwise.
 absl::StatusOr<uint64_t> KvCacheFor(const LoadedModel& model, const JobSpec& job, const EstimateSetup& setup) {
   if (job.training || job.context <= 0 || !model.config) return 0;
-  const ModelConfig& c = *model.config;
-  const bool encoder_decoder = c.family == ModelFamily::kEncoderDecoder;
-  if (c.family != ModelFamily::kDecoder && !encoder_decoder) return 0;
+  const bool encoder_decoder = model.config->family == ModelFamily::kEncoderDecoder;
+  const bool vision_language = model.config->family == ModelFamily::kVisionLanguage;
+  if (model.config->family != ModelFamily::kDecoder && !encoder_decoder && !vision_language) return 0;
+  // LLaVA's cache is its language model's, over text and image tokens alike (Note [LLaVA] in models/builders.cc).
+  const ModelConfig& c = vision_language ? model.config->text_tower() : *model.config;
   KvCacheOptions kv{.num_layers = encoder_decoder ? c.decoder_layers : c.num_layers,
                     .num_kv_heads = std::max<int64_t>(1, c.num_kv_heads / job.layout.tensor_parallel),
                     .head_dim = c.head_dim,
@@ -129,8 +131,9 @@ int64_t ResolveSeqLen(const LoadedModel& model, const JobSpec& job) {
   if (model.config && model.config->family == ModelFamily::kVision) return model.config->image_tokens();
   if (job.seq_len > 0) return job.seq_len;
   if (!model.config) return 0;
-  const ModelConfig& c = model.config->family == ModelFamily::kContrastive ? model.config->text_tower()
-                                                                           : *model.config;
+  const bool towers = model.config->family == ModelFamily::kContrastive ||
+                      model.config->family == ModelFamily::kVisionLanguage;
+  const ModelConfig& c = towers ? model.config->text_tower() : *model.config;
   if (c.family != ModelFamily::kDecoder && c.family != ModelFamily::kEncoder &&
       c.family != ModelFamily::kEncoderDecoder) {
     return 0;
@@ -191,6 +194,8 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
       .kv_cache_layers = !model.config ? 1
                          : model.config->family == ModelFamily::kEncoderDecoder
                              ? static_cast<int>(model.config->decoder_layers)
+                         : model.config->family == ModelFamily::kVisionLanguage
+                             ? static_cast<int>(model.config->text_tower().num_layers)
                              : static_cast<int>(model.config->num_layers),
       .cublas_workspace = machine.gpu != nullptr ? machine.gpu->cublas_workspace_bytes : 0,
       .streams = job.overheads.streams};

@@ -643,6 +643,18 @@ TensorId OpEmitter::GatherRows(const std::string& name, TensorId x, int64_t rows
   return y;
 }
 
+TensorId OpEmitter::MaskedScatter(const std::string& name, TensorId x, TensorId mask, TensorId source) {
+  const Tensor xt = graph_.tensor(x);
+  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
+  const bool rg = RequiresGrad(x) || RequiresGrad(source);
+  // derivatives.yaml: self's gradient is grad.masked_fill(mask, 0), source's masked_scatter_backward(grad, mask).
+  Op op{.kind = "masked_scatter", .name = name, .inputs = {x, mask, source}, .outputs = {y},
+        .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
+  if (rg) op.saved = {mask};
+  Emit(std::move(op), rg);
+  return y;
+}
+
 TensorId OpEmitter::IndexAdd(const std::string& name, TensorId acc, TensorId src) {
   const Tensor at = graph_.tensor(acc);
   TensorId y = graph_.AddTensor({.name = name + ".out", .shape = at.shape, .dtype = at.dtype,

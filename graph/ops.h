@@ -208,6 +208,9 @@ class OpEmitter {
                      int64_t padding);
   TensorId AdaptiveAvgPool2d(const std::string& name, TensorId x, int64_t out_h, int64_t out_w);
   TensorId GatherRows(const std::string& name, TensorId x, int64_t rows);
+  // x.masked_scatter(mask, source): x with the positions `mask` selects filled from source, in order (LLaVA's
+  // image features into the token embeddings). A new tensor like x; autograd keeps the mask.
+  TensorId MaskedScatter(const std::string& name, TensorId x, TensorId mask, TensorId source);
   // acc += src scattered by row (in place): returns a new view of acc's storage.
   TensorId IndexAdd(const std::string& name, TensorId acc, TensorId src);
   struct Routing {

@@ -70,6 +70,10 @@ struct JobSpec {
   // Gradients stay allocated between steps: zero_grad(set_to_none=False),
   // PyTorch's default before 2.0 (Note [Gradients: resident or by liveness]).
   bool keep_gradients = false;
+  // Vision-language models (LLaVA) only: images per sequence, whose tokens seq_len counts, and what trains
+  // (Note [LLaVA] in models/builders.cc).
+  int64_t images = 1;
+  VlmTrainable vlm_trainable = VlmTrainable::kProjectorAndLanguage;
   // Encoders only: the task head to train (default: the config's).
   std::optional<EncoderHead> encoder_head;
   // Inference: KV cache for `context` tokens per sequence (0: no cache).

@@ -1,7 +1,9 @@
 #include "models/builders.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -97,7 +99,8 @@ class Builder {
         e_(*own_e_),
         t_(options.tensor_parallel),
         sp_(options.sequence_parallel),
-        seq_(config.family == ModelFamily::kVision ? config.image_tokens() : options.seq_len) {
+        seq_(config.family == ModelFamily::kVision ? config.image_tokens() : options.seq_len),
+        upcast_logits_(UpcastsLogits(config)) {
     if (o_.lora.enabled()) {
       const std::vector<std::string> targets =
           o_.lora.target_modules.empty() ? DefaultLoraTargets(c_) : o_.lora.target_modules;
@@ -107,20 +110,28 @@ class Builder {
   // One tower of a two-tower model (Note [Contrastive towers]): its own config and sequence, the parent's
   // graph and emitter; the parent merges its LoRA bookkeeping back (MergeTower).
   Builder(const ModelConfig& tower, const Builder& parent, int64_t seq_len)
+      : Builder(tower, parent, seq_len, parent.o_) {}
+  // A tower run with options of its own (LLaVA's vision tower sees batch x images images); `options` must
+  // outlive it.
+  Builder(const ModelConfig& tower, const Builder& parent, int64_t seq_len, const BuildOptions& options)
       : c_(tower),
-        o_(parent.o_),
+        o_(options),
         g_(parent.g_),
         e_(parent.e_),
         t_(parent.t_),
         sp_(parent.sp_),
         seq_(seq_len),
+        upcast_logits_(UpcastsLogits(tower)),
         lora_targets_(parent.lora_targets_) {}
 
   absl::Status Build();
 
  private:
   absl::Status CheckOptions() const;
-  absl::Status BuildDecoder();
+  // `merge_inputs`, when set, runs right after the token embedding lookup and returns the embeddings the
+  // blocks take (LLaVA's image features scattered in), given the token ids and the looked-up embeddings.
+  using MergeInputs = std::function<absl::StatusOr<TensorId>(TensorId ids, TensorId embeddings)>;
+  absl::Status BuildDecoder(const MergeInputs& merge_inputs = nullptr);
   absl::Status BuildEncoder();
   absl::Status BuildT5();
   // One T5 attention module (Note [T5]): keys and values from `kv_source`, scores plus `position_bias`.
@@ -137,14 +148,23 @@ class Builder {
   absl::Status BuildContrastive();
   // A vision transformer over pixel_values up to its last hidden state (Note [Vision transformers]), blocks
   // numbered from `first_layer`, module names under `root` ("vit.", "vision_model.").
-  absl::StatusOr<TensorId> VisionBody(const std::string& root, int first_layer);
+  // With `hidden_states`, appends every hidden state as output_hidden_states=True returns them: the embeddings'
+  // output, then each block's.
+  absl::StatusOr<TensorId> VisionBody(const std::string& root, int first_layer,
+                                      std::vector<TensorId>* hidden_states = nullptr);
   // A two-tower model's towers up to their pooled outputs [batch, hidden] (Note [Contrastive towers]).
-  absl::StatusOr<TensorId> VisionTower(int first_layer);
+  absl::StatusOr<TensorId> VisionTower(int first_layer, const std::string& root = "vision_model.",
+                                       std::vector<TensorId>* hidden_states = nullptr);
   absl::StatusOr<TensorId> TextTower(int first_layer);
   // SigLIP's vision head: a learned probe attending over the patches (nn.MultiheadAttention), then an MLP.
   TensorId AttentionPool(const std::string& head, TensorId x);
   // x / x.norm(dim=-1, keepdim=True).
   TensorId Normalize(const std::string& name, TensorId x);
+  // LLaVA (Note [LLaVA]): the language model with the projected image features among its tokens.
+  absl::Status BuildLlava();
+  // LLaVA's get_image_features: the vision tower over batch x images images, the selected hidden state, the
+  // projector; [batch x images, image_feature_tokens, text hidden].
+  absl::StatusOr<TensorId> LlavaImageFeatures();
   // A tower's LoRA bookkeeping, for CheckLoraTargetsUsed.
   void MergeTower(const Builder& tower) {
     seen_leaves_.insert(tower.seen_leaves_.begin(), tower.seen_leaves_.end());
@@ -157,7 +177,8 @@ class Builder {
   // after block `layer`, before it takes the memory of the whole model.
   absl::Status CheckGraphSize(int64_t layer) const;
 
-  bool Frozen() const { return o_.lora.enabled(); }
+  // Whether this builder's parameters stay frozen: under LoRA (adapters train instead) unless trainable_ says.
+  bool Frozen() const { return trainable_.has_value() ? !*trainable_ : o_.lora.enabled(); }
   TensorId Param(const std::string& name, std::vector<int64_t> shape) {
     return e_.Parameter(name, std::move(shape), o_.param_dtype, !Frozen());
   }
@@ -208,6 +229,15 @@ class Builder {
   const bool sp_;
   // Tokens each attention attends over: o_.seq_len, or a vision transformer's patches (Note [Vision transformers]).
   const int64_t seq_;
+  // Module-name prefix and first block index of a tower built inside another model (LLaVA's language_model.).
+  std::string prefix_;
+  int first_layer_ = 0;
+  // Whether the parameters train, whatever LoRA says (Note [LLaVA]); unset: trainable unless LoRA is on.
+  std::optional<bool> trainable_;
+  // Whether LoRA adapters and QLoRA quantization reach this builder's blocks (not LLaVA's vision tower).
+  bool lora_scope_ = true;
+  // The causal-LM loss reads the logits cast to f32 (Note [Causal LM loss]); LLaVA's own loss does not.
+  bool upcast_logits_ = false;
   TensorId cos_ = kNone;
   TensorId sin_ = kNone;
   TensorId local_cos_ = kNone;  // Gemma 3's sliding layers (Note [Gemma decoders])
@@ -239,7 +269,35 @@ absl::Status Builder::CheckOptions() const {
   }
   // Vision transformers attend over their image's patches (seq_len is ignored); two-tower models read
   // seq_len as the text tower's tokens.
-  const bool vision = c_.family == ModelFamily::kVision || c_.family == ModelFamily::kContrastive;
+  const bool vision = c_.family == ModelFamily::kVision || c_.family == ModelFamily::kContrastive ||
+                      c_.family == ModelFamily::kVisionLanguage;
+  if (c_.family == ModelFamily::kVisionLanguage) {
+    // Note [LLaVA]: seq_len counts the text and the image tokens.
+    if (o_.seq_len <= 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("seq_len must be positive, got %d", o_.seq_len));
+    }
+    if (o_.images < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("images must not be negative, got %d", o_.images));
+    }
+    const int64_t per_image = c_.image_feature_tokens();
+    if (o_.images > o_.seq_len / per_image) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "seq_len %d is too short for %d image(s) of %d tokens each ((vision_config.image_size %d / patch_size "
+          "%d)^2%s); seq_len counts the text and the image tokens",
+          o_.seq_len, o_.images, per_image, c_.vision_tower().image_size, c_.vision_tower().patch_size,
+          c_.vision_feature_full ? " + 1" : ""));
+    }
+    if (o_.lora.enabled() && o_.vlm_trainable != VlmTrainable::kProjectorAndLanguage) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "LoRA adapts the language model with the projector trained (vlm_trainable projector+lm), not "
+          "vlm_trainable %s",
+          VlmTrainableName(o_.vlm_trainable)));
+    }
+  } else if (own_e_ != nullptr && (o_.images != 1 || o_.vlm_trainable != VlmTrainable::kProjectorAndLanguage)) {
+    // (A top-level model: LLaVA's language model is checked as a tower under LLaVA's options.)
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "images and vlm_trainable apply to vision-language models (LLaVA) only, not %s", c_.architecture));
+  }
   if (c_.family == ModelFamily::kContrastive) {
     const int64_t positions = c_.text_tower().max_position_embeddings;
     if (o_.seq_len <= 0 || o_.seq_len > positions) {
@@ -582,7 +640,8 @@ TensorId Builder::Proj(const std::string& module, TensorId x, int64_t in, int64_
                        Parallel /*parallel*/, bool conv1d, TensorId x_shard,
                        TensorId tied_weight) {
   const std::string leaf = module.substr(module.rfind('.') + 1);
-  const bool in_block = e_.layer() >= 0;
+  // Blocks LoRA may adapt and QLoRA quantize: not those of a tower outside lora_scope_.
+  const bool in_block = e_.layer() >= 0 && lora_scope_;
   if (in_block) seen_leaves_.insert(leaf);
   const bool lora =
       o_.lora.enabled() && in_block &&
@@ -1046,7 +1105,7 @@ TensorId Builder::CausalLmLoss(TensorId logits, int64_t vocab) {
   e_.set_layer(-1);
   e_.set_phase(Phase::kLoss);
   const TensorId model_logits = logits;
-  if (UpcastsLogits(c_)) logits = e_.Cast("loss.logits_float", logits, DType::kF32);
+  if (upcast_logits_) logits = e_.Cast("loss.logits_float", logits, DType::kF32);
   TensorId labels = e_.Input("labels", {b, s}, DType::kI64);
   TensorId shifted_labels = e_.Contiguous("loss.shift_labels", e_.View("loss.labels_tail", labels, {b, s - 1}));
   TensorId shifted = e_.Contiguous("loss.shift_logits", e_.View("loss.logits_head", logits, {b, s - 1, vocab}));
@@ -1060,7 +1119,7 @@ TensorId Builder::CausalLmLoss(TensorId logits, int64_t vocab) {
   return loss;
 }
 
-absl::Status Builder::BuildDecoder() {
+absl::Status Builder::BuildDecoder(const MergeInputs& merge_inputs) {
   const int64_t b = o_.batch, s = o_.seq_len, h = c_.hidden_size;
   const int64_t s_local = sp_ ? s / t_ : s;
   // Megatron pads the vocabulary so every rank holds the same number of rows.
@@ -1068,7 +1127,7 @@ absl::Status Builder::BuildDecoder() {
   const bool gpt2 = c_.model_type == "gpt2", opt = c_.model_type == "opt", falcon = c_.model_type == "falcon";
   const bool bigcode = c_.model_type == "gpt_bigcode";
   const DecoderNames names = DecoderNamesOf(c_);
-  const std::string& root = names.root;
+  const std::string root = prefix_ + names.root;
   const std::string embed_name = root + names.embed + ".weight";
   // OPT's token embeddings (and lm_head) may be narrower than the blocks (Note [OPT]).
   const int64_t embed_dim = c_.word_embed_proj_dim > 0 ? c_.word_embed_proj_dim : h;
@@ -1078,6 +1137,9 @@ absl::Status Builder::BuildDecoder() {
   TensorId table = Param(embed_name, {vocab, embed_dim});
   TensorId x = e_.Embedding(root + "embed", ids, table);
   if (t_ > 1) x = ReduceOutput(root + "embed", x);
+  if (merge_inputs) {
+    HEADROOM_ASSIGN_OR_RETURN(x, merge_inputs(ids, x));
+  }
   if (bigcode) {
     // GPTBigCodeModel's causal mask: one tril(ones(n_positions, n_positions)) bool buffer for all layers.
     const int64_t n = c_.max_position_embeddings;
@@ -1119,10 +1181,10 @@ absl::Status Builder::BuildDecoder() {
   // Note [Python references in inference]: the eager causal mask, alive through the layers.
   TensorId causal_mask = kNone;
   if (!o_.training && o_.attention == AttentionImpl::kEager) {
-    causal_mask = e_.Zeros("model.causal_mask", {1, 1, s, s + 1}, g_.tensor(x).dtype);
+    causal_mask = e_.Zeros(prefix_ + "model.causal_mask", {1, 1, s, s + 1}, g_.tensor(x).dtype);
   }
   for (int64_t i = 0; i < c_.num_layers; ++i) {
-    e_.set_layer(static_cast<int>(i));
+    e_.set_layer(first_layer_ + static_cast<int>(i));
     const std::string p = absl::StrFormat("%s%s.%d.", root, names.layers, i);
     const std::string n1 = p + names.norm1, n2 = p + names.norm2;
     TensorId residual = x;
@@ -1183,7 +1245,7 @@ absl::Status Builder::BuildDecoder() {
     HEADROOM_RETURN_IF_ERROR(CheckGraphSize(i));
   }
   e_.set_layer(-1);
-  if (causal_mask != kNone) e_.ScopeEnd("model.layers_done", {causal_mask});
+  if (causal_mask != kNone) e_.ScopeEnd(prefix_ + "model.layers_done", {causal_mask});
   const std::string final_norm = root + names.final_norm;
   if (c_.architecture == "GPT2Model") {
     Norm(final_norm, x);
@@ -1192,7 +1254,7 @@ absl::Status Builder::BuildDecoder() {
   TensorId normed = c_.final_norm ? Norm(final_norm, x) : x;
   if (embed_dim != h) normed = Proj(root + "project_out", normed, h, embed_dim, false, Parallel::kReplicated);
   TensorId head_in = GatherInput(final_norm, normed);
-  TensorId logits = Proj(names.head, head_in, embed_dim, vocab, c_.lm_head_bias, Parallel::kColumn, false,
+  TensorId logits = Proj(prefix_ + names.head, head_in, embed_dim, vocab, c_.lm_head_bias, Parallel::kColumn, false,
                          sp_ ? normed : kNone, c_.tie_word_embeddings ? table : kNone);
   if (c_.final_logit_softcap > 0) logits = SoftCap("final_logit_softcap", logits);
   if (o_.training) {
@@ -1631,7 +1693,8 @@ absl::Status Builder::BuildWhisper() {
 //    with the config's num_labels.
 // The blocks keep one score-sized tensor less than a decoder's (no mask, no f32 upcast) and, at 197 tokens
 // for 224-pixel images and 16-pixel patches, the scores are small beside the MLP's activations.
-absl::StatusOr<TensorId> Builder::VisionBody(const std::string& root, int first_layer) {
+absl::StatusOr<TensorId> Builder::VisionBody(const std::string& root, int first_layer,
+                                             std::vector<TensorId>* hidden_states) {
   const int64_t b = o_.batch, h = c_.hidden_size, patch = c_.patch_size, grid = c_.image_size / patch;
   const int64_t s = c_.image_tokens();
   const bool vit = c_.model_type == "vit", clip = c_.model_type == "clip_vision_model";
@@ -1659,6 +1722,7 @@ absl::StatusOr<TensorId> Builder::VisionBody(const std::string& root, int first_
   }
   x = e_.Dropout(embed + "dropout", x, c_.embedding_dropout);
   if (clip) x = LayerNormModule(root + "pre_layrnorm", x);  // sic, transformers' name
+  if (hidden_states != nullptr) hidden_states->push_back(x);
   for (int64_t i = 0; i < c_.num_layers; ++i) {
     e_.set_layer(first_layer + static_cast<int>(i));
     const std::string p = absl::StrFormat("%sencoder.%s.%d.", root, vit ? "layer" : "layers", i);
@@ -1668,6 +1732,7 @@ absl::StatusOr<TensorId> Builder::VisionBody(const std::string& root, int first_
     TensorId mlp = Mlp(p, LayerNormModule(p + (vit ? "layernorm_after" : "layer_norm2"), x), kNone);
     mlp = e_.Dropout(p + "output.dropout", mlp, c_.hidden_dropout);
     x = e_.Add(p + "mlp_residual", mlp, x);
+    if (hidden_states != nullptr) hidden_states->push_back(x);
     HEADROOM_RETURN_IF_ERROR(CheckGraphSize(i));
   }
   e_.set_layer(-1);
@@ -1713,15 +1778,16 @@ absl::Status Builder::BuildVision() {
 // SiglipModel.forward run the vision tower first, so its blocks take layer indices 0 .. V-1 and the text
 // blocks V .. V+T-1; the state-dict names keep each tower's own numbering
 // (vision_model.encoder.layers.0, text_model.encoder.layers.0).
-absl::StatusOr<TensorId> Builder::VisionTower(int first_layer) {
+absl::StatusOr<TensorId> Builder::VisionTower(int first_layer, const std::string& root,
+                                              std::vector<TensorId>* hidden_states) {
   const int64_t b = o_.batch, h = c_.hidden_size;
-  HEADROOM_ASSIGN_OR_RETURN(TensorId x, VisionBody("vision_model.", first_layer));
+  HEADROOM_ASSIGN_OR_RETURN(TensorId x, VisionBody(root, first_layer, hidden_states));
   if (c_.model_type == "clip_vision_model") {
     // pooled_output = post_layernorm(last_hidden_state[:, 0, :]).
-    return LayerNormModule("vision_model.post_layernorm", e_.View("vision_model.class_token", x, {b, h}));
+    return LayerNormModule(root + "post_layernorm", e_.View(root + "class_token", x, {b, h}));
   }
-  x = LayerNormModule("vision_model.post_layernorm", x);
-  return AttentionPool("vision_model.head.", x);
+  x = LayerNormModule(root + "post_layernorm", x);
+  return AttentionPool(root + "head.", x);
 }
 
 TensorId Builder::AttentionPool(const std::string& head, TensorId x) {
@@ -1824,6 +1890,100 @@ absl::Status Builder::BuildContrastive() {
     e_.Scale("loss", e_.View("loss.sum", pairs, {}));
   }
   e_.set_phase(Phase::kForward);
+  return absl::OkStatus();
+}
+
+// Note [LLaVA]
+// LlavaForConditionalGeneration (transformers 4.46's modeling_llava.py) puts images among a decoder's tokens:
+//  - the processor writes image_seq_length image tokens (image_token_index) into input_ids per image, so the
+//    language model's sequence holds the text and the image tokens together: BuildOptions::seq_len counts
+//    both, and the KV cache of inference covers both (--context likewise). Each image fills
+//    image_feature_tokens() positions: its (image_size / patch_size)^2 patches under
+//    vision_feature_select_strategy "default" (576 for CLIP ViT-L/14 at 336 pixels), one more under "full";
+//  - forward looks the tokens up first (language_model.model.embed_tokens, image tokens included), then
+//    get_image_features: the CLIPVisionModel (vision_tower.vision_model.*) over the batch x images images with
+//    output_hidden_states=True, so every block runs, the last ones and post_layernorm of the class token too,
+//    although only hidden_states[vision_feature_layer] (-2: the penultimate block's output) is read; the
+//    tuple of all hidden states, last_hidden_state and the pooled output stay referenced until
+//    get_image_features returns, after the projector (a scope end here). "default" slices off the class token
+//    ([:, 1:], a strided view that linear_1's matmul copies to fold batch and tokens; under autocast the cast
+//    is that copy); multi_modal_projector is linear_1 (vision hidden -> text hidden), projector_hidden_act,
+//    linear_2, both with bias;
+//  - the features are cast to the embeddings' dtype and masked_scatter'ed into the image-token positions
+//    (autograd keeps the bool mask); the language model runs on the merged embeddings as any decoder, its
+//    blocks numbered after the vision tower's (vision blocks 0 .. V-1, language blocks V .. V+T-1, as
+//    forward runs them); the features stay referenced as the output's image_hidden_states;
+//  - training: LLaVA computes its own loss (labels are not passed to the language model): logits[..., :-1, :]
+//    made contiguous and cross-entropy against the shifted labels, in the logits' dtype, with no f32 upcast.
+// What trains (BuildOptions::vlm_trainable): by default LLaVA-1.5's second stage, visual instruction tuning,
+// which trains the projector and the language model with the vision tower frozen (Liu et al. 2023, "Improved
+// Baselines with Visual Instruction Tuning", and its training scripts: the CLIP encoder is frozen in both stages);
+// "projector" is its first stage, feature alignment, with the language model frozen too (its activations are
+// still saved: the projector's gradient flows back through it); "all" is what a plain loop over
+// transformers' model trains, every parameter requiring grad. A frozen vision tower saves nothing
+// (Note [Saved tensors follow requires_grad]). LoRA adapts the language model's targeted Linears only, the
+// projector training fully as in LLaVA-1.5's LoRA recipe, the vision tower frozen without adapters or NF4
+// quantization (LLaVA's scripts skip mm_projector and keep the vision tower out of PEFT's targets).
+// Tensor parallelism is not modelled (the vision tower has no tensor-parallel builder).
+absl::StatusOr<TensorId> Builder::LlavaImageFeatures() {
+  const ModelConfig& vision = c_.vision_tower();
+  const int64_t n = o_.batch * o_.images, hv = vision.hidden_size, h = c_.hidden_size;
+  BuildOptions vision_options = o_;
+  vision_options.batch = n;
+  Builder tower(vision, *this, vision.image_tokens(), vision_options);
+  tower.trainable_ = o_.vlm_trainable == VlmTrainable::kAll;
+  tower.lora_scope_ = false;
+  std::vector<TensorId> hidden_states;
+  HEADROOM_ASSIGN_OR_RETURN(TensorId pooled, tower.VisionTower(0, "vision_tower.vision_model.", &hidden_states));
+  e_.set_layer(-1);
+  const TensorId selected = hidden_states[static_cast<size_t>(c_.vision_feature_layer)];
+  // image_outputs holds the hidden states and the pooled output until get_image_features returns, and with them
+  // the autograd nodes of the blocks after the selected one, which no gradient reaches: what those save too.
+  std::set<TensorId> locals(hidden_states.begin(), hidden_states.end());
+  locals.insert(pooled);
+  for (OpId id = g_.producer(selected) + 1; id < static_cast<OpId>(g_.num_ops()); ++id) {
+    locals.insert(g_.op(id).saved.begin(), g_.op(id).saved.end());
+  }
+  TensorId features = selected;
+  const int64_t tokens = c_.image_feature_tokens();
+  if (!c_.vision_feature_full) {
+    features = e_.View("vision_feature_select", features, {n, tokens, hv});  // [:, 1:]
+    if (!e_.options().autocast) features = e_.Contiguous("multi_modal_projector.linear_1.fold", features);
+  }
+  const std::string projector = "multi_modal_projector.";
+  TensorId y = Proj(projector + "linear_1", features, hv, h, true, Parallel::kReplicated);
+  y = Activation(projector + "act", y);
+  y = Proj(projector + "linear_2", y, h, h, true, Parallel::kReplicated);
+  e_.ScopeEnd("vision_tower.outputs_released", std::vector<TensorId>(locals.begin(), locals.end()));
+  return y;
+}
+
+absl::Status Builder::BuildLlava() {
+  const int64_t b = o_.batch, s = o_.seq_len;
+  Builder language(c_.text_tower(), *this, s);
+  language.prefix_ = "language_model.";
+  language.first_layer_ = static_cast<int>(c_.vision_tower().num_layers);
+  language.upcast_logits_ = false;  // LLaVA's own loss
+  if (o_.vlm_trainable == VlmTrainable::kProjector) language.trainable_ = false;
+  HEADROOM_RETURN_IF_ERROR(language.CheckOptions());
+  trainable_ = true;  // this builder's own parameters: the projector's
+  TensorId image_features = kNone;
+  auto merge = [&](TensorId ids, TensorId embeddings) -> absl::StatusOr<TensorId> {
+    if (o_.images == 0) return embeddings;  // no pixel_values: the language model alone
+    HEADROOM_ASSIGN_OR_RETURN(image_features, LlavaImageFeatures());
+    // (input_ids == image_token_index).unsqueeze(-1).expand_as(inputs_embeds): one bool per token.
+    TensorId mask = e_.Materialize("image_token_mask", "eq", {ids}, {b, s}, DType::kBool);
+    TensorId source = e_.Cast("image_features.to", image_features, g_.tensor(embeddings).dtype);
+    return e_.MaskedScatter("inputs_embeds.masked_scatter", embeddings, mask, source);
+  };
+  HEADROOM_RETURN_IF_ERROR(language.BuildDecoder(merge));
+  MergeTower(language);
+  if (image_features != kNone) {
+    // The output's image_hidden_states: alive until forward returns, after the loss.
+    if (o_.training) e_.set_phase(Phase::kLoss);
+    e_.ScopeEnd("image_hidden_states", {image_features});
+    e_.set_phase(Phase::kForward);
+  }
   return absl::OkStatus();
 }
 
@@ -1968,6 +2128,7 @@ absl::Status Builder::Build() {
       break;
     case ModelFamily::kVision: HEADROOM_RETURN_IF_ERROR(BuildVision()); break;
     case ModelFamily::kContrastive: HEADROOM_RETURN_IF_ERROR(BuildContrastive()); break;
+    case ModelFamily::kVisionLanguage: HEADROOM_RETURN_IF_ERROR(BuildLlava()); break;
     case ModelFamily::kCnn: HEADROOM_RETURN_IF_ERROR(BuildCnn()); break;
     case ModelFamily::kMlp: HEADROOM_RETURN_IF_ERROR(BuildMlp()); break;
   }
@@ -1984,6 +2145,12 @@ constexpr NameTable<AttentionImpl, 3> kAttentionNames("attention", {{
     {"sdpa", AttentionImpl::kFlash, kAlias},
 }});
 
+constexpr NameTable<VlmTrainable, 3> kVlmTrainableNames("vision-language training", {{
+    {"projector+lm", VlmTrainable::kProjectorAndLanguage},
+    {"projector", VlmTrainable::kProjector},
+    {"all", VlmTrainable::kAll},
+}});
+
 constexpr NameTable<RmsNormImpl, 2> kRmsNormNames("RMSNorm implementation", {{
     {"eager", RmsNormImpl::kEager},
     {"fused", RmsNormImpl::kFused},
@@ -1993,6 +2160,9 @@ constexpr NameTable<RmsNormImpl, 2> kRmsNormNames("RMSNorm implementation", {{
 
 std::string_view AttentionImplName(AttentionImpl impl) { return kAttentionNames.Name(impl); }
 absl::StatusOr<AttentionImpl> ParseAttentionImpl(std::string_view name) { return kAttentionNames.Parse(name); }
+
+std::string_view VlmTrainableName(VlmTrainable trainable) { return kVlmTrainableNames.Name(trainable); }
+absl::StatusOr<VlmTrainable> ParseVlmTrainable(std::string_view name) { return kVlmTrainableNames.Parse(name); }
 
 std::string_view RmsNormImplName(RmsNormImpl impl) { return kRmsNormNames.Name(impl); }
 absl::StatusOr<RmsNormImpl> ParseRmsNormImpl(std::string_view name) { return kRmsNormNames.Parse(name); }

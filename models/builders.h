@@ -57,6 +57,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -104,13 +105,26 @@ struct LoraOptions {
   bool enabled() const { return rank > 0; }
 };
 
+// Which parts of a vision-language model (LLaVA) train; Note [LLaVA] in builders.cc.
+enum class VlmTrainable : uint8_t {
+  kProjectorAndLanguage,  // LLaVA-1.5's visual instruction tuning, the default: the vision tower frozen
+  kProjector,             // LLaVA-1.5's feature-alignment pretraining: the projector alone
+  kAll,                   // every parameter, as a plain loop over transformers' model (all requires_grad) trains
+};
+std::string_view VlmTrainableName(VlmTrainable trainable);  // "projector+lm", "projector", "all"
+absl::StatusOr<VlmTrainable> ParseVlmTrainable(std::string_view name);
+
 struct BuildOptions {
   int64_t batch = 1;
   // Tokens per sequence (transformers); ignored for CNNs, MLPs and vision
   // transformers, whose sequence is their image's patches; the text tower's
-  // tokens for CLIP and SigLIP. Must not exceed max_position_embeddings for
-  // learned positions.
+  // tokens for CLIP and SigLIP; LLaVA's language-model tokens, text and
+  // image tokens together (each image fills image_feature_tokens() of them).
+  // Must not exceed max_position_embeddings for learned positions.
   int64_t seq_len = 512;
+  // Vision-language models (LLaVA): images per sequence (0: text only) and what trains.
+  int64_t images = 1;
+  VlmTrainable vlm_trainable = VlmTrainable::kProjectorAndLanguage;
   // Encoder-decoders: the decoder's tokens (0: seq_len).
   int64_t target_seq_len = 0;
   DType param_dtype = DType::kF32;

@@ -160,6 +160,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"ViTForImageClassification", "vit", ModelFamily::kVision, EncoderHead::kSequenceClassification},
     {"CLIPModel", "clip", ModelFamily::kContrastive},
     {"SiglipModel", "siglip", ModelFamily::kContrastive},
+    {"LlavaForConditionalGeneration", "llava", ModelFamily::kVisionLanguage},
     {"MlpChain", "mlp", ModelFamily::kMlp},
 };
 
@@ -180,7 +181,8 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"t5", "T5ForConditionalGeneration"},   {"bart", "BartForConditionalGeneration"},
     {"whisper", "WhisperForConditionalGeneration"},
     {"vit", "ViTModel"},             {"clip", "CLIPModel"},
-    {"siglip", "SiglipModel"},       {"mlp", "MlpChain"},
+    {"siglip", "SiglipModel"},       {"llava", "LlavaForConditionalGeneration"},
+    {"mlp", "MlpChain"},
 };
 
 absl::StatusOr<std::string> ArchitectureOf(const json& doc, const JsonPath& path) {
@@ -1091,9 +1093,10 @@ absl::Status ParseVit(const json& doc, const JsonPath& path, ModelConfig& c) {
 }
 
 // One tower of CLIPModel or SiglipModel from its text_config or vision_config object; CLIP's older configs
-// repeat it as text_config_dict / vision_config_dict, whose keys win as CLIPConfig lets them.
+// repeat it as text_config_dict / vision_config_dict, whose keys win as CLIPConfig lets them. `kind` ("clip",
+// "siglip") picks the defaults and the tower's model_type; empty: the parent's model_type.
 absl::StatusOr<ModelConfig> ParseTower(const json& doc, const JsonPath& path, std::string_view key, bool vision,
-                                       const ModelConfig& parent) {
+                                       const ModelConfig& parent, std::string_view kind = "") {
   json tower = json::object();
   JsonPath tower_path = path / key;
   if (Present(doc, key)) {
@@ -1110,12 +1113,13 @@ absl::StatusOr<ModelConfig> ParseTower(const json& doc, const JsonPath& path, st
     tower.update(doc[dict_key]);
     tower_path = path / dict_key;
   }
-  const bool clip = parent.model_type == "clip";
+  if (kind.empty()) kind = parent.model_type;
+  const bool clip = kind == "clip";
   ModelConfig c;
   c.origin = parent.origin;
   c.torch_dtype = parent.torch_dtype;
   c.architecture = absl::StrCat(parent.architecture, vision ? ".vision_model" : ".text_model");
-  c.model_type = absl::StrCat(parent.model_type, vision ? "_vision_model" : "_text_model");
+  c.model_type = absl::StrCat(std::string(kind), vision ? "_vision_model" : "_text_model");
   c.family = vision ? ModelFamily::kVision : ModelFamily::kEncoder;
   const TowerDefaults& d = clip ? (vision ? kClipVisionDefaults : kClipTextDefaults)
                                 : (vision ? kSiglipVisionDefaults : kSiglipTextDefaults);
@@ -1158,6 +1162,103 @@ absl::Status ParseContrastive(const json& doc, const JsonPath& path, ModelConfig
   return absl::OkStatus();
 }
 
+absl::StatusOr<ModelConfig> ParseDocument(const json& doc, const JsonPath& path, std::string_view origin);
+
+// Note [LLaVA configs]
+// LlavaConfig (transformers 4.46's configuration_llava.py) nests a whole decoder config as text_config and a
+// vision tower's as vision_config, and llava-hf's checkpoints lean on their defaults: llava-1.5-7b-hf's
+// text_config names little beyond vocab_size and max_position_embeddings, the rest being LlamaConfig's. So, as
+// AutoConfig does, an absent text_config.model_type is "llama" and a llama text_config's absent sizes take
+// LlamaConfig's defaults; other decoders must name their sizes. The vision tower is CLIPVisionModel (the only
+// one modelled): an absent vision_config is LlavaConfig's CLIP ViT-L/14 at 336 pixels, absent fields in a
+// present one CLIPVisionConfig's defaults. vision_feature_layer indexes the vision tower's hidden states as
+// Python does (-2: the penultimate block's output; 0: the embeddings), vision_feature_select_strategy is
+// "default" (drop the class token) or "full", projector_hidden_act the projector's activation.
+constexpr std::pair<std::string_view, int64_t> kLlamaConfigDefaults[] = {
+    {"vocab_size", 32000},         {"hidden_size", 4096},        {"intermediate_size", 11008},
+    {"num_hidden_layers", 32},     {"num_attention_heads", 32},  {"max_position_embeddings", 2048},
+};
+constexpr std::pair<std::string_view, int64_t> kLlavaVisionDefaults[] = {
+    {"hidden_size", 1024},  {"intermediate_size", 4096},  {"num_hidden_layers", 24},
+    {"num_attention_heads", 16},  {"image_size", 336},  {"patch_size", 14},
+};
+
+absl::Status ParseLlava(const json& doc, const JsonPath& path, ModelConfig& c) {
+  json text = json::object();
+  if (Present(doc, "text_config")) {
+    if (!doc["text_config"].is_object()) {
+      return (path / "text_config")
+          .Error(absl::StrFormat("expected an object, got %s", JsonTypeName(doc["text_config"])));
+    }
+    text = doc["text_config"];
+  }
+  // AutoModelForCausalLM builds the language model from model_type alone.
+  text.erase("architectures");
+  if (!Present(text, "model_type")) text["model_type"] = "llama";
+  if (text["model_type"] == "llama") {
+    for (const auto& [key, value] : kLlamaConfigDefaults) {
+      if (!Present(text, key)) text[std::string(key)] = value;
+    }
+  }
+  if (!Present(text, "torch_dtype") && Present(doc, "torch_dtype")) text["torch_dtype"] = doc["torch_dtype"];
+  const JsonPath text_path = path / "text_config";
+  HEADROOM_ASSIGN_OR_RETURN(ModelConfig language, ParseDocument(text, text_path, c.origin));
+  if (language.family != ModelFamily::kDecoder) {
+    return (text_path / "model_type")
+        .Error(absl::StrFormat("'%s' is not a causal language model; LLaVA's language model is a decoder",
+                               language.model_type));
+  }
+
+  json vision_doc = json::object();
+  if (Present(doc, "vision_config")) {
+    if (!doc["vision_config"].is_object()) {
+      return (path / "vision_config")
+          .Error(absl::StrFormat("expected an object, got %s", JsonTypeName(doc["vision_config"])));
+    }
+    vision_doc = doc["vision_config"];
+    if (Present(vision_doc, "model_type")) {
+      HEADROOM_ASSIGN_OR_RETURN(std::string type, RequireString(vision_doc, "model_type", path / "vision_config"));
+      if (type != "clip_vision_model") {
+        return (path / "vision_config" / "model_type")
+            .Error(absl::StrFormat("'%s' is not modelled; LLaVA's vision tower must be clip_vision_model", type));
+      }
+    }
+  } else {
+    for (const auto& [key, value] : kLlavaVisionDefaults) vision_doc[std::string(key)] = value;
+  }
+  const json holder = {{"vision_config", vision_doc}};
+  HEADROOM_ASSIGN_OR_RETURN(ModelConfig vision, ParseTower(holder, path, "vision_config", true, c, "clip"));
+
+  HEADROOM_ASSIGN_OR_RETURN(c.activation, ParseActivation(doc, "projector_hidden_act", path, ActivationKind::kGelu));
+  HEADROOM_ASSIGN_OR_RETURN(const int64_t layer, OptionalInt(doc, "vision_feature_layer", path, -2));
+  if (layer < -(vision.num_layers + 1) || layer > vision.num_layers) {
+    return (path / "vision_feature_layer")
+        .Error(absl::StrFormat("%d indexes no hidden state of the vision tower's %d (embeddings and %d blocks: "
+                               "%d to %d)",
+                               layer, vision.num_layers + 1, vision.num_layers, -(vision.num_layers + 1),
+                               vision.num_layers));
+  }
+  c.vision_feature_layer = layer >= 0 ? layer : vision.num_layers + 1 + layer;
+  std::string strategy = "default";
+  if (Present(doc, "vision_feature_select_strategy")) {
+    HEADROOM_ASSIGN_OR_RETURN(strategy, RequireString(doc, "vision_feature_select_strategy", path));
+  }
+  if (strategy != "default" && strategy != "full") {
+    return (path / "vision_feature_select_strategy")
+        .Error(absl::StrFormat("expected \"default\" or \"full\", got \"%s\"", strategy));
+  }
+  c.vision_feature_full = strategy == "full";
+  // The projector: linear_1 [text hidden, vision hidden] and linear_2 [text hidden, text hidden], with biases.
+  HEADROOM_RETURN_IF_ERROR(CheckWeight(path, "text_config.hidden_size", language.hidden_size,
+                                       "vision_config.hidden_size", vision.hidden_size));
+  c.hidden_size = language.hidden_size;
+  c.vocab_size = language.vocab_size;
+  c.max_position_embeddings = language.max_position_embeddings;
+  c.num_layers = language.num_layers + vision.num_layers;
+  c.towers = {std::move(language), std::move(vision)};
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view EncoderHeadName(EncoderHead head) { return kEncoderHeadNames.Name(head); }
@@ -1180,7 +1281,7 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& c) {
             .kv_heads = "encoder_attention_heads", .intermediate = "encoder_ffn_dim",
             .positions = type == "whisper" ? "max_target_positions" : "max_position_embeddings"};
   }
-  if (c.family == ModelFamily::kContrastive) {
+  if (c.family == ModelFamily::kContrastive || c.family == ModelFamily::kVisionLanguage) {
     return {.layers = "text_config.num_hidden_layers + vision_config.num_hidden_layers"};
   }
   if (type == "bloom") {
@@ -1208,7 +1309,13 @@ std::vector<std::string> SupportedArchitectures() {
 
 absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::string_view origin) {
   HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(json_text, origin));
-  const JsonPath path(origin);
+  return ParseDocument(doc, JsonPath(origin), origin);
+}
+
+namespace {
+
+// ParseHfConfig of a parsed document, whose errors name fields under `path` (LLaVA's text_config).
+absl::StatusOr<ModelConfig> ParseDocument(const json& doc, const JsonPath& path, std::string_view origin) {
   if (!doc.is_object()) {
     return path.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
   }
@@ -1277,6 +1384,9 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   } else if (type == "clip" || type == "siglip") {
     HEADROOM_RETURN_IF_ERROR(ParseContrastive(doc, path, c));
     return c;
+  } else if (type == "llava") {
+    HEADROOM_RETURN_IF_ERROR(ParseLlava(doc, path, c));
+    return c;
   } else {
     HEADROOM_RETURN_IF_ERROR(ParseMlpChain(doc, path, c));
     HEADROOM_RETURN_IF_ERROR(CheckMlpSizes(path, c));
@@ -1286,6 +1396,8 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   HEADROOM_RETURN_IF_ERROR(CheckTransformerSizes(path, c));
   return c;
 }
+
+}  // namespace
 
 absl::StatusOr<ModelConfig> CnnConfig(std::string_view name) {
   if (name != "resnet50" && name != "vgg16") {

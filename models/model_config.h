@@ -60,6 +60,7 @@ enum class ModelFamily : uint8_t {
   kEncoderDecoder,  // T5, Flan-T5, BART, Whisper
   kVision,   // ViT: a transformer over image patches (Note [Vision transformers] in builders.cc)
   kContrastive,  // CLIP, SigLIP: a text and a vision tower trained on image-text pairs (`towers`)
+  kVisionLanguage,  // LLaVA: a vision tower's projected patch features among a decoder's tokens (`towers`)
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
 };
@@ -194,6 +195,12 @@ struct ModelConfig {
   std::vector<ModelConfig> towers;
   int64_t projection_dim = 0;  // CLIP: text_projection and visual_projection map both towers to this width
 
+  // --- vision-language models (LLaVA; Note [LLaVA] in builders.cc) ---
+  // `towers` holds the language model (a decoder config: text_config) and the vision tower (vision_config);
+  // `activation` is the projector's (projector_hidden_act) and num_layers both towers' blocks.
+  int64_t vision_feature_layer = 0;   // the hidden state after this many vision blocks feeds the projector
+  bool vision_feature_full = false;   // vision_feature_select_strategy "full": the class token too
+
   // --- MLP chains ---
   int64_t mlp_input_size = 0;
   std::vector<int64_t> mlp_layer_sizes;
@@ -204,6 +211,10 @@ struct ModelConfig {
   int64_t num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
   // The sequence a vision transformer attends over: the patches and the class token.
   int64_t image_tokens() const { return num_patches() + (class_token ? 1 : 0); }
+  // LLaVA: the language-model tokens each image fills, its patches (and the class token under "full").
+  int64_t image_feature_tokens() const {
+    return vision_tower().num_patches() + (vision_feature_full ? 1 : 0);
+  }
   const ModelConfig& text_tower() const { return towers.front(); }
   const ModelConfig& vision_tower() const { return towers.back(); }
   bool is_mla() const { return kv_lora_rank > 0; }
@@ -245,7 +256,7 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& config);
 // T5ForConditionalGeneration, BartForConditionalGeneration, WhisperForConditionalGeneration,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, ViTModel,
-// ViTForImageClassification, CLIPModel, SiglipModel, MlpChain, and the
+// ViTForImageClassification, CLIPModel, SiglipModel, LlavaForConditionalGeneration, MlpChain, and the
 // torchvision CNNs resnet50 and vgg16 (image_size, num_classes and
 // in_channels optional). Unknown
 // architectures are an InvalidArgument error listing the supported ones.

@@ -1,6 +1,7 @@
 // Vision transformers (Note [Vision transformers] in models/builders.cc) and the two-tower image-text models
 // built on them (Note [Contrastive towers]) from their config.json presets: ViT's patch embedding, class token
-// and pre-norm blocks; CLIP's and SigLIP's text and vision towers, heads and losses.
+// and pre-norm blocks; CLIP's and SigLIP's text and vision towers, heads and losses; LLaVA's vision tower,
+// projector and language model over text and image tokens (Note [LLaVA]).
 #include <set>
 #include <string>
 #include <string_view>
@@ -56,6 +57,20 @@ TEST(VisionFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(body, {.batch = 2, .training = false}).ParameterCount(), 86'389'248u);
   EXPECT_EQ(Build(Preset("clip-vit-base-patch32"), {.batch = 2, .seq_len = 77}).ParameterCount(), 151'277'313u);
   EXPECT_EQ(Build(Preset("siglip-base-patch16-224"), {.batch = 2, .seq_len = 64}).ParameterCount(), 203'155'970u);
+}
+
+// llava-1.5-7b (llava-hf/llava-1.5-7b-hf's config.json): LlavaForConditionalGeneration, 7,063,427,072 from
+// transformers 4.46.3 as above (vision_tower 303,507,456, multi_modal_projector 20,979,712, language_model
+// 6,738,939,904: the 7.06 B of the model card); the fine-tuning default trains the projector and the language
+// model, 6,759,919,616 of them.
+TEST(VisionFamilies, LlavaParameterCountMatchesTheRealModel) {
+  const Graph g = Build(Preset("llava-1.5-7b"), {.batch = 1, .seq_len = 600});
+  EXPECT_EQ(g.ParameterCount(), 7'063'427'072u);
+  uint64_t trainable = 0;
+  for (const Tensor& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter && t.trainable) trainable += t.elements();
+  }
+  EXPECT_EQ(trainable, 20'979'712u + 6'738'939'904u);
 }
 
 TEST(VisionFamilies, VitConfigIsReadFromItsFields) {
@@ -324,6 +339,156 @@ TEST(VisionFamilies, EstimateTakesTheTextSequenceOfTwoTowers) {
   absl::StatusOr<MemoryEstimate> e = EstimateMemory(*model, {.micro_batch = 32}, {});
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_GT(e->activations, 0u);
+}
+
+// Note [LLaVA configs]: llava-1.5-7b-hf's text_config leans on LlamaConfig's defaults.
+TEST(VisionFamilies, LlavaConfigHoldsTheLanguageModelAndTheVisionTower) {
+  const ModelConfig c = Preset("llava-1.5-7b");
+  EXPECT_EQ(c.family, ModelFamily::kVisionLanguage);
+  EXPECT_EQ(c.architecture, "LlavaForConditionalGeneration");
+  const ModelConfig& text = c.text_tower();
+  const ModelConfig& vision = c.vision_tower();
+  EXPECT_EQ(text.model_type, "llama");
+  EXPECT_EQ(text.family, ModelFamily::kDecoder);
+  EXPECT_EQ(text.hidden_size, 4096);
+  EXPECT_EQ(text.intermediate_size, 11008);
+  EXPECT_EQ(text.num_layers, 32);
+  EXPECT_EQ(text.num_kv_heads, 32);
+  EXPECT_EQ(text.vocab_size, 32064);
+  EXPECT_EQ(text.max_position_embeddings, 4096);
+  EXPECT_EQ(text.norm_eps, 1e-5);
+  EXPECT_EQ(vision.model_type, "clip_vision_model");
+  EXPECT_EQ(vision.activation, ActivationKind::kQuickGelu);
+  EXPECT_EQ(vision.image_tokens(), 577);
+  EXPECT_EQ(c.vision_feature_layer, 23);  // -2 of 24 blocks: the penultimate block's output
+  EXPECT_EQ(c.image_feature_tokens(), 576);
+  EXPECT_EQ(c.activation, ActivationKind::kGelu);
+  EXPECT_EQ(c.num_layers, 56);
+}
+
+ModelConfig TinyLlava() {
+  ModelConfig c = Preset("llava-1.5-7b");
+  c.towers[0].num_layers = 2;
+  c.towers[1].num_layers = 3;
+  c.vision_feature_layer = 2;  // -2 of 3 blocks
+  return c;
+}
+
+// Vision blocks 0-2 run first over batch x images images, then the language blocks 3-4 over text and image
+// tokens; by default only the projector and the language model train, so the vision tower saves nothing.
+TEST(VisionFamilies, LlavaScattersProjectedPatchesIntoTheLanguageModel) {
+  const Graph g = Build(TinyLlava(), {.batch = 2, .seq_len = 1200, .images = 2, .attention = AttentionImpl::kEager});
+  EXPECT_EQ(ShapeOf(g, "pixel_values"), (std::vector<int64_t>{4, 3, 336, 336}));
+  EXPECT_EQ(ShapeOf(g, "vision_tower.vision_model.embeddings.patch_embedding.weight"),
+            (std::vector<int64_t>{1024, 3, 14, 14}));
+  EXPECT_EQ(ShapeOf(g, "multi_modal_projector.linear_1.weight"), (std::vector<int64_t>{4096, 1024}));
+  EXPECT_EQ(ShapeOf(g, "multi_modal_projector.linear_2.bias"), (std::vector<int64_t>{4096}));
+  EXPECT_EQ(ShapeOf(g, "language_model.model.embed_tokens.weight"), (std::vector<int64_t>{32064, 4096}));
+  EXPECT_EQ(ShapeOf(g, "language_model.lm_head.weight"), (std::vector<int64_t>{32064, 4096}));
+  EXPECT_NE(FindTensor(g, "vision_tower.vision_model.post_layernorm.weight"), nullptr);
+  EXPECT_FALSE(FindTensor(g, "vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.weight")->trainable);
+  EXPECT_TRUE(FindTensor(g, "multi_modal_projector.linear_1.weight")->trainable);
+  EXPECT_TRUE(FindTensor(g, "language_model.model.layers.1.mlp.down_proj.weight")->trainable);
+  const Op* vision_block = FindOp(g, "vision_tower.vision_model.encoder.layers.2.layer_norm1");
+  const Op* text_block = FindOp(g, "language_model.model.layers.0.input_layernorm.square");
+  ASSERT_NE(vision_block, nullptr);
+  ASSERT_NE(text_block, nullptr);
+  EXPECT_EQ(vision_block->layer, 2);
+  EXPECT_EQ(text_block->layer, 3);
+  // The penultimate block's output without its class token, copied as linear_1 folds it: 2 x 2 images of 576.
+  const Op* fold = FindOp(g, "multi_modal_projector.linear_1.fold");
+  ASSERT_NE(fold, nullptr);
+  EXPECT_EQ(g.tensor(fold->outputs[0]).shape, (std::vector<int64_t>{4, 576, 1024}));
+  const Op* selected = &g.op(g.producer(g.tensor(fold->inputs[0]).view_of));
+  EXPECT_EQ(selected->name, "vision_tower.vision_model.encoder.layers.1.mlp_residual");
+  const Op* scatter = FindOp(g, "inputs_embeds.masked_scatter");
+  ASSERT_NE(scatter, nullptr);
+  EXPECT_EQ(g.tensor(scatter->outputs[0]).shape, (std::vector<int64_t>{2, 1200, 4096}));
+  ASSERT_EQ(scatter->saved.size(), 1u);
+  EXPECT_EQ(g.tensor(scatter->saved[0]).dtype, DType::kBool);
+  const Op* scores = FindOp(g, "language_model.model.layers.0.attn_core.qk");
+  ASSERT_NE(scores, nullptr);
+  EXPECT_EQ(g.tensor(scores->outputs[0]).shape, (std::vector<int64_t>{2, 32, 1200, 1200}));
+  for (const Op& op : g.ops()) {
+    if (op.layer >= 0 && op.layer < 3) EXPECT_TRUE(op.saved.empty()) << op.name;
+  }
+  // LLaVA's own loss: no f32 upcast of the logits.
+  EXPECT_EQ(FindOp(g, "loss.logits_float"), nullptr);
+  EXPECT_NE(FindOp(g, "loss.shift_logits"), nullptr);
+}
+
+TEST(VisionFamilies, LlavaTrainsWhatVlmTrainableSays) {
+  auto trainable = [](const Graph& g, std::string_view name) { return FindTensor(g, name)->trainable; };
+  const Graph all = Build(TinyLlava(), {.batch = 1, .seq_len = 600, .vlm_trainable = VlmTrainable::kAll});
+  EXPECT_TRUE(trainable(all, "vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight"));
+  const Op* fc1 = FindOp(all, "vision_tower.vision_model.encoder.layers.0.mlp.fc1");
+  ASSERT_NE(fc1, nullptr);
+  EXPECT_FALSE(fc1->saved.empty());
+  const Graph projector = Build(TinyLlava(), {.batch = 1, .seq_len = 600, .vlm_trainable = VlmTrainable::kProjector});
+  EXPECT_FALSE(trainable(projector, "language_model.model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_FALSE(trainable(projector, "language_model.lm_head.weight"));
+  EXPECT_TRUE(trainable(projector, "multi_modal_projector.linear_2.weight"));
+  // The projector's gradient flows back through the frozen language model, which keeps its activations.
+  const Op* down = FindOp(projector, "language_model.model.layers.1.mlp.down_proj");
+  ASSERT_NE(down, nullptr);
+  EXPECT_FALSE(down->saved.empty());
+  // LoRA adapts the language model only; the projector trains, the vision tower gets no adapters.
+  const Graph lora = Build(TinyLlava(), {.batch = 1, .seq_len = 600, .lora = {.rank = 8}});
+  EXPECT_NE(FindTensor(lora, "language_model.model.layers.0.self_attn.q_proj.lora_A.weight"), nullptr);
+  EXPECT_EQ(FindTensor(lora, "vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.lora_A.weight"), nullptr);
+  EXPECT_FALSE(trainable(lora, "language_model.model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_TRUE(trainable(lora, "multi_modal_projector.linear_1.weight"));
+  // Text only: no pixel_values, no vision tower run.
+  const Graph text = Build(TinyLlava(), {.batch = 1, .seq_len = 16, .images = 0});
+  EXPECT_EQ(FindTensor(text, "pixel_values"), nullptr);
+}
+
+TEST(VisionFamilies, BadLlavaFieldsAndOptionsAreNamed) {
+  for (const auto& [config, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model_type": "llava", "vision_feature_layer": -26})",
+            "llava.json: vision_feature_layer: -26 indexes no hidden state"},
+           {R"({"model_type": "llava", "vision_feature_select_strategy": "cls"})",
+            "llava.json: vision_feature_select_strategy: expected \"default\" or \"full\""},
+           {R"({"model_type": "llava", "vision_config": {"model_type": "siglip_vision_model"}})",
+            "llava.json: vision_config.model_type: 'siglip_vision_model' is not modelled"},
+           {R"({"model_type": "llava", "vision_config": {"patch_size": 0}})", "llava.json: vision_config.patch_size"},
+           {R"({"model_type": "llava", "text_config": 3})", "llava.json: text_config: expected an object"},
+           {R"({"model_type": "llava", "text_config": {"model_type": "mistral"}})",
+            "llava.json: text_config.vocab_size: required field is missing"},
+           {R"({"model_type": "llava", "text_config": {"num_attention_heads": 7}})",
+            "llava.json: text_config.num_attention_heads"},
+           {R"({"model_type": "llava", "text_config": {"model_type": "bert", "hidden_size": 64, "vocab_size": 8,
+                "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 8}})",
+            "llava.json: text_config.model_type: 'bert' is not a causal language model"},
+           {R"({"model_type": "llava", "projector_hidden_act": "nope"})", "llava.json: projector_hidden_act"}}) {
+    absl::StatusOr<ModelConfig> c = ParseHfConfig(config, "llava.json");
+    ASSERT_FALSE(c.ok()) << config;
+    EXPECT_THAT(c.status().message(), HasSubstr(field)) << config;
+  }
+  // The sequence must hold the images' tokens; LLaVA options on another model are refused.
+  absl::StatusOr<Graph> short_seq =
+      BuildModelGraph(Preset("llava-1.5-7b"), {.batch = 1, .seq_len = 1000, .images = 2});
+  ASSERT_FALSE(short_seq.ok());
+  EXPECT_THAT(short_seq.status().message(), HasSubstr("seq_len 1000 is too short for 2 image(s) of 576 tokens"));
+  absl::StatusOr<Graph> llama = BuildModelGraph(Preset("llama-2-7b"), {.batch = 1, .seq_len = 8, .images = 2});
+  ASSERT_FALSE(llama.ok());
+  EXPECT_THAT(llama.status().message(), HasSubstr("vision-language models (LLaVA) only"));
+  absl::StatusOr<Graph> tp =
+      BuildModelGraph(Preset("llava-1.5-7b"), {.batch = 1, .seq_len = 600, .tensor_parallel = 2});
+  ASSERT_FALSE(tp.ok());
+  EXPECT_THAT(tp.status().message(), HasSubstr("tensor_parallel 2"));
+}
+
+// LLaVA's sequence and KV cache are its language model's: text and image tokens, 32 layers (not 56).
+TEST(VisionFamilies, LlavaEstimateCachesTheLanguageModelsTokens) {
+  absl::StatusOr<LoadedModel> model = LoadModel("llava-1.5-7b");
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(ResolveSeqLen(*model, {.micro_batch = 1}), 4096);
+  absl::StatusOr<MemoryEstimate> e = EstimateMemory(
+      *model, {.training = false, .micro_batch = 4, .seq_len = 1024, .context = 1024, .kv_block_size = 0}, {});
+  ASSERT_TRUE(e.ok()) << e.status();
+  // 4 sequences x 1024 tokens x 32 layers x (k, v) x 4096 x 2 bytes (bf16).
+  EXPECT_EQ(e->kv_cache, 4u * 1024 * 32 * 2 * 4096 * 2);
 }
 
 }  // namespace

@@ -27,6 +27,10 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
     p.add_argument("--seq", type=int, default=512, help="--hf-config: sequence length (default 512)")
     p.add_argument("--target-seq", type=int, help="--hf-config encoder-decoders: decoder tokens (default --seq)")
+    p.add_argument("--images", type=int, default=1,
+                   help="--hf-config LLaVA: images per sequence, whose tokens --seq counts (default 1)")
+    p.add_argument("--freeze", action="append", default=[], metavar="PREFIX",
+                   help="freeze the parameters whose names start with PREFIX, e.g. vision_tower. (repeatable)")
     p.add_argument("--attention", default="eager", help="--hf-config: attn_implementation (default eager)")
     p.add_argument("--image-size", type=int, default=224, help="--torchvision: image side (default 224)")
     p.add_argument("--num-classes", type=int, default=1000, help="--torchvision: classes (default 1000)")
@@ -47,7 +51,7 @@ def parse_args(argv):
 def workload(args):
     if args.hf_config:
         return sources.hugging_face(args.hf_config, args.batch, args.seq, args.dtype, args.inference, args.attention,
-                                    args.target_seq)
+                                    args.target_seq, args.images)
     if args.torchvision:
         return sources.torchvision_model(args.torchvision, args.batch, args.image_size, args.num_classes,
                                          args.dtype, args.inference)
@@ -64,6 +68,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         w = workload(args)
+        sources.freeze(w.module, args.freeze)
         graph = trace(w.module, w.inputs, w.input_names, loss=w.loss, call=w.call, name=w.name)
     except TraceError as error:
         print(f"headroom-trace: error: {error}", file=sys.stderr)

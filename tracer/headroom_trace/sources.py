@@ -73,12 +73,14 @@ def _meta(shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def hugging_face(config_path, batch, seq, dtype=None, inference=False, attention="eager", target_seq=None):
+def hugging_face(config_path, batch, seq, dtype=None, inference=False, attention="eager", target_seq=None,
+                 images=1):
     """A transformers model from its config.json (a file or a snapshot folder), random weights, nothing
     downloaded. Inputs follow the model's main input: token ids of `seq` (and `target_seq` decoder tokens for
-    encoder-decoders), images of the config's image_size, or Whisper's log-mel frames. Causal LMs are trained on
-    next-token cross-entropy (the model's own loss function where it has one), CLIP and SigLIP on their
-    contrastive losses, every other head on cross-entropy over its logits."""
+    encoder-decoders), images of the config's image_size, or Whisper's log-mel frames; LLaVA takes `seq` tokens,
+    image tokens included, and `images` images per sequence. Causal LMs are trained on next-token cross-entropy
+    (the model's own loss function where it has one), CLIP and SigLIP on their contrastive losses, every other
+    head on cross-entropy over its logits."""
     path = pathlib.Path(config_path)
     if path.is_dir():
         path = path / "config.json"
@@ -111,6 +113,8 @@ def hugging_face(config_path, batch, seq, dtype=None, inference=False, attention
         model = model.to(torch_dtype(dtype, "--dtype"))
     model.train(not inference)
     name = cls.__name__
+    if model.config.model_type == "llava":
+        return _llava(model, name, batch, seq, images, inference)
     params = inspect.signature(model.forward).parameters
     named = _hf_inputs(model, params, batch, seq, target_seq or seq)
     input_names = list(named)
@@ -171,6 +175,59 @@ def _hf_inputs(model, params, batch, seq, target_seq):
     if config.is_encoder_decoder:
         inputs["decoder_input_ids"] = _meta((batch, target_seq), torch.int64)
     return {k: v for k, v in inputs.items() if k in params}
+
+
+def _llava(model, name, batch, seq, images, inference):
+    """LlavaForConditionalGeneration.forward (transformers 4.46), replayed from its own parts: on meta tensors its
+    checks that read token values (`.item()`, the legacy-processing test) cannot run. input_ids hold the image
+    tokens the processor expands (seq counts them); the image features are masked_scatter'ed into the token
+    embeddings as the non-legacy path does, and the loss is LLaVA's: shifted logits, no f32 upcast."""
+    config = model.config
+    vision = config.vision_config
+    if images < 0:
+        raise TraceError(f"--images must not be negative, got {images}")
+    ids = _meta((batch, seq), torch.int64)
+    inputs, input_names = [ids], ["input_ids"]
+    if images:
+        dtype = next(model.parameters()).dtype
+        inputs.append(_meta((batch * images, vision.num_channels, vision.image_size, vision.image_size), dtype))
+        input_names.append("pixel_values")
+
+    def forward(m, xs):
+        embeds = m.get_input_embeddings()(xs[0])
+        features = None
+        if len(xs) > 1:
+            features = m.get_image_features(xs[1], config.vision_feature_layer, config.vision_feature_select_strategy)
+            mask = (xs[0] == config.image_token_index).unsqueeze(-1).expand_as(embeds)
+            embeds = embeds.masked_scatter(mask, features.to(embeds.device, embeds.dtype))
+        out = m.language_model(inputs_embeds=embeds, use_cache=inference)
+        return out.logits, features  # the output's logits and image_hidden_states
+
+    if inference:
+        def no_grad_forward(m, xs):
+            with torch.no_grad():
+                return forward(m, xs)
+        return Workload(name, model, inputs, input_names, no_grad_forward, None)
+    labels = _meta((batch, seq), torch.int64)
+
+    def loss(output):
+        logits = output[0]
+        shift_logits = logits[..., :-1, :].contiguous()
+        shift_labels = labels[..., 1:].contiguous()
+        return F.cross_entropy(shift_logits.view(-1, shift_logits.size(-1)), shift_labels.view(-1))
+
+    return Workload(name, model, inputs + [labels], input_names + ["labels"], forward, loss)
+
+
+def freeze(module, prefixes):
+    """requires_grad_(False) on the parameters whose names start with any of `prefixes` (a frozen tower, as
+    LLaVA's vision_tower. in its fine-tuning stage); each prefix must name at least one parameter."""
+    for prefix in prefixes:
+        matched = [p for n, p in module.named_parameters() if n.startswith(prefix)]
+        if not matched:
+            raise TraceError(f"--freeze '{prefix}': no parameter's name starts with it")
+        for p in matched:
+            p.requires_grad_(False)
 
 
 def _contrastive_loss(output):

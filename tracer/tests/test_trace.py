@@ -305,7 +305,23 @@ TINY = {
                                "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 64},
                "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
                                  "num_attention_heads": 4, "image_size": 32, "patch_size": 8}},
+    # A vision tower (3 blocks, numbered 0-2 as forward runs it first), then a Llama (blocks 3-4) over 32 tokens of
+    # which 16 are the image's patches; compared frozen as LLaVA-1.5 fine-tunes it, and in the other modes below.
+    "llava": {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "image_token_index": 500,
+              "text_config": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
+                              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                              "vocab_size": 512, "max_position_embeddings": 256},
+              "vision_config": {"model_type": "clip_vision_model", "hidden_size": 48, "intermediate_size": 96,
+                                "num_hidden_layers": 3, "num_attention_heads": 4, "image_size": 32,
+                                "patch_size": 8}},
 }
+TINY["llava-all"] = TINY["llava"]
+TINY["llava-projector"] = dict(TINY["llava"], vision_feature_select_strategy="full")
+
+# What trains, as each side spells it: the tracer freezes by parameter name, the builder by --vlm-train.
+TRACE_ARGS = {"llava": ["--freeze", "vision_tower."],
+              "llava-projector": ["--freeze", "vision_tower.", "--freeze", "language_model."]}
+ESTIMATE_ARGS = {"llava-all": ["--vlm-train", "all"], "llava-projector": ["--vlm-train", "projector"]}
 
 
 @unittest.skipUnless(HAVE_TRANSFORMERS, "needs transformers")
@@ -341,6 +357,28 @@ class HuggingFaceTest(unittest.TestCase):
             result = run_cli("--hf-config", self.write_config(d, config), "--seq", "8")
             self.assertNotEqual(result.returncode, 0)
             self.assertIn("LlamaModel returns no logits", result.stderr)
+
+    def test_llava_takes_image_tokens_and_pixels_and_freezes_by_name(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = self.write_config(d, TINY["llava"])
+            out = os.path.join(d, "llava.json")
+            result = run_cli("--hf-config", path, "--batch", "2", "--seq", "40", "--images", "2",
+                             "--freeze", "vision_tower.", "-o", out)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            with open(out) as f:
+                g = json.load(f)
+            inputs = {t["name"]: t["shape"] for t in g["tensors"] if t["role"] == "input"}
+            self.assertEqual(inputs["pixel_values"], [4, 3, 32, 32])
+            self.assertEqual(inputs["input_ids"], [2, 40])
+            # Two images of 16 patches each go into the embeddings; the vision tower is frozen.
+            scatter = ops_named(g, "masked_scatter")[0]
+            self.assertEqual(g["tensors"][scatter["inputs"][2]]["shape"], [4, 16, 64])
+            frozen = [t for t in g["tensors"] if t["role"] == "parameter" and t["name"].startswith("vision_tower.")]
+            self.assertTrue(frozen)
+            self.assertFalse(any(t["trainable"] for t in frozen))
+            result = run_cli("--hf-config", path, "--freeze", "vision_model.", "-o", out)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("--freeze 'vision_model.': no parameter", result.stderr)
 
     def test_a_config_without_model_type_is_refused(self):
         with tempfile.TemporaryDirectory() as d:
@@ -427,6 +465,8 @@ def block_count(config):
         return config["num_layers"] + config.get("num_decoder_layers", config["num_layers"])
     if config["model_type"] in ("bart", "whisper"):
         return config["encoder_layers"] + config["decoder_layers"]
+    if config["model_type"] == "llava":
+        return config["vision_config"]["num_hidden_layers"] + config["text_config"]["num_hidden_layers"]
     return config.get("num_hidden_layers", config.get("n_layer"))
 
 
@@ -453,7 +493,7 @@ class BuilderAgreesWithTraceTest(unittest.TestCase):
                     json.dump(config, f)
                 traced_path = os.path.join(d, "traced.json")
                 result = run_cli("--hf-config", config_path, "--batch", str(batch), "--seq", str(seq),
-                                 "-o", traced_path)
+                                 *TRACE_ARGS.get(family, []), "-o", traced_path)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 built_path = os.path.join(d, "built.json")
                 # A ViT's sequence is its image's patches: the builder takes no --seq for it.
@@ -462,20 +502,23 @@ class BuilderAgreesWithTraceTest(unittest.TestCase):
                                      "--attention", "eager", "--kernels", "cpu", "--torch", torch_version,
                                      "--transformers", transformers_version,
                                      "--micro-batch", str(batch), *seq_args, "--no-search",
-                                     "--graph-out", built_path)
+                                     *ESTIMATE_ARGS.get(family, []), "--graph-out", built_path)
                 self.assertEqual(built.returncode, 0, built.stderr)
                 with open(traced_path) as f:
                     traced = json.load(f)
                 with open(built_path) as f:
                     builder = json.load(f)
                 self.assertEqual(parameter_count(traced), parameter_count(builder))
-                towers = "vision_config" in config
+                towers = "vision_config" in config and config["model_type"] != "llava"
                 traced_layers = saved_bytes_per_layer(traced, by_module=towers)
                 if towers:
                     expected = [f"{tower}_model.encoder.layers.{i}" for tower in ("text", "vision")
                                 for i in range(config[f"{tower}_config"]["num_hidden_layers"])]
                 else:
                     expected = list(range(block_count(config)))
+                if family in TRACE_ARGS and "--freeze" in TRACE_ARGS[family]:
+                    # A frozen vision tower saves nothing: only the language model's blocks appear.
+                    expected = expected[config["vision_config"]["num_hidden_layers"]:]
                 self.assertEqual(sorted(traced_layers), sorted(expected))
                 self.assertEqual(traced_layers, saved_bytes_per_layer(builder, by_module=towers))
 
