@@ -409,6 +409,31 @@ TensorId OpEmitter::Maximum(const std::string& name, TensorId x) {
   return y;
 }
 
+TensorId OpEmitter::Clamp(const std::string& name, TensorId x) {
+  const Tensor xt = graph_.tensor(x);
+  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
+  const bool rg = RequiresGrad(x);
+  Op op{.kind = "clamp", .name = name, .inputs = {x}, .outputs = {y},
+        .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
+  if (rg) op.saved = {x};
+  Emit(std::move(op), rg);
+  return y;
+}
+
+OpEmitter::Selection OpEmitter::TopK(const std::string& name, std::string kind, TensorId x, int64_t k) {
+  const Tensor xt = graph_.tensor(x);
+  std::vector<int64_t> shape = xt.shape;
+  shape.back() = k;
+  TensorId values = NewTensor(name + ".values", shape, xt.dtype);
+  TensorId indices = NewTensor(name + ".indices", shape, DType::kI64);
+  const bool rg = RequiresGrad(x);
+  Op op{.kind = std::move(kind), .name = name, .inputs = {x}, .outputs = {values, indices},
+        .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
+  if (rg) op.saved = {indices};
+  Emit(std::move(op), rg);
+  return {.values = values, .indices = indices};
+}
+
 TensorId OpEmitter::Pow(const std::string& name, TensorId x) {
   const Tensor xt = graph_.tensor(x);
   TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
@@ -536,7 +561,7 @@ void OpEmitter::ScopeEnd(const std::string& name, std::vector<TensorId> tensors)
 }
 
 TensorId OpEmitter::FlashAttention(const std::string& name, TensorId q, TensorId k, TensorId v,
-                                   bool causal) {
+                                   bool causal, TensorId sinks) {
   q = ToCompute(name + ".q_cast", q);
   k = ToCompute(name + ".k_cast", k);
   v = ToCompute(name + ".v_cast", v);
@@ -545,7 +570,7 @@ TensorId OpEmitter::FlashAttention(const std::string& name, TensorId q, TensorId
   const int64_t s_kv = graph_.tensor(k).shape[2];
   TensorId out = NewTensor(name + ".out", qt.shape, qt.dtype);
   TensorId lse = NewTensor(name + ".logsumexp", {b, heads, s}, DType::kF32);
-  const bool rg = RequiresGrad(q) || RequiresGrad(k) || RequiresGrad(v);
+  const bool rg = RequiresGrad(q) || RequiresGrad(k) || RequiresGrad(v) || RequiresGrad(sinks);
   // QK^T and PV; a causal kernel skips the blocks above the diagonal.
   double flops = 4.0 * static_cast<double>(b * heads) * static_cast<double>(s) *
                  static_cast<double>(s_kv) * static_cast<double>(d);
@@ -553,6 +578,10 @@ TensorId OpEmitter::FlashAttention(const std::string& name, TensorId q, TensorId
   Op op{.kind = "sdpa_flash", .name = name, .inputs = {q, k, v}, .outputs = {out, lse},
         .flops = flops, .compute_dtype = qt.dtype};
   if (rg) op.saved = {q, k, v, out, lse};
+  if (sinks != kNone) {
+    op.inputs.push_back(sinks);
+    if (rg) op.saved.push_back(sinks);
+  }
   Emit(std::move(op), rg);
   return out;
 }

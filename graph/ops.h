@@ -39,6 +39,9 @@
 //   masked_scale   (scores) -> y, scale + causal/padding mask   saves nothing
 //   maximum        (x) -> max(x, c), c a 0-dim constant  saves x (and c): OPT's eager
 //                  clamp of its masked scores, torch.max(scores, finfo.min)
+//   clamp          (x) -> x clipped to constant bounds   saves x (GPT-OSS's expert activation)
+//   topk, max      (x) -> (values, indices i64) over the last dim, k of them (max: x.max(dim=-1,
+//                  keepdim=True))                       saves indices (value_selecting_reduction_backward)
 //   softmax        (x) -> y                             saves y
 //   dropout        (x) -> (y, mask)                     saves mask: bool on CUDA, x's dtype on a CPU
 //                  (Note [Runtime differences] in graph/torch_runtime.h)
@@ -50,7 +53,8 @@
 //   rsqrt          (x) -> y                             saves y
 //   contiguous     (x view) -> dense copy               saves nothing; its gradient is the output's
 //   rotary         (x, cos, sin) -> y                   saves nothing (cos/sin are buffers)
-//   sdpa_flash     (q, k, v) -> (out, logsumexp f32)    saves q, k, v, out, logsumexp
+//   sdpa_flash     (q, k, v[, sinks]) -> (out, logsumexp f32)  saves q, k, v[, sinks], out, logsumexp
+//                  (sinks: per-head sink logits a kernel adds to each softmax's denominator, GPT-OSS's s_aux)
 //                  (dropout inside the kernel keeps only an RNG seed)
 //   conv1d, conv2d (x, weight[, bias]) -> y             saves x (if weight requires grad), weight
 //   max_pool2d     (x) -> (y, indices i64)              saves x, indices
@@ -166,6 +170,14 @@ class OpEmitter {
   TensorId MaskedScale(const std::string& name, TensorId scores);
   // torch.max(x, c) with c a 0-dim constant tensor: elementwise maximum, which saves x.
   TensorId Maximum(const std::string& name, TensorId x);
+  // torch.clamp(x, min, max) with constant bounds: saves x, whose backward masks the clipped elements.
+  TensorId Clamp(const std::string& name, TensorId x);
+  struct Selection {
+    TensorId values;   // [..., k], x's dtype
+    TensorId indices;  // [..., k] i64
+  };
+  // torch.topk(x, k, dim=-1) (`kind` "topk") or x.max(dim=-1, keepdim=True) (`kind` "max", k 1).
+  Selection TopK(const std::string& name, std::string kind, TensorId x, int64_t k);
   // x to a constant power, a mean over the last dimension (kept as size 1),
   // and 1/sqrt(x): Hugging Face's eager RMSNorm and gelu_new use these.
   TensorId Pow(const std::string& name, TensorId x);
@@ -195,9 +207,10 @@ class OpEmitter {
   TensorId Dropout(const std::string& name, TensorId x, double p);
   TensorId Rotary(const std::string& name, TensorId x, TensorId cos, TensorId sin,
                   int64_t rotary_dims);
-  // q [b, heads, s, d], k/v [b, kv_heads, s, d] -> out [b, heads, s, d].
+  // q [b, heads, s, d], k/v [b, kv_heads, s, d] -> out [b, heads, s, d]. `sinks` [heads]: learned sink
+  // logits the kernel reads (GPT-OSS), kNone for none.
   TensorId FlashAttention(const std::string& name, TensorId q, TensorId k, TensorId v,
-                          bool causal);
+                          bool causal, TensorId sinks = kNone);
   // x [n, c, l], weight [out, c, k] (nn.Conv1d; Whisper's audio front end).
   TensorId Conv1d(const std::string& name, TensorId x, TensorId weight, TensorId bias, int64_t stride,
                   int64_t padding);

@@ -32,7 +32,10 @@ bool IsLlamaLike(const ModelConfig& c) {
 }
 
 // The causal LMs whose loss reads the logits cast to f32: Llama's ForCausalLMLoss, GPT-J's forward.
-bool UpcastsLogits(const ModelConfig& c) { return IsLlamaLike(c) || c.model_type == "gptj"; }
+// GPT-OSS and Llama 4 compute the loss with ForCausalLMLoss too, though their attention is not Llama's.
+bool UpcastsLogits(const ModelConfig& c) {
+  return IsLlamaLike(c) || c.model_type == "gptj" || c.model_type == "gpt_oss" || c.model_type == "llama4_text";
+}
 
 // A decoder's module names as its family's state dict spells them.
 struct DecoderNames {
@@ -208,6 +211,12 @@ class Builder {
   TensorId GptjRotary(const std::string& name, TensorId x, TensorId sincos);
   TensorId Mlp(const std::string& prefix, TensorId x, TensorId x_shard);
   TensorId Moe(const std::string& prefix, TensorId x, TensorId x_shard);
+  // GPT-OSS's experts as transformers' grouped_mm runs them (Note [GPT-OSS]); y [b, s, h].
+  TensorId GptOssExperts(const std::string& prefix, TensorId flat);
+  // Llama 4's MoE block, every expert over every token (Note [Llama 4]); y [b, s, h].
+  TensorId Llama4Moe(const std::string& prefix, TensorId flat);
+  // Llama4TextL2Norm over the last dimension: x.float() * rsqrt(mean(x^2) + eps), back to x's dtype; no weight.
+  TensorId L2Norm(const std::string& prefix, TensorId x);
   // The training loss over logits [rows, classes] (Note [Causal LM loss]).
   TensorId Loss(TensorId logits, int64_t rows, int64_t classes);
   TensorId CausalLmLoss(TensorId logits, int64_t vocab);
@@ -632,8 +641,21 @@ TensorId Builder::EagerRmsNorm(const std::string& prefix, TensorId x, TensorId w
     TensorId scaled = e_.Mul(prefix + ".scale", e_.Mul(prefix + ".normalize", wide, rstd), one_plus);
     return e_.Cast(prefix, scaled, input_dtype);
   }
+  if (c_.model_type == "gpt_oss") {
+    // GptOssRMSNorm: (weight * x32 * rstd).to(x.dtype), the weight applied in f32 (Note [GPT-OSS]).
+    TensorId scaled = e_.Mul(prefix + ".scale", weight, e_.Mul(prefix + ".normalize", wide, rstd));
+    return e_.Cast(prefix, scaled, input_dtype);
+  }
   TensorId normed = e_.Cast(prefix + ".to_input_dtype", e_.Mul(prefix + ".normalize", wide, rstd), input_dtype);
   return e_.Mul(prefix, weight, normed);
+}
+
+TensorId Builder::L2Norm(const std::string& prefix, TensorId x) {
+  const DType input_dtype = g_.tensor(x).dtype;
+  TensorId wide = e_.Cast(prefix + ".to_float", x, DType::kF32);
+  TensorId variance = e_.MeanLastDim(prefix + ".variance", e_.Pow(prefix + ".square", wide));
+  TensorId rstd = e_.Rsqrt(prefix + ".rstd", variance);
+  return e_.Cast(prefix, e_.Mul(prefix + ".normalize", wide, rstd), input_dtype);
 }
 
 TensorId Builder::Proj(const std::string& module, TensorId x, int64_t in, int64_t out, bool bias,
@@ -724,8 +746,12 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
   const bool opt = c_.model_type == "opt", falcon = c_.model_type == "falcon";
   const bool bigcode = c_.model_type == "gpt_bigcode", bloom = c_.model_type == "bloom";
   const bool clip = c_.model_type.starts_with("clip_"), siglip = c_.model_type.starts_with("siglip_");
+  const bool llama4 = c_.model_type == "llama4_text";
+  const bool rope = c_.positions == PositionKind::kRotary && c_.uses_rope(e_.layer());
   TensorId q, k, v;
   std::string out_module;
+  // Note [GPT-OSS]: one learned sink logit per head, each rank holding its heads' under tensor parallelism.
+  const TensorId sinks = c_.attention_sinks ? Param(prefix + "self_attn.sinks", {heads}) : kNone;
   if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox" || bloom) {
     const bool gpt2 = c_.model_type == "gpt2";
     const std::string module =
@@ -807,19 +833,45 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     out_module = bert || vit ? prefix + "attention.output.dense"
                              : base + (opt || clip || siglip ? "out_proj" : "o_proj");
   }
-  if (c_.positions == PositionKind::kRotary && c_.model_type != "gptj") {  // GPT-J's are rotated already
+  if (rope && c_.model_type != "gptj") {  // GPT-J's are rotated already
     const auto rotary_dims = static_cast<int64_t>(static_cast<double>(d) * c_.rotary_pct);
     const bool local = c_.local_rotary && c_.is_sliding_layer(e_.layer());
     const TensorId cos = local ? local_cos_ : cos_, sin = local ? local_sin_ : sin_;
-    q = e_.Rotary(prefix + "rotary_q", q, cos, sin, rotary_dims);
-    k = e_.Rotary(prefix + "rotary_k", k, cos, sin, rotary_dims);
+    if (llama4) {
+      // Note [Llama 4]: q and k rotate as complex numbers in f32 and are cast back (type_as).
+      const DType dtype = g_.tensor(q).dtype;
+      q = e_.Cast(prefix + "rotary_q.cast_back",
+                  e_.Rotary(prefix + "rotary_q", e_.Cast(prefix + "rotary_q.float", q, DType::kF32), cos, sin,
+                            rotary_dims),
+                  dtype);
+      k = e_.Cast(prefix + "rotary_k.cast_back",
+                  e_.Rotary(prefix + "rotary_k", e_.Cast(prefix + "rotary_k.float", k, DType::kF32), cos, sin,
+                            rotary_dims),
+                  dtype);
+    } else {
+      q = e_.Rotary(prefix + "rotary_q", q, cos, sin, rotary_dims);
+      k = e_.Rotary(prefix + "rotary_k", k, cos, sin, rotary_dims);
+    }
+  }
+  if (llama4 && rope && c_.qk_l2_norm) {
+    q = L2Norm(prefix + "self_attn.qk_norm.q", q);
+    k = L2Norm(prefix + "self_attn.qk_norm.k", k);
+  }
+  if (llama4 && !rope && c_.attn_temperature_tuning) {
+    // Note [Llama 4]: (q * scales).to(q.dtype) with f32 scales of 1 + attn_scale * log1p(floor((pos + 1) /
+    // floor_scale)) per position: the product is f32, then cast back.
+    const DType dtype = g_.tensor(q).dtype;
+    TensorId scales = e_.Materialize(prefix + "self_attn.attn_scales", "log1p", {}, {1, 1, s, 1}, DType::kF32);
+    q = e_.Cast(prefix + "self_attn.attn_scales.cast_back", e_.Mul(prefix + "self_attn.attn_scales.mul", q, scales),
+                dtype);
   }
   TensorId context;
   const std::string core = prefix + "attn_core";
   if (o_.attention == AttentionImpl::kFlash) {
     // flash_attention_2 reads grouped k/v directly; no repeat_kv copy. For Bloom, a kernel that takes ALiBi slopes
     // (Note [Bloom]).
-    context = e_.FlashAttention(core + ".sdpa", q, k, v, causal);
+    // Note [GPT-OSS]: a kernel that takes the sinks (FlashAttention-3's s_aux).
+    context = e_.FlashAttention(core + ".sdpa", q, k, v, causal, sinks);
   } else {
     e_.set_attention_core(true);
     if (bigcode && kv == 1 && !o_.runtime.transformers.AtLeast(4, 54)) {
@@ -853,11 +905,24 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     // Llama's (Note [transformers versions]).
     const bool f16_scores = g_.tensor(scores).dtype == DType::kF16;
     const bool opt_clamps = opt && !o_.runtime.transformers.AtLeast(4, 49);
-    if (opt_clamps) scores = e_.Maximum(core + ".clamp", scores);
-    // Falcon's softmax takes the dtype of its input hidden states, a LayerNorm output (f32 under autocast).
-    TensorId probs = e_.Softmax(core + ".softmax", scores,
-                                /*force_f32=*/IsLlamaLike(c_) || siglip || (opt && (f16_scores || !opt_clamps)) ||
-                                    (falcon && e_.options().autocast) || c_.attention_softmax_f32 || bloom);
+    TensorId probs;
+    if (sinks != kNone) {
+      // Note [GPT-OSS]: cat the sinks as one more column, subtract each row's max, softmax in the scores' dtype,
+      // drop the sink column (a view of the probabilities, which stay alive).
+      std::vector<int64_t> shape = g_.tensor(scores).shape;
+      const std::vector<int64_t> score_shape = shape;
+      shape.back() += 1;
+      TensorId combined = e_.Concat(core + ".sinks_cat", {scores, sinks}, shape);
+      const OpEmitter::Selection max = e_.TopK(core + ".row_max", "max", combined, 1);
+      probs = e_.View(core + ".drop_sink",
+                      e_.Softmax(core + ".softmax", e_.Add(core + ".sub_max", combined, max.values)), score_shape);
+    } else {
+      if (opt_clamps) scores = e_.Maximum(core + ".clamp", scores);
+      // Falcon's softmax takes the dtype of its input hidden states, a LayerNorm output (f32 under autocast).
+      probs = e_.Softmax(core + ".softmax", scores,
+                         /*force_f32=*/IsLlamaLike(c_) || siglip || (opt && (f16_scores || !opt_clamps)) ||
+                             (falcon && e_.options().autocast) || c_.attention_softmax_f32 || bloom);
+    }
     // Decoders and SigLIP cast the probabilities back to v's dtype (HF's
     // `.to(query.dtype)` / `.type(value.dtype)`); BERT, ViT and CLIP leave that to autocast.
     if ((c_.family == ModelFamily::kDecoder && (!opt_clamps || f16_scores)) || siglip) {
@@ -972,13 +1037,21 @@ TensorId Builder::LatentAttention(const std::string& prefix, TensorId x) {
 }
 
 TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
+  // Llama 4 names its dense MLP and its MoE block feed_forward.
+  const std::string mlp = c_.model_type == "llama4_text" ? "feed_forward." : "mlp.";
   if (c_.is_moe_layer(e_.layer())) {
-    return Moe(prefix + (c_.model_type == "mixtral" ? "block_sparse_moe." : "mlp."), x, x_shard);
+    return Moe(prefix + (c_.model_type == "mixtral" ? "block_sparse_moe." : mlp), x, x_shard);
   }
   const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_;
   TensorId y;
   std::string down;
-  if (c_.gated_mlp) {
+  if (c_.gated_mlp && mlp != "mlp.") {
+    TensorId gate = Proj(prefix + mlp + "gate_proj", x, h, inner, c_.mlp_bias, Parallel::kColumn, false, x_shard);
+    TensorId up = Proj(prefix + mlp + "up_proj", x, h, inner, c_.mlp_bias, Parallel::kColumn, false, x_shard);
+    TensorId prod = e_.Mul(prefix + mlp + "gate_mul", Activation(prefix + mlp + "act_fn", gate), up);
+    down = prefix + mlp + "down_proj";
+    y = Proj(down, prod, inner, h, c_.mlp_bias, Parallel::kRow);
+  } else if (c_.gated_mlp) {
     TensorId gate, up;
     if (c_.fused_gate_up) {
       // Phi-3: gate and up are the two chunks of one projection's output.
@@ -1028,6 +1101,11 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
 // by routing weight, index_add into the output).
 TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
   const int64_t h = c_.hidden_size;
+  if (c_.model_type == "gpt_oss" || c_.model_type == "llama4_text") {
+    TensorId flat = e_.View(prefix + "flatten", x, {o_.batch * o_.seq_len, h});
+    TensorId y = c_.model_type == "gpt_oss" ? GptOssExperts(prefix, flat) : Llama4Moe(prefix, flat);
+    return ReduceOutput(prefix + "experts", y);
+  }
   const int64_t inner = (c_.moe_intermediate_size > 0 ? c_.moe_intermediate_size : c_.intermediate_size) / t_;
   // Expert projections as each family names them: Mixtral's w1 (gate), w3 (up), w2 (down).
   const bool mixtral = c_.model_type == "mixtral";
@@ -1075,6 +1153,139 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
   }
   TensorId y = e_.View(prefix + "unflatten", acc, {o_.batch, o_.seq_len, h});
   return ReduceOutput(prefix + "experts", y);
+}
+
+// Note [GPT-OSS]
+// GptOssForCausalLM (transformers 5's modeling_gpt_oss.py; OpenAI's gpt-oss-20b and gpt-oss-120b) is a
+// pre-norm decoder of Llama's shape with these departures:
+//  - attention: biased q/k/v/o and a learned sink logit per head (self_attn.sinks). Eager attention
+//    concatenates the sinks to the masked scores as one more column ([b, heads, s, s + 1]), subtracts each
+//    row's max (max(dim=-1) saves its indices), takes the softmax in the scores' own dtype (not f32) and drops
+//    the sink column as a view, so the matmul with v keeps the whole s + 1 wide probabilities. The model
+//    declares no SDPA path (_supports_sdpa False); --attention flash models a kernel that takes the sinks
+//    (FlashAttention-3's s_aux, the kernels-community/vllm-flash-attn3 path), which saves them beside q, k and
+//    v. Even layers attend within sliding_window (128) tokens, odd ones to everything (layer_types); the window
+//    shows in inference, where a sliding layer caches at most 128 tokens (Note [Sliding-window KV cache] in
+//    estimators/kv_cache.h). YaRN rotary scales cos and sin, which changes no size;
+//  - GptOssRMSNorm multiplies by its weight in f32 before casting back, so eager autograd keeps the f32
+//    normalized tensor (Llama's casts first);
+//  - every layer is MoE: router (a Linear with bias) -> topk -> softmax over the k chosen logits; the experts
+//    are three fused parameters per layer, experts.gate_up_proj [E, hidden, 2 x intermediate] with
+//    gate_up_proj_bias [E, 2 x intermediate], and experts.down_proj [E, intermediate, hidden] with
+//    down_proj_bias [E, hidden]. transformers 5 runs them through grouped_mm (its default experts
+//    implementation on CUDA, integrations/moe.py): the token rows sorted by expert (a gather of
+//    tokens x top_k rows), the per-row bias gathered and added in place, one grouped GEMM up, the clamped
+//    SwiGLU with alpha on the interleaved gate (even) and up (odd) columns
+//      gate = clamp(gate, max=limit); up = clamp(up, -limit, limit); out = (up + 1) * gate * sigmoid(alpha * gate)
+//    whose clamps keep the up projection's output alive and whose products keep four intermediate-wide tensors,
+//    one grouped GEMM down with its gathered bias, the routing weight applied, the rows restored to token
+//    order and summed over top_k. Note [MoE routing] sets how many rows each expert gets; a grouped GEMM over
+//    [E, rows, hidden] is what the graph holds.
+// Weights: the released checkpoints store the experts in MXFP4 (4.25 bits per weight with the scales), which
+// transformers keeps packed only for inference with its MXFP4 Triton kernels and otherwise (training, or
+// without the kernels) dequantizes to bf16 at load. Headroom models the latter: every expert weight at
+// --param-dtype (bf16 in practice), as HF holds it while training; a server keeping MXFP4 experts holds about
+// 0.27 of those bytes. Two known simplifications: under autocast (f32 weights) the sink softmax is modelled in
+// f32 where transformers keeps the scores' dtype, and grouped_mm (not autocast-enabled) is modelled at the
+// autocast dtype.
+TensorId Builder::GptOssExperts(const std::string& prefix, TensorId flat) {
+  const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_, experts = c_.num_experts;
+  const int64_t tokens = o_.batch * o_.seq_len, top_k = c_.experts_per_token;
+  TensorId logits = Proj(prefix + "router", flat, h, experts, /*bias=*/true, Parallel::kReplicated);
+  const OpEmitter::Selection top = e_.TopK(prefix + "router.topk", "topk", logits, top_k);
+  TensorId scores = e_.Softmax(prefix + "router.softmax", top.values);
+  // Note [MoE routing]: balanced, `rows` per expert.
+  const int64_t rows = CeilDiv(tokens * top_k, experts), routed = rows * experts;
+  const std::string ex = prefix + "experts.";
+  TensorId dispatched = e_.View(ex + "dispatch_rows", e_.GatherRows(ex + "dispatch", flat, routed), {experts, rows, h});
+  TensorId weights = e_.GatherRows(ex + "routing_weights", e_.View(ex + "scores_flat", scores, {tokens * top_k, 1}),
+                                   routed);
+  TensorId gate_up_w = Param(ex + "gate_up_proj", {experts, h, 2 * inner});
+  TensorId gate_up_b = Param(ex + "gate_up_proj_bias", {experts, 2 * inner});
+  TensorId gate_up = e_.MatMul(ex + "gate_up_grouped_mm", dispatched, gate_up_w);
+  TensorId bias_rows = e_.GatherRows(ex + "gate_up_proj_bias.gather", gate_up_b, routed);
+  gate_up = e_.AddInplace(ex + "gate_up_bias_add", gate_up,
+                          e_.View(ex + "gate_up_proj_bias.rows", bias_rows, {experts, rows, 2 * inner}));
+  // gate_up[..., ::2] and gate_up[..., 1::2]: strided views.
+  TensorId gate = e_.Clamp(ex + "gate_clamp", e_.View(ex + "gate", gate_up, {experts, rows, inner}));
+  TensorId up = e_.Clamp(ex + "up_clamp", e_.View(ex + "up", gate_up, {experts, rows, inner}));
+  TensorId sig = e_.Activation(ex + "sigmoid", ActivationKind::kSigmoid, e_.Scale(ex + "alpha", gate));
+  TensorId glu = e_.Mul(ex + "glu", gate, sig);
+  TensorId gated = e_.Mul(ex + "gated", e_.Scale(ex + "up_plus_one", up), glu);
+  TensorId down_w = Param(ex + "down_proj", {experts, inner, h});
+  TensorId down_b = Param(ex + "down_proj_bias", {experts, h});
+  TensorId out = e_.MatMul(ex + "down_grouped_mm", gated, down_w);
+  TensorId down_rows = e_.GatherRows(ex + "down_proj_bias.gather", down_b, routed);
+  out = e_.AddInplace(ex + "down_bias_add", out, e_.View(ex + "down_proj_bias.rows", down_rows, {experts, rows, h}));
+  TensorId weighted = e_.Mul(ex + "weighted", e_.View(ex + "out_rows", out, {routed, h}), weights);
+  TensorId restored = e_.GatherRows(ex + "unpermute", weighted, routed);
+  TensorId summed = e_.Materialize(ex + "sum_top_k", "sum",
+                                   {e_.View(ex + "per_token", restored, {tokens, top_k, h})}, {tokens, h},
+                                   g_.tensor(restored).dtype);
+  return e_.View(prefix + "unflatten", summed, {o_.batch, o_.seq_len, h});
+}
+
+// Note [Llama 4]
+// Llama4ForCausalLM (transformers 5's modeling_llama4.py; the text model of Llama 4 Scout and Maverick) keeps
+// Llama's block and module names (feed_forward for the MLP) and changes:
+//  - attention: the layers that rotate (no_rope_layers 1, three in four) rotate q and k as complex numbers in
+//    f32 (x.float(), view_as_complex, times freqs_cis, type_as), then, with use_qk_norm, L2-normalize each
+//    head's q and k without a weight (Llama4TextL2Norm, in f32: keeps the f32 copy and rstd); the other layers
+//    (NoPE) rotate nothing and, with attn_temperature_tuning, multiply q by an f32 per-position scale and cast
+//    back. Eager attention takes the softmax in the scores' dtype (no f32 upcast, no cast back);
+//  - chunked attention: the rotating layers attend within chunks of attention_chunk_size tokens (8192), the
+//    NoPE layers to everything. The eager kernel still builds s x s scores (the chunks are in the mask). For
+//    the KV cache a chunked layer is a windowed layer of attention_chunk_size tokens: transformers' DynamicCache
+//    gives chunked_attention layers a DynamicSlidingWindowLayer of that size, and a token never attends past
+//    its chunk, so Headroom holds min(context, attention_chunk_size) tokens for them (ModelConfig's
+//    sliding_layers and sliding_window), the full context for the NoPE layers;
+//  - the MoE layers (interleave_moe_layer_step, or moe_layers) route top-k (1) by router logits but weigh each
+//    token by sigmoid(logit) of its chosen experts only (scatter into -inf, sigmoid in f32) and apply that score
+//    to the INPUT: transformers' Llama4TextMoe repeats every token for every expert, multiplies by its score
+//    (zero for the experts not chosen) and runs all experts over all tokens with two bmm's over the fused
+//    experts.gate_up_proj [E, hidden, 2 x intermediate] and experts.down_proj [E, intermediate, hidden],
+//    then sums over experts and adds a shared expert (a plain SwiGLU MLP of intermediate_size). So the HF
+//    module's activations and FLOPs are E times a token's, not top_k: Scout's 16 experts keep
+//    16 x (2 x hidden + 4 x intermediate) values per token and layer. This is what the HF module runs and what
+//    Headroom models; Note [MoE routing]'s balance does not enter. Dense layers are SwiGLU of
+//    intermediate_size_mlp.
+// The vision tower of Llama4ForConditionalGeneration is not modelled (ParseHfConfig refuses that class and
+// asks for its text_config). Known simplification: a chunked layer's SDPA path builds a [b, 1, s, s] boolean
+// mask that --attention flash does not hold.
+TensorId Builder::Llama4Moe(const std::string& prefix, TensorId flat) {
+  const int64_t h = c_.hidden_size, inner = c_.moe_intermediate_size / t_, experts = c_.num_experts;
+  const int64_t tokens = o_.batch * o_.seq_len;
+  const DType dtype = g_.tensor(flat).dtype;
+  TensorId logits = Proj(prefix + "router", flat, h, experts, false, Parallel::kReplicated);
+  const OpEmitter::Selection top = e_.TopK(prefix + "router.topk", "topk", logits, c_.experts_per_token);
+  // full_like(logits, -inf).scatter_(1, indices, values): an in-place scatter (its i64 index is not modelled).
+  TensorId scattered = e_.IndexAdd(prefix + "router.scatter", e_.Zeros(prefix + "router.full_like", {tokens, experts},
+                                                                        g_.tensor(logits).dtype),
+                                   top.values);
+  TensorId probs = e_.Activation(prefix + "router.sigmoid", ActivationKind::kSigmoid,
+                                 e_.Cast(prefix + "router.float", scattered, DType::kF32));
+  TensorId scores = e_.Cast(prefix + "router.to_dtype", probs, g_.tensor(logits).dtype);
+  // hidden_states.repeat(E, 1) * scores.transpose(0, 1).reshape(-1, 1): the reshape of the transpose copies.
+  TensorId repeated = e_.Materialize(prefix + "routed_in", "repeat", {flat}, {experts * tokens, h}, dtype);
+  TensorId column = e_.Contiguous(prefix + "scores_column",
+                                  e_.View(prefix + "scores_transposed", scores, {experts * tokens, 1}));
+  TensorId routed = e_.Mul(prefix + "routed_scale", repeated, column);
+  const std::string ex = prefix + "experts.";
+  TensorId gate_up = e_.MatMul(ex + "gate_up_bmm", e_.View(ex + "per_expert", routed, {experts, tokens, h}),
+                               Param(ex + "gate_up_proj", {experts, h, 2 * inner}));
+  TensorId gate = e_.View(ex + "gate", gate_up, {experts, tokens, inner});
+  TensorId up = e_.View(ex + "up", gate_up, {experts, tokens, inner});
+  TensorId prod = e_.Mul(ex + "gate_mul", up, Activation(ex + "act_fn", gate));
+  TensorId out = e_.MatMul(ex + "down_bmm", prod, Param(ex + "down_proj", {experts, inner, h}));
+  TensorId summed = e_.Materialize(ex + "sum_experts", "sum", {out}, {tokens, h}, g_.tensor(out).dtype);
+  const std::string sh = prefix + "shared_expert.";
+  const int64_t shared_inner = c_.shared_expert_intermediate_size / t_;
+  TensorId g = Proj(sh + "gate_proj", flat, h, shared_inner, false, Parallel::kColumn);
+  TensorId u = Proj(sh + "up_proj", flat, h, shared_inner, false, Parallel::kColumn);
+  TensorId shared = Proj(sh + "down_proj", e_.Mul(sh + "gate_mul", Activation(sh + "act_fn", g), u), shared_inner, h,
+                         false, Parallel::kRow);
+  TensorId y = e_.AddInplace(prefix + "shared_add", shared, summed);
+  return e_.View(prefix + "unflatten", y, {o_.batch, o_.seq_len, h});
 }
 
 TensorId Builder::Loss(TensorId logits, int64_t rows, int64_t classes) {

@@ -156,6 +156,8 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"WhisperForConditionalGeneration", "whisper", ModelFamily::kEncoderDecoder},
     {"DeepseekV2ForCausalLM", "deepseek_v2", ModelFamily::kDecoder},
     {"DeepseekV3ForCausalLM", "deepseek_v3", ModelFamily::kDecoder},
+    {"GptOssForCausalLM", "gpt_oss", ModelFamily::kDecoder},
+    {"Llama4ForCausalLM", "llama4_text", ModelFamily::kDecoder},
     {"ViTModel", "vit", ModelFamily::kVision, EncoderHead::kBodyOnly},
     {"ViTForImageClassification", "vit", ModelFamily::kVision, EncoderHead::kSequenceClassification},
     {"CLIPModel", "clip", ModelFamily::kContrastive},
@@ -180,6 +182,7 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
     {"t5", "T5ForConditionalGeneration"},   {"bart", "BartForConditionalGeneration"},
     {"whisper", "WhisperForConditionalGeneration"},
+    {"gpt_oss", "GptOssForCausalLM"},       {"llama4_text", "Llama4ForCausalLM"},
     {"vit", "ViTModel"},             {"clip", "CLIPModel"},
     {"siglip", "SiglipModel"},       {"llava", "LlavaForConditionalGeneration"},
     {"mlp", "MlpChain"},
@@ -299,6 +302,154 @@ absl::Status ParseDeepseek(const json& doc, const JsonPath& path, ModelConfig& c
     HEADROOM_ASSIGN_OR_RETURN(topk_method, RequireString(doc, "topk_method", path));
   }
   c.router_bias = topk_method == "noaux_tc";
+  return absl::OkStatus();
+}
+
+// A list of num_hidden_layers layer types, each one of the two `allowed` ("sliding_attention", ...); `windowed` is the
+// type whose layers attend within a window (or chunk) and go into c.sliding_layers.
+absl::Status ParseLayerTypeList(const json& doc, const JsonPath& path, std::initializer_list<std::string_view> allowed,
+                                std::string_view windowed, ModelConfig& c) {
+  const json& types = doc["layer_types"];
+  if (!types.is_array() || types.size() != static_cast<size_t>(c.num_layers)) {
+    return (path / "layer_types")
+        .Error(absl::StrFormat("expected an array of num_hidden_layers (%d) layer types", c.num_layers));
+  }
+  c.sliding_layers.clear();
+  for (size_t i = 0; i < types.size(); ++i) {
+    HEADROOM_ASSIGN_OR_RETURN(const std::string type, AsString(types[i], path / "layer_types" / i));
+    if (std::find(allowed.begin(), allowed.end(), type) == allowed.end()) {
+      return (path / "layer_types" / i)
+          .Error(absl::StrFormat("'%s' is neither '%s' nor '%s'", type, *allowed.begin(), *(allowed.end() - 1)));
+    }
+    c.sliding_layers.push_back(type == windowed);
+  }
+  return absl::OkStatus();
+}
+
+// GptOssForCausalLM (transformers' modeling_gpt_oss.py, Note [GPT-OSS] in builders.cc): Llama's block with
+// biased q/k/v/o, a learned sink logit per head, sliding-window layers (layer_types; every even layer when it is
+// absent) of sliding_window tokens, and in every layer num_local_experts experts of intermediate_size behind a
+// biased top-k router, stored fused with biases. GptOssConfig's defaults are gpt-oss-120b's sizes; the parser
+// requires the sizes that tell the two releases apart.
+absl::Status ParseGptOss(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 131072, c));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads, OptionalPositiveInt(doc, "num_key_value_heads", path, c.num_heads));
+  HEADROOM_ASSIGN_OR_RETURN(c.head_dim, OptionalPositiveInt(doc, "head_dim", path, 64));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "rms_norm_eps", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, true));
+  c.attn_output_bias = c.qkv_bias;
+  HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_local_experts", path, kMaxExperts));
+  HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, OptionalPositiveInt(doc, "num_experts_per_tok", path, 4));
+  // null: no layer slides (GptOssAttention's sliding_window is then None); absent: the class default, 128.
+  HEADROOM_ASSIGN_OR_RETURN(c.sliding_window,
+                            OptionalPositiveInt(doc, "sliding_window", path, doc.contains("sliding_window") ? 0 : 128));
+  c.norm = NormKind::kRmsNorm;
+  c.norm_bias = false;
+  c.gated_mlp = true;
+  c.mlp_bias = true;  // the experts' gate_up_proj_bias and down_proj_bias
+  c.activation = ActivationKind::kSilu;  // the clamped SwiGLU of Note [GPT-OSS], written out by the builder
+  c.positions = PositionKind::kRotary;
+  c.attention_sinks = true;
+  if (Present(doc, "layer_types")) {
+    return ParseLayerTypeList(doc, path, {"sliding_attention", "full_attention"}, "sliding_attention", c);
+  }
+  c.global_layer_every = 2;  // GptOssConfig: layer i slides when (i + 1) % 2 != 0
+  return absl::OkStatus();
+}
+
+// attn_temperature_tuning is a bool in Llama4TextConfig; the released configs write an integer (4).
+absl::StatusOr<bool> Truthy(const json& doc, std::string_view key, const JsonPath& path, bool fallback) {
+  if (!Present(doc, key)) return fallback;
+  const json& value = doc[std::string(key)];
+  if (value.is_boolean()) return value.get<bool>();
+  if (value.is_number()) return value.get<double>() != 0;
+  return (path / key).Error(absl::StrFormat("expected a boolean or a number, got %s", JsonTypeName(value)));
+}
+
+// Llama4ForCausalLM (transformers' modeling_llama4.py, Note [Llama 4] in builders.cc), the text_config of
+// Llama4ForConditionalGeneration: Llama's attention with NoPE layers (no_rope_layers, else every
+// no_rope_layer_interval-th layer) that attend to everything, the other layers chunked (attention_chunk_size) with
+// an L2 q/k norm (use_qk_norm); MoE layers (moe_layers, else every interleave_moe_layer_step-th) of
+// num_local_experts fused experts of intermediate_size and a shared expert of the same size, dense layers of
+// intermediate_size_mlp.
+absl::Status ParseLlama4Text(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 4096 * 32, c));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads, OptionalPositiveInt(doc, "num_key_value_heads", path, c.num_heads));
+  HEADROOM_ASSIGN_OR_RETURN(c.head_dim, OptionalPositiveInt(doc, "head_dim", path, 128));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "rms_norm_eps", path, 1e-5));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation, ParseActivation(doc, "hidden_act", path, ActivationKind::kSilu));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
+  c.attn_output_bias = c.qkv_bias;
+  c.norm = NormKind::kRmsNorm;
+  c.norm_bias = false;
+  c.gated_mlp = true;
+  c.positions = PositionKind::kRotary;
+  // The experts and the shared expert are intermediate_size wide, the dense layers intermediate_size_mlp.
+  c.moe_intermediate_size = c.intermediate_size;
+  c.shared_expert_intermediate_size = c.intermediate_size;
+  c.shared_expert_gated = false;
+  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, OptionalPositiveInt(doc, "intermediate_size_mlp", path, 16384));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_local_experts", path, kMaxExperts));
+  HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, OptionalPositiveInt(doc, "num_experts_per_tok", path, 1));
+  if (Present(doc, "moe_layers")) {
+    const json& layers = doc["moe_layers"];
+    if (!layers.is_array()) return (path / "moe_layers").Error("expected an array of layer indices");
+    std::vector<bool> moe(static_cast<size_t>(c.num_layers), false);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      HEADROOM_ASSIGN_OR_RETURN(const int64_t layer, AsInt(layers[i], path / "moe_layers" / i));
+      if (layer < 0 || layer >= c.num_layers) {
+        return (path / "moe_layers" / i)
+            .Error(absl::StrFormat("layer %d is not below num_hidden_layers (%d)", layer, c.num_layers));
+      }
+      moe[static_cast<size_t>(layer)] = true;
+    }
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      if (!moe[static_cast<size_t>(i)]) c.dense_layers.push_back(i);
+    }
+  } else {
+    HEADROOM_ASSIGN_OR_RETURN(c.moe_every, OptionalInt(doc, "interleave_moe_layer_step", path, 1));
+    if (c.moe_every < 1 || c.moe_every > kMaxLayers) {
+      return (path / "interleave_moe_layer_step").Error(absl::StrFormat("must be between 1 and %d", kMaxLayers));
+    }
+  }
+  // no_rope_layers: 1 where the layer rotates; absent or empty, every no_rope_layer_interval-th layer does not.
+  const json empty = json::array();
+  const json& rope = Present(doc, "no_rope_layers") ? doc["no_rope_layers"] : empty;
+  if (!rope.is_array() || (!rope.empty() && rope.size() != static_cast<size_t>(c.num_layers))) {
+    return (path / "no_rope_layers")
+        .Error(absl::StrFormat("expected an empty array or num_hidden_layers (%d) flags", c.num_layers));
+  }
+  if (rope.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(const int64_t interval, OptionalPositiveInt(doc, "no_rope_layer_interval", path, 4));
+    for (int64_t i = 0; i < c.num_layers; ++i) c.rope_layers.push_back((i + 1) % interval != 0);
+  } else {
+    for (size_t i = 0; i < rope.size(); ++i) {
+      HEADROOM_ASSIGN_OR_RETURN(const int64_t flag, AsInt(rope[i], path / "no_rope_layers" / i));
+      if (flag != 0 && flag != 1) return (path / "no_rope_layers" / i).Error("must be 0 or 1");
+      c.rope_layers.push_back(flag == 1);
+    }
+  }
+  HEADROOM_ASSIGN_OR_RETURN(c.qk_l2_norm, OptionalBool(doc, "use_qk_norm", path, true));
+  HEADROOM_ASSIGN_OR_RETURN(c.attn_temperature_tuning, Truthy(doc, "attn_temperature_tuning", path, true));
+  // Chunked layers cache attention_chunk_size tokens, as transformers' DynamicCache does (Note [Llama 4]).
+  // null: every layer attends to everything; absent: the class default, 8192.
+  HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, OptionalPositiveInt(doc, "attention_chunk_size", path,
+                                                                  doc.contains("attention_chunk_size") ? 0 : 8192));
+  if (Present(doc, "layer_types")) {
+    HEADROOM_RETURN_IF_ERROR(
+        ParseLayerTypeList(doc, path, {"chunked_attention", "full_attention"}, "chunked_attention", c));
+    if (c.sliding_window == 0 && std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) !=
+                                     c.sliding_layers.end()) {
+      return (path / "attention_chunk_size").Error("null, but layer_types lists chunked_attention layers");
+    }
+    return absl::OkStatus();
+  }
+  // Llama4TextConfig: the rotary layers are the chunked ones when there is a chunk size.
+  if (c.sliding_window > 0) c.sliding_layers = c.rope_layers;
   return absl::OkStatus();
 }
 
@@ -1272,6 +1423,7 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& c) {
             .kv_heads = multi_query ? "multi_query" : "n_head", .intermediate = "n_inner", .positions = "n_positions"};
   }
   if (type == "opt") return {.kv_heads = "num_attention_heads", .intermediate = "ffn_dim"};
+  if (type == "llama4_text") return {.intermediate = "intermediate_size_mlp"};
   if (type == "t5") {
     return {.hidden = "d_model", .layers = "num_layers", .heads = "num_heads", .kv_heads = "num_heads",
             .intermediate = "d_ff", .positions = "n_positions"};
@@ -1330,6 +1482,12 @@ absl::StatusOr<ModelConfig> ParseDocument(const json& doc, const JsonPath& path,
   for (const ArchitectureInfo& candidate : kArchitectures) {
     if (candidate.architecture == architecture) info = &candidate;
   }
+  if (info == nullptr && architecture == "Llama4ForConditionalGeneration") {
+    return (path / "architectures" / 0)
+        .Error("Llama4ForConditionalGeneration: the vision tower is not modelled; give its text_config as a config "
+               "of its own with \"architectures\": [\"Llama4ForCausalLM\"] (the preset llama-4-scout-17b-16e is "
+               "Scout's)");
+  }
   if (info == nullptr) {
     return (path / "architectures" / 0)
         .Error(absl::StrFormat("unsupported architecture '%s'; supported: %s", architecture,
@@ -1360,6 +1518,10 @@ absl::StatusOr<ModelConfig> ParseDocument(const json& doc, const JsonPath& path,
     HEADROOM_RETURN_IF_ERROR(ParseWhisper(doc, path, c));
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
     HEADROOM_RETURN_IF_ERROR(ParseDeepseek(doc, path, c));
+  } else if (type == "gpt_oss") {
+    HEADROOM_RETURN_IF_ERROR(ParseGptOss(doc, path, c));
+  } else if (type == "llama4_text") {
+    HEADROOM_RETURN_IF_ERROR(ParseLlama4Text(doc, path, c));
   } else if (type == "gpt2") {
     HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));
   } else if (type == "gpt_neox") {

@@ -55,7 +55,7 @@ inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
 enum class ModelFamily : uint8_t {
   kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
-             // Falcon, GPT-J, GPTBigCode, Bloom, Mixtral
+             // Falcon, GPT-J, GPTBigCode, Bloom, Mixtral, GPT-OSS, Llama 4 (text)
   kEncoder,  // BERT, RoBERTa
   kEncoderDecoder,  // T5, Flan-T5, BART, Whisper
   kVision,   // ViT: a transformer over image patches (Note [Vision transformers] in builders.cc)
@@ -170,6 +170,13 @@ struct ModelConfig {
   bool shared_expert_gated = true;  // Qwen2-MoE gates its shared expert by a sigmoid; DeepSeek does not
   bool router_bias = false;         // DeepSeek-V3 (noaux_tc): e_score_correction_bias, one per expert
 
+  // --- GPT-OSS and Llama 4 (Note [GPT-OSS] and Note [Llama 4] in builders.cc) ---
+  bool attention_sinks = false;      // GPT-OSS: a learned sink logit per head (self_attn.sinks)
+  // Llama 4: no_rope_layers, one per layer (true: the layer rotates q and k); empty: every layer does.
+  std::vector<bool> rope_layers;
+  bool qk_l2_norm = false;           // Llama 4 use_qk_norm: a weightless L2 norm of q and k on the rotary layers
+  bool attn_temperature_tuning = false;  // Llama 4: the layers without rotary scale q by a per-position factor
+
   // --- encoder-decoders (T5, BART, Whisper; Note [T5], Note [BART] and Note [Whisper] in builders.cc) ---
   int64_t decoder_layers = 0;     // blocks in the decoder; num_layers counts the encoder's
   int64_t relative_buckets = 0;   // relative_attention_num_buckets of the first block's position bias
@@ -225,7 +232,13 @@ struct ModelConfig {
     }
     return true;
   }
-  // Whether block `layer` (0-based) attends within sliding_window only.
+  // Whether block `layer` rotates q and k (Llama 4's NoPE layers do not).
+  bool uses_rope(int64_t layer) const {
+    return rope_layers.empty() ||
+           (layer >= 0 && static_cast<size_t>(layer) < rope_layers.size() && rope_layers[static_cast<size_t>(layer)]);
+  }
+  // Whether block `layer` (0-based) attends within sliding_window only. Llama 4's chunked layers are such layers
+  // with sliding_window = attention_chunk_size (Note [Llama 4] in builders.cc).
   bool is_sliding_layer(int64_t layer) const {
     if (sliding_window <= 0) return false;
     if (!sliding_layers.empty()) return layer >= 0 && static_cast<size_t>(layer) < sliding_layers.size() &&
@@ -250,7 +263,8 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& config);
 // architecture comes from `architectures[0]`, falling back to `model_type`.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
-// Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
+// Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM, Llama4ForCausalLM (a Llama 4 config's
+// text_config), Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
 // OPTForCausalLM, FalconForCausalLM, GPTJForCausalLM, GPTBigCodeForCausalLM, BloomForCausalLM,
 // GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
 // T5ForConditionalGeneration, BartForConditionalGeneration, WhisperForConditionalGeneration,

@@ -70,7 +70,11 @@ using ::headroom::testing::TensorNames;
 //    positions, the tied lm_head);
 //  - bloom-560m (bigscience/bloom-560m): transformers 4.46.3's BloomForCausalLM the same way (560 M on the model
 //    card; the 250880 x 1024 tied embeddings and their LayerNorm, biased query_key_value, dense and 4096-wide MLP,
-//    two LayerNorms per layer, no position embeddings).
+//    two LayerNorms per layer, no position embeddings);
+//  - gpt-oss-20b and gpt-oss-120b, llama-4-scout-17b-16e: transformers 5.24.0's GptOssForCausalLM and
+//    Llama4ForCausalLM built from these config files on the meta device, summing p.numel() (Note [GPT-OSS] and
+//    Note [Llama 4] in models/builders.cc). OpenAI's model card gives 21 B and 117 B; Meta's gives Scout 109 B
+//    with its vision tower, which the text model (107.8 B) leaves out.
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);
   EXPECT_EQ(Build(Preset("gemma-2-9b")).ParameterCount(), 9'241'705'984u);
@@ -88,6 +92,9 @@ TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gpt-j-6b")).ParameterCount(), 6'050'882'784u);
   EXPECT_EQ(Build(Preset("santacoder")).ParameterCount(), 1'124'886'528u);
   EXPECT_EQ(Build(Preset("bloom-560m")).ParameterCount(), 559'214'592u);
+  EXPECT_EQ(Build(Preset("gpt-oss-20b")).ParameterCount(), 20'914'757'184u);
+  EXPECT_EQ(Build(Preset("gpt-oss-120b")).ParameterCount(), 116'829'156'672u);
+  EXPECT_EQ(Build(Preset("llama-4-scout-17b-16e")).ParameterCount(), 107'769'861'120u);
 }
 
 // Note [Multi-head latent attention]: V3 has the q bottleneck and score-biased routing, V2-Lite a full q_proj;
