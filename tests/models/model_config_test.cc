@@ -173,7 +173,7 @@ TEST(LoadModel, PresetsFilesAndCloseNames) {
                                "vgg16", "olmo-2-13b", "gemma-3-1b", "starcoder2-15b", "opt-1.3b",
                                "deepseek-v3", "deepseek-v2-lite", "vit-base-patch16-224", "clip-vit-base-patch32",
                                "siglip-base-patch16-224", "falcon-7b", "gpt-j-6b", "santacoder", "bloom-560m",
-                               "t5-v1-1-base", "bart-large"}) {
+                               "t5-v1-1-base", "bart-large", "mamba-2.8b"}) {
     EXPECT_THAT(names, ::testing::Contains(std::string(expected)));
   }
 }
