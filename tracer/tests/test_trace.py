@@ -297,6 +297,9 @@ TINY = {
                                "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 64},
                "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
                                  "num_attention_heads": 4, "image_size": 32, "patch_size": 8}},
+    # A state-space model: no attention; the slow path's Python loop over positions (Note [Mamba]).
+    "mamba": {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 64,
+              "num_hidden_layers": 2, "vocab_size": 512, "state_size": 16, "expand": 2, "conv_kernel": 4},
 }
 
 
@@ -341,16 +344,14 @@ class HuggingFaceTest(unittest.TestCase):
             self.assertIn("model_type: field is required", result.stderr)
 
 
-# Families without a builder yet: Whisper's audio encoder, a state-space model (Mamba). Each traces, keeps
-# transformers' parameter count, and estimates and plans.
+# Families without a builder yet: Whisper's audio encoder. Each traces, keeps transformers' parameter count, and
+# estimates and plans.
 NO_BUILDER = {
     "whisper": {"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper", "d_model": 64,
                 "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
                 "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 512,
                 "num_mel_bins": 80, "max_source_positions": 1500, "max_target_positions": 448, "pad_token_id": 0,
                 "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1},
-    "mamba": {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 64,
-              "num_hidden_layers": 2, "vocab_size": 512, "state_size": 16, "expand": 2, "conv_kernel": 4},
 }
 
 
