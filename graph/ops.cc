@@ -612,15 +612,21 @@ OpEmitter::Scan OpEmitter::SelectiveScan(const std::string& name, TensorId delta
   Op op{.kind = "selective_scan", .name = name, .inputs = {delta_a, delta_b_u, c, state0}, .outputs = {out.y},
         .flops = 4.0 * static_cast<double>(b * d * l * n), .compute_dtype = DType::kF32};
   if (rg && options_.training) {
-    // Autograd keeps every step's state (the next step's multiply and this step's matmul save it), the
-    // matmul's copy of it when that runs 16-bit, the initial state, deltaA (one storage, sliced per step) and C.
-    TensorId states = NewTensor(name + ".states", shape, DType::kF32);
-    op.outputs.push_back(states);
-    op.saved = {state0, delta_a, c, states};
-    if (matmul_dtype != DType::kF32) {
-      TensorId copies = NewTensor(name + ".state_copies", shape, matmul_dtype);
-      op.outputs.push_back(copies);
-      op.saved.push_back(copies);
+    // Autograd keeps the initial state, deltaA (one storage, sliced per step), C and each step's state: the
+    // next step's multiply saves it, and so does this step's matmul when it runs in f32. When the matmul runs
+    // 16-bit it saves a 16-bit copy of every state instead, and the last f32 state, which no later step reads,
+    // is not kept.
+    const bool copies = matmul_dtype != DType::kF32;
+    op.saved = {state0, delta_a, c};
+    if (!copies || l > 1) {
+      TensorId states = NewTensor(name + ".states", {b, d, copies ? l - 1 : l, n}, DType::kF32);
+      op.outputs.push_back(states);
+      op.saved.push_back(states);
+    }
+    if (copies) {
+      TensorId state_copies = NewTensor(name + ".state_copies", shape, matmul_dtype);
+      op.outputs.push_back(state_copies);
+      op.saved.push_back(state_copies);
     }
   } else {
     // Each step's state replaces the last (under no_grad); the final one is what a cache keeps.

@@ -55,9 +55,9 @@
 //   conv2d         (x, weight[, bias]) -> y             saves x (if weight requires grad), weight
 //   conv1d         (x [n, c, l], weight[, bias]) -> y   saves as conv2d (Mamba's depthwise causal convolution)
 //   selective_scan (deltaA, deltaB_u, C, state0) -> (y[, states, state copies] | y, last state)
-//                  Mamba's sequential scan as one op (Note [Mamba] in models/builders.cc): with a
-//                  gradient it keeps every step's state [b, d, l, n] f32 (and their 16-bit copies
-//                  when the matmul runs 16-bit) and saves them with state0, deltaA and C
+//                  Mamba's sequential scan as one op (Note [Mamba] in models/builders.cc): in training
+//                  it keeps every step's state [b, d, l, n] f32 (when the matmul runs 16-bit, their
+//                  16-bit copies and all but the last f32 state) and saves them with state0, deltaA, C
 //   max_pool2d     (x) -> (y, indices i64)              saves x, indices
 //   adaptive_avg_pool2d (x) -> y                        saves x
 //   repeat_kv      (x [b, kv, s, d]) -> [b, heads, s, d] copy (HF eager GQA)  saves nothing

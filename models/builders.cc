@@ -1724,8 +1724,9 @@ absl::Status Builder::BuildContrastive() {
 //     state = deltaA[:, :, t] * state + deltaB_u[:, :, t]; y_t = state.to(dtype) @ C[:, t]
 //   from state = zeros [b, i, n] in the input's dtype; y = stack(y_t) + u * D; y * act(gate); out_proj.
 // The loop is one selective_scan op (graph/ops.h), not s ops per layer: what autograd saves over the loop is
-// each step's new state (s x [b, i, n] f32, kept as one [b, i, s, n] tensor: the same bytes), its 16-bit copy
-// when the matmul runs 16-bit, the zero initial state, and slices of deltaA and C, whose storages deltaA's exp
+// each step's new state (s x [b, i, n] f32, kept as one [b, i, s, n] tensor: the same bytes; when the matmul
+// runs 16-bit, a 16-bit copy of each and only s - 1 of the f32 states, the last one read by no later step), the
+// zero initial state, and slices of deltaA and C, whose storages deltaA's exp
 // and x_proj's consumers keep anyway. deltaA, deltaB and deltaB_u are Python locals, alive until the mixer
 // returns (Note [Python references in inference]): each mixer ends with a scope_end reading them. At inference
 // the step states are not kept; MambaCache's conv_state and ssm_state are resident per layer (estimators count

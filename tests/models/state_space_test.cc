@@ -121,6 +121,12 @@ TEST(StateSpace, TrainingSavesEveryStepsStateInOneOp) {
   int copies = 0;
   for (TensorId t : scan16->saved) copies += bf16.tensor(t).dtype == DType::kBF16 && bf16.tensor(t).shape.size() == 4;
   EXPECT_EQ(copies, 1);
+  // ... and not the last f32 state, which no later step's multiply reads.
+  std::vector<std::vector<int64_t>> f32_saved;
+  for (TensorId t : scan16->saved) {
+    if (bf16.tensor(t).dtype == DType::kF32) f32_saved.push_back(bf16.tensor(t).shape);
+  }
+  EXPECT_THAT(f32_saved, ::testing::Contains(std::vector<int64_t>{2, 128, 31, 16}));
 }
 
 // Inference keeps no step states: the last state comes out of the scan for the cache.
