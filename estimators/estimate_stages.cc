@@ -124,6 +124,14 @@ absl::Status CheckActivationSizes(const ModelConfig& c, const JobSpec& job, int6
   for (const auto& [width, named] : widths) {
     HEADROOM_RETURN_IF_ERROR(CheckActivation(tokens, tokens_named, width, named));
   }
+  if (c.family == ModelFamily::kStateSpace) {
+    // Mamba's deltaA, deltaB and step states: batch x seq x intermediate_size x state_size, f32 (Note [Mamba]).
+    return CheckActivation(tokens, tokens_named,
+                           SaturatingMul(static_cast<uint64_t>(c.intermediate_size),
+                                         static_cast<uint64_t>(c.ssm_state_size)),
+                           absl::StrFormat("intermediate_size %d x state_size %d", c.intermediate_size,
+                                           c.ssm_state_size));
+  }
   if (job.attention == AttentionImpl::kEager) {
     // Eager attention's scores: batch x heads x seq x seq.
     HEADROOM_RETURN_IF_ERROR(CheckActivation(

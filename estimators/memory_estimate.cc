@@ -56,6 +56,20 @@ absl::StatusOr<uint64_t> KvCacheFor(const LoadedModel& model, const JobSpec& job
   return KvCacheBytes(kv) + KvCacheBytes(cross);  // each at most 2^50 (Note [KV cache bound])
 }
 
+// Note [Recurrent state]: MambaCache's conv_states and ssm_states, two blocks; none otherwise.
+std::vector<uint64_t> RecurrentStateFor(const LoadedModel& model, const JobSpec& job, const EstimateSetup& setup) {
+  if (job.training || !model.config || model.config->family != ModelFamily::kStateSpace || !model.config->use_cache) {
+    return {};
+  }
+  const ModelConfig& c = *model.config;
+  const DType dtype = setup.precision.weight_dtype;  // the embeddings' (autocast keeps them f32)
+  // Saturating: an absurd product is then refused by CheckTotal, never wrapped.
+  const uint64_t rows = SaturatingMul(static_cast<uint64_t>(c.num_layers) * static_cast<uint64_t>(c.intermediate_size),
+                                      static_cast<uint64_t>(job.micro_batch));
+  return {DTypeBytes(dtype, SaturatingMul(rows, static_cast<uint64_t>(c.conv_kernel))),
+          DTypeBytes(dtype, SaturatingMul(rows, static_cast<uint64_t>(c.ssm_state_size)))};
+}
+
 // Note [Checked totals]
 // Every category is below 2^62 (estimate_stages.h), but user flags add their
 // own terms (--cuda-context, the pipeline's in-flight count), so the total is
@@ -95,6 +109,7 @@ uint64_t MemoryEstimate::allocated_bytes() const {
   // Note [Checked totals]: EstimateMemory has checked that this cannot wrap.
   return weights + master_weights + gradients + optimizer_state + gathered_parameters + communication_buffers +
          fp8_weight_cache + ema_weights + activations + activation_gradients + temporaries + kv_cache +
+         recurrent_state +
          overheads.cublas_workspace + overheads.allocator_rounding;
 }
 
@@ -112,6 +127,7 @@ std::vector<BudgetRow> MemoryEstimate::rows() const {
       {"activation_gradients", "activation gradients", activation_gradients, ""},
       {"temporaries", "temporaries", temporaries, ""},
       {"kv_cache", "KV cache", kv_cache, ""},
+      {"recurrent_state", "recurrent state (conv + SSM)", recurrent_state, ""},
       {"cublas_workspace", "cuBLAS workspace", overheads.cublas_workspace, ""},
       {"allocator_rounding", "allocator rounding", overheads.allocator_rounding, ""},
       {"allocator_cached", "allocator cache (reserved, unused)", overheads.allocator_cached, ""},
@@ -135,7 +151,7 @@ int64_t ResolveSeqLen(const LoadedModel& model, const JobSpec& job) {
                       model.config->family == ModelFamily::kVisionLanguage;
   const ModelConfig& c = towers ? model.config->text_tower() : *model.config;
   if (c.family != ModelFamily::kDecoder && c.family != ModelFamily::kEncoder &&
-      c.family != ModelFamily::kEncoderDecoder) {
+      c.family != ModelFamily::kEncoderDecoder && c.family != ModelFamily::kStateSpace) {
     return 0;
   }
   const int64_t max_pos = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
@@ -197,6 +213,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
                          : model.config->family == ModelFamily::kVisionLanguage
                              ? static_cast<int>(model.config->text_tower().num_layers)
                              : static_cast<int>(model.config->num_layers),
+      .recurrent_state = RecurrentStateFor(model, job, setup),
       .cublas_workspace = machine.gpu != nullptr ? machine.gpu->cublas_workspace_bytes : 0,
       .streams = job.overheads.streams};
   const std::vector<ResidentBlock> resident = ResidentBlocks(*stage_forward, stage.states, job, setup, extras);
@@ -227,6 +244,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
   out.activation_gradients = at_peak(BudgetCategory::kActivationGradients);
   out.temporaries = at_peak(BudgetCategory::kTemporaries);
   out.kv_cache = at_peak(BudgetCategory::kKvCache);
+  out.recurrent_state = at_peak(BudgetCategory::kRecurrentState);
   out.overheads.cublas_workspace = at_peak(BudgetCategory::kCublasWorkspace);
   // Note [Allocator rounding and cache].
   out.overheads.allocator_rounding = replay.peak_allocated_bytes - sequence.peak_bytes;

@@ -23,6 +23,13 @@
 // Note [Model size bounds], estimators/kv_cache.h Note [KV cache bound]) and
 // the total and the capacity are at most 2^62 bytes (Note [Checked totals]).
 //
+// Note [Recurrent state]
+// A state-space model (Mamba) keeps no KV cache: at inference transformers' MambaCache holds, for every layer, a
+// conv_state [batch, intermediate_size, conv_kernel] and an ssm_state [batch, intermediate_size, state_size], in
+// the dtype of the embeddings (the model's), allocated as two tensors over all layers when a forward runs with
+// use_cache (the config's default). Their size does not grow with the context, so --context does not change it;
+// a config with use_cache false keeps none.
+//
 // Note [Which framework a setup means]
 // Mixed precision on one data-parallel group without ZeRO/FSDP/Megatron is
 // PyTorch autocast (Hugging Face Trainer, Accelerate, Lightning): fp32
@@ -99,6 +106,7 @@ struct MemoryEstimate {
   uint64_t activation_gradients = 0;
   uint64_t temporaries = 0;  // incl. the optimizer step's, when it is the peak
   uint64_t kv_cache = 0;
+  uint64_t recurrent_state = 0;  // Note [Recurrent state]
   // The CUDA context, cuBLAS workspaces, and the allocator's rounding and
   // cache from the replay (Note [Allocator rounding and cache]).
   Overheads overheads;

@@ -38,6 +38,7 @@ std::string_view CategoryName(BudgetCategory category) {
     case BudgetCategory::kActivationGradients: return "activation_gradients";
     case BudgetCategory::kTemporaries: return "temporaries";
     case BudgetCategory::kKvCache: return "kv_cache";
+    case BudgetCategory::kRecurrentState: return "recurrent_state";
     case BudgetCategory::kCublasWorkspace: return "cublas_workspace";
   }
   return "weights";
@@ -208,6 +209,9 @@ std::vector<ResidentBlock> ResidentBlocks(const Graph& forward, const ModelState
   if (extras.kv_cache > 0) {
     const auto layers = static_cast<uint64_t>(std::max(1, extras.kv_cache_layers));
     AppendChunks(extras.kv_cache, CeilDiv(extras.kv_cache, layers), BudgetCategory::kKvCache, out);
+  }
+  for (uint64_t bytes : extras.recurrent_state) {
+    out.push_back({.bytes = bytes, .category = BudgetCategory::kRecurrentState});
   }
   // Note [cuBLAS workspace in the replay]: one per stream, on its stream.
   for (int s = 0; s < extras.streams && extras.cublas_workspace > 0; ++s) {

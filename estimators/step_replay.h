@@ -130,9 +130,10 @@ enum class BudgetCategory : uint8_t {
   kActivationGradients,
   kTemporaries,  // op workspaces and the optimizer's temporaries
   kKvCache,
+  kRecurrentState,  // a state-space model's inference state (Note [Recurrent state] in memory_estimate.h)
   kCublasWorkspace,
 };
-inline constexpr size_t kNumBudgetCategories = 13;
+inline constexpr size_t kNumBudgetCategories = 14;
 constexpr size_t CategoryIndex(BudgetCategory category) { return static_cast<size_t>(category); }
 using CategoryBytes = std::array<uint64_t, kNumBudgetCategories>;
 
@@ -147,6 +148,7 @@ struct ResidentBlock {
 struct ResidentExtras {
   uint64_t kv_cache = 0;
   int kv_cache_layers = 1;        // one block each
+  std::vector<uint64_t> recurrent_state;  // one block each (MambaCache's conv_states, ssm_states)
   uint64_t cublas_workspace = 0;  // per stream; 0 without a GPU
   int streams = 1;
 };
@@ -154,7 +156,7 @@ struct ResidentExtras {
 // The resident state of one GPU as blocks, in the order a run creates them
 // (Note [Resident blocks]): weights and buffers, fp8 weight copies, an EMA
 // copy, DDP buckets, master weights, gradients, optimizer state, gathered
-// units, the KV cache, then the cuBLAS workspaces. `forward` is the forward
+// units, the KV cache or recurrent state, then the cuBLAS workspaces. `forward` is the forward
 // graph of the parameters this GPU holds (one pipeline stage's under
 // --pp); `states` its model states. The blocks of each category sum to the
 // category's bytes in `states`.

@@ -17,6 +17,7 @@ std::string_view ActivationName(ActivationKind kind) {
     case ActivationKind::kTanh: return "tanh";
     case ActivationKind::kSigmoid: return "sigmoid";
     case ActivationKind::kQuickGelu: return "quick_gelu";
+    case ActivationKind::kSoftplus: return "softplus";
   }
   return "unknown";
 }
@@ -594,11 +595,11 @@ TensorId OpEmitter::Conv1d(const std::string& name, TensorId x, TensorId weight,
   const Tensor xt = graph_.tensor(x);
   const Tensor wt = graph_.tensor(weight);
   const int64_t n = xt.shape[0], length = xt.shape[2];
-  const int64_t out_c = wt.shape[0], in_c = wt.shape[1], k = wt.shape[2];
+  const int64_t out_c = wt.shape[0], in_per_group = wt.shape[1], k = wt.shape[2];
   const int64_t out_length = (length + 2 * padding - k) / stride + 1;
   TensorId y = NewTensor(name + ".out", {n, out_c, out_length}, xt.dtype);
   Op op{.kind = "conv1d", .name = name, .inputs = {x, weight}, .outputs = {y},
-        .flops = 2.0 * static_cast<double>(n * out_c * out_length) * static_cast<double>(in_c * k),
+        .flops = 2.0 * static_cast<double>(n * out_c * out_length) * static_cast<double>(in_per_group * k),
         .compute_dtype = xt.dtype};
   if (bias != kNone) op.inputs.push_back(bias);
   if (RequiresGrad(weight)) op.saved.push_back(x);
@@ -629,6 +630,41 @@ TensorId OpEmitter::Conv2d(const std::string& name, TensorId x, TensorId weight,
   if (RequiresGrad(x)) op.saved.push_back(weight);
   Emit(std::move(op), RequiresGrad(x) || RequiresGrad(weight) || RequiresGrad(bias));
   return y;
+}
+
+OpEmitter::Scan OpEmitter::SelectiveScan(const std::string& name, TensorId delta_a, TensorId delta_b_u, TensorId c,
+                                         TensorId state0, DType matmul_dtype) {
+  const std::vector<int64_t> shape = graph_.tensor(delta_a).shape;  // [b, d, l, n]
+  const int64_t b = shape[0], d = shape[1], l = shape[2], n = shape[3];
+  const bool rg = RequiresGrad(delta_a) || RequiresGrad(delta_b_u) || RequiresGrad(c) || RequiresGrad(state0);
+  Scan out{.y = NewTensor(name + ".out", {b, d, l}, matmul_dtype), .last_state = kNone};
+  // Per step: a multiply-add over the state and its product with C.
+  Op op{.kind = "selective_scan", .name = name, .inputs = {delta_a, delta_b_u, c, state0}, .outputs = {out.y},
+        .flops = 4.0 * static_cast<double>(b * d * l * n), .compute_dtype = DType::kF32};
+  if (rg && options_.training) {
+    // Autograd keeps the initial state, deltaA (one storage, sliced per step), C and each step's state: the
+    // next step's multiply saves it, and so does this step's matmul when it runs in f32. When the matmul runs
+    // 16-bit it saves a 16-bit copy of every state instead, and the last f32 state, which no later step reads,
+    // is not kept.
+    const bool copies = matmul_dtype != DType::kF32;
+    op.saved = {state0, delta_a, c};
+    if (!copies || l > 1) {
+      TensorId states = NewTensor(name + ".states", {b, d, copies ? l - 1 : l, n}, DType::kF32);
+      op.outputs.push_back(states);
+      op.saved.push_back(states);
+    }
+    if (copies) {
+      TensorId state_copies = NewTensor(name + ".state_copies", shape, matmul_dtype);
+      op.outputs.push_back(state_copies);
+      op.saved.push_back(state_copies);
+    }
+  } else {
+    // Each step's state replaces the last (under no_grad); the final one is what a cache keeps.
+    out.last_state = NewTensor(name + ".last_state", {b, d, n}, DType::kF32);
+    op.outputs.push_back(out.last_state);
+  }
+  Emit(std::move(op), rg);
+  return out;
 }
 
 TensorId OpEmitter::MaxPool2d(const std::string& name, TensorId x, int64_t kernel,

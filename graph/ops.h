@@ -30,7 +30,7 @@
 //   rms_norm       (x, weight) -> (y, rstd)             saves x, rstd
 //   batch_norm     (x, weight, bias) -> (y, save_mean, save_invstd)
 //                  saves x, save_mean, save_invstd (running stats are buffers)
-//   gelu, gelu_tanh, silu (x) -> y                       saves x
+//   gelu, gelu_tanh, silu, softplus (x) -> y             saves x
 //   relu, tanh     (x) -> y                             saves y (threshold_backward,
 //                  tanh_backward); torchvision's ReLU(inplace=True) is in place
 //   mul            (a, b) -> c                          saves b if a requires grad, a if b does
@@ -57,6 +57,11 @@
 //                  (sinks: per-head sink logits a kernel adds to each softmax's denominator, GPT-OSS's s_aux)
 //                  (dropout inside the kernel keeps only an RNG seed)
 //   conv1d, conv2d (x, weight[, bias]) -> y             saves x (if weight requires grad), weight
+//                  (conv1d: Whisper's audio front end, Mamba's depthwise causal convolution)
+//   selective_scan (deltaA, deltaB_u, C, state0) -> (y[, states, state copies] | y, last state)
+//                  Mamba's sequential scan as one op (Note [Mamba] in models/builders.cc): in training
+//                  it keeps every step's state [b, d, l, n] f32 (when the matmul runs 16-bit, their
+//                  16-bit copies and all but the last f32 state) and saves them with state0, deltaA, C
 //   max_pool2d     (x) -> (y, indices i64)              saves x, indices
 //   adaptive_avg_pool2d (x) -> y                        saves x
 //   repeat_kv      (x [b, kv, s, d]) -> [b, heads, s, d] copy (HF eager GQA)  saves nothing
@@ -106,7 +111,10 @@ namespace headroom {
 // models/builders.cc); OpEmitter::Activation emits it as one kGeluTanh-like op.
 // kQuickGelu is CLIP's x * sigmoid(1.702 x), likewise PyTorch ops that
 // builders emit one by one (Note [quick_gelu]).
-enum class ActivationKind : uint8_t { kGelu, kGeluTanh, kGeluNew, kSilu, kRelu, kTanh, kSigmoid, kQuickGelu };
+enum class ActivationKind : uint8_t {
+  kGelu, kGeluTanh, kGeluNew, kSilu, kRelu, kTanh, kSigmoid, kQuickGelu,
+  kSoftplus,  // log(1 + e^x): Mamba's time step; not an HF hidden_act
+};
 std::string_view ActivationName(ActivationKind kind);  // "gelu", "gelu_tanh", "silu", ...
 
 struct EmitterOptions {
@@ -211,12 +219,22 @@ class OpEmitter {
   // logits the kernel reads (GPT-OSS), kNone for none.
   TensorId FlashAttention(const std::string& name, TensorId q, TensorId k, TensorId v,
                           bool causal, TensorId sinks = kNone);
-  // x [n, c, l], weight [out, c, k] (nn.Conv1d; Whisper's audio front end).
+  // x [n, c, l], weight [out, c / groups, k] (nn.Conv1d: Whisper's audio front end, Mamba's depthwise causal
+  // convolution); `padding` zeros on both ends of l.
   TensorId Conv1d(const std::string& name, TensorId x, TensorId weight, TensorId bias, int64_t stride,
                   int64_t padding);
   // x [n, c, h, w], weight [out, c/groups, kh, kw].
   TensorId Conv2d(const std::string& name, TensorId x, TensorId weight, TensorId bias,
                   int64_t stride, int64_t padding);
+  struct Scan {
+    TensorId y;           // [b, d, l] in `matmul_dtype`
+    TensorId last_state;  // [b, d, n] f32 in inference; kNone in training (it is the last of the states)
+  };
+  // Mamba's recurrence state = deltaA[:, :, t] * state + deltaB_u[:, :, t]; y[:, :, t] = state @ C[:, t] for
+  // t < l, as one op: deltaA and deltaB_u [b, d, l, n] f32, C [b, l, n], state0 [b, d, n]. Each step's matmul
+  // runs in `matmul_dtype` (a copy of the state when that is not f32). Note [Mamba] in models/builders.cc.
+  Scan SelectiveScan(const std::string& name, TensorId delta_a, TensorId delta_b_u, TensorId c, TensorId state0,
+                     DType matmul_dtype);
   TensorId MaxPool2d(const std::string& name, TensorId x, int64_t kernel, int64_t stride,
                      int64_t padding);
   TensorId AdaptiveAvgPool2d(const std::string& name, TensorId x, int64_t out_h, int64_t out_w);

@@ -18,10 +18,11 @@
 //   absl::StatusOr<ModelConfig> config = ParseHfConfig(text, "llama/config.json");
 //   if (!config.ok()) ...;  // "llama/config.json: hidden_size: field is required"
 //
-// Invariants kept by ParseHfConfig: every size it returns is positive,
-// num_heads is divisible by num_kv_heads, hidden_size == num_heads * head_dim
-// unless the config sets head_dim explicitly, experts_per_token <=
-// num_experts, and the model is within Note [Model size bounds]. Errors name
+// Invariants kept by ParseHfConfig: every size it returns is positive (a
+// state-space model has no attention sizes: its heads stay 0), num_heads is
+// divisible by num_kv_heads, hidden_size == num_heads * head_dim unless the
+// config sets head_dim explicitly, experts_per_token <= num_experts, and the
+// model is within Note [Model size bounds]. Errors name
 // the document and the field (or fields) at fault.
 //
 // Note [Model size bounds]
@@ -63,6 +64,7 @@ enum class ModelFamily : uint8_t {
   kVisionLanguage,  // LLaVA: a vision tower's projected patch features among a decoder's tokens (`towers`)
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
+  kStateSpace,  // Mamba: selective state-space blocks, no attention (Note [Mamba] in builders.cc)
 };
 
 enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
@@ -208,6 +210,14 @@ struct ModelConfig {
   int64_t vision_feature_layer = 0;   // the hidden state after this many vision blocks feeds the projector
   bool vision_feature_full = false;   // vision_feature_select_strategy "full": the class token too
 
+  // --- state-space models (Mamba; Note [Mamba] in builders.cc); intermediate_size is the mixer's width ---
+  int64_t ssm_state_size = 0;   // state_size: N, the recurrent state per channel
+  int64_t conv_kernel = 0;      // the depthwise causal convolution's width
+  int64_t time_step_rank = 0;   // dt_proj's input width ("auto": ceil(hidden_size / 16))
+  bool conv_bias = true;        // use_conv_bias
+  bool residual_in_fp32 = false;  // the residual stream is kept in f32
+  bool use_cache = true;        // inference keeps each layer's conv and SSM state (MambaCache)
+
   // --- MLP chains ---
   int64_t mlp_input_size = 0;
   std::vector<int64_t> mlp_layer_sizes;
@@ -225,6 +235,12 @@ struct ModelConfig {
   const ModelConfig& text_tower() const { return towers.front(); }
   const ModelConfig& vision_tower() const { return towers.back(); }
   bool is_mla() const { return kv_lora_rank > 0; }
+  // Bytes of the state a state-space model keeps per sequence and layer at inference (HF's MambaCache):
+  // conv_state [intermediate, conv_kernel] and ssm_state [intermediate, state_size], both in `dtype`.
+  uint64_t RecurrentStateBytesPerLayer(DType dtype) const {
+    return DTypeBytes(dtype, static_cast<uint64_t>(intermediate_size) *
+                                 static_cast<uint64_t>(conv_kernel + ssm_state_size));
+  }
   bool is_moe_layer(int64_t layer) const {
     if (!is_moe() || (layer + 1) % moe_every != 0) return false;
     for (int64_t dense : dense_layers) {
@@ -270,7 +286,7 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& config);
 // T5ForConditionalGeneration, BartForConditionalGeneration, WhisperForConditionalGeneration,
 // BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
 // RobertaForMaskedLM, RobertaForSequenceClassification, ViTModel,
-// ViTForImageClassification, CLIPModel, SiglipModel, LlavaForConditionalGeneration, MlpChain, and the
+// ViTForImageClassification, CLIPModel, SiglipModel, LlavaForConditionalGeneration, MambaForCausalLM, MlpChain, and the
 // torchvision CNNs resnet50 and vgg16 (image_size, num_classes and
 // in_channels optional). Unknown
 // architectures are an InvalidArgument error listing the supported ones.

@@ -84,6 +84,29 @@ TEST(EstimateCli, LatentAttentionCachesTheLatent) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["bytes"]["kv_cache"].get<uint64_t>(), 2ull * 61 * 32768 * 576 * 2);
 }
 
+// Mamba keeps no KV cache: inference holds MambaCache's conv_state [b, 5120, 4] and ssm_state [b, 5120, 16] for
+// each of 64 layers, in the model's dtype, whatever --context says (Note [Recurrent state]); training holds none.
+TEST(EstimateCli, MambaHoldsARecurrentStateInsteadOfAKvCache) {
+  for (const char* context : {"0", "32768"}) {
+    auto r = RunHeadroom({"estimate", "--model", "mamba-2.8b", "--inference", "--precision", "bf16", "--context",
+                          context, "--micro-batch", "4", "--seq", "256", "--budget", "1TiB", "--no-search",
+                          "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json bytes = nlohmann::json::parse(r.out)["bytes"];
+    EXPECT_EQ(bytes["recurrent_state"].get<uint64_t>(), 64ull * 4 * 5120 * (4 + 16) * 2) << context;
+    EXPECT_FALSE(bytes.contains("kv_cache")) << bytes.dump();
+  }
+  auto text = RunHeadroom({"estimate", "--model", "mamba-2.8b", "--inference", "--precision", "bf16", "--seq", "256",
+                           "--budget", "1TiB", "--no-search"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("recurrent state (conv + SSM)"));
+  EXPECT_THAT(text.out, ::testing::Not(HasSubstr("KV cache")));
+  auto training = RunHeadroom({"estimate", "--model", "mamba-2.8b", "--precision", "bf16-mixed", "--seq", "256",
+                               "--budget", "1TiB", "--no-search", "--json"});
+  ASSERT_EQ(training.exit_code, 0) << training.err;
+  EXPECT_FALSE(nlohmann::json::parse(training.out)["bytes"].contains("recurrent_state"));
+}
+
 // T5 runs eager attention unless told otherwise (it has no flash path) and reads --target-seq decoder tokens;
 // a decoder-only model has no second sequence.
 TEST(EstimateCli, EncoderDecodersTakeATargetSequence) {
@@ -329,12 +352,12 @@ void ExpectEachRefused(const std::vector<std::string>& prefix, const std::vector
 
 TEST(EstimateCli, BadInputExitsTwoNamingTheField) {
   const std::string bad_arch = WriteTempFile(
-      "bad_arch.json", R"({"architectures": ["MambaForCausalLM"], "model_type": "mamba"})");
+      "bad_arch.json", R"({"architectures": ["RwkvForCausalLM"], "model_type": "rwkv"})");
   const std::string malformed = WriteTempFile("malformed.json", R"({"architectures": ["LlamaForCausalLM"], )");
   const std::string incomplete = WriteTempFile(
       "incomplete.json", R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000})");
   const std::vector<BadInput> cases = {
-      {{"--model", bad_arch, "--gpu", "h100"}, "MambaForCausalLM"},
+      {{"--model", bad_arch, "--gpu", "h100"}, "RwkvForCausalLM"},
       {{"--model", malformed, "--gpu", "h100"}, "malformed.json"},
       {{"--model", incomplete, "--gpu", "h100"}, "hidden_size"},
       {{"--model", "llama-3-8b", "--gpu", "h100", "--gpus", "3", "--tp", "3"}, "num_attention_heads"},

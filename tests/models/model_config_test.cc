@@ -55,10 +55,10 @@ TEST(ParseHfConfig, ErrorsNameTheField) {
                   .status()
                   .message(),
               HasSubstr("c.json: hidden_size"));
-  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["MambaForCausalLM"]})", "mamba.json")
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["RwkvForCausalLM"]})", "rwkv.json")
                   .status()
                   .message(),
-              HasSubstr("unsupported architecture 'MambaForCausalLM'"));
+              HasSubstr("unsupported architecture 'RwkvForCausalLM'"));
   EXPECT_THAT(ParseHfConfig(R"({"vocab_size": 10})", "x.json").status().message(),
               HasSubstr("'architectures' (or 'model_type') is required"));
   EXPECT_THAT(ParseHfConfig(R"({"architectures": ["GPT2LMHeadModel"], "vocab_size": 10,
@@ -173,7 +173,8 @@ TEST(LoadModel, PresetsFilesAndCloseNames) {
                                "vgg16", "olmo-2-13b", "gemma-3-1b", "starcoder2-15b", "opt-1.3b",
                                "deepseek-v3", "deepseek-v2-lite", "vit-base-patch16-224", "clip-vit-base-patch32",
                                "siglip-base-patch16-224", "falcon-7b", "gpt-j-6b", "santacoder", "bloom-560m",
-                               "t5-v1-1-base", "bart-large", "whisper-large-v3", "llava-1.5-7b"}) {
+                               "t5-v1-1-base", "bart-large", "whisper-large-v3", "llava-1.5-7b",
+                               "mamba-2.8b"}) {
     EXPECT_THAT(names, ::testing::Contains(std::string(expected)));
   }
 }

@@ -314,6 +314,9 @@ TINY = {
               "vision_config": {"model_type": "clip_vision_model", "hidden_size": 48, "intermediate_size": 96,
                                 "num_hidden_layers": 3, "num_attention_heads": 4, "image_size": 32,
                                 "patch_size": 8}},
+    # A state-space model: no attention; the slow path's Python loop over positions (Note [Mamba]).
+    "mamba": {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 64,
+              "num_hidden_layers": 2, "vocab_size": 512, "state_size": 16, "expand": 2, "conv_kernel": 4},
 }
 TINY["llava-all"] = TINY["llava"]
 TINY["llava-projector"] = dict(TINY["llava"], vision_feature_select_strategy="full")
@@ -387,11 +390,11 @@ class HuggingFaceTest(unittest.TestCase):
             self.assertIn("model_type: field is required", result.stderr)
 
 
-# Families without a builder yet: a state-space model (Mamba). Each traces, keeps transformers' parameter count,
-# and estimates and plans.
+# Families without a builder: an RNN language model (RWKV, its CPU path's Python loop over positions). Each
+# traces, keeps transformers' parameter count, and estimates and plans.
 NO_BUILDER = {
-    "mamba": {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 64,
-              "num_hidden_layers": 2, "vocab_size": 512, "state_size": 16, "expand": 2, "conv_kernel": 4},
+    "rwkv": {"architectures": ["RwkvForCausalLM"], "model_type": "rwkv", "hidden_size": 64, "num_hidden_layers": 2,
+             "vocab_size": 512, "context_length": 128, "attention_hidden_size": 64, "intermediate_size": 256},
 }
 
 
