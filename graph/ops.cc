@@ -187,11 +187,16 @@ TensorId OpEmitter::MatMul(const std::string& name, TensorId a, TensorId b, bool
   return Gemm(name, a, b, b_transposed, kNone);
 }
 
+TensorId OpEmitter::GroupedMatMul(const std::string& name, TensorId a, TensorId b, TensorId offsets) {
+  return Gemm(name, a, b, /*b_transposed=*/false, kNone, offsets);
+}
+
 TensorId OpEmitter::BaddBmm(const std::string& name, TensorId bias, TensorId a, TensorId b, bool b_transposed) {
   return Gemm(name, a, b, b_transposed, bias);
 }
 
-TensorId OpEmitter::Gemm(const std::string& name, TensorId a, TensorId b, bool b_transposed, TensorId bias) {
+TensorId OpEmitter::Gemm(const std::string& name, TensorId a, TensorId b, bool b_transposed, TensorId bias,
+                         TensorId group_offsets) {
   a = ToCompute(name + ".a_cast", a);
   b = ToCompute(name + ".b_cast", b);
   const Tensor at = graph_.tensor(a);
@@ -211,6 +216,10 @@ TensorId OpEmitter::Gemm(const std::string& name, TensorId a, TensorId b, bool b
   if (bias != kNone) op.inputs.push_back(bias);
   if (RequiresGrad(b)) op.saved.push_back(a);
   if (RequiresGrad(a)) op.saved.push_back(b);
+  if (group_offsets != kNone) {
+    op.inputs.push_back(group_offsets);
+    if (RequiresGrad(a) || RequiresGrad(b)) op.saved.push_back(group_offsets);
+  }
   Emit(std::move(op), RequiresGrad(a) || RequiresGrad(b) || RequiresGrad(bias));
   return c;
 }
@@ -697,14 +706,17 @@ TensorId OpEmitter::AdaptiveAvgPool2d(const std::string& name, TensorId x, int64
   return y;
 }
 
-TensorId OpEmitter::GatherRows(const std::string& name, TensorId x, int64_t rows) {
+TensorId OpEmitter::GatherRows(const std::string& name, TensorId x, int64_t rows, TensorId index) {
   const Tensor xt = graph_.tensor(x);
   std::vector<int64_t> shape = xt.shape;
   shape[0] = rows;
   TensorId y = NewTensor(name + ".out", shape, xt.dtype);
-  Emit({.kind = "gather_rows", .name = name, .inputs = {x}, .outputs = {y},
-        .compute_dtype = xt.dtype},
-       RequiresGrad(x));
+  Op op{.kind = "gather_rows", .name = name, .inputs = {x}, .outputs = {y}, .compute_dtype = xt.dtype};
+  if (index != kNone) {
+    op.inputs.push_back(index);
+    if (RequiresGrad(x)) op.saved.push_back(index);  // index_backward scatters the gradient by it
+  }
+  Emit(std::move(op), RequiresGrad(x));
   return y;
 }
 

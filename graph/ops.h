@@ -159,6 +159,9 @@ class OpEmitter {
                   TensorId x_shard = kNone);
   // a[..., m, k] @ b[..., k, n]; `b_transposed` reads b as [..., n, k].
   TensorId MatMul(const std::string& name, TensorId a, TensorId b, bool b_transposed = false);
+  // torch._grouped_mm(a [E, rows, k], b [E, k, n], offs): each expert's rows against its weight; autograd also
+  // keeps the group offsets (int32 [E]).
+  TensorId GroupedMatMul(const std::string& name, TensorId a, TensorId b, TensorId offsets);
   // bias + a @ b as torch.baddbmm computes it: no separate product tensor.
   TensorId BaddBmm(const std::string& name, TensorId bias, TensorId a, TensorId b, bool b_transposed = false);
   // No-op (returns x) when x already has `dtype`.
@@ -238,7 +241,8 @@ class OpEmitter {
   TensorId MaxPool2d(const std::string& name, TensorId x, int64_t kernel, int64_t stride,
                      int64_t padding);
   TensorId AdaptiveAvgPool2d(const std::string& name, TensorId x, int64_t out_h, int64_t out_w);
-  TensorId GatherRows(const std::string& name, TensorId x, int64_t rows);
+  // With an `index` (integer rows), x[index] as aten.index runs it, which saves the index.
+  TensorId GatherRows(const std::string& name, TensorId x, int64_t rows, TensorId index = kNone);
   // x.masked_scatter(mask, source): x with the positions `mask` selects filled from source, in order (LLaVA's
   // image features into the token embeddings). A new tensor like x; autograd keeps the mask.
   TensorId MaskedScatter(const std::string& name, TensorId x, TensorId mask, TensorId source);
@@ -264,7 +268,8 @@ class OpEmitter {
  private:
   TensorId NewTensor(std::string name, std::vector<int64_t> shape, DType dtype,
                      TensorRole role = TensorRole::kActivation);
-  TensorId Gemm(const std::string& name, TensorId a, TensorId b, bool b_transposed, TensorId bias);
+  TensorId Gemm(const std::string& name, TensorId a, TensorId b, bool b_transposed, TensorId bias,
+                TensorId group_offsets = kNone);
   OpId Emit(Op op, bool requires_grad);
   // The wider of two floating dtypes (type promotion of elementwise ops).
   static DType Promote(DType a, DType b);

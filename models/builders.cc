@@ -265,6 +265,13 @@ absl::Status Builder::CheckOptions() const {
   if (o_.batch <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat("batch must be positive, got %d", o_.batch));
   }
+  if (c_.model_type == "gpt_oss" && !o_.runtime.transformers.AtLeast(5, 0)) {
+    // Note [GPT-OSS]: the experts as transformers 5 runs them.
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "GPT-OSS is modelled as transformers 5 runs its experts (grouped matmuls); transformers %s loops over "
+        "the experts in Python, which is not modelled",
+        TransformersVersionName(o_.runtime.transformers)));
+  }
   const bool transformer = c_.family == ModelFamily::kDecoder || c_.family == ModelFamily::kEncoder ||
                            c_.family == ModelFamily::kEncoderDecoder;
   if ((transformer || c_.family == ModelFamily::kStateSpace) && o_.seq_len <= 0) {
@@ -1183,7 +1190,11 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
 //    whose clamps keep the up projection's output alive and whose products keep four intermediate-wide tensors,
 //    one grouped GEMM down with its gathered bias, the routing weight applied, the rows restored to token
 //    order and summed over top_k. Note [MoE routing] sets how many rows each expert gets; a grouped GEMM over
-//    [E, rows, hidden] is what the graph holds.
+//    [E, rows, hidden] is what the graph holds. The routing's integer tensors are kept for backward too: each
+//    row's token, the sorted expert ids, the permutation and its inverse (int64, one per row) and the experts'
+//    offsets (int32), as the tracer finds at transformers 5.24 on the meta device (the CPU's experts path, the
+//    same grouped_mm). transformers 4.55 to 4.57 looped over the experts in Python instead: refused for
+//    --transformers before 5.0.
 // Weights: the released checkpoints store the experts in MXFP4 (4.25 bits per weight with the scales), which
 // transformers keeps packed only for inference with its MXFP4 Triton kernels and otherwise (training, or
 // without the kernels) dequantizes to bf16 at load. Headroom models the latter: every expert weight at
@@ -1200,13 +1211,20 @@ TensorId Builder::GptOssExperts(const std::string& prefix, TensorId flat) {
   // Note [MoE routing]: balanced, `rows` per expert.
   const int64_t rows = CeilDiv(tokens * top_k, experts), routed = rows * experts;
   const std::string ex = prefix + "experts.";
-  TensorId dispatched = e_.View(ex + "dispatch_rows", e_.GatherRows(ex + "dispatch", flat, routed), {experts, rows, h});
+  // The routing's integers, which the gathers and grouped matmuls keep for backward: each routed row's token,
+  // the rows sorted by expert (the sorted expert ids and the permutation), its inverse, the experts' offsets.
+  TensorId token_of_row = e_.Materialize(ex + "token_index", "floor_divide", {top.indices}, {routed}, DType::kI64);
+  TensorId sorted_experts = e_.Materialize(ex + "sorted_experts", "sort", {top.indices}, {routed}, DType::kI64);
+  TensorId permutation = e_.Materialize(ex + "permutation", "sort", {top.indices}, {routed}, DType::kI64);
+  TensorId offsets = e_.Materialize(ex + "offsets", "cumsum", {sorted_experts}, {experts}, DType::kI32);
+  TensorId dispatched = e_.View(ex + "dispatch_rows", e_.GatherRows(ex + "dispatch", flat, routed, token_of_row),
+                                {experts, rows, h});
   TensorId weights = e_.GatherRows(ex + "routing_weights", e_.View(ex + "scores_flat", scores, {tokens * top_k, 1}),
-                                   routed);
+                                   routed, permutation);
   TensorId gate_up_w = Param(ex + "gate_up_proj", {experts, h, 2 * inner});
   TensorId gate_up_b = Param(ex + "gate_up_proj_bias", {experts, 2 * inner});
-  TensorId gate_up = e_.MatMul(ex + "gate_up_grouped_mm", dispatched, gate_up_w);
-  TensorId bias_rows = e_.GatherRows(ex + "gate_up_proj_bias.gather", gate_up_b, routed);
+  TensorId gate_up = e_.GroupedMatMul(ex + "gate_up_grouped_mm", dispatched, gate_up_w, offsets);
+  TensorId bias_rows = e_.GatherRows(ex + "gate_up_proj_bias.gather", gate_up_b, routed, sorted_experts);
   gate_up = e_.AddInplace(ex + "gate_up_bias_add", gate_up,
                           e_.View(ex + "gate_up_proj_bias.rows", bias_rows, {experts, rows, 2 * inner}));
   // gate_up[..., ::2] and gate_up[..., 1::2]: strided views.
@@ -1217,11 +1235,12 @@ TensorId Builder::GptOssExperts(const std::string& prefix, TensorId flat) {
   TensorId gated = e_.Mul(ex + "gated", e_.Scale(ex + "up_plus_one", up), glu);
   TensorId down_w = Param(ex + "down_proj", {experts, inner, h});
   TensorId down_b = Param(ex + "down_proj_bias", {experts, h});
-  TensorId out = e_.MatMul(ex + "down_grouped_mm", gated, down_w);
-  TensorId down_rows = e_.GatherRows(ex + "down_proj_bias.gather", down_b, routed);
+  TensorId out = e_.GroupedMatMul(ex + "down_grouped_mm", gated, down_w, offsets);
+  TensorId down_rows = e_.GatherRows(ex + "down_proj_bias.gather", down_b, routed, sorted_experts);
   out = e_.AddInplace(ex + "down_bias_add", out, e_.View(ex + "down_proj_bias.rows", down_rows, {experts, rows, h}));
   TensorId weighted = e_.Mul(ex + "weighted", e_.View(ex + "out_rows", out, {routed, h}), weights);
-  TensorId restored = e_.GatherRows(ex + "unpermute", weighted, routed);
+  TensorId inverse = e_.Materialize(ex + "inverse_permutation", "index_put", {permutation}, {routed}, DType::kI64);
+  TensorId restored = e_.GatherRows(ex + "unpermute", weighted, routed, inverse);
   TensorId summed = e_.Materialize(ex + "sum_top_k", "sum",
                                    {e_.View(ex + "per_token", restored, {tokens, top_k, h})}, {tokens, h},
                                    g_.tensor(restored).dtype);

@@ -79,6 +79,28 @@ TEST(GptOss, LayersHoldSinksBiasesAndFusedExperts) {
   ASSERT_NE(sdpa, nullptr);
   EXPECT_EQ(sdpa->inputs.back(), FindTensor(g, "model.layers.0.self_attn.sinks")->id);
   EXPECT_EQ(sdpa->saved.size(), 6u);
+  // The routing's integers are kept: 256 rows' tokens, sorted experts, permutation and inverse, 32 offsets.
+  std::set<std::string> saved_ints;
+  for (const Op& op : g.ops()) {
+    if (op.layer != 0) continue;
+    for (TensorId t : op.saved) {
+      const Tensor& tensor = g.tensor(t);
+      if (tensor.dtype == DType::kI64 || tensor.dtype == DType::kI32) saved_ints.insert(tensor.name);
+    }
+  }
+  EXPECT_EQ(saved_ints, (std::set<std::string>{
+                            "model.layers.0.mlp.router.topk.indices", "model.layers.0.mlp.experts.token_index.out",
+                            "model.layers.0.mlp.experts.sorted_experts.out",
+                            "model.layers.0.mlp.experts.permutation.out", "model.layers.0.mlp.experts.offsets.out",
+                            "model.layers.0.mlp.experts.inverse_permutation.out"}));
+  EXPECT_EQ(ShapeOf(g, "model.layers.0.mlp.experts.offsets.out"), std::vector<int64_t>{32});
+  EXPECT_EQ(ShapeOf(g, "model.layers.0.mlp.experts.permutation.out"), std::vector<int64_t>{256});
+  // transformers before 5 looped over the experts in Python: not modelled, and said so.
+  BuildOptions older{.batch = 1, .seq_len = 64};
+  older.runtime.transformers = {.major = 4, .minor = 57};
+  absl::StatusOr<Graph> refused = BuildModelGraph(c, older);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("transformers 4.57"));
 }
 
 TEST(GptOss, EagerAttentionAppendsTheSinkColumnAndKeepsTheScoresDtype) {
