@@ -58,8 +58,19 @@ def dtype_name(dtype, what):
     try:
         return _DTYPES[dtype]
     except KeyError:
+        if dtype in _COMPLEX:
+            return _DTYPES[_COMPLEX[dtype]]
         raise TraceError(f"{what}: dtype {dtype} has no Headroom equivalent "
                          f"(supported: {', '.join(str(d) for d in _DTYPES)})") from None
+
+
+# A complex tensor is recorded as torch.view_as_real lays it out, its real dtype with a trailing dimension of 2:
+# the same bytes (Llama 4 rotates q and k as complex numbers).
+_COMPLEX = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
+def shape_of(t):
+    return list(t.shape) + [2] if t.dtype in _COMPLEX else list(t.shape)
 
 
 def storage_key(t):
@@ -153,7 +164,7 @@ class GraphRecorder(TorchDispatchMode):
     def _leaf(self, t, name, role, trainable=True):
         if id(t) in self._ids:
             return self._ids[id(t)]
-        entry = {"name": name, "shape": list(t.shape), "dtype": dtype_name(t.dtype, name), "role": role}
+        entry = {"name": name, "shape": shape_of(t), "dtype": dtype_name(t.dtype, name), "role": role}
         layer = self._layer(name)
         if layer >= 0:
             entry["layer"] = layer
@@ -184,7 +195,7 @@ class GraphRecorder(TorchDispatchMode):
 
     def _output_id(self, t, name, layer, alias_of=None):
         key = storage_key(t)
-        entry = {"name": name, "shape": list(t.shape), "dtype": dtype_name(t.dtype, name), "role": "activation"}
+        entry = {"name": name, "shape": shape_of(t), "dtype": dtype_name(t.dtype, name), "role": "activation"}
         if layer >= 0:
             entry["layer"] = layer
         base = self._base_of_storage.get(key)
@@ -275,7 +286,7 @@ class GraphRecorder(TorchDispatchMode):
         key = storage_key(t)
         candidates = [tid for tid in op["inputs"] + op["outputs"] if self._storage_of(tid) == key]
         for tid in candidates:
-            if self.tensors[tid]["shape"] == list(t.shape):
+            if self.tensors[tid]["shape"] == shape_of(t):
                 return tid
         if candidates:
             return candidates[0]
