@@ -2243,6 +2243,9 @@ absl::Status Builder::BuildLlava() {
 // returns (Note [Python references in inference]): each mixer ends with a scope_end reading them. At inference
 // the step states are not kept; MambaCache's conv_state and ssm_state are resident per layer (estimators count
 // them in place of a KV cache) and the copies in and out of them ([b, i, k] and [b, i, n]) are left out.
+// x_proj and out_proj read [b, i, s] tensors transposed to [b, s, i]: PyTorch 1.13 runs such a Linear as a bmm
+// over the view, PyTorch 2 folds the view into a contiguous [b * s, i] copy, which the matmul saves (the tracer
+// finds both, at 1.13 and 2.15); for x_proj that copy is one more [b, s, i] tensor per layer.
 //
 // With mamba_ssm and causal_conv1d installed, transformers runs cuda_kernels_forward on a GPU instead, and
 // training goes through one autograd Function, mamba_inner_fn (mamba_ssm/ops/selective_scan_interface.py,
@@ -2265,7 +2268,12 @@ TensorId Builder::MambaMixer(const std::string& prefix, TensorId x) {
   TensorId conv_bias = c_.conv_bias ? Param(p + "conv1d.bias", {inner}) : kNone;
   TensorId conv = e_.Conv1d(p + "conv1d", hidden, conv_weight, conv_bias, 1, k - 1);
   TensorId u = Activation(p + "act", e_.View(p + "conv1d.causal", conv, {b, inner, s}));
-  TensorId ssm = Proj(p + "x_proj", e_.View(p + "x_proj.input", u, {b, s, inner}), inner, rank + 2 * n, false,
+  // Note [Mamba]: a Linear over a transposed [b, s, i] view; PyTorch 2 folds it through a contiguous copy.
+  auto transposed_input = [&](const std::string& name, TensorId x) {
+    TensorId view = e_.View(name, x, {b, s, inner});
+    return o_.runtime.major >= 2 ? e_.Contiguous(name + ".fold", view) : view;
+  };
+  TensorId ssm = Proj(p + "x_proj", transposed_input(p + "x_proj.input", u), inner, rank + 2 * n, false,
                       Parallel::kReplicated);
   TensorId time_step = e_.View(p + "time_step", ssm, {b, s, rank});
   TensorId b_param = e_.View(p + "B", ssm, {b, 1, s, n});
@@ -2290,7 +2298,7 @@ TensorId Builder::MambaMixer(const std::string& prefix, TensorId x) {
   TensorId d = Param(p + "D", {inner});
   TensorId y = e_.Add(p + "add_skip", scan.y, e_.Mul(p + "skip", u, e_.View(p + "D_broadcast", d, {1, inner, 1})));
   y = e_.Mul(p + "gated", y, Activation(p + "gate_act", gate));
-  TensorId out = Proj(p + "out_proj", e_.View(p + "out_proj.input", y, {b, s, inner}), inner, h, c_.mlp_bias,
+  TensorId out = Proj(p + "out_proj", transposed_input(p + "out_proj.input", y), inner, h, c_.mlp_bias,
                       Parallel::kRow);
   std::vector<TensorId> locals = {delta_a, delta_b, delta_b_u};
   if (scan.last_state != kNone) locals.push_back(scan.last_state);

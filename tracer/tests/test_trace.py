@@ -357,8 +357,6 @@ TRANSFORMERS_RANGE = {
     "gpt_oss": ((5, 0), None, "the builder follows transformers 5's GPT-OSS experts"),
     # Llama 4 came in 4.51; the builder was written from transformers 5.
     "llama4_text": ((5, 0), None, "the builder follows transformers 5's Llama 4"),
-    # transformers 5's Mamba keeps one more [batch, intermediate, seq] f32 tensor per layer, not yet modelled.
-    "mamba": (None, (5, 0), "the builder follows transformers 4's Mamba slow path"),
     # From 4.52 LLaVA nests its modules under LlavaModel, which the tracer's LLaVA replay does not follow yet.
     **{family: (None, (4, 52), "the tracer's LLaVA replay follows transformers before 4.52")
        for family in ("llava", "llava-all", "llava-projector")},
