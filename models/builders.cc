@@ -2196,7 +2196,9 @@ absl::Status Builder::BuildLlava() {
   Builder language(c_.text_tower(), *this, s);
   language.prefix_ = "language_model.";
   language.first_layer_ = static_cast<int>(c_.vision_tower().num_layers);
-  language.upcast_logits_ = false;  // LLaVA's own loss
+  // Before transformers 4.52 LLaVA computed its own loss in the logits' dtype; from 4.52 it calls the causal LM
+  // loss, which casts them to f32.
+  language.upcast_logits_ = o_.runtime.transformers.AtLeast(4, 52);
   if (o_.vlm_trainable == VlmTrainable::kProjector) language.trainable_ = false;
   HEADROOM_RETURN_IF_ERROR(language.CheckOptions());
   trainable_ = true;  // this builder's own parameters: the projector's
@@ -2269,8 +2271,8 @@ TensorId Builder::MambaMixer(const std::string& prefix, TensorId x) {
   TensorId conv = e_.Conv1d(p + "conv1d", hidden, conv_weight, conv_bias, 1, k - 1);
   TensorId u = Activation(p + "act", e_.View(p + "conv1d.causal", conv, {b, inner, s}));
   // Note [Mamba]: a Linear over a transposed [b, s, i] view; PyTorch 2 folds it through a contiguous copy.
-  auto transposed_input = [&](const std::string& name, TensorId x) {
-    TensorId view = e_.View(name, x, {b, s, inner});
+  auto transposed_input = [&](const std::string& name, TensorId channels_first) {
+    TensorId view = e_.View(name, channels_first, {b, s, inner});
     return o_.runtime.major >= 2 ? e_.Contiguous(name + ".fold", view) : view;
   };
   TensorId ssm = Proj(p + "x_proj", transposed_input(p + "x_proj.input", u), inner, rank + 2 * n, false,
