@@ -193,6 +193,9 @@ def _llava(model, name, batch, seq, images, inference):
         inputs.append(_meta((batch * images, vision.num_channels, vision.image_size, vision.image_size), dtype))
         input_names.append("pixel_values")
 
+    if hasattr(model, "lm_head"):
+        return _llava_model(model, name, inputs, input_names, batch, seq, inference)
+
     def forward(m, xs):
         embeds = m.get_input_embeddings()(xs[0])
         features = None
@@ -217,6 +220,33 @@ def _llava(model, name, batch, seq, images, inference):
         return F.cross_entropy(shift_logits.view(-1, shift_logits.size(-1)), shift_labels.view(-1))
 
     return Workload(name, model, inputs + [labels], input_names + ["labels"], forward, loss)
+
+
+def _llava_model(model, name, inputs, input_names, batch, seq, inference):
+    """LLaVA from transformers 4.52 on (LlavaModel under model., the head beside it) runs its own forward: its one
+    data-dependent check, that the image tokens match the features, is a torch_compilable_check, which
+    TRANSFORMERS_DISABLE_TORCH_CHECK=1 turns off (for the call only). The loss is the model's loss_function, as its
+    forward computes it."""
+    def forward(m, xs):
+        previous = os.environ.get("TRANSFORMERS_DISABLE_TORCH_CHECK")
+        os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+        try:
+            return m(**dict(zip(input_names, xs)), use_cache=inference).logits
+        finally:
+            if previous is None:
+                del os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"]
+            else:
+                os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = previous
+
+    if inference:
+        def no_grad_forward(m, xs):
+            with torch.no_grad():
+                return forward(m, xs)
+        return Workload(name, model, inputs, input_names, no_grad_forward, None)
+    labels = _meta((batch, seq), torch.int64)
+    vocab = model.config.text_config.vocab_size
+    return Workload(name, model, inputs + [labels], input_names + ["labels"], forward,
+                    lambda logits: model.loss_function(logits, labels, vocab))
 
 
 def freeze(module, prefixes):

@@ -357,9 +357,6 @@ TRANSFORMERS_RANGE = {
     "gpt_oss": ((5, 0), None, "the builder follows transformers 5's GPT-OSS experts"),
     # Llama 4 came in 4.51; the builder was written from transformers 5.
     "llama4_text": ((5, 0), None, "the builder follows transformers 5's Llama 4"),
-    # From 4.52 LLaVA nests its modules under LlavaModel, which the tracer's LLaVA replay does not follow yet.
-    **{family: (None, (4, 52), "the tracer's LLaVA replay follows transformers before 4.52")
-       for family in ("llava", "llava-all", "llava-projector")},
 }
 
 
@@ -372,8 +369,11 @@ def transformers_outside(family):
     return None
 
 # What trains, as each side spells it: the tracer freezes by parameter name, the builder by --vlm-train.
-TRACE_ARGS = {"llava": ["--freeze", "vision_tower."],
-              "llava-projector": ["--freeze", "vision_tower.", "--freeze", "language_model."]}
+# From transformers 4.52 LLaVA's parts live under model. (LlavaModel), its head beside them.
+LLAVA_PARTS = "model." if HAVE_TRANSFORMERS and hasattr(transformers, "LlavaModel") else ""
+TRACE_ARGS = {"llava": ["--freeze", LLAVA_PARTS + "vision_tower."],
+              "llava-projector": ["--freeze", LLAVA_PARTS + "vision_tower.", "--freeze",
+                                  LLAVA_PARTS + "language_model."]}
 ESTIMATE_ARGS = {"llava-all": ["--vlm-train", "all"], "llava-projector": ["--vlm-train", "projector"]}
 
 
@@ -412,13 +412,11 @@ class HuggingFaceTest(unittest.TestCase):
             self.assertIn("LlamaModel returns no logits", result.stderr)
 
     def test_llava_takes_image_tokens_and_pixels_and_freezes_by_name(self):
-        if transformers_outside("llava"):
-            self.skipTest(transformers_outside("llava"))
         with tempfile.TemporaryDirectory() as d:
             path = self.write_config(d, TINY["llava"])
             out = os.path.join(d, "llava.json")
             result = run_cli("--hf-config", path, "--batch", "2", "--seq", "40", "--images", "2",
-                             "--freeze", "vision_tower.", "-o", out)
+                             "--freeze", LLAVA_PARTS + "vision_tower.", "-o", out)
             self.assertEqual(result.returncode, 0, result.stderr)
             with open(out) as f:
                 g = json.load(f)
@@ -427,8 +425,9 @@ class HuggingFaceTest(unittest.TestCase):
             self.assertEqual(inputs["input_ids"], [2, 40])
             # Two images of 16 patches each go into the embeddings; the vision tower is frozen.
             scatter = ops_named(g, "masked_scatter")[0]
-            self.assertEqual(g["tensors"][scatter["inputs"][2]]["shape"], [4, 16, 64])
-            frozen = [t for t in g["tensors"] if t["role"] == "parameter" and t["name"].startswith("vision_tower.")]
+            self.assertEqual(nbytes(g["tensors"][scatter["inputs"][2]]), 4 * 16 * 64 * 4)
+            frozen = [t for t in g["tensors"] if t["role"] == "parameter"
+                      and t["name"].startswith(LLAVA_PARTS + "vision_tower.")]
             self.assertTrue(frozen)
             self.assertFalse(any(t["trainable"] for t in frozen))
             result = run_cli("--hf-config", path, "--freeze", "vision_model.", "-o", out)
