@@ -1,4 +1,4 @@
-// Vision transformers (Note [Vision transformers] in models/builders.cc) and the two-tower image-text models
+// Vision transformers (Note [Vision transformers] in models/builders/vision.cc) and the two-tower image-text models
 // built on them (Note [Contrastive towers]) from their config.json presets: ViT's patch embedding, class token
 // and pre-norm blocks; CLIP's and SigLIP's text and vision towers, heads and losses; LLaVA's vision tower,
 // projector and language model over text and image tokens (Note [LLaVA]).
@@ -410,7 +410,9 @@ TEST(VisionFamilies, LlavaScattersProjectedPatchesIntoTheLanguageModel) {
   ASSERT_NE(scores, nullptr);
   EXPECT_EQ(g.tensor(scores->outputs[0]).shape, (std::vector<int64_t>{2, 32, 1200, 1200}));
   for (const Op& op : g.ops()) {
-    if (op.layer >= 0 && op.layer < 3) EXPECT_TRUE(op.saved.empty()) << op.name;
+    if (op.layer >= 0 && op.layer < 3) {
+      EXPECT_TRUE(op.saved.empty()) << op.name;
+    }
   }
   // LLaVA's own loss: no f32 upcast of the logits.
   EXPECT_EQ(FindOp(g, "loss.logits_float"), nullptr);
