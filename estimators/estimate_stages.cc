@@ -92,7 +92,7 @@ absl::Status CheckActivationSizes(const ModelConfig& c, const JobSpec& job, int6
     return CheckActivationSizes(c.vision_tower(), job, c.vision_tower().image_tokens());
   }
   if (c.family == ModelFamily::kVisionLanguage) {
-    // LLaVA's vision tower sees micro_batch x images images (Note [LLaVA] in models/builders.cc).
+    // LLaVA's vision tower sees micro_batch x images images (Note [LLaVA] in models/builders/vision.cc).
     HEADROOM_RETURN_IF_ERROR(CheckActivationSizes(c.text_tower(), job, seq_len));
     JobSpec images = job;
     images.micro_batch = job.micro_batch * job.images;  // both bounded by ValidateJob: at most 2^44
@@ -223,7 +223,8 @@ absl::Status CheckJobAgainstModel(const LoadedModel& model, const JobSpec& job) 
     }
   }
   if (c.model_type == "whisper" && job.seq_len > 0 && job.target_seq_len > 0 && job.seq_len != job.target_seq_len) {
-    // Note [Whisper] in models/builders.cc: the encoder's frames are fixed, so both name the decoder's tokens.
+    // Note [Whisper] in models/builders/encoder_decoder.cc: the encoder's frames are fixed, so both name the decoder's
+    // tokens.
     return absl::InvalidArgumentError(absl::StrFormat(
         "seq_len %d and target_seq_len %d: %s's encoder always reads 2 x max_source_positions (%d) = %d log-mel "
         "frames; both name its decoder's tokens, so give one (or equal values)",

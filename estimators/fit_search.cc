@@ -390,13 +390,14 @@ absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& jo
   const int64_t t = job.layout.sequence_parallel ? job.layout.tensor_parallel : 1;
   const int64_t seq_step = std::lcm(kSeqStep, t);
   const int64_t longest_probed = t > 1 ? max_pos / seq_step * seq_step : max_pos;
-  // LLaVA's sequence holds its images' tokens (Note [LLaVA] in models/builders.cc): shorter ones are no job.
+  // LLaVA's sequence holds its images' tokens (Note [LLaVA] in models/builders/vision.cc): shorter ones are no job.
   const int64_t image_tokens = model.config->family == ModelFamily::kVisionLanguage
                                    ? job.images * model.config->image_feature_tokens()
                                    : 0;
   const int64_t shortest = std::max<int64_t>(seq_step, (image_tokens + seq_step - 1) / seq_step * seq_step);
   if (longest_probed < 1 || longest_probed < image_tokens) return out;
-  // Whisper's sequence is its decoder's tokens, however the job named them (Note [Whisper] in models/builders.cc).
+  // Whisper's sequence is its decoder's tokens, however the job named them (Note [Whisper] in
+  // models/builders/encoder_decoder.cc).
   const bool whisper = model.config->model_type == "whisper";
   probe = job;
   probe.seq_len = std::min<int64_t>(shortest, longest_probed);

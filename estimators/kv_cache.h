@@ -29,7 +29,7 @@
 //
 // Note [MLA KV cache]
 // Multi-head latent attention (DeepSeek-V2 and V3; Note [Multi-head latent
-// attention] in models/builders.cc) caches, per token and layer, one latent
+// attention] in models/builders/attention.cc) caches, per token and layer, one latent
 // of kv_lora_rank + qk_rope_head_dim values from which every head's keys and
 // values are recomputed, instead of keys and values per KV head: 576 values
 // for V2 and V3 (vLLM's MLA backends and SGLang store exactly this). The

@@ -26,7 +26,8 @@ namespace {
 // the encoder's output, which are computed once from it and reused at every step (transformers'
 // EncoderDecoderCache: a self_attention_cache and a cross_attention_cache; vLLM's encoder-decoder runner
 // likewise keeps a cross-attention block table per sequence). The encoder's tokens are seq_len, or for Whisper
-// its max_source_positions (1500) audio positions whatever the text (Note [Whisper] in models/builders.cc).
+// its max_source_positions (1500) audio positions whatever the text (Note [Whisper] in
+// models/builders/encoder_decoder.cc).
 // Both caches take the same dtype and paging.
 
 // KV cache for inference of decoders and encoder-decoders; 0 otherwise.
@@ -35,7 +36,8 @@ absl::StatusOr<uint64_t> KvCacheFor(const LoadedModel& model, const JobSpec& job
   const bool encoder_decoder = model.config->family == ModelFamily::kEncoderDecoder;
   const bool vision_language = model.config->family == ModelFamily::kVisionLanguage;
   if (model.config->family != ModelFamily::kDecoder && !encoder_decoder && !vision_language) return 0;
-  // LLaVA's cache is its language model's, over text and image tokens alike (Note [LLaVA] in models/builders.cc).
+  // LLaVA's cache is its language model's, over text and image tokens alike (Note [LLaVA] in
+  // models/builders/vision.cc).
   const ModelConfig& c = vision_language ? model.config->text_tower() : *model.config;
   KvCacheOptions kv{.num_layers = encoder_decoder ? c.decoder_layers : c.num_layers,
                     .num_kv_heads = std::max<int64_t>(1, c.num_kv_heads / job.layout.tensor_parallel),

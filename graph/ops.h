@@ -59,7 +59,7 @@
 //   conv1d, conv2d (x, weight[, bias]) -> y             saves x (if weight requires grad), weight
 //                  (conv1d: Whisper's audio front end, Mamba's depthwise causal convolution)
 //   selective_scan (deltaA, deltaB_u, C, state0) -> (y[, states, state copies] | y, last state)
-//                  Mamba's sequential scan as one op (Note [Mamba] in models/builders.cc): in training
+//                  Mamba's sequential scan as one op (Note [Mamba] in models/builders/state_space.cc): in training
 //                  it keeps every step's state [b, d, l, n] f32 (when the matmul runs 16-bit, their
 //                  16-bit copies and all but the last f32 state) and saves them with state0, deltaA, C
 //   max_pool2d     (x) -> (y, indices i64)              saves x, indices
@@ -235,7 +235,7 @@ class OpEmitter {
   };
   // Mamba's recurrence state = deltaA[:, :, t] * state + deltaB_u[:, :, t]; y[:, :, t] = state @ C[:, t] for
   // t < l, as one op: deltaA and deltaB_u [b, d, l, n] f32, C [b, l, n], state0 [b, d, n]. Each step's matmul
-  // runs in `matmul_dtype` (a copy of the state when that is not f32). Note [Mamba] in models/builders.cc.
+  // runs in `matmul_dtype` (a copy of the state when that is not f32). Note [Mamba] in models/builders/state_space.cc.
   Scan SelectiveScan(const std::string& name, TensorId delta_a, TensorId delta_b_u, TensorId c, TensorId state0,
                      DType matmul_dtype);
   TensorId MaxPool2d(const std::string& name, TensorId x, int64_t kernel, int64_t stride,

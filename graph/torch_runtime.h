@@ -38,7 +38,7 @@ namespace headroom {
 
 // The Hugging Face transformers release whose modeling code builds the model.
 // Its modeling files change what a few families save (Note [transformers
-// versions] in models/builders.cc); the default is the release last checked
+// versions] in models/builders/attention.cc); the default is the release last checked
 // against the tracer.
 struct TransformersVersion {
   int major = 5;

@@ -35,7 +35,7 @@ absl::Status ValidateJob(const JobSpec& job) {
   // 0 stands for the model's default length.
   HEADROOM_RETURN_IF_ERROR(InRange(job.seq_len, 0, kMaxSeqLen, "seq_len"));
   HEADROOM_RETURN_IF_ERROR(InRange(job.target_seq_len, 0, kMaxSeqLen, "target_seq_len"));
-  // Each image fills at least one of seq_len's tokens (Note [LLaVA] in models/builders.cc).
+  // Each image fills at least one of seq_len's tokens (Note [LLaVA] in models/builders/vision.cc).
   HEADROOM_RETURN_IF_ERROR(InRange(job.images, 0, kMaxSeqLen, "images"));
   HEADROOM_RETURN_IF_ERROR(InRange(job.context, 0, kMaxSeqLen, "context"));
   HEADROOM_RETURN_IF_ERROR(InRange(job.kv_block_size, 0, kMaxSeqLen, "kv_block_size"));

@@ -71,7 +71,7 @@ struct JobSpec {
   // PyTorch's default before 2.0 (Note [Gradients: resident or by liveness]).
   bool keep_gradients = false;
   // Vision-language models (LLaVA) only: images per sequence, whose tokens seq_len counts, and what trains
-  // (Note [LLaVA] in models/builders.cc).
+  // (Note [LLaVA] in models/builders/vision.cc).
   int64_t images = 1;
   VlmTrainable vlm_trainable = VlmTrainable::kProjectorAndLanguage;
   // Encoders only: the task head to train (default: the config's).

@@ -105,7 +105,7 @@ struct LoraOptions {
   bool enabled() const { return rank > 0; }
 };
 
-// Which parts of a vision-language model (LLaVA) train; Note [LLaVA] in builders.cc.
+// Which parts of a vision-language model (LLaVA) train; Note [LLaVA] in builders/vision.cc.
 enum class VlmTrainable : uint8_t {
   kProjectorAndLanguage,  // LLaVA-1.5's visual instruction tuning, the default: the vision tower frozen
   kProjector,             // LLaVA-1.5's feature-alignment pretraining: the projector alone

@@ -328,7 +328,7 @@ absl::Status ParseLayerTypeList(const json& doc, const JsonPath& path, std::init
   return absl::OkStatus();
 }
 
-// GptOssForCausalLM (transformers' modeling_gpt_oss.py, Note [GPT-OSS] in builders.cc): Llama's block with
+// GptOssForCausalLM (transformers' modeling_gpt_oss.py, Note [GPT-OSS] in builders/decoder.cc): Llama's block with
 // biased q/k/v/o, a learned sink logit per head, sliding-window layers (layer_types; every even layer when it is
 // absent) of sliding_window tokens, and in every layer num_local_experts experts of intermediate_size behind a
 // biased top-k router, stored fused with biases. GptOssConfig's defaults are gpt-oss-120b's sizes; the parser
@@ -370,7 +370,7 @@ absl::StatusOr<bool> Truthy(const json& doc, std::string_view key, const JsonPat
   return (path / key).Error(absl::StrFormat("expected a boolean or a number, got %s", JsonTypeName(value)));
 }
 
-// Llama4ForCausalLM (transformers' modeling_llama4.py, Note [Llama 4] in builders.cc), the text_config of
+// Llama4ForCausalLM (transformers' modeling_llama4.py, Note [Llama 4] in builders/decoder.cc), the text_config of
 // Llama4ForConditionalGeneration: Llama's attention with NoPE layers (no_rope_layers, else every
 // no_rope_layer_interval-th layer) that attend to everything, the other layers chunked (attention_chunk_size) with
 // an L2 q/k norm (use_qk_norm); MoE layers (moe_layers, else every interleave_moe_layer_step-th) of
@@ -455,8 +455,8 @@ absl::Status ParseLlama4Text(const json& doc, const JsonPath& path, ModelConfig&
   return absl::OkStatus();
 }
 
-// T5ForConditionalGeneration (T5, T5 v1.1, Flan-T5; Note [T5] in builders.cc): its own key names, relative
-// position buckets instead of position embeddings, `feed_forward_proj` "relu" or "gated-<act>" (transformers
+// T5ForConditionalGeneration (T5, T5 v1.1, Flan-T5; Note [T5] in builders/encoder_decoder.cc): its own key names,
+// relative position buckets instead of position embeddings, `feed_forward_proj` "relu" or "gated-<act>" (transformers
 // maps "gated-gelu" to the tanh GELU), embeddings tied to the head unless tie_word_embeddings says otherwise.
 absl::Status ParseT5(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
@@ -496,8 +496,8 @@ absl::Status ParseT5(const json& doc, const JsonPath& path, ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// BartForConditionalGeneration (Note [BART] in builders.cc): encoder and decoder of the same width, each with
-// its own learned positions; the encoder's and decoder's heads and feed-forward sizes must agree (every BART
+// BartForConditionalGeneration (Note [BART] in builders/encoder_decoder.cc): encoder and decoder of the same width,
+// each with its own learned positions; the encoder's and decoder's heads and feed-forward sizes must agree (every BART
 // checkpoint's do).
 absl::Status ParseBart(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
@@ -529,8 +529,8 @@ absl::Status ParseBart(const json& doc, const JsonPath& path, ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// WhisperForConditionalGeneration (Note [Whisper] in builders.cc): BART's key names for the two stacks (whose
-// heads and feed-forward sizes must agree, as every Whisper checkpoint's do), the audio front end's num_mel_bins
+// WhisperForConditionalGeneration (Note [Whisper] in builders/encoder_decoder.cc): BART's key names for the two stacks
+// (whose heads and feed-forward sizes must agree, as every Whisper checkpoint's do), the audio front end's num_mel_bins
 // and max_source_positions, and the decoder's max_target_positions (WhisperConfig's defaults when absent: 80,
 // 1500, 448; dropout 0). The sinusoidal table the encoder is initialized from needs an even d_model.
 absl::Status ParseWhisper(const json& doc, const JsonPath& path, ModelConfig& c) {
@@ -548,9 +548,9 @@ absl::Status ParseWhisper(const json& doc, const JsonPath& path, ModelConfig& c)
   return absl::OkStatus();
 }
 
-// MambaForCausalLM (transformers 4.46's MambaConfig; Note [Mamba] in builders.cc). MambaConfig gives every size but
-// vocab_size, hidden_size and num_hidden_layers a default; intermediate_size is int(expand x hidden_size) unless
-// the config writes it (PretrainedConfig keeps extra keys, and the released checkpoints write it), and
+// MambaForCausalLM (transformers 4.46's MambaConfig; Note [Mamba] in builders/state_space.cc). MambaConfig gives every
+// size but vocab_size, hidden_size and num_hidden_layers a default; intermediate_size is int(expand x hidden_size)
+// unless the config writes it (PretrainedConfig keeps extra keys, and the released checkpoints write it), and
 // time_step_rank "auto" is ceil(hidden_size / 16). use_mambapy selects mamba.py's parallel scan in training, which
 // saves other tensors than the sequential loop; it is refused rather than guessed.
 absl::Status ParseMamba(const json& doc, const JsonPath& path, ModelConfig& c) {
@@ -616,7 +616,7 @@ absl::Status ParseLayerTypes(const json& doc, const JsonPath& path, ModelConfig&
   return absl::OkStatus();
 }
 
-// Gemma's departures from Llama (Note [Gemma decoders] in builders.cc).
+// Gemma's departures from Llama (Note [Gemma decoders] in builders/decoder.cc).
 absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
   // transformers reads hidden_activation and falls back to the tanh GELU
   // whatever hidden_act says (Gemma 1 configs say "gelu").
@@ -702,7 +702,7 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
   if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") HEADROOM_RETURN_IF_ERROR(ParseQwenMoe(doc, path, c));
   if (c.model_type == "olmo2") {
     // Olmo2Attention: attention_bias on q/k/v/o, q_norm and k_norm over the whole q and k projections;
-    // Olmo2DecoderLayer norms each branch's output instead of its input (Note [OLMo 2] in builders.cc).
+    // Olmo2DecoderLayer norms each branch's output instead of its input (Note [OLMo 2] in builders/decoder.cc).
     HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
     c.attn_output_bias = c.qkv_bias;
     c.qk_norm_full = true;
@@ -791,7 +791,7 @@ absl::Status ParseStarcoder2(const json& doc, const JsonPath& path, ModelConfig&
   return absl::OkStatus();
 }
 
-// OPTForCausalLM (transformers' modeling_opt.py, Note [OPT] in builders.cc): learned positions offset by 2,
+// OPTForCausalLM (transformers' modeling_opt.py, Note [OPT] in builders/attention.cc): learned positions offset by 2,
 // LayerNorm before (do_layer_norm_before, most sizes) or after (opt-350m) each branch, fc1/fc2 with ReLU,
 // embeddings of word_embed_proj_dim projected in and out of hidden_size when it differs.
 absl::Status ParseOpt(const json& doc, const JsonPath& path, ModelConfig& c) {
@@ -828,7 +828,7 @@ absl::Status ParseOpt(const json& doc, const JsonPath& path, ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// FalconForCausalLM (transformers 4.46's modeling_falcon.py, Note [Falcon] in builders.cc): one fused
+// FalconForCausalLM (transformers 4.46's modeling_falcon.py, Note [Falcon] in builders/attention.cc): one fused
 // query_key_value whose key/value heads are one (multi_query, Falcon-7B), num_kv_heads
 // (new_decoder_architecture, Falcon-40B and 180B) or num_attention_heads; rotary positions; LayerNorm with bias;
 // attention and MLP in parallel from one norm (ln_attn and ln_mlp under the new architecture) or in sequence; a
@@ -884,7 +884,7 @@ absl::Status ParseFalcon(const json& doc, const JsonPath& path, ModelConfig& c) 
   return absl::OkStatus();
 }
 
-// GPTJForCausalLM (transformers 4.46's modeling_gptj.py, Note [GPT-J] in builders.cc): GPT-2's size names,
+// GPTJForCausalLM (transformers 4.46's modeling_gptj.py, Note [GPT-J] in builders/attention.cc): GPT-2's size names,
 // unbiased q/k/v/out projections, rotary positions over the first rotary_dim features of each head, attention and
 // MLP in parallel from one ln_1, a biased fc_in/fc_out MLP, and an untied lm_head with a bias.
 absl::Status ParseGptj(const json& doc, const JsonPath& path, ModelConfig& c) {
@@ -919,9 +919,10 @@ absl::Status ParseGptj(const json& doc, const JsonPath& path, ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// GPTBigCodeForCausalLM (transformers 4.46's modeling_gpt_bigcode.py, Note [GPTBigCode] in builders.cc), StarCoder
-// and SantaCoder: GPT-2's blocks and size names on nn.Linear, one fused c_attn whose keys and values are one head
-// (multi_query) or one per head, learned positions, a softmax in f32 (attention_softmax_in_fp32), the tied lm_head.
+// GPTBigCodeForCausalLM (transformers 4.46's modeling_gpt_bigcode.py, Note [GPTBigCode] in builders/attention.cc),
+// StarCoder and SantaCoder: GPT-2's blocks and size names on nn.Linear, one fused c_attn whose keys and values are one
+// head (multi_query) or one per head, learned positions, a softmax in f32 (attention_softmax_in_fp32), the tied
+// lm_head.
 absl::Status ParseGptBigCode(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
   HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "n_embd", path));
@@ -954,8 +955,8 @@ std::string_view KeyOf(const json& doc, std::initializer_list<std::string_view> 
   return *(keys.end() - 1);
 }
 
-// BloomForCausalLM (transformers 4.46's modeling_bloom.py, Note [Bloom] in builders.cc): ALiBi instead of position
-// embeddings, a LayerNorm after the word embeddings, a per-head fused query_key_value, pre-norm blocks whose
+// BloomForCausalLM (transformers 4.46's modeling_bloom.py, Note [Bloom] in builders/attention.cc): ALiBi instead of
+// position embeddings, a LayerNorm after the word embeddings, a per-head fused query_key_value, pre-norm blocks whose
 // residual is the norm's output under apply_residual_connection_post_layernorm, a 4 x hidden_size MLP with Bloom's
 // tanh GELU, biases on every Linear, the tied lm_head. BloomConfig takes n_embed over hidden_size, and
 // num_hidden_layers and num_attention_heads (the older hub files' keys) over n_layer and n_head.
@@ -1362,7 +1363,7 @@ absl::StatusOr<ModelConfig> ParseTower(const json& doc, const JsonPath& path, st
   return c;
 }
 
-// CLIPModel and SiglipModel (Note [Contrastive towers] in builders.cc): text_config, vision_config, and CLIP's
+// CLIPModel and SiglipModel (Note [Contrastive towers] in builders/vision.cc): text_config, vision_config, and CLIP's
 // projection_dim.
 absl::Status ParseContrastive(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_ASSIGN_OR_RETURN(ModelConfig text, ParseTower(doc, path, "text_config", false, c));

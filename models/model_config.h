@@ -59,12 +59,12 @@ enum class ModelFamily : uint8_t {
              // Falcon, GPT-J, GPTBigCode, Bloom, Mixtral, GPT-OSS, Llama 4 (text)
   kEncoder,  // BERT, RoBERTa
   kEncoderDecoder,  // T5, Flan-T5, BART, Whisper
-  kVision,   // ViT: a transformer over image patches (Note [Vision transformers] in builders.cc)
+  kVision,   // ViT: a transformer over image patches (Note [Vision transformers] in builders/vision.cc)
   kContrastive,  // CLIP, SigLIP: a text and a vision tower trained on image-text pairs (`towers`)
   kVisionLanguage,  // LLaVA: a vision tower's projected patch features among a decoder's tokens (`towers`)
   kCnn,      // torchvision resnet50, vgg16
   kMlp,      // MlpChain
-  kStateSpace,  // Mamba: selective state-space blocks, no attention (Note [Mamba] in builders.cc)
+  kStateSpace,  // Mamba: selective state-space blocks, no attention (Note [Mamba] in builders/state_space.cc)
 };
 
 enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
@@ -135,7 +135,7 @@ struct ModelConfig {
   bool encoder_pooler = true;  // BertModel add_pooling_layer
   int64_t num_labels = 2;      // sequence classification head size
 
-  // --- decoder variants (Qwen3, Gemma 1-3, Phi-3, OLMo 2; Note [Gemma decoders] in builders.cc) ---
+  // --- decoder variants (Qwen3, Gemma 1-3, Phi-3, OLMo 2; Note [Gemma decoders] in builders/decoder.cc) ---
   NormPlacement norm_placement = NormPlacement::kPre;
   bool qk_norm = false;             // Qwen3, Gemma 3: RMSNorm over head_dim on q and k (q_norm, k_norm)
   bool qk_norm_full = false;        // OLMo 2: q_norm/k_norm over the whole projection, before the heads split
@@ -153,7 +153,7 @@ struct ModelConfig {
   bool fused_gate_up = false;       // Phi-3: one gate_up_proj, chunked into gate and up
   bool attention_softmax_f32 = false;  // GPTBigCode's attention_softmax_in_fp32: 16-bit scores upcast for softmax
   bool kv_broadcast_early = false;  // Falcon's new_decoder_architecture: k and v copied out to every query head
-                                    // before the rotary embedding (Note [Falcon] in builders.cc)
+                                    // before the rotary embedding (Note [Falcon] in builders/attention.cc)
 
   // --- mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE) ---
   int64_t num_experts = 0;        // 0: dense MLP
@@ -163,7 +163,7 @@ struct ModelConfig {
   int64_t moe_every = 1;                  // decoder_sparse_step: layer i is MoE when (i + 1) % moe_every == 0
   std::vector<int64_t> dense_layers;      // mlp_only_layers: dense whatever moe_every says
 
-  // --- multi-head latent attention (DeepSeek-V2/V3; Note [Multi-head latent attention] in builders.cc) ---
+  // --- multi-head latent attention (DeepSeek-V2/V3; Note [Multi-head latent attention] in builders/attention.cc) ---
   int64_t q_lora_rank = 0;        // q through a rank-q_lora_rank bottleneck; 0: one q_proj
   int64_t kv_lora_rank = 0;       // the compressed KV latent; > 0 makes the attention MLA
   int64_t qk_nope_head_dim = 0;   // per head: q and k without rotary position
@@ -172,14 +172,14 @@ struct ModelConfig {
   bool shared_expert_gated = true;  // Qwen2-MoE gates its shared expert by a sigmoid; DeepSeek does not
   bool router_bias = false;         // DeepSeek-V3 (noaux_tc): e_score_correction_bias, one per expert
 
-  // --- GPT-OSS and Llama 4 (Note [GPT-OSS] and Note [Llama 4] in builders.cc) ---
+  // --- GPT-OSS and Llama 4 (Note [GPT-OSS] and Note [Llama 4] in builders/decoder.cc) ---
   bool attention_sinks = false;      // GPT-OSS: a learned sink logit per head (self_attn.sinks)
   // Llama 4: no_rope_layers, one per layer (true: the layer rotates q and k); empty: every layer does.
   std::vector<bool> rope_layers;
   bool qk_l2_norm = false;           // Llama 4 use_qk_norm: a weightless L2 norm of q and k on the rotary layers
   bool attn_temperature_tuning = false;  // Llama 4: the layers without rotary scale q by a per-position factor
 
-  // --- encoder-decoders (T5, BART, Whisper; Note [T5], Note [BART] and Note [Whisper] in builders.cc) ---
+  // --- encoder-decoders (T5, BART, Whisper; Notes [T5], [BART], [Whisper] in builders/encoder_decoder.cc) ---
   int64_t decoder_layers = 0;     // blocks in the decoder; num_layers counts the encoder's
   int64_t relative_buckets = 0;   // relative_attention_num_buckets of the first block's position bias
   double activation_dropout = 0;  // BART, Whisper: dropout after the feed-forward's activation
@@ -198,19 +198,19 @@ struct ModelConfig {
   int64_t patch_size = 0;    // a patch_size x patch_size convolution of stride patch_size embeds each patch
   bool class_token = false;  // a learned token ahead of the patches (ViT, CLIP; SigLIP has none)
 
-  // --- two-tower models (CLIP, SigLIP; Note [Contrastive towers] in builders.cc) ---
+  // --- two-tower models (CLIP, SigLIP; Note [Contrastive towers] in builders/vision.cc) ---
   // The text tower, then the vision tower, each a whole config of its own (model_type "clip_text_model",
   // "clip_vision_model", ...); the top level holds the head and num_layers = both towers' layers.
   std::vector<ModelConfig> towers;
   int64_t projection_dim = 0;  // CLIP: text_projection and visual_projection map both towers to this width
 
-  // --- vision-language models (LLaVA; Note [LLaVA] in builders.cc) ---
+  // --- vision-language models (LLaVA; Note [LLaVA] in builders/vision.cc) ---
   // `towers` holds the language model (a decoder config: text_config) and the vision tower (vision_config);
   // `activation` is the projector's (projector_hidden_act) and num_layers both towers' blocks.
   int64_t vision_feature_layer = 0;   // the hidden state after this many vision blocks feeds the projector
   bool vision_feature_full = false;   // vision_feature_select_strategy "full": the class token too
 
-  // --- state-space models (Mamba; Note [Mamba] in builders.cc); intermediate_size is the mixer's width ---
+  // --- state-space models (Mamba; Note [Mamba] in builders/state_space.cc); intermediate_size is the mixer's width ---
   int64_t ssm_state_size = 0;   // state_size: N, the recurrent state per channel
   int64_t conv_kernel = 0;      // the depthwise causal convolution's width
   int64_t time_step_rank = 0;   // dt_proj's input width ("auto": ceil(hidden_size / 16))
@@ -254,7 +254,7 @@ struct ModelConfig {
            (layer >= 0 && static_cast<size_t>(layer) < rope_layers.size() && rope_layers[static_cast<size_t>(layer)]);
   }
   // Whether block `layer` (0-based) attends within sliding_window only. Llama 4's chunked layers are such layers
-  // with sliding_window = attention_chunk_size (Note [Llama 4] in builders.cc).
+  // with sliding_window = attention_chunk_size (Note [Llama 4] in builders/decoder.cc).
   bool is_sliding_layer(int64_t layer) const {
     if (sliding_window <= 0) return false;
     if (!sliding_layers.empty()) return layer >= 0 && static_cast<size_t>(layer) < sliding_layers.size() &&

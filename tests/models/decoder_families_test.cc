@@ -73,7 +73,7 @@ using ::headroom::testing::TensorNames;
 //    two LayerNorms per layer, no position embeddings);
 //  - gpt-oss-20b and gpt-oss-120b, llama-4-scout-17b-16e: transformers 5.24.0's GptOssForCausalLM and
 //    Llama4ForCausalLM built from these config files on the meta device, summing p.numel() (Note [GPT-OSS] and
-//    Note [Llama 4] in models/builders.cc). OpenAI's model card gives 21 B and 117 B; Meta's gives Scout 109 B
+//    Note [Llama 4] in models/builders/decoder.cc). OpenAI's model card gives 21 B and 117 B; Meta's gives Scout 109 B
 //    with its vision tower, which the text model (107.8 B) leaves out.
 TEST(DecoderFamilies, ParameterCountsMatchTheRealModels) {
   EXPECT_EQ(Build(Preset("gemma-7b")).ParameterCount(), 8'537'680'896u);

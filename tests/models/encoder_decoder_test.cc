@@ -1,5 +1,5 @@
-// T5, BART and Whisper (Note [T5], Note [BART] and Note [Whisper] in models/builders.cc): parameter counts, the
-// blocks of both stacks, and malformed configs.
+// T5, BART and Whisper (Note [T5], Note [BART] and Note [Whisper] in models/builders/encoder_decoder.cc):
+// parameter counts, the blocks of both stacks, and malformed configs.
 #include <algorithm>
 #include <string>
 #include <utility>

@@ -1,4 +1,4 @@
-// GPT-OSS (Note [GPT-OSS] in models/builders.cc) and Llama 4's text model (Note [Llama 4]): attention sinks,
+// GPT-OSS (Note [GPT-OSS] in models/builders/decoder.cc) and Llama 4's text model (Note [Llama 4]): attention sinks,
 // sliding and chunked layers, NoPE layers, fused experts, from their real config.json presets.
 #include <set>
 #include <string>

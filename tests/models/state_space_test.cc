@@ -1,5 +1,5 @@
-// Mamba (Note [Mamba] in models/builders.cc): the preset's parameter count, the config's defaults and errors,
-// what one step of the sequential scan keeps for backward, and what inference does not.
+// Mamba (Note [Mamba] in models/builders/state_space.cc): the preset's parameter count, the config's defaults
+// and errors, what one step of the sequential scan keeps for backward, and what inference does not.
 #include <string>
 #include <utility>
 #include <vector>
