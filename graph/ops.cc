@@ -82,6 +82,18 @@ OpId OpEmitter::Emit(Op op, bool requires_grad) {
   return graph_.AddOp(std::move(op));
 }
 
+TensorId OpEmitter::Pointwise(const std::string& name, std::string kind, TensorId x, Keeps keeps,
+                              double flops_per_element) {
+  const Tensor xt = graph_.tensor(x);
+  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
+  const bool rg = RequiresGrad(x);
+  Op op{.kind = std::move(kind), .name = name, .inputs = {x}, .outputs = {y},
+        .flops = flops_per_element * static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
+  if (rg) op.saved = {keeps == Keeps::kInput ? x : y};
+  Emit(std::move(op), rg);
+  return y;
+}
+
 TensorId OpEmitter::Parameter(std::string name, std::vector<int64_t> shape, DType dtype,
                               bool trainable) {
   TensorId id = graph_.AddTensor({.name = std::move(name), .shape = std::move(shape),
@@ -362,14 +374,7 @@ TensorId OpEmitter::Scale(const std::string& name, TensorId x) {
 }
 
 TensorId OpEmitter::Exp(const std::string& name, TensorId x) {
-  const Tensor xt = graph_.tensor(x);
-  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
-  const bool rg = RequiresGrad(x);
-  Op op{.kind = "exp", .name = name, .inputs = {x}, .outputs = {y},
-        .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
-  if (rg) op.saved = {y};
-  Emit(std::move(op), rg);
-  return y;
+  return Pointwise(name, "exp", x, Keeps::kOutput, 1.0);
 }
 
 TensorId OpEmitter::VectorNorm(const std::string& name, TensorId x) {
@@ -409,25 +414,11 @@ TensorId OpEmitter::MaskedScale(const std::string& name, TensorId scores) {
 }
 
 TensorId OpEmitter::Maximum(const std::string& name, TensorId x) {
-  const Tensor xt = graph_.tensor(x);
-  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
-  const bool rg = RequiresGrad(x);
-  Op op{.kind = "maximum", .name = name, .inputs = {x}, .outputs = {y},
-        .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
-  if (rg) op.saved = {x};
-  Emit(std::move(op), rg);
-  return y;
+  return Pointwise(name, "maximum", x, Keeps::kInput, 1.0);
 }
 
 TensorId OpEmitter::Clamp(const std::string& name, TensorId x) {
-  const Tensor xt = graph_.tensor(x);
-  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
-  const bool rg = RequiresGrad(x);
-  Op op{.kind = "clamp", .name = name, .inputs = {x}, .outputs = {y},
-        .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
-  if (rg) op.saved = {x};
-  Emit(std::move(op), rg);
-  return y;
+  return Pointwise(name, "clamp", x, Keeps::kInput, 1.0);
 }
 
 OpEmitter::Selection OpEmitter::TopK(const std::string& name, std::string kind, TensorId x, int64_t k) {
@@ -445,14 +436,7 @@ OpEmitter::Selection OpEmitter::TopK(const std::string& name, std::string kind, 
 }
 
 TensorId OpEmitter::Pow(const std::string& name, TensorId x) {
-  const Tensor xt = graph_.tensor(x);
-  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
-  const bool rg = RequiresGrad(x);
-  Op op{.kind = "pow", .name = name, .inputs = {x}, .outputs = {y},
-        .flops = static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
-  if (rg) op.saved = {x};
-  Emit(std::move(op), rg);
-  return y;
+  return Pointwise(name, "pow", x, Keeps::kInput, 1.0);
 }
 
 TensorId OpEmitter::MeanLastDim(const std::string& name, TensorId x) {
@@ -469,14 +453,7 @@ TensorId OpEmitter::MeanLastDim(const std::string& name, TensorId x) {
 }
 
 TensorId OpEmitter::Rsqrt(const std::string& name, TensorId x) {
-  const Tensor xt = graph_.tensor(x);
-  TensorId y = NewTensor(name + ".out", xt.shape, xt.dtype);
-  const bool rg = RequiresGrad(x);
-  Op op{.kind = "rsqrt", .name = name, .inputs = {x}, .outputs = {y},
-        .flops = 2.0 * static_cast<double>(xt.elements()), .compute_dtype = xt.dtype};
-  if (rg) op.saved = {y};
-  Emit(std::move(op), rg);
-  return y;
+  return Pointwise(name, "rsqrt", x, Keeps::kOutput, 2.0);
 }
 
 TensorId OpEmitter::Contiguous(const std::string& name, TensorId x) {

@@ -271,6 +271,11 @@ class OpEmitter {
   TensorId Gemm(const std::string& name, TensorId a, TensorId b, bool b_transposed, TensorId bias,
                 TensorId group_offsets = kNone);
   OpId Emit(Op op, bool requires_grad);
+  // A one-input op whose output has x's shape and dtype, costing `flops_per_element`; autograd keeps its input
+  // or its output.
+  enum class Keeps : uint8_t { kInput, kOutput };
+  TensorId Pointwise(const std::string& name, std::string kind, TensorId x, Keeps keeps,
+                     double flops_per_element);
   // The wider of two floating dtypes (type promotion of elementwise ops).
   static DType Promote(DType a, DType b);
 
