@@ -210,15 +210,28 @@ absl::StatusOr<std::string> ArchitectureOf(const json& doc, const JsonPath& path
   return path.Error("field 'architectures' (or 'model_type') is required");
 }
 
-// The sizes every config with Hugging Face's standard key names has; heads
-// are not grouped unless the architecture's parser reads num_key_value_heads.
+// The keys a family names its width, depth and attention heads by.
+struct SizeKeys {
+  std::string_view hidden = "hidden_size";
+  std::string_view layers = "num_hidden_layers";
+  std::string_view heads = "num_attention_heads";
+};
+
+// vocab_size and the width, depth and heads every transformer config has; heads are not grouped unless the
+// architecture's parser reads its key/value heads.
+absl::Status ParseCoreDims(const json& doc, const JsonPath& path, const SizeKeys& keys, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, keys.hidden, path));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, keys.layers, path, kMaxLayers));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, keys.heads, path));
+  c.num_kv_heads = c.num_heads;
+  return absl::OkStatus();
+}
+
+// The sizes every config with Hugging Face's standard key names has.
 absl::Status ParseStandardDims(const json& doc, const JsonPath& path, int64_t default_max_positions,
                                ModelConfig& c) {
-  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "hidden_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "num_hidden_layers", path, kMaxLayers));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_attention_heads", path));
-  c.num_kv_heads = c.num_heads;
+  HEADROOM_RETURN_IF_ERROR(ParseCoreDims(doc, path, {}, c));
   HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "intermediate_size", path));
   HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
                             OptionalPositiveInt(doc, "max_position_embeddings", path, default_max_positions));
@@ -795,11 +808,7 @@ absl::Status ParseStarcoder2(const json& doc, const JsonPath& path, ModelConfig&
 // LayerNorm before (do_layer_norm_before, most sizes) or after (opt-350m) each branch, fc1/fc2 with ReLU,
 // embeddings of word_embed_proj_dim projected in and out of hidden_size when it differs.
 absl::Status ParseOpt(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "hidden_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "num_hidden_layers", path, kMaxLayers));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_attention_heads", path));
-  c.num_kv_heads = c.num_heads;
+  HEADROOM_RETURN_IF_ERROR(ParseCoreDims(doc, path, {}, c));
   HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "ffn_dim", path));
   HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
                             OptionalPositiveInt(doc, "max_position_embeddings", path, 2048));
@@ -834,10 +843,7 @@ absl::Status ParseOpt(const json& doc, const JsonPath& path, ModelConfig& c) {
 // attention and MLP in parallel from one norm (ln_attn and ln_mlp under the new architecture) or in sequence; a
 // GELU MLP of ffn_hidden_size; biases on every Linear when `bias`; the lm_head tied to the embeddings.
 absl::Status ParseFalcon(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "hidden_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "num_hidden_layers", path, kMaxLayers));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_attention_heads", path));
+  HEADROOM_RETURN_IF_ERROR(ParseCoreDims(doc, path, {}, c));
   HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size,
                             OptionalPositiveInt(doc, "ffn_hidden_size", path, 4 * c.hidden_size));
   HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
@@ -888,11 +894,7 @@ absl::Status ParseFalcon(const json& doc, const JsonPath& path, ModelConfig& c) 
 // unbiased q/k/v/out projections, rotary positions over the first rotary_dim features of each head, attention and
 // MLP in parallel from one ln_1, a biased fc_in/fc_out MLP, and an untied lm_head with a bias.
 absl::Status ParseGptj(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "n_embd", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "n_layer", path, kMaxLayers));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "n_head", path));
-  c.num_kv_heads = c.num_heads;
+  HEADROOM_RETURN_IF_ERROR(ParseCoreDims(doc, path, {.hidden = "n_embd", .layers = "n_layer", .heads = "n_head"}, c));
   HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, OptionalPositiveInt(doc, "n_inner", path, 4 * c.hidden_size));
   HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, OptionalPositiveInt(doc, "n_positions", path, 2048));
   HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-5));
@@ -924,10 +926,7 @@ absl::Status ParseGptj(const json& doc, const JsonPath& path, ModelConfig& c) {
 // head (multi_query) or one per head, learned positions, a softmax in f32 (attention_softmax_in_fp32), the tied
 // lm_head.
 absl::Status ParseGptBigCode(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "n_embd", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "n_layer", path, kMaxLayers));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "n_head", path));
+  HEADROOM_RETURN_IF_ERROR(ParseCoreDims(doc, path, {.hidden = "n_embd", .layers = "n_layer", .heads = "n_head"}, c));
   HEADROOM_ASSIGN_OR_RETURN(const bool multi_query, OptionalBool(doc, "multi_query", path, true));
   c.num_kv_heads = multi_query ? 1 : c.num_heads;
   HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, OptionalPositiveInt(doc, "n_inner", path, 4 * c.hidden_size));
@@ -964,14 +963,10 @@ absl::Status ParseBloom(const json& doc, const JsonPath& path, ModelConfig& c) {
   const std::string_view hidden = KeyOf(doc, {"n_embed", "hidden_size"});
   const std::string_view layers = KeyOf(doc, {"num_hidden_layers", "n_layer"});
   const std::string_view heads = KeyOf(doc, {"num_attention_heads", "n_head"});
-  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, hidden, path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, layers, path, kMaxLayers));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, heads, path));
+  HEADROOM_RETURN_IF_ERROR(ParseCoreDims(doc, path, {.hidden = hidden, .layers = layers, .heads = heads}, c));
   if (c.hidden_size % c.num_heads != 0) {
     return (path / heads).Error(absl::StrFormat("%d does not divide %s (%d)", c.num_heads, hidden, c.hidden_size));
   }
-  c.num_kv_heads = c.num_heads;
   c.intermediate_size = 4 * c.hidden_size;
   HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-5));
   HEADROOM_ASSIGN_OR_RETURN(c.residual_from_norm,
