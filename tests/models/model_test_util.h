@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "models/builders.h"
@@ -32,6 +33,13 @@ inline const Tensor* FindTensor(const Graph& g, std::string_view name) {
     if (t.name == name) return &t;
   }
   return nullptr;
+}
+
+// The named tensor's shape; empty (and a failure) when there is none.
+inline std::vector<int64_t> ShapeOf(const Graph& g, std::string_view name) {
+  const Tensor* t = FindTensor(g, name);
+  EXPECT_NE(t, nullptr) << name;
+  return t != nullptr ? t->shape : std::vector<int64_t>{};
 }
 
 inline const Op* FindOp(const Graph& g, std::string_view name) {

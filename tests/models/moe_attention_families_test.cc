@@ -21,13 +21,8 @@ using ::headroom::testing::CountOps;
 using ::headroom::testing::FindOp;
 using ::headroom::testing::FindTensor;
 using ::headroom::testing::Preset;
+using ::headroom::testing::ShapeOf;
 using ::headroom::testing::TensorNames;
-
-std::vector<int64_t> ShapeOf(const Graph& g, const std::string& name) {
-  const Tensor* t = FindTensor(g, name);
-  EXPECT_NE(t, nullptr) << name;
-  return t == nullptr ? std::vector<int64_t>{} : t->shape;
-}
 
 TEST(GptOss, ConfigAlternatesSlidingLayersAndRoutesToFusedExperts) {
   const ModelConfig c = Preset("gpt-oss-20b");

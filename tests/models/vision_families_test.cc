@@ -26,12 +26,7 @@ using ::headroom::testing::Build;
 using ::headroom::testing::FindOp;
 using ::headroom::testing::FindTensor;
 using ::headroom::testing::Preset;
-
-std::vector<int64_t> ShapeOf(const Graph& g, std::string_view name) {
-  const Tensor* t = FindTensor(g, name);
-  EXPECT_NE(t, nullptr) << name;
-  return t != nullptr ? t->shape : std::vector<int64_t>{};
-}
+using ::headroom::testing::ShapeOf;
 
 // The expected counts come from the reference implementation, not from Headroom: transformers 4.46.3's
 // classes built from the preset under accelerate's init_empty_weights, summing p.numel() once per distinct
