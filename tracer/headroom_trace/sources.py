@@ -127,10 +127,7 @@ def hugging_face(config_path, batch, seq, dtype=None, inference=False, attention
         return m(**kwargs)
 
     if inference:
-        def no_grad_call(m, xs):
-            with torch.no_grad():
-                return call(m, xs)
-        return Workload(name, model, list(named.values()), input_names, no_grad_call, None)
+        return Workload(name, model, list(named.values()), input_names, _without_grad(call), None)
 
     if model.config.model_type in ("clip", "siglip"):
         loss = _contrastive_loss if model.config.model_type == "clip" else _sigmoid_pair_loss
@@ -207,10 +204,7 @@ def _llava(model, name, batch, seq, images, inference):
         return out.logits, features  # the output's logits and image_hidden_states
 
     if inference:
-        def no_grad_forward(m, xs):
-            with torch.no_grad():
-                return forward(m, xs)
-        return Workload(name, model, inputs, input_names, no_grad_forward, None)
+        return Workload(name, model, inputs, input_names, _without_grad(forward), None)
     labels = _meta((batch, seq), torch.int64)
 
     def loss(output):
@@ -239,10 +233,7 @@ def _llava_model(model, name, inputs, input_names, batch, seq, inference):
                 os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = previous
 
     if inference:
-        def no_grad_forward(m, xs):
-            with torch.no_grad():
-                return forward(m, xs)
-        return Workload(name, model, inputs, input_names, no_grad_forward, None)
+        return Workload(name, model, inputs, input_names, _without_grad(forward), None)
     labels = _meta((batch, seq), torch.int64)
     vocab = model.config.text_config.vocab_size
     return Workload(name, model, inputs + [labels], input_names + ["labels"], forward,
@@ -316,9 +307,15 @@ def torchvision_model(name, batch, image_size, num_classes=1000, dtype=None, inf
                     lambda out: F.cross_entropy(out, targets))
 
 
-def _no_grad_call(m, inputs):
-    with torch.no_grad():
-        return m(*inputs)
+def _without_grad(call):
+    """`call(m, inputs)` under torch.no_grad(): an inference step, which saves nothing for backward."""
+    def no_grad_call(m, inputs):
+        with torch.no_grad():
+            return call(m, inputs)
+    return no_grad_call
+
+
+_no_grad_call = _without_grad(lambda m, inputs: m(*inputs))
 
 
 def parse_input(spec):
