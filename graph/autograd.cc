@@ -23,20 +23,6 @@ bool Contains(const std::vector<TensorId>& ids, TensorId id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-// The gradient-carrying inputs of `op`, each once, in input order. A GEMM's
-// operands past (x, weight, bias) are read for backward only: the sequence
-// shard a sequence-parallel linear saves (graph/ops.h, Note
-// [Sequence-parallel linear]) gets its gradient through the all-gather.
-std::vector<TensorId> InputsNeedingGrad(const Op& op, const std::vector<bool>& requires_grad) {
-  const size_t limit = IsGemmKind(op.kind) ? std::min<size_t>(3, op.inputs.size()) : op.inputs.size();
-  std::vector<TensorId> out;
-  for (size_t i = 0; i < limit; ++i) {
-    const TensorId in = op.inputs[i];
-    if (requires_grad[static_cast<size_t>(in)] && !Contains(out, in)) out.push_back(in);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string_view BackwardRuleName(BackwardRule rule) {
@@ -59,6 +45,16 @@ bool IsGemmKind(std::string_view kind) {
     if (kind == k) return true;
   }
   return kind.starts_with("conv") || kind.starts_with("lora_");
+}
+
+std::vector<TensorId> InputsNeedingGrad(const Op& op, const std::vector<bool>& requires_grad) {
+  const size_t limit = IsGemmKind(op.kind) ? std::min<size_t>(3, op.inputs.size()) : op.inputs.size();
+  std::vector<TensorId> out;
+  for (size_t i = 0; i < limit; ++i) {
+    const TensorId in = op.inputs[i];
+    if (requires_grad[static_cast<size_t>(in)] && !Contains(out, in)) out.push_back(in);
+  }
+  return out;
 }
 
 bool IsFlashAttentionKind(std::string_view kind) {

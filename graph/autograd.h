@@ -71,6 +71,13 @@ BackwardRule BackwardRuleFor(const Graph& graph, const Op& op);
 // TensorId; views share their base's answer.
 std::vector<bool> RequiresGrad(const Graph& graph);
 
+// The inputs of `op` that get a gradient (RequiresGrad), each once, in input
+// order: the order in which its backward op lists their gradients. A GEMM's
+// operands past (x, weight, bias) are read for backward only: the sequence
+// shard a sequence-parallel linear saves (graph/ops.h, Note
+// [Sequence-parallel linear]) gets its gradient through the all-gather.
+std::vector<TensorId> InputsNeedingGrad(const Op& op, const std::vector<bool>& requires_grad);
+
 struct BackwardCost {
   double flops = 0;
   uint64_t bytes_read = 0;     // saved tensors read + output gradients

@@ -199,6 +199,36 @@ TensorId OpEmitter::MatMul(const std::string& name, TensorId a, TensorId b, bool
   return Gemm(name, a, b, b_transposed, kNone);
 }
 
+TensorId OpEmitter::AttentionScores(const std::string& name, TensorId q, TensorId k, int64_t heads) {
+  const Tensor qt = graph_.tensor(q);
+  const Tensor kt = graph_.tensor(k);
+  const int64_t b = qt.shape[0], s = qt.shape[1], t = kt.shape[1], width = qt.shape[2];
+  TensorId scores = NewTensor(name + ".out", {b, heads, s, t}, Promote(qt.dtype, kt.dtype));
+  Op op{.kind = "attention_scores", .name = name, .inputs = {q, k}, .outputs = {scores},
+        .flops = 2.0 * static_cast<double>(b) * static_cast<double>(s) * static_cast<double>(t) *
+                 static_cast<double>(width),
+        .compute_dtype = qt.dtype};
+  if (RequiresGrad(k)) op.saved.push_back(q);
+  if (RequiresGrad(q)) op.saved.push_back(k);
+  Emit(std::move(op), RequiresGrad(q) || RequiresGrad(k));
+  return scores;
+}
+
+TensorId OpEmitter::AttentionContext(const std::string& name, TensorId probs, TensorId v) {
+  const Tensor pt = graph_.tensor(probs);
+  const Tensor vt = graph_.tensor(v);
+  const int64_t b = pt.shape[0], s = pt.shape[2], t = pt.shape[3], width = vt.shape[2];
+  TensorId context = NewTensor(name + ".out", {b, s, width}, Promote(pt.dtype, vt.dtype));
+  Op op{.kind = "attention_context", .name = name, .inputs = {probs, v}, .outputs = {context},
+        .flops = 2.0 * static_cast<double>(b) * static_cast<double>(s) * static_cast<double>(t) *
+                 static_cast<double>(width),
+        .compute_dtype = pt.dtype};
+  if (RequiresGrad(v)) op.saved.push_back(probs);
+  if (RequiresGrad(probs)) op.saved.push_back(v);
+  Emit(std::move(op), RequiresGrad(probs) || RequiresGrad(v));
+  return context;
+}
+
 TensorId OpEmitter::GroupedMatMul(const std::string& name, TensorId a, TensorId b, TensorId offsets) {
   return Gemm(name, a, b, /*b_transposed=*/false, kNone, offsets);
 }

@@ -23,6 +23,8 @@
 //                  the op's attribute is implied by the shape it reads).
 //   matmul         (a, b) -> c, batched a[..., m, k] @ b[..., k, n]
 //                  saves a if b requires grad, b if a does; flops 2*batch*m*n*k
+//   attention_scores (q [b, s, h*d], k [b, t, h*d]) -> [b, h, s, t]   saves as matmul
+//   attention_context (probs [b, h, s, t], v [b, t, h*d]) -> [b, s, h*d]  saves as matmul
 //   baddbmm        (a, b, bias) -> bias + a @ b in one output (Bloom's ALiBi scores)
 //                  saves as matmul; the broadcast bias needs no gradient
 //   cast           (x) -> y in another dtype            saves nothing
@@ -159,6 +161,12 @@ class OpEmitter {
                   TensorId x_shard = kNone);
   // a[..., m, k] @ b[..., k, n]; `b_transposed` reads b as [..., n, k].
   TensorId MatMul(const std::string& name, TensorId a, TensorId b, bool b_transposed = false);
+  // Multi-head attention's two GEMMs over token-major tensors, the head split and merge folded into the GEMM's
+  // strides (one strided batched GEMM per head, as a fused kernel reads q/k/v in place): scores
+  // q [b, s, heads*d] x k [b, t, heads*d] -> [b, heads, s, t] (q_h k_h^T per head), and context
+  // probs [b, heads, s, t] x v [b, t, heads*d] -> [b, s, heads*d]. Saved as matmul saves its operands.
+  TensorId AttentionScores(const std::string& name, TensorId q, TensorId k, int64_t heads);
+  TensorId AttentionContext(const std::string& name, TensorId probs, TensorId v);
   // torch._grouped_mm(a [E, rows, k], b [E, k, n], offs): each expert's rows against its weight; autograd also
   // keeps the group offsets (int32 [E]).
   TensorId GroupedMatMul(const std::string& name, TensorId a, TensorId b, TensorId offsets);

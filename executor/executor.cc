@@ -1,0 +1,550 @@
+#include "executor/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "executor/cpu_kernels.h"
+#include "graph/autograd.h"
+
+namespace headroom {
+namespace {
+
+int64_t Last(const Tensor& t) { return t.shape.empty() ? 1 : t.shape.back(); }
+int64_t Rows(const Tensor& t) { return static_cast<int64_t>(t.elements()) / Last(t); }
+int64_t Elements(const Tensor& t) { return static_cast<int64_t>(t.elements()); }
+
+absl::Status Unsupported(const Op& op) {
+  return absl::UnimplementedError(
+      absl::StrFormat("executor: op '%s' is of kind '%s', which the CPU reference does not run", op.name, op.kind));
+}
+
+}  // namespace
+
+JobSpec DemoJob(const AllocatorOptions& allocator) {
+  JobSpec job;
+  job.precision = Precision::kFp32;
+  job.optimizer = Optimizer::kSgdMomentum;
+  job.allocator = allocator;
+  return job;
+}
+
+absl::StatusOr<PlanInput> DemoPlanInput(const DemoModel& model, const JobSpec& job, uint64_t device_bytes) {
+  const LoadedModel loaded{.name = model.name, .kind = ModelSourceKind::kGraphFile, .graph = model.forward};
+  return BuildPlanInput(loaded, job, Machine{.budget = device_bytes});
+}
+
+PlanExecutor::PlanExecutor(const DemoModel& model, const PlanInput& in, ExecutorOptions options)
+    : model_(model), in_(in), options_(options) {}
+
+PlanExecutor::~PlanExecutor() {
+  // Host copies first, then the device: the pool and the allocator check their books.
+  for (void*& p : host_copy_) {
+    if (p != nullptr) (void)host_pool_->Free(p);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<PlanExecutor>> PlanExecutor::Create(const DemoModel& model, const PlanInput& in,
+                                                                   const Schedule& schedule,
+                                                                   ExecutorOptions options) {
+  if (in.step.num_tensors() < model.forward.num_tensors() || in.in_flight != 1 || in.autocast) {
+    return absl::InvalidArgumentError(
+        "executor: the plan input is not a single-micro-batch fp32 step of this model (no --pp, no autocast)");
+  }
+  for (const Tensor& t : in.step.tensors()) {
+    const bool ids = model.forward.num_tensors() > static_cast<size_t>(t.id) &&
+                     (t.id == model.labels || (t.id == model.inputs && t.dtype == DType::kI64));
+    if (t.dtype != DType::kF32 && !ids) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "executor: tensor '%s' is %s; the CPU reference runs fp32 steps (--precision fp32)", t.name,
+          DTypeName(t.dtype)));
+    }
+  }
+  if (std::any_of(in.optimizer_temporaries.bytes.begin(), in.optimizer_temporaries.bytes.end(),
+                  [](uint64_t b) { return b > 0; })) {
+    return absl::InvalidArgumentError(
+        "executor: the optimizer has temporaries; the executor runs SGD with momentum (--optimizer sgd-momentum), "
+        "which updates in place");
+  }
+  auto executor = std::unique_ptr<PlanExecutor>(new PlanExecutor(model, in, options));
+  HEADROOM_RETURN_IF_ERROR(executor->Initialize(schedule));
+  return executor;
+}
+
+absl::Status PlanExecutor::Initialize(const Schedule& schedule) {
+  schedule_ = schedule;
+  HEADROOM_ASSIGN_OR_RETURN(scheduled_, MaterializeSchedule(in_.step, schedule_, &copy_of_));
+  lifetimes_ = ComputeLifetimes(scheduled_, in_.profile);
+  order_ = std::make_unique<GraphEventOrder>(scheduled_, lifetimes_);
+  requires_grad_ = RequiresGrad(in_.step);
+
+  // Every value an op touches lives in the counted sequence or is resident.
+  for (const Op& op : scheduled_.ops()) {
+    std::vector<TensorId> touched = op.inputs;
+    touched.insert(touched.end(), op.outputs.begin(), op.outputs.end());
+    for (TensorId t : touched) {
+      const TensorId s = scheduled_.storage(t);
+      const TensorLifetime& life = lifetimes_[static_cast<size_t>(s)];
+      const Tensor& value = in_.step.tensor(copy_of_[static_cast<size_t>(s)]);
+      if (life.first <= life.last || value.role == TensorRole::kParameter) continue;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "executor: op '%s' touches '%s' (%s), which neither the plan's sequence nor the resident state holds",
+          op.name, value.name, TensorRoleName(value.role)));
+    }
+  }
+  last_prefetch_.assign(in_.step.num_tensors(), schedule_.entries.size());
+  for (size_t i = 0; i < schedule_.entries.size(); ++i) {
+    const ScheduleEntry& e = schedule_.entries[i];
+    if (e.action == ScheduleAction::kPrefetch) last_prefetch_[static_cast<size_t>(e.target)] = i;
+  }
+  host_copy_.assign(in_.step.num_tensors(), nullptr);
+  address_.assign(scheduled_.num_tensors(), 0);
+  host_.assign(scheduled_.num_tensors(), nullptr);
+  live_.assign(scheduled_.num_tensors(), false);
+  momentum_.assign(in_.step.num_tensors(), 0);
+
+  HEADROOM_ASSIGN_OR_RETURN(backend_, SimulatedBackend::Create({.name = "simulated (host-backed)",
+                                                                .capacity_bytes = options_.device_bytes,
+                                                                .host_backing = true}));
+  HEADROOM_ASSIGN_OR_RETURN(allocator_, CachingAllocator::Create(backend_.get(), in_.allocator));
+  HEADROOM_ASSIGN_OR_RETURN(host_pool_, HostPool::Create(options_.host_pool_bytes));
+  return AllocateResident();
+}
+
+absl::Status PlanExecutor::AllocateResident() {
+  std::vector<TensorId> parameters;
+  std::vector<TensorId> trainable;
+  for (const Tensor& t : model_.forward.tensors()) {
+    if (t.role != TensorRole::kParameter) continue;
+    parameters.push_back(t.id);
+    if (t.trainable) trainable.push_back(t.id);
+  }
+  size_t weight = 0, state = 0;
+  for (const ResidentBlock& block : in_.resident) {
+    if (block.stream != 0) {
+      return absl::InvalidArgumentError("executor: the resident state uses several streams; the executor runs one");
+    }
+    HEADROOM_ASSIGN_OR_RETURN(const DeviceAddress address, allocator_->Allocate(block.bytes));
+    TensorId owner = kNone;
+    if (block.category == BudgetCategory::kWeights && weight < parameters.size()) {
+      owner = parameters[weight++];
+      address_[static_cast<size_t>(owner)] = address;
+      HEADROOM_ASSIGN_OR_RETURN(host_[static_cast<size_t>(owner)], backend_->HostPointer(address, block.bytes));
+      live_[static_cast<size_t>(owner)] = true;
+    } else if (block.category == BudgetCategory::kOptimizerState && state < trainable.size()) {
+      owner = trainable[state++];
+      momentum_[static_cast<size_t>(owner)] = address;
+    } else {
+      unused_resident_.push_back(address);
+    }
+    if (owner != kNone && block.bytes != model_.forward.tensor(owner).bytes()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "executor: the resident block for '%s' is %d bytes, the tensor %d; the executor runs fp32 weights and "
+          "SGD with momentum (one fp32 buffer per parameter)",
+          model_.forward.tensor(owner).name, block.bytes, model_.forward.tensor(owner).bytes()));
+    }
+  }
+  if (weight != parameters.size() || state != trainable.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "executor: the resident state holds %d weight and %d optimizer-state blocks for %d parameters; the "
+        "executor runs SGD with momentum (--optimizer sgd-momentum) with per-parameter tensors",
+        weight, state, parameters.size()));
+  }
+  for (TensorId p : parameters) {
+    const std::vector<float> values = model_.InitialValues(p);
+    std::copy(values.begin(), values.end(), Data(p));
+    if (momentum_[static_cast<size_t>(p)] != 0) {
+      HEADROOM_ASSIGN_OR_RETURN(std::byte * m,
+                                backend_->HostPointer(momentum_[static_cast<size_t>(p)], values.size() * 4));
+      std::memset(m, 0, values.size() * 4);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::AllocateTensor(TensorId t) {
+  const uint64_t bytes = scheduled_.tensor(t).bytes();
+  if (bytes > 0) {
+    absl::StatusOr<DeviceAddress> address = allocator_->Allocate(bytes);
+    if (!address.ok()) {
+      return absl::Status(address.status().code(), absl::StrFormat("executor: allocating '%s': %s",
+                                                                   scheduled_.tensor(t).name,
+                                                                   address.status().message()));
+    }
+    address_[static_cast<size_t>(t)] = *address;
+    HEADROOM_ASSIGN_OR_RETURN(host_[static_cast<size_t>(t)], backend_->HostPointer(*address, bytes));
+  }
+  live_[static_cast<size_t>(t)] = true;
+  if (options_.validate_allocator) HEADROOM_RETURN_IF_ERROR(allocator_->Validate());
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::FreeTensor(TensorId t) {
+  if (address_[static_cast<size_t>(t)] != 0) {
+    HEADROOM_RETURN_IF_ERROR(allocator_->Free(address_[static_cast<size_t>(t)]));
+  }
+  address_[static_cast<size_t>(t)] = 0;
+  host_[static_cast<size_t>(t)] = nullptr;
+  live_[static_cast<size_t>(t)] = false;
+  if (options_.validate_allocator) HEADROOM_RETURN_IF_ERROR(allocator_->Validate());
+  return absl::OkStatus();
+}
+
+float* PlanExecutor::Data(TensorId t) const {
+  return reinterpret_cast<float*>(host_[static_cast<size_t>(scheduled_.storage(t))]);
+}
+
+absl::Status PlanExecutor::LoadBatch(TensorId t, const DemoBatch& batch) {
+  const TensorId value = copy_of_[static_cast<size_t>(t)];
+  if (value != model_.inputs && value != model_.labels) return absl::OkStatus();
+  const Tensor& tensor = scheduled_.tensor(t);
+  const bool features = value == model_.inputs && tensor.dtype == DType::kF32;
+  const size_t given = value == model_.labels ? batch.labels.size()
+                       : features             ? batch.features.size()
+                                              : batch.tokens.size();
+  if (given != tensor.elements()) {
+    return absl::InvalidArgumentError(absl::StrFormat("executor: the batch gives %d values for '%s' of %d", given,
+                                                      tensor.name, tensor.elements()));
+  }
+  const void* source = value == model_.labels ? static_cast<const void*>(batch.labels.data())
+                       : features             ? static_cast<const void*>(batch.features.data())
+                                              : static_cast<const void*>(batch.tokens.data());
+  std::memcpy(Data(t), source, tensor.bytes());
+  return absl::OkStatus();
+}
+
+int64_t* PlanExecutor::Ids(TensorId t) const { return reinterpret_cast<int64_t*>(Data(t)); }
+
+absl::StatusOr<StepResult> PlanExecutor::RunStep(const DemoBatch& batch) {
+  const auto start = std::chrono::steady_clock::now();
+  float loss = 0;
+  for (size_t i = 0; i < schedule_.entries.size(); ++i) {
+    const auto id = static_cast<OpId>(i);
+    for (TensorId t : order_->Beginning(id)) {
+      HEADROOM_RETURN_IF_ERROR(AllocateTensor(t));
+      HEADROOM_RETURN_IF_ERROR(LoadBatch(t, batch));
+    }
+    for (TensorId t : scheduled_.op(id).inputs) {
+      if (!live_[static_cast<size_t>(scheduled_.storage(t))]) {
+        return absl::InternalError(absl::StrFormat("executor: entry %d reads '%s', which is not allocated", i,
+                                                   scheduled_.tensor(t).name));
+      }
+    }
+    const ScheduleEntry& entry = schedule_.entries[i];
+    const Op& step_op = in_.step.op(entry.target);
+    const Op& op = scheduled_.op(id);
+    switch (entry.action) {
+      case ScheduleAction::kCompute:
+        if (IsHoldOp(step_op)) break;
+        if (step_op.phase == Phase::kOptimizer) {
+          HEADROOM_RETURN_IF_ERROR(RunOptimizer(op));
+        } else if (step_op.phase == Phase::kBackward) {
+          HEADROOM_RETURN_IF_ERROR(RunBackward(op));
+        } else {
+          HEADROOM_RETURN_IF_ERROR(RunForward(op, entry.target, loss));
+        }
+        break;
+      case ScheduleAction::kRecompute: {
+        float ignored = 0;
+        HEADROOM_RETURN_IF_ERROR(RunForward(op, entry.target, ignored));
+        break;
+      }
+      case ScheduleAction::kOffload: HEADROOM_RETURN_IF_ERROR(Offload(op)); break;
+      case ScheduleAction::kPrefetch: HEADROOM_RETURN_IF_ERROR(Prefetch(i, op)); break;
+    }
+    for (TensorId t : order_->Ending(id)) HEADROOM_RETURN_IF_ERROR(FreeTensor(t));
+  }
+  for (void*& p : host_copy_) {  // offloaded and never brought back
+    if (p != nullptr) HEADROOM_RETURN_IF_ERROR(host_pool_->Free(std::exchange(p, nullptr)));
+  }
+  const MemoryStats stats = allocator_->GetStats();
+  StepResult r{.loss = loss,
+               .peak_requested_bytes = static_cast<uint64_t>(stats.requested_bytes[kAllPools].peak),
+               .peak_allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[kAllPools].peak),
+               .peak_reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[kAllPools].peak),
+               .host_peak_bytes = host_pool_->stats().peak_bytes};
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+absl::Status PlanExecutor::RunForward(const Op& op, OpId step_op, float& loss) {
+  const KernelAttributes& attributes = model_.attributes[static_cast<size_t>(step_op)];
+  const auto in = [&](size_t i) -> const Tensor& { return scheduled_.tensor(op.inputs[i]); };
+  const auto data = [&](TensorId t) { return Data(t); };
+  const std::string& kind = op.kind;
+  if (kind == "view") return absl::OkStatus();
+  if (kind == "embedding") {
+    const int64_t* ids = Ids(op.inputs[0]);
+    const int64_t vocab = in(1).shape[0];
+    const int64_t rows = Elements(in(0));
+    for (int64_t r = 0; r < rows; ++r) {
+      if (ids[r] < 0 || ids[r] >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("executor: token id %d at position %d is outside the vocabulary [0, %d)", ids[r], r,
+                            vocab));
+      }
+    }
+    cpu::Embedding(ids, rows, data(op.inputs[1]), Last(in(1)), data(op.outputs[0]));
+  } else if (kind == "linear") {
+    const Tensor& w = in(1);
+    if (w.shape.size() != 2 || w.shape[1] != Last(in(0))) return Unsupported(op);
+    cpu::Linear(data(op.inputs[0]), Rows(in(0)), w.shape[1], data(op.inputs[1]),
+                op.inputs.size() > 2 ? data(op.inputs[2]) : nullptr, w.shape[0], data(op.outputs[0]));
+  } else if (kind == "attention_scores" || kind == "attention_context") {
+    const bool scores = kind == "attention_scores";
+    const Tensor& tokens = scores ? in(0) : in(1);
+    const Tensor& keys = in(1);
+    const cpu::AttentionShape a{.batch = tokens.shape[0],
+                                .queries = scores ? in(0).shape[1] : in(0).shape[2],
+                                .keys = keys.shape[1],
+                                .heads = attributes.heads,
+                                .head_dim = Last(tokens) / attributes.heads};
+    if (scores) {
+      cpu::AttentionScores(a, data(op.inputs[0]), data(op.inputs[1]), data(op.outputs[0]));
+    } else {
+      cpu::AttentionContext(a, data(op.inputs[0]), data(op.inputs[1]), data(op.outputs[0]));
+    }
+  } else if (kind == "masked_scale") {
+    const Tensor& x = in(0);
+    const int64_t queries = x.shape[x.shape.size() - 2];
+    cpu::MaskedScale(data(op.inputs[0]), Rows(x) / queries, queries, Last(x), attributes.scale, attributes.causal,
+                     data(op.outputs[0]));
+  } else if (kind == "softmax") {
+    cpu::Softmax(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.outputs[0]));
+  } else if (kind == "log_softmax") {
+    cpu::LogSoftmax(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.outputs[0]));
+  } else if (kind == "layer_norm") {
+    cpu::LayerNorm(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.inputs[1]),
+                   op.inputs.size() > 2 ? data(op.inputs[2]) : nullptr, data(op.outputs[0]), data(op.outputs[1]),
+                   data(op.outputs[2]));
+  } else if (kind == "gelu") {
+    cpu::Gelu(data(op.inputs[0]), Elements(in(0)), data(op.outputs[0]));
+  } else if (kind == "add") {
+    if (Elements(in(0)) != Elements(scheduled_.tensor(op.outputs[0]))) return Unsupported(op);
+    cpu::Add(data(op.inputs[0]), Elements(in(0)), data(op.inputs[1]), Elements(in(1)), data(op.outputs[0]));
+  } else if (kind == "nll_loss") {
+    const int64_t* labels = Ids(op.inputs[1]);
+    const int64_t classes = Last(in(0));
+    for (int64_t r = 0; r < Rows(in(0)); ++r) {
+      if (labels[r] < 0 || labels[r] >= classes) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("executor: label %d at row %d is outside [0, %d)", labels[r], r, classes));
+      }
+    }
+    loss = cpu::NllLoss(data(op.inputs[0]), labels, Rows(in(0)), classes);
+    *data(op.outputs[0]) = loss;
+  } else {
+    return Unsupported(op);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorId> PlanExecutor::Find(const Op& op, TensorId value) const {
+  if (in_.step.tensor(value).role == TensorRole::kParameter) return value;
+  for (TensorId t : op.inputs) {
+    if (copy_of_[static_cast<size_t>(t)] == value) return t;
+  }
+  return absl::InternalError(absl::StrFormat("executor: '%s' reads '%s', which it was not given", op.name,
+                                             in_.step.tensor(value).name));
+}
+
+absl::Status PlanExecutor::RunBackward(const Op& op) {
+  const Op& fwd = in_.step.op(op.forward_of);
+  const KernelAttributes& attributes = model_.attributes[static_cast<size_t>(op.forward_of)];
+  const BackwardRule rule = BackwardRuleFor(in_.step, fwd);
+  // The gradient flowing in: of the forward op's first output (the loss's is the implicit 1).
+  const float* dy = nullptr;
+  int64_t dy_elements = 0;
+  for (TensorId t : op.inputs) {
+    if (scheduled_.tensor(t).grad_of == fwd.outputs[0]) {
+      dy = Data(t);
+      dy_elements = Elements(scheduled_.tensor(t));
+    }
+  }
+  if (dy == nullptr && fwd.phase != Phase::kLoss) {
+    return absl::InternalError(absl::StrFormat("executor: '%s' has no output gradient", op.name));
+  }
+  const auto value = [&](TensorId t) -> absl::StatusOr<const float*> {
+    HEADROOM_ASSIGN_OR_RETURN(const TensorId held, Find(op, t));
+    return Data(held);
+  };
+  const auto shape = [&](size_t i) -> const Tensor& { return in_.step.tensor(fwd.inputs[i]); };
+
+  // The gradient of fwd.inputs[j], written to `out`.
+  const auto gradient = [&](size_t j, float* out) -> absl::Status {
+    const std::string& kind = fwd.kind;
+    if (kind == "linear") {
+      const Tensor& x = shape(0);
+      const Tensor& w = shape(1);
+      if (j == 0) {
+        HEADROOM_ASSIGN_OR_RETURN(const float* weight, value(fwd.inputs[1]));
+        cpu::LinearInputGrad(dy, Rows(x), w.shape[0], weight, w.shape[1], out);
+      } else if (j == 1) {
+        HEADROOM_ASSIGN_OR_RETURN(const float* input, value(fwd.inputs[0]));
+        cpu::LinearWeightGrad(dy, input, Rows(x), w.shape[1], w.shape[0], out);
+      } else {
+        cpu::BiasGrad(dy, Rows(x), w.shape[0], out);
+      }
+    } else if (kind == "attention_scores" || kind == "attention_context") {
+      const bool scores = kind == "attention_scores";
+      const Tensor& tokens = scores ? shape(0) : shape(1);
+      const cpu::AttentionShape a{.batch = tokens.shape[0],
+                                  .queries = scores ? shape(0).shape[1] : shape(0).shape[2],
+                                  .keys = shape(1).shape[1],
+                                  .heads = attributes.heads,
+                                  .head_dim = Last(tokens) / attributes.heads};
+      HEADROOM_ASSIGN_OR_RETURN(const float* other, value(fwd.inputs[1 - j]));
+      if (scores) {
+        j == 0 ? cpu::AttentionScoresQueryGrad(a, dy, other, out) : cpu::AttentionScoresKeyGrad(a, dy, other, out);
+      } else {
+        j == 0 ? cpu::AttentionContextProbsGrad(a, dy, other, out)
+               : cpu::AttentionContextValueGrad(a, dy, other, out);
+      }
+    } else if (kind == "masked_scale") {
+      const Tensor& x = shape(0);
+      const int64_t queries = x.shape[x.shape.size() - 2];
+      cpu::MaskedScaleBackward(dy, Rows(x) / queries, queries, Last(x), attributes.scale, attributes.causal, out);
+    } else if (kind == "softmax" || kind == "log_softmax") {
+      HEADROOM_ASSIGN_OR_RETURN(const float* y, value(fwd.outputs[0]));
+      const Tensor& x = shape(0);
+      kind == "softmax" ? cpu::SoftmaxBackward(y, dy, Rows(x), Last(x), out)
+                        : cpu::LogSoftmaxBackward(y, dy, Rows(x), Last(x), out);
+    } else if (kind == "nll_loss") {
+      HEADROOM_ASSIGN_OR_RETURN(const float* labels, value(fwd.inputs[1]));
+      cpu::NllLossBackward(reinterpret_cast<const int64_t*>(labels), Rows(shape(0)), Last(shape(0)), out);
+    } else if (kind == "layer_norm") {
+      const Tensor& x = shape(0);
+      HEADROOM_ASSIGN_OR_RETURN(const float* input, value(fwd.inputs[0]));
+      HEADROOM_ASSIGN_OR_RETURN(const float* mean, value(fwd.outputs[1]));
+      HEADROOM_ASSIGN_OR_RETURN(const float* rstd, value(fwd.outputs[2]));
+      if (j == 0) {
+        HEADROOM_ASSIGN_OR_RETURN(const float* weight, value(fwd.inputs[1]));
+        cpu::LayerNormInputGrad(input, mean, rstd, weight, dy, Rows(x), Last(x), out);
+      } else if (j == 1) {
+        cpu::LayerNormWeightGrad(input, mean, rstd, dy, Rows(x), Last(x), out);
+      } else {
+        cpu::BiasGrad(dy, Rows(x), Last(x), out);
+      }
+    } else if (kind == "gelu") {
+      HEADROOM_ASSIGN_OR_RETURN(const float* x, value(fwd.inputs[0]));
+      cpu::GeluBackward(x, dy, Elements(shape(0)), out);
+    } else if (kind == "add") {
+      cpu::ReduceBroadcast(dy, dy_elements, Elements(shape(j)), out);
+    } else if (kind == "embedding" && j == 1) {
+      HEADROOM_ASSIGN_OR_RETURN(const float* ids, value(fwd.inputs[0]));
+      cpu::EmbeddingBackward(reinterpret_cast<const int64_t*>(ids), Elements(shape(0)), dy, Last(shape(1)),
+                             shape(1).shape[0], out);
+    } else {
+      return Unsupported(fwd);
+    }
+    return absl::OkStatus();
+  };
+
+  // Note [Gradient accumulation] in graph/autograd.cc: a gradient this op
+  // creates is written in place (or aliases dy); one that exists already
+  // gets this op's contribution added, through a fresh partial tensor
+  // unless the contribution is dy itself.
+  size_t next_partial = 0;
+  std::vector<TensorId> partials;
+  for (TensorId t : op.outputs) {
+    if (scheduled_.tensor(t).grad_of == kNone) partials.push_back(t);
+  }
+  for (TensorId x : InputsNeedingGrad(fwd, requires_grad_)) {
+    const size_t j = static_cast<size_t>(std::find(fwd.inputs.begin(), fwd.inputs.end(), x) - fwd.inputs.begin());
+    const auto created = std::find_if(op.outputs.begin(), op.outputs.end(),
+                                      [&](TensorId t) { return scheduled_.tensor(t).grad_of == x; });
+    if (created != op.outputs.end()) {
+      if (scheduled_.tensor(*created).view_of != kNone) continue;  // aliases dy
+      HEADROOM_RETURN_IF_ERROR(gradient(j, Data(*created)));
+      continue;
+    }
+    const auto existing = std::find_if(op.inputs.begin(), op.inputs.end(),
+                                       [&](TensorId t) { return scheduled_.tensor(t).grad_of == x; });
+    if (existing == op.inputs.end()) {
+      return absl::InternalError(absl::StrFormat("executor: '%s' finds no gradient of '%s'", op.name,
+                                                 in_.step.tensor(x).name));
+    }
+    const int64_t n = Elements(scheduled_.tensor(*existing));
+    if (rule == BackwardRule::kPassThrough && n == dy_elements) {
+      cpu::AddInto(Data(*existing), dy, n);
+      continue;
+    }
+    if (next_partial == partials.size()) {
+      return absl::InternalError(absl::StrFormat("executor: '%s' has no partial gradient for '%s'", op.name,
+                                                 in_.step.tensor(x).name));
+    }
+    const TensorId partial = partials[next_partial++];
+    HEADROOM_RETURN_IF_ERROR(gradient(j, Data(partial)));
+    cpu::AddInto(Data(*existing), Data(partial), n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::RunOptimizer(const Op& op) {
+  const TensorId p = op.inputs[0];
+  const TensorId g = op.inputs[1];
+  const int64_t n = Elements(scheduled_.tensor(p));
+  HEADROOM_ASSIGN_OR_RETURN(std::byte * buffer, backend_->HostPointer(momentum_[static_cast<size_t>(p)], n * 4));
+  if (options_.record_gradients) {
+    gradients_.resize(model_.forward.num_tensors());
+    gradients_[static_cast<size_t>(p)].assign(Data(g), Data(g) + n);
+  }
+  cpu::SgdMomentum(Data(p), Data(g), reinterpret_cast<float*>(buffer), n, options_.learning_rate,
+                   options_.momentum);
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::Offload(const Op& op) {
+  const TensorId t = op.inputs[0];
+  const TensorId value = copy_of_[static_cast<size_t>(t)];
+  void*& host = host_copy_[static_cast<size_t>(value)];
+  if (host != nullptr) HEADROOM_RETURN_IF_ERROR(host_pool_->Free(std::exchange(host, nullptr)));
+  const uint64_t bytes = scheduled_.tensor(t).bytes();
+  HEADROOM_ASSIGN_OR_RETURN(host, host_pool_->Allocate(bytes));
+  std::memcpy(host, Data(t), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::Prefetch(size_t index, const Op& op) {
+  const TensorId value = schedule_.entries[index].target;
+  void*& host = host_copy_[static_cast<size_t>(value)];
+  if (host == nullptr) {
+    return absl::InternalError(absl::StrFormat("executor: prefetch of '%s' finds no host copy",
+                                               in_.step.tensor(value).name));
+  }
+  std::memcpy(Data(op.outputs[0]), host, scheduled_.tensor(op.outputs[0]).bytes());
+  if (last_prefetch_[static_cast<size_t>(value)] == index) {
+    HEADROOM_RETURN_IF_ERROR(host_pool_->Free(std::exchange(host, nullptr)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::CheckParameter(TensorId parameter) const {
+  if (parameter < 0 || static_cast<size_t>(parameter) >= model_.forward.num_tensors() ||
+      model_.forward.tensor(parameter).role != TensorRole::kParameter) {
+    return absl::InvalidArgumentError(absl::StrFormat("executor: tensor %d is not a parameter", parameter));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> PlanExecutor::ParameterValues(TensorId parameter) const {
+  HEADROOM_RETURN_IF_ERROR(CheckParameter(parameter));
+  const float* p = Data(parameter);
+  return std::vector<float>(p, p + model_.forward.tensor(parameter).elements());
+}
+
+absl::Status PlanExecutor::SetParameterValues(TensorId parameter, std::span<const float> values) {
+  HEADROOM_RETURN_IF_ERROR(CheckParameter(parameter));
+  const Tensor& t = model_.forward.tensor(parameter);
+  if (values.size() != t.elements()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("executor: %d values for '%s' of %d", values.size(), t.name, t.elements()));
+  }
+  std::copy(values.begin(), values.end(), Data(parameter));
+  return absl::OkStatus();
+}
+
+}  // namespace headroom

@@ -1,0 +1,199 @@
+#include "executor/executor.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/planner.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+
+DemoModel TinyGpt() {
+  return *BuildDemoGpt({.batch = 2, .seq = 8, .vocab = 16, .hidden = 16, .heads = 2, .layers = 2});
+}
+DemoModel TinyMlp() { return *BuildDemoMlp({.batch = 8, .inputs = 6, .hidden = 24, .layers = 6, .classes = 4}); }
+
+struct Planned {
+  PlanInput in;
+  PlanResult plan;
+};
+
+// A plan of `strategy` for a budget `fraction` of the way from the smallest
+// peak the strategy reaches to the store-all peak, so that it must replay or
+// offload something.
+Planned Plan(const DemoModel& model, Strategy strategy, double fraction) {
+  absl::StatusOr<PlanInput> in = DemoPlanInput(model, DemoJob(), uint64_t{80} << 30);
+  EXPECT_TRUE(in.ok()) << in.status();
+  Planned p{.in = std::move(*in)};
+  const absl::StatusOr<PlanEvaluation> store_all =
+      EvaluateSchedule(p.in.Problem(uint64_t{1} << 40), StoreAllSchedule(p.in.step));
+  EXPECT_TRUE(store_all.ok()) << store_all.status();
+  const absl::StatusOr<uint64_t> smallest = SmallestPeak(p.in.Problem(store_all->peak_bytes), strategy);
+  EXPECT_TRUE(smallest.ok()) << smallest.status();
+  const auto budget = *smallest + static_cast<uint64_t>(
+                                      fraction * static_cast<double>(store_all->peak_bytes - *smallest));
+  absl::StatusOr<PlanResult> plan = RunStrategy(p.in.Problem(budget), strategy);
+  EXPECT_TRUE(plan.ok()) << StrategyName(strategy) << ": " << plan.status();
+  if (plan.ok()) p.plan = std::move(*plan);
+  return p;
+}
+
+struct Trained {
+  std::vector<StepResult> steps;
+  std::vector<std::vector<float>> gradients;  // of the last step
+};
+
+Trained Execute(const DemoModel& model, const Planned& p, int steps, ExecutorOptions options = {}) {
+  options.record_gradients = true;
+  options.validate_allocator = true;
+  absl::StatusOr<std::unique_ptr<PlanExecutor>> executor =
+      PlanExecutor::Create(model, p.in, p.plan.schedule, options);
+  EXPECT_TRUE(executor.ok()) << executor.status();
+  Trained run;
+  if (!executor.ok()) return run;
+  for (int s = 0; s < steps; ++s) {
+    absl::StatusOr<StepResult> r = (*executor)->RunStep(model.MakeBatch(s));
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return run;
+    run.steps.push_back(*r);
+  }
+  run.gradients = (*executor)->last_gradients();
+  return run;
+}
+
+// What the plan predicts: ReplayPlan over its materialized schedule.
+PlanReplay Predict(const Planned& p) {
+  absl::StatusOr<Graph> scheduled = MaterializeSchedule(p.in.step, p.plan.schedule);
+  EXPECT_TRUE(scheduled.ok()) << scheduled.status();
+  absl::StatusOr<PlanReplay> replay = ReplayPlan(p.in, *scheduled);
+  EXPECT_TRUE(replay.ok()) << replay.status();
+  return replay.ok() ? *replay : PlanReplay{};
+}
+
+class EveryStrategy : public ::testing::TestWithParam<std::tuple<std::string, Strategy>> {};
+
+// The acceptance test of the executor: under every strategy's plan the step
+// computes bitwise the gradients that store-all computes, the allocator's
+// requested, allocated and reserved peaks are what ReplayPlan predicts, and
+// the host pool's peak is what the plan's evaluation predicts.
+TEST_P(EveryStrategy, GradientsMatchStoreAllAndMemoryMatchesThePrediction) {
+  const auto& [name, strategy] = GetParam();
+  const DemoModel model = name == "gpt" ? TinyGpt() : TinyMlp();
+  const Trained reference = Execute(model, Plan(model, Strategy::kStoreAll, 1.0), 2);
+  const Planned planned = Plan(model, strategy, 0.25);
+  const Trained run = Execute(model, planned, 2);
+  // The plan does replay or offload something, so the test compares two different executions.
+  const Schedule& schedule = planned.plan.schedule;
+  if (strategy != Strategy::kStoreAll) {
+    EXPECT_GT(schedule.CountOf(ScheduleAction::kRecompute) + schedule.CountOf(ScheduleAction::kOffload), 0u);
+  }
+  if (strategy == Strategy::kOffload) {
+    EXPECT_GT(schedule.CountOf(ScheduleAction::kPrefetch), 0u);
+  }
+  ASSERT_EQ(run.steps.size(), 2u);
+  ASSERT_EQ(reference.steps.size(), 2u);
+  EXPECT_EQ(run.steps[1].loss, reference.steps[1].loss);
+  ASSERT_EQ(run.gradients.size(), reference.gradients.size());
+  for (size_t p = 0; p < run.gradients.size(); ++p) {
+    EXPECT_EQ(run.gradients[p], reference.gradients[p]) << model.forward.tensor(static_cast<TensorId>(p)).name;
+  }
+  const PlanReplay predicted = Predict(planned);
+  EXPECT_EQ(run.steps[0].peak_requested_bytes, predicted.requested_bytes);
+  EXPECT_EQ(run.steps[0].peak_allocated_bytes, predicted.allocator.peak_allocated_bytes);
+  EXPECT_EQ(run.steps[0].peak_reserved_bytes, predicted.allocator.peak_reserved_bytes);
+  EXPECT_EQ(run.steps[0].host_peak_bytes, planned.plan.evaluation.host_peak_bytes);
+  // A later step reuses the cache: nothing grows.
+  EXPECT_EQ(run.steps[1].peak_reserved_bytes, run.steps[0].peak_reserved_bytes);
+}
+
+std::vector<std::tuple<std::string, Strategy>> Cases() {
+  std::vector<std::tuple<std::string, Strategy>> cases;
+  for (const char* model : {"mlp", "gpt"}) {
+    for (Strategy s : AllStrategies()) cases.emplace_back(model, s);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Executor, EveryStrategy, ::testing::ValuesIn(Cases()), [](const auto& param_info) {
+  std::string name = std::get<0>(param_info.param) + "_" + std::string(StrategyName(std::get<1>(param_info.param)));
+  for (char& c : name) c = c == '-' ? '_' : c;
+  return name;
+});
+
+// The backward kernels against the loss itself: central differences of the
+// step's loss (learning rate 0) at a few entries of every parameter.
+TEST(ExecutorGradients, MatchFiniteDifferencesOfTheLoss) {
+  for (const DemoModel& model : {TinyMlp(), TinyGpt()}) {
+    SCOPED_TRACE(model.name);
+    const Planned p = Plan(model, Strategy::kStoreAll, 1.0);
+    auto executor = *PlanExecutor::Create(model, p.in, p.plan.schedule,
+                                          {.learning_rate = 0, .momentum = 0, .record_gradients = true});
+    const DemoBatch batch = model.MakeBatch(3);
+    ASSERT_TRUE(executor->RunStep(batch).ok());
+    const std::vector<std::vector<float>> gradients = executor->last_gradients();
+    const auto loss_at = [&](TensorId t, const std::vector<float>& values) {
+      EXPECT_TRUE(executor->SetParameterValues(t, values).ok());
+      return static_cast<double>(executor->RunStep(batch)->loss);
+    };
+    int checked = 0;
+    for (const Tensor& t : model.forward.tensors()) {
+      if (t.role != TensorRole::kParameter) continue;
+      const std::vector<float> original = *executor->ParameterValues(t.id);
+      for (size_t i : {size_t{0}, original.size() / 2, original.size() - 1}) {
+        constexpr float kEps = 1e-2f;
+        std::vector<float> moved = original;
+        moved[i] = original[i] + kEps;
+        const double up = loss_at(t.id, moved);
+        moved[i] = original[i] - kEps;
+        const double down = loss_at(t.id, moved);
+        const double numeric = (up - down) / (2 * static_cast<double>(kEps));
+        const double analytic = gradients[static_cast<size_t>(t.id)][i];
+        EXPECT_NEAR(analytic, numeric, 2e-3 + 0.05 * std::abs(numeric)) << t.name << "[" << i << "]";
+        ++checked;
+      }
+      ASSERT_TRUE(executor->SetParameterValues(t.id, original).ok());
+    }
+    EXPECT_GT(checked, 20);
+  }
+}
+
+TEST(ExecutorTraining, LossGoesDown) {
+  const DemoModel model = TinyGpt();
+  const Planned p = Plan(model, Strategy::kHybrid, 0.25);
+  const Trained run = Execute(model, p, 30, {});
+  ASSERT_EQ(run.steps.size(), 30u);
+  EXPECT_LT(run.steps.back().loss, 0.5f * run.steps.front().loss);
+}
+
+TEST(ExecutorErrors, RefuseWhatTheKernelsDoNotRun) {
+  const DemoModel model = TinyMlp();
+  absl::StatusOr<PlanInput> adam = DemoPlanInput(
+      model, [] { JobSpec job = DemoJob(); job.optimizer = Optimizer::kAdamW; return job; }(), uint64_t{1} << 30);
+  ASSERT_TRUE(adam.ok()) << adam.status();
+  EXPECT_THAT(PlanExecutor::Create(model, *adam, StoreAllSchedule(adam->step), {}).status().message(),
+              HasSubstr("sgd-momentum"));
+  absl::StatusOr<PlanInput> bf16 = DemoPlanInput(
+      model, [] { JobSpec job = DemoJob(); job.precision = Precision::kBf16; return job; }(), uint64_t{1} << 30);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_THAT(PlanExecutor::Create(model, *bf16, StoreAllSchedule(bf16->step), {}).status().message(),
+              HasSubstr("fp32"));
+  const Planned p = Plan(model, Strategy::kStoreAll, 1.0);
+  Schedule truncated = p.plan.schedule;
+  truncated.entries.pop_back();
+  EXPECT_THAT(PlanExecutor::Create(model, p.in, truncated, {}).status().message(), HasSubstr("every op"));
+  auto executor = *PlanExecutor::Create(model, p.in, p.plan.schedule, {});
+  DemoBatch batch = model.MakeBatch(0);
+  batch.labels[2] = 99;
+  EXPECT_THAT(executor->RunStep(batch).status().message(), HasSubstr("label 99"));
+  batch.labels.pop_back();
+  EXPECT_THAT(executor->RunStep(batch).status().message(), HasSubstr("values for 'labels'"));
+  EXPECT_FALSE(executor->SetParameterValues(model.labels, {}).ok());
+}
+
+}  // namespace
+}  // namespace headroom
