@@ -39,6 +39,7 @@ class Materializer {
         views_of_(step.num_tensors()) {
     for (const Tensor& t : step.tensors()) {
       out_.AddTensor(t);
+      copy_of_.push_back(t.id);
       latest_[static_cast<size_t>(t.id)] = t.id;
       produced_[static_cast<size_t>(t.id)] = step.producer(t.id) == kNone;
       if (t.view_of != kNone) views_of_[static_cast<size_t>(t.view_of)].push_back(t.id);
@@ -57,6 +58,9 @@ class Materializer {
     }
     return absl::InternalError("unknown schedule action");
   }
+
+  // By tensor of the result: the step tensor it holds (a copy of).
+  std::vector<TensorId> TakeCopyOf() { return std::move(copy_of_); }
 
   absl::StatusOr<Graph> Finish() && {
     if (next_compute_ != static_cast<OpId>(step_.num_ops())) {
@@ -186,11 +190,13 @@ class Materializer {
     t.id = kNone;
     t.name = k == 1 ? absl::StrFormat("%s@%s", t.name, why) : absl::StrFormat("%s@%s%d", t.name, why, k);
     if (t.view_of != kNone) t.view_of = latest_[static_cast<size_t>(t.view_of)];
+    copy_of_.push_back(of);
     return out_.AddTensor(std::move(t));
   }
 
   const Graph& step_;
   Graph out_;
+  std::vector<TensorId> copy_of_;  // by TensorId of out_: the step tensor it copies
   std::vector<TensorId> latest_;  // by step TensorId: the copy ops read now
   std::vector<bool> produced_;    // by step TensorId: some copy exists
   std::vector<bool> on_host_;     // by step TensorId: offloaded, not prefetched since
@@ -276,11 +282,13 @@ absl::StatusOr<Schedule> SegmentSchedule(const Graph& step, const CheckpointPlan
   return PruneSchedule(step, schedule);
 }
 
-absl::StatusOr<Graph> MaterializeSchedule(const Graph& step, const Schedule& schedule) {
+absl::StatusOr<Graph> MaterializeSchedule(const Graph& step, const Schedule& schedule,
+                                          std::vector<TensorId>* copy_of) {
   Materializer materializer(step);
   for (size_t i = 0; i < schedule.entries.size(); ++i) {
     HEADROOM_RETURN_IF_ERROR(materializer.Add(i, schedule.entries[i]));
   }
+  if (copy_of != nullptr) *copy_of = materializer.TakeCopyOf();
   return std::move(materializer).Finish();
 }
 

@@ -90,7 +90,11 @@ absl::StatusOr<Schedule> SegmentSchedule(const Graph& step, const CheckpointPlan
 // missing, repeated or out of program order, a replay of a non-forward op or
 // before its compute, an op reading a tensor not yet produced, an offload of
 // a tensor not on the device, a prefetch of a tensor not offloaded.
-absl::StatusOr<Graph> MaterializeSchedule(const Graph& step, const Schedule& schedule);
+// `copy_of`, when given, receives for each tensor of the result the step
+// tensor it holds: itself for the step's own, the original for a replay's or
+// a prefetch's fresh copy (what an executor needs to find a value).
+absl::StatusOr<Graph> MaterializeSchedule(const Graph& step, const Schedule& schedule,
+                                          std::vector<TensorId>* copy_of = nullptr);
 
 // Drops replays whose outputs nobody reads (directly or through a later
 // replay), as PyTorch's non-reentrant checkpoint stops early, and offloads
