@@ -520,4 +520,16 @@ absl::StatusOr<bool> SimulatedBackend::HostEquals(DeviceAddress address, uint64_
   return true;
 }
 
+absl::StatusOr<std::byte*> SimulatedBackend::HostPointer(DeviceAddress address, uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  HEADROOM_ASSIGN_OR_RETURN(std::vector<HostSpan> spans, HostSpans(address, bytes == 0 ? 1 : bytes));
+  if (spans.size() != 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "simulated device: [0x%x, +%d) spans %d separately backed pages; host pointers reach one Malloc or one "
+        "mapping",
+        address, bytes, spans.size()));
+  }
+  return spans.front().data;
+}
+
 }  // namespace headroom

@@ -153,6 +153,12 @@ class SimulatedBackend final : public DeviceBackend {
   // (A stride of 512 still catches any two overlapping allocator blocks.)
   absl::Status FillHost(DeviceAddress address, uint64_t bytes, uint8_t value, uint64_t stride = 1);
   absl::StatusOr<bool> HostEquals(DeviceAddress address, uint64_t bytes, uint8_t value, uint64_t stride = 1);
+  // With host backing: the host bytes behind [address, address + bytes), for
+  // code that computes on simulated device memory (the executor's CPU
+  // reference). The range must lie inside one Malloc or one mapping: pages
+  // of an expandable segment are backed separately, so a range across two
+  // of them is FailedPrecondition.
+  absl::StatusOr<std::byte*> HostPointer(DeviceAddress address, uint64_t bytes);
 
  private:
   struct StreamState {
