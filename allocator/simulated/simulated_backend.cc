@@ -1,6 +1,11 @@
 #include "allocator/simulated/simulated_backend.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "common/checked_math.h"
@@ -88,6 +93,18 @@ absl::StatusOr<DeviceAddress> SimulatedBackend::TakeAddresses(uint64_t bytes) {
   return address;
 }
 
+SimulatedBackend::~SimulatedBackend() {
+  for (auto& [address, range] : mappings_) {
+    if (range.host != nullptr) munmap(range.host, range.bytes);
+  }
+  for (auto& [address, range] : reservations_) {
+    if (range.host != nullptr) munmap(range.host, range.bytes);
+  }
+  for (auto& [handle, physical] : physical_) {
+    if (physical.fd >= 0) close(physical.fd);
+  }
+}
+
 absl::StatusOr<MemoryInfo> SimulatedBackend::GetMemoryInfo() {
   absl::MutexLock lock(&mu_);
   HEADROOM_RETURN_IF_ERROR(Enter(BackendCall::kGetMemoryInfo));
@@ -138,7 +155,18 @@ absl::StatusOr<DeviceAddress> SimulatedBackend::ReserveAddressRange(uint64_t byt
         options_.map_granularity));
   }
   HEADROOM_ASSIGN_OR_RETURN(const DeviceAddress address, TakeAddresses(bytes));
-  reservations_[address] = Range{.bytes = bytes};
+  Range range{.bytes = bytes};
+  if (options_.host_backing) {
+    // Note [Host-backed mappings]: inaccessible address space until pages are mapped into it.
+    void* host = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (host == MAP_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "simulated device: host backing cannot reserve %s of address space: %s", FormatBytes(bytes),
+          std::strerror(errno)));
+    }
+    range.host = static_cast<std::byte*>(host);
+  }
+  reservations_[address] = range;
   return address;
 }
 
@@ -164,6 +192,7 @@ absl::Status SimulatedBackend::ReleaseAddressRange(DeviceAddress address, uint64
     return absl::FailedPreconditionError(absl::StrFormat(
         "simulated device: release of reservation 0x%x which still has a mapping at 0x%x", address, mapped->first));
   }
+  if (it->second.host != nullptr) munmap(it->second.host, bytes);
   reservations_.erase(it);
   return absl::OkStatus();
 }
@@ -180,7 +209,18 @@ absl::StatusOr<PhysicalHandle> SimulatedBackend::CreatePhysical(uint64_t bytes) 
   const PhysicalHandle handle{next_handle_++};
   Physical& physical = physical_[handle.value];
   physical.bytes = bytes;
-  if (options_.host_backing) physical.host = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  if (options_.host_backing) {
+    // Note [Host-backed mappings]: the page's bytes live in a memory file, mapped wherever the handle is.
+    physical.fd = memfd_create("headroom-simulated-page", MFD_CLOEXEC);
+    if (physical.fd < 0 || ftruncate(physical.fd, static_cast<off_t>(bytes)) != 0) {
+      const std::string why = std::strerror(errno);
+      if (physical.fd >= 0) close(physical.fd);
+      physical_.erase(handle.value);
+      used_bytes_ -= bytes;
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("simulated device: host backing cannot create a %s page: %s", FormatBytes(bytes), why));
+    }
+  }
   return handle;
 }
 
@@ -196,6 +236,7 @@ absl::Status SimulatedBackend::ReleasePhysical(PhysicalHandle handle) {
         absl::StrFormat("simulated device: physical handle %d is still mapped", handle.value));
   }
   used_bytes_ -= it->second.bytes;
+  if (it->second.fd >= 0) close(it->second.fd);
   physical_.erase(it);
   return absl::OkStatus();
 }
@@ -227,8 +268,17 @@ absl::Status SimulatedBackend::Map(DeviceAddress address, uint64_t bytes, Physic
           absl::StrFormat("simulated device: Map at 0x%x overlaps a mapping", address));
     }
   }
+  std::byte* host = nullptr;
+  if (options_.host_backing) {
+    const auto* reservation = FindReservation(address, bytes);
+    host = reservation->second.host + (address - reservation->first);
+    if (mmap(host, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, physical->second.fd, 0) == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("simulated device: host backing cannot map 0x%x: %s", address, std::strerror(errno)));
+    }
+  }
   ++physical->second.map_count;
-  mappings_[address] = Range{.bytes = bytes, .handle = handle, .host = physical->second.host.get()};
+  mappings_[address] = Range{.bytes = bytes, .handle = handle, .host = host};
   return absl::OkStatus();
 }
 
@@ -263,7 +313,13 @@ absl::Status SimulatedBackend::Unmap(DeviceAddress address, uint64_t bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "simulated device: Unmap of [0x%x, +%d) which is not a run of whole mappings", address, bytes));
   }
-  for (auto m = first; m != it; ++m) --physical_[m->second.handle.value].map_count;
+  for (auto m = first; m != it; ++m) {
+    --physical_[m->second.handle.value].map_count;
+    if (m->second.host != nullptr) {  // back to reserved, inaccessible address space
+      mmap(m->second.host, m->second.bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+           0);
+    }
+  }
   mappings_.erase(first, it);
   return absl::OkStatus();
 }
@@ -523,11 +579,12 @@ absl::StatusOr<bool> SimulatedBackend::HostEquals(DeviceAddress address, uint64_
 absl::StatusOr<std::byte*> SimulatedBackend::HostPointer(DeviceAddress address, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   HEADROOM_ASSIGN_OR_RETURN(std::vector<HostSpan> spans, HostSpans(address, bytes == 0 ? 1 : bytes));
-  if (spans.size() != 1) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "simulated device: [0x%x, +%d) spans %d separately backed pages; host pointers reach one Malloc or one "
-        "mapping",
-        address, bytes, spans.size()));
+  // Adjacent mappings of one reservation are adjacent in host memory too (Note [Host-backed mappings]).
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].data != spans[i - 1].data + spans[i - 1].bytes) {
+      return absl::InternalError(absl::StrFormat("simulated device: [0x%x, +%d) is not contiguous in host memory",
+                                                 address, bytes));
+    }
   }
   return spans.front().data;
 }

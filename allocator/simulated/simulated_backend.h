@@ -22,7 +22,18 @@
 //  - Failure injection on every call (BackendCall), call counters, a clock
 //    that advances `clock_step_ns` per call.
 //  - Optional host backing: device memory gets real host bytes so tests can
-//    write a pattern into each allocation and detect overlapping blocks.
+//    write a pattern into each allocation and detect overlapping blocks, and
+//    the executor can compute in it (Note [Host-backed mappings]).
+//
+// Note [Host-backed mappings]
+// A Malloc gets its own host buffer. The virtual-memory calls are modelled
+// as the CUDA driver runs them, with Linux's: a reservation is a range of
+// inaccessible host address space (mmap PROT_NONE), a physical handle is a
+// memory file (memfd) of its size, Map maps that file into the reservation
+// at the same offset, and Unmap puts inaccessible space back. So a page's
+// bytes follow its handle from one mapping to the next, and adjacent
+// mappings are adjacent host memory: a block of an expandable segment that
+// spans several pages is one contiguous host range.
 //
 // Strictness: the simulator rejects what the CUDA driver would reject and a
 // little more (mapping over a mapping, unmapping part of a mapping, releasing
@@ -105,6 +116,7 @@ struct FailureSpec {
 class SimulatedBackend final : public DeviceBackend {
  public:
   static absl::StatusOr<std::unique_ptr<SimulatedBackend>> Create(SimulatedBackendOptions options);
+  ~SimulatedBackend() override;
 
   const DeviceProperties& properties() const override { return properties_; }
   absl::StatusOr<MemoryInfo> GetMemoryInfo() override;
@@ -155,9 +167,8 @@ class SimulatedBackend final : public DeviceBackend {
   absl::StatusOr<bool> HostEquals(DeviceAddress address, uint64_t bytes, uint8_t value, uint64_t stride = 1);
   // With host backing: the host bytes behind [address, address + bytes), for
   // code that computes on simulated device memory (the executor's CPU
-  // reference). The range must lie inside one Malloc or one mapping: pages
-  // of an expandable segment are backed separately, so a range across two
-  // of them is FailedPrecondition.
+  // reference). The range must lie inside one Malloc or a run of adjacent
+  // accessible mappings (Note [Host-backed mappings]).
   absl::StatusOr<std::byte*> HostPointer(DeviceAddress address, uint64_t bytes);
 
  private:
@@ -187,7 +198,7 @@ class SimulatedBackend final : public DeviceBackend {
   struct Physical {
     uint64_t bytes = 0;
     int map_count = 0;
-    std::unique_ptr<std::byte[]> host;
+    int fd = -1;  // with host backing: the memory file holding the page
   };
 
   explicit SimulatedBackend(SimulatedBackendOptions options);

@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "allocator/alloc_conf.h"
 #include "planner/planner.h"
 
 namespace headroom {
@@ -23,11 +24,11 @@ struct Planned {
   PlanResult plan;
 };
 
-// A plan of `strategy` for a budget `fraction` of the way from the smallest
+// A plan of `strategy` under `job` for a budget `fraction` of the way from the smallest
 // peak the strategy reaches to the store-all peak, so that it must replay or
 // offload something.
-Planned Plan(const DemoModel& model, Strategy strategy, double fraction) {
-  absl::StatusOr<PlanInput> in = DemoPlanInput(model, DemoJob(), uint64_t{80} << 30);
+Planned Plan(const DemoModel& model, Strategy strategy, double fraction, const JobSpec& job = DemoJob()) {
+  absl::StatusOr<PlanInput> in = DemoPlanInput(model, job, uint64_t{80} << 30);
   EXPECT_TRUE(in.ok()) << in.status();
   Planned p{.in = std::move(*in)};
   const absl::StatusOr<PlanEvaluation> store_all =
@@ -159,6 +160,25 @@ TEST(ExecutorGradients, MatchFiniteDifferencesOfTheLoss) {
       ASSERT_TRUE(executor->SetParameterValues(t.id, original).ok());
     }
     EXPECT_GT(checked, 20);
+  }
+}
+
+// The allocator's other policies: the run reserves what the replay predicts
+// (expandable segments compute in host memory mapped page by page).
+TEST(ExecutorAllocatorPolicies, ReserveWhatTheReplayPredicts) {
+  for (const char* conf : {"expandable_segments:True", "roundup_power2_divisions:4",
+                           "expandable_segments:True,roundup_power2_divisions:2"}) {
+    SCOPED_TRACE(conf);
+    const DemoModel model = *BuildDemoGpt({.batch = 4, .seq = 32, .vocab = 64, .hidden = 64, .heads = 4, .layers = 3});
+    const absl::StatusOr<AllocatorOptions> options = ParseAllocConf(conf);
+    ASSERT_TRUE(options.ok()) << options.status();
+    const Planned planned = Plan(model, Strategy::kHybrid, 0.25, DemoJob(*options));
+    const Trained run = Execute(model, planned, 2);
+    ASSERT_EQ(run.steps.size(), 2u);
+    const PlanReplay predicted = Predict(planned);
+    EXPECT_EQ(run.steps[0].peak_requested_bytes, predicted.requested_bytes);
+    EXPECT_EQ(run.steps[0].peak_allocated_bytes, predicted.allocator.peak_allocated_bytes);
+    EXPECT_EQ(run.steps[0].peak_reserved_bytes, predicted.allocator.peak_reserved_bytes);
   }
 }
 
