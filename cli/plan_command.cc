@@ -186,7 +186,8 @@ absl::StatusOr<std::vector<PlanTensor>> DescribeSchedule(const PlanFlags& flags,
                                                          const PlanResult& plan, PlanReport& report) {
   HEADROOM_ASSIGN_OR_RETURN(const Graph scheduled, MaterializeSchedule(in.step, plan.schedule));
   HEADROOM_ASSIGN_OR_RETURN(report.arena, LayoutActivationArena(scheduled, {.profile = in.profile}));
-  HEADROOM_ASSIGN_OR_RETURN(report.replay, ReplayPlan(in, scheduled));
+  AllocationTrace sequence;
+  HEADROOM_ASSIGN_OR_RETURN(report.replay, ReplayPlan(in, scheduled, flags.trace_out.empty() ? nullptr : &sequence));
   std::vector<PlanTensor> tensors;
   tensors.reserve(report.arena->blocks.size());
   for (const ArenaBlock& b : report.arena->blocks) {
@@ -194,8 +195,7 @@ absl::StatusOr<std::vector<PlanTensor>> DescribeSchedule(const PlanFlags& flags,
     tensors.push_back({.name = t.name, .bytes = t.bytes(), .first = b.first, .last = b.last, .offset = b.offset});
   }
   if (!flags.trace_out.empty()) {
-    HEADROOM_ASSIGN_OR_RETURN(const AllocationTrace trace, PlanAllocationTrace(scheduled, in.profile));
-    HEADROOM_RETURN_IF_ERROR(WriteTextFile(flags.trace_out, FormatRmmLog(trace), "--trace-out"));
+    HEADROOM_RETURN_IF_ERROR(WriteTextFile(flags.trace_out, FormatRmmLog(sequence), "--trace-out"));
   }
   if (!flags.svg.empty()) {
     // The drawn fixed state leaves out the CUDA context and workspaces,
@@ -337,7 +337,8 @@ Subcommand AddPlanCommand(CLI::App& root) {
   app->add_option("--out", f->out, "Write the plan file (JSON schedule) here");
   app->add_option("--load", f->load, "Evaluate a plan file written by --out (same --model and job flags)");
   app->add_option("--trace-out", f->trace_out,
-                  "Write the plan's allocations as an RMM CSV trace for 'headroom replay'");
+                  "Write the allocations the plan's allocator figures replay (resident state, then the plan's "
+                  "tensors) as an RMM CSV trace for 'headroom replay'");
   app->add_option("--svg", f->svg, "Write the plan's memory timeline as an SVG");
   app->add_option("--emit", f->emit,
                   "Print the settings that realize the plan: torch, hf, megatron, deepspeed or torch-budget");

@@ -101,18 +101,19 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
   return in;
 }
 
-absl::StatusOr<PlanReplay> ReplayPlan(const PlanInput& in, const Graph& scheduled) {
+absl::StatusOr<PlanReplay> ReplayPlan(const PlanInput& in, const Graph& scheduled, AllocationTrace* sequence) {
   HEADROOM_ASSIGN_OR_RETURN(
-      const StepAllocations sequence,
+      StepAllocations steps,
       BuildStepAllocations(scheduled, in.resident,
                            {.profile = in.profile,
                             .autocast = in.autocast,
                             .in_flight = in.in_flight,
                             .optimizer_temporaries = in.optimizer_temporaries.bytes,
                             .optimizer_temporaries_together = in.optimizer_temporaries.together}));
-  PlanReplay out{.requested_bytes = sequence.peak_bytes, .cuda_context = in.cuda_context};
+  PlanReplay out{.requested_bytes = steps.peak_bytes, .cuda_context = in.cuda_context};
   const uint64_t device_bytes = in.capacity > in.cuda_context ? in.capacity - in.cuda_context : 0;
-  HEADROOM_ASSIGN_OR_RETURN(out.allocator, ReplayAllocations(sequence, in.allocator, device_bytes));
+  HEADROOM_ASSIGN_OR_RETURN(out.allocator, ReplayAllocations(steps, in.allocator, device_bytes));
+  if (sequence != nullptr) *sequence = std::move(steps.trace);
   return out;
 }
 

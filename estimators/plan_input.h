@@ -47,6 +47,7 @@
 #include "absl/status/statusor.h"
 #include "allocator/allocator_options.h"
 #include "estimators/step_replay.h"
+#include "replay/allocation_trace.h"
 #include "graph/graph.h"
 #include "graph/liveness.h"
 #include "job/job_spec.h"
@@ -113,7 +114,11 @@ struct PlanReplay {
   // What nvidia-smi would show.
   uint64_t total_bytes() const { return allocator.peak_reserved_bytes + cuda_context; }
 };
-absl::StatusOr<PlanReplay> ReplayPlan(const PlanInput& in, const Graph& scheduled);
+// `sequence`, when given, receives the allocation sequence replayed (what
+// `headroom plan --trace-out` writes): the resident state, then the plan's
+// tensors and the optimizer's temporaries.
+absl::StatusOr<PlanReplay> ReplayPlan(const PlanInput& in, const Graph& scheduled,
+                                      AllocationTrace* sequence = nullptr);
 
 }  // namespace headroom
 

@@ -40,9 +40,11 @@ TEST(PlanCli, CompareListsEveryStrategyInJson) {
   EXPECT_GT(j["budget_bytes"].get<uint64_t>(), 0u);
 }
 
-// A plan as the allocator sees it: the trace --trace-out writes replays to
-// the plan's own peak, the SVG is a drawing of the same step, and the
-// report lays out the arena no smaller than its lower bound.
+// A plan as the allocator sees it: the trace --trace-out writes is the
+// sequence behind the report's allocator figures (resident state, then the
+// plan's tensors), so `headroom replay` of it gives them back; the SVG is a
+// drawing of the same step, and the report lays out the arena no smaller
+// than its lower bound.
 TEST(PlanCli, TraceAndTimelineOfOnePlan) {
   const std::string trace = WriteTempFile("gpt2.plan.rmm.csv", "");
   const std::string svg = WriteTempFile("gpt2.plan.svg", "");
@@ -57,7 +59,10 @@ TEST(PlanCli, TraceAndTimelineOfOnePlan) {
 
   auto replay = RunHeadroom({"replay", trace, "--json"});
   ASSERT_EQ(replay.exit_code, 0) << replay.err;
-  EXPECT_EQ(nlohmann::json::parse(replay.out)["runs"][0]["peak_live_bytes"].get<uint64_t>(), peak);
+  const nlohmann::json replayed = nlohmann::json::parse(replay.out)["runs"][0];
+  EXPECT_EQ(replayed["peak_live_bytes"].get<uint64_t>(), j["allocator"]["requested_bytes"].get<uint64_t>());
+  EXPECT_EQ(replayed["peak_reserved_bytes"].get<uint64_t>(), j["allocator"]["reserved_bytes"].get<uint64_t>());
+  EXPECT_GT(j["allocator"]["requested_bytes"].get<uint64_t>(), peak);  // the weights and optimizer state too
 
   std::ifstream in(svg);
   const std::string drawing((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
