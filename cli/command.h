@@ -39,6 +39,7 @@ Subcommand AddEstimateCommand(CLI::App& root);
 Subcommand AddReplayCommand(CLI::App& root);
 Subcommand AddPlanCommand(CLI::App& root);
 Subcommand AddValidateCommand(CLI::App& root);
+Subcommand AddTrainDemoCommand(CLI::App& root);
 
 }  // namespace headroom::cli
 

@@ -33,7 +33,7 @@ int Main(int argc, char** argv) {
   app.fallthrough(false);
 
   std::vector<Subcommand> commands = {AddGpusCommand(app), AddEstimateCommand(app), AddPlanCommand(app),
-                                      AddReplayCommand(app), AddValidateCommand(app)};
+                                      AddReplayCommand(app), AddValidateCommand(app), AddTrainDemoCommand(app)};
 
   // CLI11 reports an unknown first word as an unexpected extra argument; name
   // it as what it is.

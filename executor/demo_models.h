@@ -65,7 +65,7 @@ struct DemoModel {
 };
 
 struct DemoMlpOptions {
-  int64_t batch = 64;
+  int64_t batch = 512;
   int64_t inputs = 32;
   int64_t hidden = 128;
   int64_t layers = 3;  // hidden layers
