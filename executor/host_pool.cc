@@ -73,7 +73,7 @@ absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Create(uint64_t capacity,
     const uintptr_t aligned = (address + kHostPoolSegment - 1) / kHostPoolSegment * kHostPoolSegment;
     region = {.kind = source->kind(), .capacity = managed, .start = reinterpret_cast<void*>(aligned)};
     mi_arena_id_t arena = 0;
-    if (!mi_manage_os_memory_ex(region.start, managed, /*is_committed=*/true, /*is_large=*/false,
+    if (!mi_manage_os_memory_ex(region.start, managed, /*is_committed=*/true, /*is_large=*/true,
                                 /*is_zero=*/false, /*numa_node=*/-1, /*exclusive=*/true, &arena)) {
       return absl::InternalError(absl::StrFormat("host pool: mimalloc refused a %s region", FormatBytes(managed)));
     }

@@ -15,6 +15,11 @@
 // mi_manage_os_memory_ex hands mimalloc a region as an exclusive arena, and
 // mi_heap_new_in_arena makes a heap that allocates only there, so the pool
 // never spills into other memory: a full pool is a ResourceExhausted error.
+// The region is declared as large OS pages (is_large), which mimalloc never
+// decommits or resets: pinned pages must stay the pages the GPU's copy
+// engines were given (an madvise would swap in fresh, unpinned ones), and a
+// pageable pool keeps its pages committed the same way, so a steady
+// offload loop does not fault them in again every step.
 // mimalloc 2.0 wants the region aligned to its 32 MiB segments and at least
 // one segment long, so the pool asks its source for the capacity rounded up
 // to a segment plus one segment of slack, and manages the aligned part; its
