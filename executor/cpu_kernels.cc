@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-namespace headroom::cpu {
+namespace headroom {
 namespace {
 
 // Offsets into token-major [b, s, heads*d] and head-major [b, heads, s, t] tensors.
@@ -17,17 +17,17 @@ int64_t ScoreAt(const AttentionShape& a, int64_t b, int64_t h, int64_t i) {
 
 }  // namespace
 
-void Embedding(const int64_t* ids, int64_t rows, const float* table, int64_t dim, float* out) {
+void CpuKernels::Embedding(const int64_t* ids, int64_t rows, const float* table, int64_t dim, float* out) const {
   for (int64_t r = 0; r < rows; ++r) std::copy_n(table + ids[r] * dim, dim, out + r * dim);
 }
 
-void EmbeddingBackward(const int64_t* ids, int64_t rows, const float* dy, int64_t dim, int64_t vocab,
-                       float* dtable) {
+void CpuKernels::EmbeddingBackward(const int64_t* ids, int64_t rows, const float* dy, int64_t dim, int64_t vocab,
+                       float* dtable) const {
   std::fill_n(dtable, vocab * dim, 0.0f);
   for (int64_t r = 0; r < rows; ++r) AddInto(dtable + ids[r] * dim, dy + r * dim, dim);
 }
 
-void Linear(const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out, float* y) {
+void CpuKernels::Linear(const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out, float* y) const {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t o = 0; o < out; ++o) {
       float sum = bias != nullptr ? bias[o] : 0.0f;
@@ -37,7 +37,7 @@ void Linear(const float* x, int64_t rows, int64_t in, const float* w, const floa
   }
 }
 
-void LinearInputGrad(const float* dy, int64_t rows, int64_t out, const float* w, int64_t in, float* dx) {
+void CpuKernels::LinearInputGrad(const float* dy, int64_t rows, int64_t out, const float* w, int64_t in, float* dx) const {
   std::fill_n(dx, rows * in, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t o = 0; o < out; ++o) {
@@ -47,7 +47,7 @@ void LinearInputGrad(const float* dy, int64_t rows, int64_t out, const float* w,
   }
 }
 
-void LinearWeightGrad(const float* dy, const float* x, int64_t rows, int64_t in, int64_t out, float* dw) {
+void CpuKernels::LinearWeightGrad(const float* dy, const float* x, int64_t rows, int64_t in, int64_t out, float* dw) const {
   std::fill_n(dw, out * in, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t o = 0; o < out; ++o) {
@@ -57,12 +57,12 @@ void LinearWeightGrad(const float* dy, const float* x, int64_t rows, int64_t in,
   }
 }
 
-void BiasGrad(const float* dy, int64_t rows, int64_t out, float* dbias) {
+void CpuKernels::BiasGrad(const float* dy, int64_t rows, int64_t out, float* dbias) const {
   std::fill_n(dbias, out, 0.0f);
   for (int64_t r = 0; r < rows; ++r) AddInto(dbias, dy + r * out, out);
 }
 
-void AttentionScores(const AttentionShape& a, const float* q, const float* k, float* scores) {
+void CpuKernels::AttentionScores(const AttentionShape& a, const float* q, const float* k, float* scores) const {
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
       for (int64_t i = 0; i < a.queries; ++i) {
@@ -79,7 +79,7 @@ void AttentionScores(const AttentionShape& a, const float* q, const float* k, fl
   }
 }
 
-void AttentionScoresQueryGrad(const AttentionShape& a, const float* dscores, const float* k, float* dq) {
+void CpuKernels::AttentionScoresQueryGrad(const AttentionShape& a, const float* dscores, const float* k, float* dq) const {
   std::fill_n(dq, a.batch * a.queries * a.heads * a.head_dim, 0.0f);
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
@@ -95,7 +95,7 @@ void AttentionScoresQueryGrad(const AttentionShape& a, const float* dscores, con
   }
 }
 
-void AttentionScoresKeyGrad(const AttentionShape& a, const float* dscores, const float* q, float* dk) {
+void CpuKernels::AttentionScoresKeyGrad(const AttentionShape& a, const float* dscores, const float* q, float* dk) const {
   std::fill_n(dk, a.batch * a.keys * a.heads * a.head_dim, 0.0f);
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
@@ -111,7 +111,7 @@ void AttentionScoresKeyGrad(const AttentionShape& a, const float* dscores, const
   }
 }
 
-void AttentionContext(const AttentionShape& a, const float* probs, const float* v, float* context) {
+void CpuKernels::AttentionContext(const AttentionShape& a, const float* probs, const float* v, float* context) const {
   std::fill_n(context, a.batch * a.queries * a.heads * a.head_dim, 0.0f);
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
@@ -127,7 +127,7 @@ void AttentionContext(const AttentionShape& a, const float* probs, const float* 
   }
 }
 
-void AttentionContextProbsGrad(const AttentionShape& a, const float* dcontext, const float* v, float* dprobs) {
+void CpuKernels::AttentionContextProbsGrad(const AttentionShape& a, const float* dcontext, const float* v, float* dprobs) const {
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
       for (int64_t i = 0; i < a.queries; ++i) {
@@ -144,7 +144,7 @@ void AttentionContextProbsGrad(const AttentionShape& a, const float* dcontext, c
   }
 }
 
-void AttentionContextValueGrad(const AttentionShape& a, const float* dcontext, const float* probs, float* dv) {
+void CpuKernels::AttentionContextValueGrad(const AttentionShape& a, const float* dcontext, const float* probs, float* dv) const {
   std::fill_n(dv, a.batch * a.keys * a.heads * a.head_dim, 0.0f);
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
@@ -160,8 +160,8 @@ void AttentionContextValueGrad(const AttentionShape& a, const float* dcontext, c
   }
 }
 
-void MaskedScale(const float* x, int64_t matrices, int64_t queries, int64_t keys, float scale, bool causal,
-                 float* y) {
+void CpuKernels::MaskedScale(const float* x, int64_t matrices, int64_t queries, int64_t keys, float scale, bool causal,
+                 float* y) const {
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (int64_t m = 0; m < matrices; ++m) {
     for (int64_t i = 0; i < queries; ++i) {
@@ -171,8 +171,8 @@ void MaskedScale(const float* x, int64_t matrices, int64_t queries, int64_t keys
   }
 }
 
-void MaskedScaleBackward(const float* dy, int64_t matrices, int64_t queries, int64_t keys, float scale,
-                         bool causal, float* dx) {
+void CpuKernels::MaskedScaleBackward(const float* dy, int64_t matrices, int64_t queries, int64_t keys, float scale,
+                         bool causal, float* dx) const {
   for (int64_t m = 0; m < matrices; ++m) {
     for (int64_t i = 0; i < queries; ++i) {
       const int64_t row = (m * queries + i) * keys;
@@ -181,7 +181,7 @@ void MaskedScaleBackward(const float* dy, int64_t matrices, int64_t queries, int
   }
 }
 
-void Softmax(const float* x, int64_t rows, int64_t n, float* y) {
+void CpuKernels::Softmax(const float* x, int64_t rows, int64_t n, float* y) const {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -192,7 +192,7 @@ void Softmax(const float* x, int64_t rows, int64_t n, float* y) {
   }
 }
 
-void SoftmaxBackward(const float* y, const float* dy, int64_t rows, int64_t n, float* dx) {
+void CpuKernels::SoftmaxBackward(const float* y, const float* dy, int64_t rows, int64_t n, float* dx) const {
   for (int64_t r = 0; r < rows; ++r) {
     float dot = 0;
     for (int64_t i = 0; i < n; ++i) dot += y[r * n + i] * dy[r * n + i];
@@ -200,7 +200,7 @@ void SoftmaxBackward(const float* y, const float* dy, int64_t rows, int64_t n, f
   }
 }
 
-void LogSoftmax(const float* x, int64_t rows, int64_t n, float* y) {
+void CpuKernels::LogSoftmax(const float* x, int64_t rows, int64_t n, float* y) const {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     const float max = *std::max_element(xr, xr + n);
@@ -211,7 +211,7 @@ void LogSoftmax(const float* x, int64_t rows, int64_t n, float* y) {
   }
 }
 
-void LogSoftmaxBackward(const float* y, const float* dy, int64_t rows, int64_t n, float* dx) {
+void CpuKernels::LogSoftmaxBackward(const float* y, const float* dy, int64_t rows, int64_t n, float* dx) const {
   for (int64_t r = 0; r < rows; ++r) {
     float sum = 0;
     for (int64_t i = 0; i < n; ++i) sum += dy[r * n + i];
@@ -219,20 +219,21 @@ void LogSoftmaxBackward(const float* y, const float* dy, int64_t rows, int64_t n
   }
 }
 
-float NllLoss(const float* log_probs, const int64_t* labels, int64_t rows, int64_t n) {
+void CpuKernels::NllLoss(const float* log_probs, const int64_t* labels, int64_t rows, int64_t n,
+                         float* loss) const {
   double sum = 0;
   for (int64_t r = 0; r < rows; ++r) sum -= log_probs[r * n + labels[r]];
-  return static_cast<float>(sum / static_cast<double>(rows));
+  *loss = static_cast<float>(sum / static_cast<double>(rows));
 }
 
-void NllLossBackward(const int64_t* labels, int64_t rows, int64_t n, float* dlog_probs) {
+void CpuKernels::NllLossBackward(const int64_t* labels, int64_t rows, int64_t n, float* dlog_probs) const {
   std::fill_n(dlog_probs, rows * n, 0.0f);
   const float g = -1.0f / static_cast<float>(rows);
   for (int64_t r = 0; r < rows; ++r) dlog_probs[r * n + labels[r]] = g;
 }
 
-void LayerNorm(const float* x, int64_t rows, int64_t n, const float* w, const float* bias, float* y, float* mean,
-               float* rstd) {
+void CpuKernels::LayerNorm(const float* x, int64_t rows, int64_t n, const float* w, const float* bias, float* y, float* mean,
+               float* rstd) const {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float sum = 0;
@@ -247,8 +248,8 @@ void LayerNorm(const float* x, int64_t rows, int64_t n, const float* w, const fl
   }
 }
 
-void LayerNormInputGrad(const float* x, const float* mean, const float* rstd, const float* w, const float* dy,
-                        int64_t rows, int64_t n, float* dx) {
+void CpuKernels::LayerNormInputGrad(const float* x, const float* mean, const float* rstd, const float* w, const float* dy,
+                        int64_t rows, int64_t n, float* dx) const {
   for (int64_t r = 0; r < rows; ++r) {
     // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
     float sum_g = 0, sum_gx = 0;
@@ -267,19 +268,19 @@ void LayerNormInputGrad(const float* x, const float* mean, const float* rstd, co
   }
 }
 
-void LayerNormWeightGrad(const float* x, const float* mean, const float* rstd, const float* dy, int64_t rows,
-                         int64_t n, float* dw) {
+void CpuKernels::LayerNormWeightGrad(const float* x, const float* mean, const float* rstd, const float* dy, int64_t rows,
+                         int64_t n, float* dw) const {
   std::fill_n(dw, n, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < n; ++i) dw[i] += dy[r * n + i] * (x[r * n + i] - mean[r]) * rstd[r];
   }
 }
 
-void Gelu(const float* x, int64_t n, float* y) {
+void CpuKernels::Gelu(const float* x, int64_t n, float* y) const {
   for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * static_cast<float>(M_SQRT1_2)));
 }
 
-void GeluBackward(const float* x, const float* dy, int64_t n, float* dx) {
+void CpuKernels::GeluBackward(const float* x, const float* dy, int64_t n, float* dx) const {
   const auto inv_sqrt_2pi = static_cast<float>(0.5 * M_2_SQRTPI * M_SQRT1_2);
   for (int64_t i = 0; i < n; ++i) {
     const float cdf = 0.5f * (1.0f + std::erf(x[i] * static_cast<float>(M_SQRT1_2)));
@@ -288,24 +289,24 @@ void GeluBackward(const float* x, const float* dy, int64_t n, float* dx) {
   }
 }
 
-void Add(const float* a, int64_t n, const float* b, int64_t nb, float* y) {
+void CpuKernels::Add(const float* a, int64_t n, const float* b, int64_t nb, float* y) const {
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i % nb];
 }
 
-void ReduceBroadcast(const float* dy, int64_t n, int64_t nb, float* db) {
+void CpuKernels::ReduceBroadcast(const float* dy, int64_t n, int64_t nb, float* db) const {
   std::fill_n(db, nb, 0.0f);
   for (int64_t i = 0; i < n; ++i) db[i % nb] += dy[i];
 }
 
-void AddInto(float* acc, const float* x, int64_t n) {
+void CpuKernels::AddInto(float* acc, const float* x, int64_t n) const {
   for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
 }
 
-void SgdMomentum(float* p, const float* grad, float* buf, int64_t n, float lr, float momentum) {
+void CpuKernels::SgdMomentum(float* p, const float* grad, float* buf, int64_t n, float lr, float momentum) const {
   for (int64_t i = 0; i < n; ++i) {
     buf[i] = momentum * buf[i] + grad[i];
     p[i] -= lr * buf[i];
   }
 }
 
-}  // namespace headroom::cpu
+}  // namespace headroom

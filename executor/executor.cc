@@ -5,9 +5,9 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
-#include "executor/cpu_kernels.h"
 #include "graph/autograd.h"
 
 namespace headroom {
@@ -37,8 +37,9 @@ absl::StatusOr<PlanInput> DemoPlanInput(const DemoModel& model, const JobSpec& j
   return BuildPlanInput(loaded, job, Machine{.budget = device_bytes});
 }
 
-PlanExecutor::PlanExecutor(const DemoModel& model, const PlanInput& in, ExecutorOptions options)
-    : model_(model), in_(in), options_(options) {}
+PlanExecutor::PlanExecutor(const DemoModel& model, const PlanInput& in, ExecutorOptions options,
+                           std::unique_ptr<ComputeDevice> device)
+    : model_(model), in_(in), options_(options), device_(std::move(device)), kernels_(device_->kernels()) {}
 
 PlanExecutor::~PlanExecutor() {
   // Host copies first, then the device: the pool and the allocator check their books.
@@ -48,8 +49,8 @@ PlanExecutor::~PlanExecutor() {
 }
 
 absl::StatusOr<std::unique_ptr<PlanExecutor>> PlanExecutor::Create(const DemoModel& model, const PlanInput& in,
-                                                                   const Schedule& schedule,
-                                                                   ExecutorOptions options) {
+                                                                   const Schedule& schedule, ExecutorOptions options,
+                                                                   std::unique_ptr<ComputeDevice> device) {
   if (in.step.num_tensors() < model.forward.num_tensors() || in.in_flight != 1 || in.autocast) {
     return absl::InvalidArgumentError(
         "executor: the plan input is not a single-micro-batch fp32 step of this model (no --pp, no autocast)");
@@ -69,7 +70,10 @@ absl::StatusOr<std::unique_ptr<PlanExecutor>> PlanExecutor::Create(const DemoMod
         "executor: the optimizer has temporaries; the executor runs SGD with momentum (--optimizer sgd-momentum), "
         "which updates in place");
   }
-  auto executor = std::unique_ptr<PlanExecutor>(new PlanExecutor(model, in, options));
+  if (device == nullptr) {
+    HEADROOM_ASSIGN_OR_RETURN(device, CpuComputeDevice::Create(options.device_bytes));
+  }
+  auto executor = std::unique_ptr<PlanExecutor>(new PlanExecutor(model, in, options, std::move(device)));
   HEADROOM_RETURN_IF_ERROR(executor->Initialize(schedule));
   return executor;
 }
@@ -105,12 +109,10 @@ absl::Status PlanExecutor::Initialize(const Schedule& schedule) {
   host_.assign(scheduled_.num_tensors(), nullptr);
   live_.assign(scheduled_.num_tensors(), false);
   momentum_.assign(in_.step.num_tensors(), 0);
+  momentum_pointer_.assign(in_.step.num_tensors(), nullptr);
 
-  HEADROOM_ASSIGN_OR_RETURN(backend_, SimulatedBackend::Create({.name = "simulated (host-backed)",
-                                                                .capacity_bytes = options_.device_bytes,
-                                                                .host_backing = true}));
-  HEADROOM_ASSIGN_OR_RETURN(allocator_, CachingAllocator::Create(backend_.get(), in_.allocator));
-  HEADROOM_ASSIGN_OR_RETURN(host_pool_, HostPool::Create(options_.host_pool_bytes));
+  HEADROOM_ASSIGN_OR_RETURN(allocator_, CachingAllocator::Create(&device_->backend(), in_.allocator));
+  HEADROOM_ASSIGN_OR_RETURN(host_pool_, HostPool::Create(options_.host_pool_bytes, device_->HostMemory()));
   return AllocateResident();
 }
 
@@ -132,7 +134,7 @@ absl::Status PlanExecutor::AllocateResident() {
     if (block.category == BudgetCategory::kWeights && weight < parameters.size()) {
       owner = parameters[weight++];
       address_[static_cast<size_t>(owner)] = address;
-      HEADROOM_ASSIGN_OR_RETURN(host_[static_cast<size_t>(owner)], backend_->HostPointer(address, block.bytes));
+      HEADROOM_ASSIGN_OR_RETURN(host_[static_cast<size_t>(owner)], device_->KernelPointer(address, block.bytes));
       live_[static_cast<size_t>(owner)] = true;
     } else if (block.category == BudgetCategory::kOptimizerState && state < trainable.size()) {
       owner = trainable[state++];
@@ -155,14 +157,16 @@ absl::Status PlanExecutor::AllocateResident() {
   }
   for (TensorId p : parameters) {
     const std::vector<float> values = model_.InitialValues(p);
-    std::copy(values.begin(), values.end(), Data(p));
+    const uint64_t bytes = values.size() * sizeof(float);
+    HEADROOM_RETURN_IF_ERROR(device_->CopyToDevice(host_[static_cast<size_t>(p)], values.data(), bytes));
     if (momentum_[static_cast<size_t>(p)] != 0) {
-      HEADROOM_ASSIGN_OR_RETURN(std::byte * m,
-                                backend_->HostPointer(momentum_[static_cast<size_t>(p)], values.size() * 4));
-      std::memset(m, 0, values.size() * 4);
+      HEADROOM_ASSIGN_OR_RETURN(momentum_pointer_[static_cast<size_t>(p)],
+                                device_->KernelPointer(momentum_[static_cast<size_t>(p)], bytes));
+      const std::vector<float> zeros(values.size(), 0.0f);
+      HEADROOM_RETURN_IF_ERROR(device_->CopyToDevice(momentum_pointer_[static_cast<size_t>(p)], zeros.data(), bytes));
     }
   }
-  return absl::OkStatus();
+  return device_->Synchronize();
 }
 
 absl::Status PlanExecutor::AllocateTensor(TensorId t) {
@@ -175,7 +179,7 @@ absl::Status PlanExecutor::AllocateTensor(TensorId t) {
                                                                    address.status().message()));
     }
     address_[static_cast<size_t>(t)] = *address;
-    HEADROOM_ASSIGN_OR_RETURN(host_[static_cast<size_t>(t)], backend_->HostPointer(*address, bytes));
+    HEADROOM_ASSIGN_OR_RETURN(host_[static_cast<size_t>(t)], device_->KernelPointer(*address, bytes));
   }
   live_[static_cast<size_t>(t)] = true;
   if (options_.validate_allocator) HEADROOM_RETURN_IF_ERROR(allocator_->Validate());
@@ -200,25 +204,48 @@ float* PlanExecutor::Data(TensorId t) const {
 absl::Status PlanExecutor::LoadBatch(TensorId t, const DemoBatch& batch) {
   const TensorId value = copy_of_[static_cast<size_t>(t)];
   if (value != model_.inputs && value != model_.labels) return absl::OkStatus();
-  const Tensor& tensor = scheduled_.tensor(t);
-  const bool features = value == model_.inputs && tensor.dtype == DType::kF32;
-  const size_t given = value == model_.labels ? batch.labels.size()
-                       : features             ? batch.features.size()
-                                              : batch.tokens.size();
-  if (given != tensor.elements()) {
-    return absl::InvalidArgumentError(absl::StrFormat("executor: the batch gives %d values for '%s' of %d", given,
-                                                      tensor.name, tensor.elements()));
-  }
-  const void* source = value == model_.labels ? static_cast<const void*>(batch.labels.data())
-                       : features             ? static_cast<const void*>(batch.features.data())
-                                              : static_cast<const void*>(batch.tokens.data());
-  std::memcpy(Data(t), source, tensor.bytes());
-  return absl::OkStatus();
+  const Tensor& tensor = scheduled_.tensor(t);  // CheckBatch saw to the sizes
+  const void* source = value == model_.labels      ? static_cast<const void*>(batch.labels.data())
+                       : tensor.dtype == DType::kF32 ? static_cast<const void*>(batch.features.data())
+                                                     : static_cast<const void*>(batch.tokens.data());
+  return device_->CopyToDevice(host_[static_cast<size_t>(scheduled_.storage(t))], source, tensor.bytes());
 }
 
 int64_t* PlanExecutor::Ids(TensorId t) const { return reinterpret_cast<int64_t*>(Data(t)); }
 
+absl::Status PlanExecutor::CheckBatch(const DemoBatch& batch) const {
+  const auto check = [&](const std::vector<int64_t>& values, std::string_view what) -> absl::Status {
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i] < 0 || values[i] >= model_.classes) {
+        return absl::InvalidArgumentError(absl::StrFormat("executor: %s %d at position %d is outside [0, %d)", what,
+                                                          values[i], i, model_.classes));
+      }
+    }
+    return absl::OkStatus();
+  };
+  const Tensor& inputs = model_.forward.tensor(model_.inputs);
+  const size_t given = inputs.dtype == DType::kF32 ? batch.features.size() : batch.tokens.size();
+  if (given != inputs.elements() || batch.labels.size() != model_.forward.tensor(model_.labels).elements()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "executor: the batch gives %d values for '%s' of %d and %d for 'labels' of %d", given, inputs.name,
+        inputs.elements(), batch.labels.size(), model_.forward.tensor(model_.labels).elements()));
+  }
+  HEADROOM_RETURN_IF_ERROR(check(batch.tokens, "token id"));
+  return check(batch.labels, "label");
+}
+
 absl::StatusOr<StepResult> PlanExecutor::RunStep(const DemoBatch& batch) {
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("executor: an earlier step failed midway, leaving its memory as it was: ", broken_.message()));
+  }
+  HEADROOM_RETURN_IF_ERROR(CheckBatch(batch));
+  absl::StatusOr<StepResult> result = RunCheckedStep(batch);
+  if (!result.ok()) broken_ = result.status();
+  return result;
+}
+
+absl::StatusOr<StepResult> PlanExecutor::RunCheckedStep(const DemoBatch& batch) {
   const auto start = std::chrono::steady_clock::now();
   float loss = 0;
   for (size_t i = 0; i < schedule_.entries.size(); ++i) {
@@ -260,6 +287,7 @@ absl::StatusOr<StepResult> PlanExecutor::RunStep(const DemoBatch& batch) {
   for (void*& p : host_copy_) {  // offloaded and never brought back
     if (p != nullptr) HEADROOM_RETURN_IF_ERROR(host_pool_->Free(std::exchange(p, nullptr)));
   }
+  HEADROOM_RETURN_IF_ERROR(device_->Synchronize());
   const MemoryStats stats = allocator_->GetStats();
   StepResult r{.loss = loss,
                .peak_requested_bytes = static_cast<uint64_t>(stats.requested_bytes[kAllPools].peak),
@@ -277,65 +305,47 @@ absl::Status PlanExecutor::RunForward(const Op& op, OpId step_op, float& loss) {
   const std::string& kind = op.kind;
   if (kind == "view") return absl::OkStatus();
   if (kind == "embedding") {
-    const int64_t* ids = Ids(op.inputs[0]);
-    const int64_t vocab = in(1).shape[0];
-    const int64_t rows = Elements(in(0));
-    for (int64_t r = 0; r < rows; ++r) {
-      if (ids[r] < 0 || ids[r] >= vocab) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("executor: token id %d at position %d is outside the vocabulary [0, %d)", ids[r], r,
-                            vocab));
-      }
-    }
-    cpu::Embedding(ids, rows, data(op.inputs[1]), Last(in(1)), data(op.outputs[0]));
+    kernels_.Embedding(Ids(op.inputs[0]), Elements(in(0)), data(op.inputs[1]), Last(in(1)), data(op.outputs[0]));
   } else if (kind == "linear") {
     const Tensor& w = in(1);
     if (w.shape.size() != 2 || w.shape[1] != Last(in(0))) return Unsupported(op);
-    cpu::Linear(data(op.inputs[0]), Rows(in(0)), w.shape[1], data(op.inputs[1]),
+    kernels_.Linear(data(op.inputs[0]), Rows(in(0)), w.shape[1], data(op.inputs[1]),
                 op.inputs.size() > 2 ? data(op.inputs[2]) : nullptr, w.shape[0], data(op.outputs[0]));
   } else if (kind == "attention_scores" || kind == "attention_context") {
     const bool scores = kind == "attention_scores";
     const Tensor& tokens = scores ? in(0) : in(1);
     const Tensor& keys = in(1);
-    const cpu::AttentionShape a{.batch = tokens.shape[0],
+    const AttentionShape a{.batch = tokens.shape[0],
                                 .queries = scores ? in(0).shape[1] : in(0).shape[2],
                                 .keys = keys.shape[1],
                                 .heads = attributes.heads,
                                 .head_dim = Last(tokens) / attributes.heads};
     if (scores) {
-      cpu::AttentionScores(a, data(op.inputs[0]), data(op.inputs[1]), data(op.outputs[0]));
+      kernels_.AttentionScores(a, data(op.inputs[0]), data(op.inputs[1]), data(op.outputs[0]));
     } else {
-      cpu::AttentionContext(a, data(op.inputs[0]), data(op.inputs[1]), data(op.outputs[0]));
+      kernels_.AttentionContext(a, data(op.inputs[0]), data(op.inputs[1]), data(op.outputs[0]));
     }
   } else if (kind == "masked_scale") {
     const Tensor& x = in(0);
     const int64_t queries = x.shape[x.shape.size() - 2];
-    cpu::MaskedScale(data(op.inputs[0]), Rows(x) / queries, queries, Last(x), attributes.scale, attributes.causal,
+    kernels_.MaskedScale(data(op.inputs[0]), Rows(x) / queries, queries, Last(x), attributes.scale, attributes.causal,
                      data(op.outputs[0]));
   } else if (kind == "softmax") {
-    cpu::Softmax(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.outputs[0]));
+    kernels_.Softmax(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.outputs[0]));
   } else if (kind == "log_softmax") {
-    cpu::LogSoftmax(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.outputs[0]));
+    kernels_.LogSoftmax(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.outputs[0]));
   } else if (kind == "layer_norm") {
-    cpu::LayerNorm(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.inputs[1]),
+    kernels_.LayerNorm(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.inputs[1]),
                    op.inputs.size() > 2 ? data(op.inputs[2]) : nullptr, data(op.outputs[0]), data(op.outputs[1]),
                    data(op.outputs[2]));
   } else if (kind == "gelu") {
-    cpu::Gelu(data(op.inputs[0]), Elements(in(0)), data(op.outputs[0]));
+    kernels_.Gelu(data(op.inputs[0]), Elements(in(0)), data(op.outputs[0]));
   } else if (kind == "add") {
     if (Elements(in(0)) != Elements(scheduled_.tensor(op.outputs[0]))) return Unsupported(op);
-    cpu::Add(data(op.inputs[0]), Elements(in(0)), data(op.inputs[1]), Elements(in(1)), data(op.outputs[0]));
+    kernels_.Add(data(op.inputs[0]), Elements(in(0)), data(op.inputs[1]), Elements(in(1)), data(op.outputs[0]));
   } else if (kind == "nll_loss") {
-    const int64_t* labels = Ids(op.inputs[1]);
-    const int64_t classes = Last(in(0));
-    for (int64_t r = 0; r < Rows(in(0)); ++r) {
-      if (labels[r] < 0 || labels[r] >= classes) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("executor: label %d at row %d is outside [0, %d)", labels[r], r, classes));
-      }
-    }
-    loss = cpu::NllLoss(data(op.inputs[0]), labels, Rows(in(0)), classes);
-    *data(op.outputs[0]) = loss;
+    kernels_.NllLoss(data(op.inputs[0]), Ids(op.inputs[1]), Rows(in(0)), Last(in(0)), data(op.outputs[0]));
+    HEADROOM_RETURN_IF_ERROR(device_->CopyToHost(&loss, host_[static_cast<size_t>(op.outputs[0])], sizeof(float)));
   } else {
     return Unsupported(op);
   }
@@ -381,40 +391,40 @@ absl::Status PlanExecutor::RunBackward(const Op& op) {
       const Tensor& w = shape(1);
       if (j == 0) {
         HEADROOM_ASSIGN_OR_RETURN(const float* weight, value(fwd.inputs[1]));
-        cpu::LinearInputGrad(dy, Rows(x), w.shape[0], weight, w.shape[1], out);
+        kernels_.LinearInputGrad(dy, Rows(x), w.shape[0], weight, w.shape[1], out);
       } else if (j == 1) {
         HEADROOM_ASSIGN_OR_RETURN(const float* input, value(fwd.inputs[0]));
-        cpu::LinearWeightGrad(dy, input, Rows(x), w.shape[1], w.shape[0], out);
+        kernels_.LinearWeightGrad(dy, input, Rows(x), w.shape[1], w.shape[0], out);
       } else {
-        cpu::BiasGrad(dy, Rows(x), w.shape[0], out);
+        kernels_.BiasGrad(dy, Rows(x), w.shape[0], out);
       }
     } else if (kind == "attention_scores" || kind == "attention_context") {
       const bool scores = kind == "attention_scores";
       const Tensor& tokens = scores ? shape(0) : shape(1);
-      const cpu::AttentionShape a{.batch = tokens.shape[0],
+      const AttentionShape a{.batch = tokens.shape[0],
                                   .queries = scores ? shape(0).shape[1] : shape(0).shape[2],
                                   .keys = shape(1).shape[1],
                                   .heads = attributes.heads,
                                   .head_dim = Last(tokens) / attributes.heads};
       HEADROOM_ASSIGN_OR_RETURN(const float* other, value(fwd.inputs[1 - j]));
       if (scores) {
-        j == 0 ? cpu::AttentionScoresQueryGrad(a, dy, other, out) : cpu::AttentionScoresKeyGrad(a, dy, other, out);
+        j == 0 ? kernels_.AttentionScoresQueryGrad(a, dy, other, out) : kernels_.AttentionScoresKeyGrad(a, dy, other, out);
       } else {
-        j == 0 ? cpu::AttentionContextProbsGrad(a, dy, other, out)
-               : cpu::AttentionContextValueGrad(a, dy, other, out);
+        j == 0 ? kernels_.AttentionContextProbsGrad(a, dy, other, out)
+               : kernels_.AttentionContextValueGrad(a, dy, other, out);
       }
     } else if (kind == "masked_scale") {
       const Tensor& x = shape(0);
       const int64_t queries = x.shape[x.shape.size() - 2];
-      cpu::MaskedScaleBackward(dy, Rows(x) / queries, queries, Last(x), attributes.scale, attributes.causal, out);
+      kernels_.MaskedScaleBackward(dy, Rows(x) / queries, queries, Last(x), attributes.scale, attributes.causal, out);
     } else if (kind == "softmax" || kind == "log_softmax") {
       HEADROOM_ASSIGN_OR_RETURN(const float* y, value(fwd.outputs[0]));
       const Tensor& x = shape(0);
-      kind == "softmax" ? cpu::SoftmaxBackward(y, dy, Rows(x), Last(x), out)
-                        : cpu::LogSoftmaxBackward(y, dy, Rows(x), Last(x), out);
+      kind == "softmax" ? kernels_.SoftmaxBackward(y, dy, Rows(x), Last(x), out)
+                        : kernels_.LogSoftmaxBackward(y, dy, Rows(x), Last(x), out);
     } else if (kind == "nll_loss") {
       HEADROOM_ASSIGN_OR_RETURN(const float* labels, value(fwd.inputs[1]));
-      cpu::NllLossBackward(reinterpret_cast<const int64_t*>(labels), Rows(shape(0)), Last(shape(0)), out);
+      kernels_.NllLossBackward(reinterpret_cast<const int64_t*>(labels), Rows(shape(0)), Last(shape(0)), out);
     } else if (kind == "layer_norm") {
       const Tensor& x = shape(0);
       HEADROOM_ASSIGN_OR_RETURN(const float* input, value(fwd.inputs[0]));
@@ -422,20 +432,20 @@ absl::Status PlanExecutor::RunBackward(const Op& op) {
       HEADROOM_ASSIGN_OR_RETURN(const float* rstd, value(fwd.outputs[2]));
       if (j == 0) {
         HEADROOM_ASSIGN_OR_RETURN(const float* weight, value(fwd.inputs[1]));
-        cpu::LayerNormInputGrad(input, mean, rstd, weight, dy, Rows(x), Last(x), out);
+        kernels_.LayerNormInputGrad(input, mean, rstd, weight, dy, Rows(x), Last(x), out);
       } else if (j == 1) {
-        cpu::LayerNormWeightGrad(input, mean, rstd, dy, Rows(x), Last(x), out);
+        kernels_.LayerNormWeightGrad(input, mean, rstd, dy, Rows(x), Last(x), out);
       } else {
-        cpu::BiasGrad(dy, Rows(x), Last(x), out);
+        kernels_.BiasGrad(dy, Rows(x), Last(x), out);
       }
     } else if (kind == "gelu") {
       HEADROOM_ASSIGN_OR_RETURN(const float* x, value(fwd.inputs[0]));
-      cpu::GeluBackward(x, dy, Elements(shape(0)), out);
+      kernels_.GeluBackward(x, dy, Elements(shape(0)), out);
     } else if (kind == "add") {
-      cpu::ReduceBroadcast(dy, dy_elements, Elements(shape(j)), out);
+      kernels_.ReduceBroadcast(dy, dy_elements, Elements(shape(j)), out);
     } else if (kind == "embedding" && j == 1) {
       HEADROOM_ASSIGN_OR_RETURN(const float* ids, value(fwd.inputs[0]));
-      cpu::EmbeddingBackward(reinterpret_cast<const int64_t*>(ids), Elements(shape(0)), dy, Last(shape(1)),
+      kernels_.EmbeddingBackward(reinterpret_cast<const int64_t*>(ids), Elements(shape(0)), dy, Last(shape(1)),
                              shape(1).shape[0], out);
     } else {
       return Unsupported(fwd);
@@ -469,7 +479,7 @@ absl::Status PlanExecutor::RunBackward(const Op& op) {
     }
     const int64_t n = Elements(scheduled_.tensor(*existing));
     if (rule == BackwardRule::kPassThrough && n == dy_elements) {
-      cpu::AddInto(Data(*existing), dy, n);
+      kernels_.AddInto(Data(*existing), dy, n);
       continue;
     }
     if (next_partial == partials.size()) {
@@ -478,7 +488,7 @@ absl::Status PlanExecutor::RunBackward(const Op& op) {
     }
     const TensorId partial = partials[next_partial++];
     HEADROOM_RETURN_IF_ERROR(gradient(j, Data(partial)));
-    cpu::AddInto(Data(*existing), Data(partial), n);
+    kernels_.AddInto(Data(*existing), Data(partial), n);
   }
   return absl::OkStatus();
 }
@@ -487,13 +497,15 @@ absl::Status PlanExecutor::RunOptimizer(const Op& op) {
   const TensorId p = op.inputs[0];
   const TensorId g = op.inputs[1];
   const int64_t n = Elements(scheduled_.tensor(p));
-  HEADROOM_ASSIGN_OR_RETURN(std::byte * buffer, backend_->HostPointer(momentum_[static_cast<size_t>(p)], n * 4));
   if (options_.record_gradients) {
     gradients_.resize(model_.forward.num_tensors());
-    gradients_[static_cast<size_t>(p)].assign(Data(g), Data(g) + n);
+    std::vector<float>& copy = gradients_[static_cast<size_t>(p)];
+    copy.resize(static_cast<size_t>(n));
+    HEADROOM_RETURN_IF_ERROR(device_->CopyToHost(copy.data(), host_[static_cast<size_t>(scheduled_.storage(g))],
+                                                 copy.size() * sizeof(float)));
   }
-  cpu::SgdMomentum(Data(p), Data(g), reinterpret_cast<float*>(buffer), n, options_.learning_rate,
-                   options_.momentum);
+  kernels_.SgdMomentum(Data(p), Data(g), reinterpret_cast<float*>(momentum_pointer_[static_cast<size_t>(p)]), n,
+                       options_.learning_rate, options_.momentum);
   return absl::OkStatus();
 }
 
@@ -504,8 +516,7 @@ absl::Status PlanExecutor::Offload(const Op& op) {
   if (host != nullptr) HEADROOM_RETURN_IF_ERROR(host_pool_->Free(std::exchange(host, nullptr)));
   const uint64_t bytes = scheduled_.tensor(t).bytes();
   HEADROOM_ASSIGN_OR_RETURN(host, host_pool_->Allocate(bytes));
-  std::memcpy(host, Data(t), bytes);
-  return absl::OkStatus();
+  return device_->CopyToHost(host, host_[static_cast<size_t>(scheduled_.storage(t))], bytes);
 }
 
 absl::Status PlanExecutor::Prefetch(size_t index, const Op& op) {
@@ -515,7 +526,8 @@ absl::Status PlanExecutor::Prefetch(size_t index, const Op& op) {
     return absl::InternalError(absl::StrFormat("executor: prefetch of '%s' finds no host copy",
                                                in_.step.tensor(value).name));
   }
-  std::memcpy(Data(op.outputs[0]), host, scheduled_.tensor(op.outputs[0]).bytes());
+  HEADROOM_RETURN_IF_ERROR(device_->CopyToDevice(host_[static_cast<size_t>(scheduled_.storage(op.outputs[0]))], host,
+                                                 scheduled_.tensor(op.outputs[0]).bytes()));
   if (last_prefetch_[static_cast<size_t>(value)] == index) {
     HEADROOM_RETURN_IF_ERROR(host_pool_->Free(std::exchange(host, nullptr)));
   }
@@ -532,8 +544,10 @@ absl::Status PlanExecutor::CheckParameter(TensorId parameter) const {
 
 absl::StatusOr<std::vector<float>> PlanExecutor::ParameterValues(TensorId parameter) const {
   HEADROOM_RETURN_IF_ERROR(CheckParameter(parameter));
-  const float* p = Data(parameter);
-  return std::vector<float>(p, p + model_.forward.tensor(parameter).elements());
+  std::vector<float> values(model_.forward.tensor(parameter).elements());
+  HEADROOM_RETURN_IF_ERROR(
+      device_->CopyToHost(values.data(), host_[static_cast<size_t>(parameter)], values.size() * sizeof(float)));
+  return values;
 }
 
 absl::Status PlanExecutor::SetParameterValues(TensorId parameter, std::span<const float> values) {
@@ -543,8 +557,7 @@ absl::Status PlanExecutor::SetParameterValues(TensorId parameter, std::span<cons
     return absl::InvalidArgumentError(
         absl::StrFormat("executor: %d values for '%s' of %d", values.size(), t.name, t.elements()));
   }
-  std::copy(values.begin(), values.end(), Data(parameter));
-  return absl::OkStatus();
+  return device_->CopyToDevice(host_[static_cast<size_t>(parameter)], values.data(), values.size() * sizeof(float));
 }
 
 }  // namespace headroom

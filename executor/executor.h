@@ -9,9 +9,10 @@
 //   HEADROOM_ASSIGN_OR_RETURN(StepResult r, executor->RunStep(model.MakeBatch(0)));
 //   r.loss; r.peak_requested_bytes == ReplayPlan(in, scheduled)->requested_bytes
 //
-// Compute is the CPU reference (executor/cpu_kernels.h) over a simulated
-// device whose memory is host memory (SimulatedBackend's host backing), so
-// the whole path runs on any machine.
+// Compute runs on a ComputeDevice (executor/compute_device.h): by default the
+// CPU reference (executor/cpu_kernels.h) over a simulated device whose memory
+// is host memory, so the whole path runs on any machine; on a GPU, cuBLAS
+// (executor/cuda/).
 //
 // Note [Executor allocation order]
 // The executor allocates what ReplayPlan replays (estimators/step_replay.h,
@@ -39,7 +40,7 @@
 
 #include "absl/status/statusor.h"
 #include "allocator/caching_allocator.h"
-#include "allocator/simulated/simulated_backend.h"
+#include "executor/compute_device.h"
 #include "estimators/plan_input.h"
 #include "executor/demo_models.h"
 #include "executor/host_pool.h"
@@ -87,10 +88,15 @@ class PlanExecutor {
   // momentum, op kinds of the demo models) and `schedule` materializes over
   // it, allocates the resident state and initializes the parameters.
   // Errors name the op, tensor or setting at fault.
+  // `device`: where to run; the CPU reference of options.device_bytes when null.
   static absl::StatusOr<std::unique_ptr<PlanExecutor>> Create(const DemoModel& model, const PlanInput& in,
-                                                              const Schedule& schedule, ExecutorOptions options);
+                                                              const Schedule& schedule, ExecutorOptions options,
+                                                              std::unique_ptr<ComputeDevice> device = nullptr);
   ~PlanExecutor();
 
+  // One training step. A bad batch (sizes, ids out of range) is refused
+  // before anything runs; an error midway (out of memory) leaves the
+  // executor refusing further steps.
   absl::StatusOr<StepResult> RunStep(const DemoBatch& batch);
 
   // Current values of a parameter of the model (by forward TensorId), and
@@ -104,7 +110,10 @@ class PlanExecutor {
   const HostPool& host_pool() const { return *host_pool_; }
 
  private:
-  PlanExecutor(const DemoModel& model, const PlanInput& in, ExecutorOptions options);
+  PlanExecutor(const DemoModel& model, const PlanInput& in, ExecutorOptions options,
+               std::unique_ptr<ComputeDevice> device);
+  absl::Status CheckBatch(const DemoBatch& batch) const;
+  absl::StatusOr<StepResult> RunCheckedStep(const DemoBatch& batch);
   absl::Status Initialize(const Schedule& schedule);
   absl::Status AllocateResident();
   absl::Status CheckParameter(TensorId parameter) const;
@@ -112,7 +121,7 @@ class PlanExecutor {
   // Device memory of materialized tensors.
   absl::Status AllocateTensor(TensorId t);
   absl::Status FreeTensor(TensorId t);
-  float* Data(TensorId t) const;  // t's storage in host memory, as floats
+  float* Data(TensorId t) const;  // t's storage as the kernels see it, as floats
   int64_t* Ids(TensorId t) const;
   // Copies the batch into t when t is the model's input or labels.
   absl::Status LoadBatch(TensorId t, const DemoBatch& batch);
@@ -138,17 +147,20 @@ class PlanExecutor {
   std::unique_ptr<GraphEventOrder> order_;
   std::vector<bool> requires_grad_;  // by step TensorId
 
-  std::unique_ptr<SimulatedBackend> backend_;
+  std::unique_ptr<ComputeDevice> device_;
+  const ExecutorKernels& kernels_;
   std::unique_ptr<CachingAllocator> allocator_;
   std::unique_ptr<HostPool> host_pool_;
   std::vector<DeviceAddress> address_;  // by scheduled TensorId: storage of live tensors
-  std::vector<std::byte*> host_;        // the same storage's host bytes
+  std::vector<std::byte*> host_;        // the same storage as the kernels see it
   std::vector<bool> live_;
   std::vector<DeviceAddress> momentum_;  // by step TensorId (parameters)
+  std::vector<std::byte*> momentum_pointer_;
   std::vector<DeviceAddress> unused_resident_;
   std::vector<void*> host_copy_;             // by step TensorId: offloaded bytes
   std::vector<size_t> last_prefetch_;        // by step TensorId: the entry of its last prefetch
   std::vector<std::vector<float>> gradients_;
+  absl::Status broken_;  // the error that stopped a step midway
 };
 
 }  // namespace headroom

@@ -210,9 +210,27 @@ TEST(ExecutorErrors, RefuseWhatTheKernelsDoNotRun) {
   DemoBatch batch = model.MakeBatch(0);
   batch.labels[2] = 99;
   EXPECT_THAT(executor->RunStep(batch).status().message(), HasSubstr("label 99"));
+  batch.labels[2] = 0;
   batch.labels.pop_back();
-  EXPECT_THAT(executor->RunStep(batch).status().message(), HasSubstr("values for 'labels'"));
+  EXPECT_THAT(executor->RunStep(batch).status().message(), HasSubstr("for 'labels' of 8"));
+  EXPECT_TRUE(executor->RunStep(model.MakeBatch(0)).ok());  // refused batches changed nothing
   EXPECT_FALSE(executor->SetParameterValues(model.labels, {}).ok());
+}
+
+// A device too small for the plan: the step fails with the allocator's
+// out-of-memory error naming the tensor, and later steps are refused.
+TEST(ExecutorErrors, OutOfMemoryMidwayStopsTheExecutor) {
+  const DemoModel model = *BuildDemoGpt({});  // 1.6 MiB of weights and momentum, 4 MiB reserved in all
+  const Planned p = Plan(model, Strategy::kStoreAll, 1.0);
+  absl::StatusOr<std::unique_ptr<PlanExecutor>> made =
+      PlanExecutor::Create(model, p.in, p.plan.schedule, {.device_bytes = 2 << 20});
+  ASSERT_TRUE(made.ok()) << made.status();  // the resident state fits in 2 MiB
+  auto& executor = *made;
+  const absl::StatusOr<StepResult> first = executor->RunStep(model.MakeBatch(0));
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(first.status().message(), HasSubstr("executor: allocating '"));
+  EXPECT_EQ(executor->RunStep(model.MakeBatch(1)).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
