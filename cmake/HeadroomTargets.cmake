@@ -19,7 +19,7 @@ function(headroom_library target)
   add_library(headroom::${ARG_EXPORT_NAME} ALIAS ${target})
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${ARG_EXPORT_NAME} POSITION_INDEPENDENT_CODE ON)
   target_sources(${target} PUBLIC FILE_SET HEADERS BASE_DIRS ${PROJECT_SOURCE_DIR} FILES ${ARG_HEADERS})
-  target_compile_options(${target} PRIVATE ${HEADROOM_WARNINGS})
+  target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:${HEADROOM_WARNINGS}>")
   target_compile_features(${target} PUBLIC cxx_std_20)
   target_link_libraries(${target} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   install(TARGETS ${target} EXPORT headroomTargets
