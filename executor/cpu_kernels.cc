@@ -22,12 +22,13 @@ void CpuKernels::Embedding(const int64_t* ids, int64_t rows, const float* table,
 }
 
 void CpuKernels::EmbeddingBackward(const int64_t* ids, int64_t rows, const float* dy, int64_t dim, int64_t vocab,
-                       float* dtable) const {
+                                   float* dtable) const {
   std::fill_n(dtable, vocab * dim, 0.0f);
   for (int64_t r = 0; r < rows; ++r) AddInto(dtable + ids[r] * dim, dy + r * dim, dim);
 }
 
-void CpuKernels::Linear(const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out, float* y) const {
+void CpuKernels::Linear(const float* x, int64_t rows, int64_t in, const float* w, const float* bias, int64_t out,
+                        float* y) const {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t o = 0; o < out; ++o) {
       float sum = bias != nullptr ? bias[o] : 0.0f;
@@ -37,7 +38,8 @@ void CpuKernels::Linear(const float* x, int64_t rows, int64_t in, const float* w
   }
 }
 
-void CpuKernels::LinearInputGrad(const float* dy, int64_t rows, int64_t out, const float* w, int64_t in, float* dx) const {
+void CpuKernels::LinearInputGrad(const float* dy, int64_t rows, int64_t out, const float* w, int64_t in,
+                                 float* dx) const {
   std::fill_n(dx, rows * in, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t o = 0; o < out; ++o) {
@@ -47,7 +49,8 @@ void CpuKernels::LinearInputGrad(const float* dy, int64_t rows, int64_t out, con
   }
 }
 
-void CpuKernels::LinearWeightGrad(const float* dy, const float* x, int64_t rows, int64_t in, int64_t out, float* dw) const {
+void CpuKernels::LinearWeightGrad(const float* dy, const float* x, int64_t rows, int64_t in, int64_t out,
+                                  float* dw) const {
   std::fill_n(dw, out * in, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t o = 0; o < out; ++o) {
@@ -79,7 +82,8 @@ void CpuKernels::AttentionScores(const AttentionShape& a, const float* q, const 
   }
 }
 
-void CpuKernels::AttentionScoresQueryGrad(const AttentionShape& a, const float* dscores, const float* k, float* dq) const {
+void CpuKernels::AttentionScoresQueryGrad(const AttentionShape& a, const float* dscores, const float* k,
+                                          float* dq) const {
   std::fill_n(dq, a.batch * a.queries * a.heads * a.head_dim, 0.0f);
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
@@ -95,7 +99,8 @@ void CpuKernels::AttentionScoresQueryGrad(const AttentionShape& a, const float* 
   }
 }
 
-void CpuKernels::AttentionScoresKeyGrad(const AttentionShape& a, const float* dscores, const float* q, float* dk) const {
+void CpuKernels::AttentionScoresKeyGrad(const AttentionShape& a, const float* dscores, const float* q,
+                                        float* dk) const {
   std::fill_n(dk, a.batch * a.keys * a.heads * a.head_dim, 0.0f);
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
@@ -127,7 +132,8 @@ void CpuKernels::AttentionContext(const AttentionShape& a, const float* probs, c
   }
 }
 
-void CpuKernels::AttentionContextProbsGrad(const AttentionShape& a, const float* dcontext, const float* v, float* dprobs) const {
+void CpuKernels::AttentionContextProbsGrad(const AttentionShape& a, const float* dcontext, const float* v,
+                                           float* dprobs) const {
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
       for (int64_t i = 0; i < a.queries; ++i) {
@@ -144,7 +150,8 @@ void CpuKernels::AttentionContextProbsGrad(const AttentionShape& a, const float*
   }
 }
 
-void CpuKernels::AttentionContextValueGrad(const AttentionShape& a, const float* dcontext, const float* probs, float* dv) const {
+void CpuKernels::AttentionContextValueGrad(const AttentionShape& a, const float* dcontext, const float* probs,
+                                           float* dv) const {
   std::fill_n(dv, a.batch * a.keys * a.heads * a.head_dim, 0.0f);
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
@@ -160,8 +167,8 @@ void CpuKernels::AttentionContextValueGrad(const AttentionShape& a, const float*
   }
 }
 
-void CpuKernels::MaskedScale(const float* x, int64_t matrices, int64_t queries, int64_t keys, float scale, bool causal,
-                 float* y) const {
+void CpuKernels::MaskedScale(const float* x, int64_t matrices, int64_t queries, int64_t keys, float scale,
+                             bool causal, float* y) const {
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (int64_t m = 0; m < matrices; ++m) {
     for (int64_t i = 0; i < queries; ++i) {
@@ -172,7 +179,7 @@ void CpuKernels::MaskedScale(const float* x, int64_t matrices, int64_t queries, 
 }
 
 void CpuKernels::MaskedScaleBackward(const float* dy, int64_t matrices, int64_t queries, int64_t keys, float scale,
-                         bool causal, float* dx) const {
+                                     bool causal, float* dx) const {
   for (int64_t m = 0; m < matrices; ++m) {
     for (int64_t i = 0; i < queries; ++i) {
       const int64_t row = (m * queries + i) * keys;
@@ -219,8 +226,7 @@ void CpuKernels::LogSoftmaxBackward(const float* y, const float* dy, int64_t row
   }
 }
 
-void CpuKernels::NllLoss(const float* log_probs, const int64_t* labels, int64_t rows, int64_t n,
-                         float* loss) const {
+void CpuKernels::NllLoss(const float* log_probs, const int64_t* labels, int64_t rows, int64_t n, float* loss) const {
   double sum = 0;
   for (int64_t r = 0; r < rows; ++r) sum -= log_probs[r * n + labels[r]];
   *loss = static_cast<float>(sum / static_cast<double>(rows));
@@ -232,8 +238,8 @@ void CpuKernels::NllLossBackward(const int64_t* labels, int64_t rows, int64_t n,
   for (int64_t r = 0; r < rows; ++r) dlog_probs[r * n + labels[r]] = g;
 }
 
-void CpuKernels::LayerNorm(const float* x, int64_t rows, int64_t n, const float* w, const float* bias, float* y, float* mean,
-               float* rstd) const {
+void CpuKernels::LayerNorm(const float* x, int64_t rows, int64_t n, const float* w, const float* bias, float* y,
+                           float* mean, float* rstd) const {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float sum = 0;
@@ -248,8 +254,8 @@ void CpuKernels::LayerNorm(const float* x, int64_t rows, int64_t n, const float*
   }
 }
 
-void CpuKernels::LayerNormInputGrad(const float* x, const float* mean, const float* rstd, const float* w, const float* dy,
-                        int64_t rows, int64_t n, float* dx) const {
+void CpuKernels::LayerNormInputGrad(const float* x, const float* mean, const float* rstd, const float* w,
+                                    const float* dy, int64_t rows, int64_t n, float* dx) const {
   for (int64_t r = 0; r < rows; ++r) {
     // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
     float sum_g = 0, sum_gx = 0;
@@ -268,8 +274,8 @@ void CpuKernels::LayerNormInputGrad(const float* x, const float* mean, const flo
   }
 }
 
-void CpuKernels::LayerNormWeightGrad(const float* x, const float* mean, const float* rstd, const float* dy, int64_t rows,
-                         int64_t n, float* dw) const {
+void CpuKernels::LayerNormWeightGrad(const float* x, const float* mean, const float* rstd, const float* dy,
+                                     int64_t rows, int64_t n, float* dw) const {
   std::fill_n(dw, n, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < n; ++i) dw[i] += dy[r * n + i] * (x[r * n + i] - mean[r]) * rstd[r];

@@ -17,9 +17,18 @@ int64_t Last(const Tensor& t) { return t.shape.empty() ? 1 : t.shape.back(); }
 int64_t Rows(const Tensor& t) { return static_cast<int64_t>(t.elements()) / Last(t); }
 int64_t Elements(const Tensor& t) { return static_cast<int64_t>(t.elements()); }
 
+// attention_scores (q [b, s, w], k [b, t, w]) or attention_context (probs [b, h, s, t], v [b, t, w]).
+AttentionShape AttentionShapeOf(bool scores, const Tensor& first, const Tensor& second, int64_t heads) {
+  return {.batch = second.shape[0],
+          .queries = scores ? first.shape[1] : first.shape[2],
+          .keys = second.shape[1],
+          .heads = heads,
+          .head_dim = Last(second) / heads};
+}
+
 absl::Status Unsupported(const Op& op) {
   return absl::UnimplementedError(
-      absl::StrFormat("executor: op '%s' is of kind '%s', which the CPU reference does not run", op.name, op.kind));
+      absl::StrFormat("executor: op '%s' is of kind '%s', which the executor's kernels do not run", op.name, op.kind));
 }
 
 }  // namespace
@@ -60,7 +69,7 @@ absl::StatusOr<std::unique_ptr<PlanExecutor>> PlanExecutor::Create(const DemoMod
                      (t.id == model.labels || (t.id == model.inputs && t.dtype == DType::kI64));
     if (t.dtype != DType::kF32 && !ids) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "executor: tensor '%s' is %s; the CPU reference runs fp32 steps (--precision fp32)", t.name,
+          "executor: tensor '%s' is %s; the executor runs fp32 steps (--precision fp32)", t.name,
           DTypeName(t.dtype)));
     }
   }
@@ -261,14 +270,13 @@ absl::StatusOr<StepResult> PlanExecutor::RunCheckedStep(const DemoBatch& batch) 
       }
     }
     const ScheduleEntry& entry = schedule_.entries[i];
-    const Op& step_op = in_.step.op(entry.target);
     const Op& op = scheduled_.op(id);
     switch (entry.action) {
       case ScheduleAction::kCompute:
-        if (IsHoldOp(step_op)) break;
-        if (step_op.phase == Phase::kOptimizer) {
+        if (IsHoldOp(op)) break;
+        if (op.phase == Phase::kOptimizer) {
           HEADROOM_RETURN_IF_ERROR(RunOptimizer(op));
-        } else if (step_op.phase == Phase::kBackward) {
+        } else if (op.phase == Phase::kBackward) {
           HEADROOM_RETURN_IF_ERROR(RunBackward(op));
         } else {
           HEADROOM_RETURN_IF_ERROR(RunForward(op, entry.target, loss));
@@ -310,16 +318,10 @@ absl::Status PlanExecutor::RunForward(const Op& op, OpId step_op, float& loss) {
     const Tensor& w = in(1);
     if (w.shape.size() != 2 || w.shape[1] != Last(in(0))) return Unsupported(op);
     kernels_.Linear(data(op.inputs[0]), Rows(in(0)), w.shape[1], data(op.inputs[1]),
-                op.inputs.size() > 2 ? data(op.inputs[2]) : nullptr, w.shape[0], data(op.outputs[0]));
+                    op.inputs.size() > 2 ? data(op.inputs[2]) : nullptr, w.shape[0], data(op.outputs[0]));
   } else if (kind == "attention_scores" || kind == "attention_context") {
     const bool scores = kind == "attention_scores";
-    const Tensor& tokens = scores ? in(0) : in(1);
-    const Tensor& keys = in(1);
-    const AttentionShape a{.batch = tokens.shape[0],
-                                .queries = scores ? in(0).shape[1] : in(0).shape[2],
-                                .keys = keys.shape[1],
-                                .heads = attributes.heads,
-                                .head_dim = Last(tokens) / attributes.heads};
+    const AttentionShape a = AttentionShapeOf(scores, in(0), in(1), attributes.heads);
     if (scores) {
       kernels_.AttentionScores(a, data(op.inputs[0]), data(op.inputs[1]), data(op.outputs[0]));
     } else {
@@ -329,15 +331,15 @@ absl::Status PlanExecutor::RunForward(const Op& op, OpId step_op, float& loss) {
     const Tensor& x = in(0);
     const int64_t queries = x.shape[x.shape.size() - 2];
     kernels_.MaskedScale(data(op.inputs[0]), Rows(x) / queries, queries, Last(x), attributes.scale, attributes.causal,
-                     data(op.outputs[0]));
+                         data(op.outputs[0]));
   } else if (kind == "softmax") {
     kernels_.Softmax(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.outputs[0]));
   } else if (kind == "log_softmax") {
     kernels_.LogSoftmax(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.outputs[0]));
   } else if (kind == "layer_norm") {
     kernels_.LayerNorm(data(op.inputs[0]), Rows(in(0)), Last(in(0)), data(op.inputs[1]),
-                   op.inputs.size() > 2 ? data(op.inputs[2]) : nullptr, data(op.outputs[0]), data(op.outputs[1]),
-                   data(op.outputs[2]));
+                       op.inputs.size() > 2 ? data(op.inputs[2]) : nullptr, data(op.outputs[0]), data(op.outputs[1]),
+                       data(op.outputs[2]));
   } else if (kind == "gelu") {
     kernels_.Gelu(data(op.inputs[0]), Elements(in(0)), data(op.outputs[0]));
   } else if (kind == "add") {
@@ -400,18 +402,16 @@ absl::Status PlanExecutor::RunBackward(const Op& op) {
       }
     } else if (kind == "attention_scores" || kind == "attention_context") {
       const bool scores = kind == "attention_scores";
-      const Tensor& tokens = scores ? shape(0) : shape(1);
-      const AttentionShape a{.batch = tokens.shape[0],
-                                  .queries = scores ? shape(0).shape[1] : shape(0).shape[2],
-                                  .keys = shape(1).shape[1],
-                                  .heads = attributes.heads,
-                                  .head_dim = Last(tokens) / attributes.heads};
+      const AttentionShape a = AttentionShapeOf(scores, shape(0), shape(1), attributes.heads);
       HEADROOM_ASSIGN_OR_RETURN(const float* other, value(fwd.inputs[1 - j]));
-      if (scores) {
-        j == 0 ? kernels_.AttentionScoresQueryGrad(a, dy, other, out) : kernels_.AttentionScoresKeyGrad(a, dy, other, out);
+      if (scores && j == 0) {
+        kernels_.AttentionScoresQueryGrad(a, dy, other, out);
+      } else if (scores) {
+        kernels_.AttentionScoresKeyGrad(a, dy, other, out);
+      } else if (j == 0) {
+        kernels_.AttentionContextProbsGrad(a, dy, other, out);
       } else {
-        j == 0 ? kernels_.AttentionContextProbsGrad(a, dy, other, out)
-               : kernels_.AttentionContextValueGrad(a, dy, other, out);
+        kernels_.AttentionContextValueGrad(a, dy, other, out);
       }
     } else if (kind == "masked_scale") {
       const Tensor& x = shape(0);
@@ -420,8 +420,11 @@ absl::Status PlanExecutor::RunBackward(const Op& op) {
     } else if (kind == "softmax" || kind == "log_softmax") {
       HEADROOM_ASSIGN_OR_RETURN(const float* y, value(fwd.outputs[0]));
       const Tensor& x = shape(0);
-      kind == "softmax" ? kernels_.SoftmaxBackward(y, dy, Rows(x), Last(x), out)
-                        : kernels_.LogSoftmaxBackward(y, dy, Rows(x), Last(x), out);
+      if (kind == "softmax") {
+        kernels_.SoftmaxBackward(y, dy, Rows(x), Last(x), out);
+      } else {
+        kernels_.LogSoftmaxBackward(y, dy, Rows(x), Last(x), out);
+      }
     } else if (kind == "nll_loss") {
       HEADROOM_ASSIGN_OR_RETURN(const float* labels, value(fwd.inputs[1]));
       kernels_.NllLossBackward(reinterpret_cast<const int64_t*>(labels), Rows(shape(0)), Last(shape(0)), out);
@@ -446,7 +449,7 @@ absl::Status PlanExecutor::RunBackward(const Op& op) {
     } else if (kind == "embedding" && j == 1) {
       HEADROOM_ASSIGN_OR_RETURN(const float* ids, value(fwd.inputs[0]));
       kernels_.EmbeddingBackward(reinterpret_cast<const int64_t*>(ids), Elements(shape(0)), dy, Last(shape(1)),
-                             shape(1).shape[0], out);
+                                 shape(1).shape[0], out);
     } else {
       return Unsupported(fwd);
     }

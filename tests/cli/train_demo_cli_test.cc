@@ -66,7 +66,8 @@ TEST(TrainDemoCli, PlanPredictsAndReplayReservesWhatTheRunMeasured) {
 }
 
 TEST(TrainDemoCli, PrintsTheLossGoingDownAndTheChecks) {
-  auto r = RunHeadroom({"train-demo", "--model", "mlp", "--strategy", "chen-greedy", "--budget", "80%", "--steps", "4"});
+  auto r =
+      RunHeadroom({"train-demo", "--model", "mlp", "--strategy", "chen-greedy", "--budget", "80%", "--steps", "4"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("demo-mlp"));
   EXPECT_THAT(r.out, HasSubstr("bitwise the same losses"));
