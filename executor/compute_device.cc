@@ -7,10 +7,12 @@
 
 namespace headroom {
 
-absl::StatusOr<std::unique_ptr<CpuComputeDevice>> CpuComputeDevice::Create(uint64_t capacity_bytes) {
+absl::StatusOr<std::unique_ptr<CpuComputeDevice>> CpuComputeDevice::Create(uint64_t capacity_bytes,
+                                                                           bool copies_complete_at_once) {
   HEADROOM_ASSIGN_OR_RETURN(std::unique_ptr<SimulatedBackend> backend,
                             SimulatedBackend::Create({.name = "simulated (host-backed)",
                                                       .capacity_bytes = capacity_bytes,
+                                                      .auto_complete_events = copies_complete_at_once,
                                                       .host_backing = true}));
   return std::unique_ptr<CpuComputeDevice>(new CpuComputeDevice(std::move(backend)));
 }

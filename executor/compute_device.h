@@ -33,18 +33,28 @@ class ComputeDevice {
 
   // The pointer kernels get for [address, address + bytes) of device memory.
   virtual absl::StatusOr<std::byte*> KernelPointer(DeviceAddress address, uint64_t bytes) = 0;
-  // Copies between host memory and kernel pointers, in order with the kernels queued before them.
+  // Copies between host memory and kernel pointers, in order with the kernels queued before them; they
+  // return when the copy is done.
   virtual absl::Status CopyToDevice(std::byte* device, const void* host, uint64_t bytes) = 0;
   virtual absl::Status CopyToHost(void* host, const std::byte* device, uint64_t bytes) = 0;
+  // The same queued on `stream` of backend() (the executor's copy stream), in order with the work queued
+  // there before; the caller orders the streams with events. The CPU reference copies at once.
+  virtual absl::Status CopyToDeviceOn(StreamHandle stream, std::byte* device, const void* host, uint64_t bytes) = 0;
+  virtual absl::Status CopyToHostOn(StreamHandle stream, void* host, const std::byte* device, uint64_t bytes) = 0;
   // Waits for the queued kernels; the first error any of them met.
   virtual absl::Status Synchronize() = 0;
 };
 
 // The CPU reference: CpuKernels over a SimulatedBackend of `capacity_bytes`
-// with host backing.
+// with host backing. Copies and kernels run at once; what the allocator
+// sees of the streams (the events it waits on before reusing a block a copy
+// used) completes at once too, unless `copies_complete_at_once` is false:
+// then it completes only when the host synchronizes, as copies that lag
+// behind compute would.
 class CpuComputeDevice final : public ComputeDevice {
  public:
-  static absl::StatusOr<std::unique_ptr<CpuComputeDevice>> Create(uint64_t capacity_bytes);
+  static absl::StatusOr<std::unique_ptr<CpuComputeDevice>> Create(uint64_t capacity_bytes,
+                                                                  bool copies_complete_at_once = true);
 
   std::string name() const override { return "CPU reference (simulated device, host memory)"; }
   DeviceBackend& backend() override { return *backend_; }
@@ -53,6 +63,12 @@ class CpuComputeDevice final : public ComputeDevice {
   absl::StatusOr<std::byte*> KernelPointer(DeviceAddress address, uint64_t bytes) override;
   absl::Status CopyToDevice(std::byte* device, const void* host, uint64_t bytes) override;
   absl::Status CopyToHost(void* host, const std::byte* device, uint64_t bytes) override;
+  absl::Status CopyToDeviceOn(StreamHandle, std::byte* device, const void* host, uint64_t bytes) override {
+    return CopyToDevice(device, host, bytes);
+  }
+  absl::Status CopyToHostOn(StreamHandle, void* host, const std::byte* device, uint64_t bytes) override {
+    return CopyToHost(host, device, bytes);
+  }
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
  private:

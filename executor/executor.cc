@@ -51,10 +51,54 @@ PlanExecutor::PlanExecutor(const DemoModel& model, const PlanInput& in, Executor
     : model_(model), in_(in), options_(options), device_(std::move(device)), kernels_(device_->kernels()) {}
 
 PlanExecutor::~PlanExecutor() {
-  // Host copies first, then the device: the pool and the allocator check their books.
+  // Copies in flight first, then host copies, then the device.
+  DeviceBackend& backend = device_->backend();
+  (void)backend.SynchronizeDevice();
+  for (auto& [host, event] : host_frees_) (void)host_pool_->Free(host);
   for (void*& p : host_copy_) {
-    if (p != nullptr) (void)host_pool_->Free(p);
+    if (p != nullptr && host_pool_ != nullptr) (void)host_pool_->Free(p);
   }
+  for (const std::optional<EventHandle>& e : ready_) {
+    if (e) (void)backend.DestroyEvent(*e);
+  }
+  for (const auto& [host, event] : host_frees_) (void)backend.DestroyEvent(event);
+  for (EventHandle e : idle_events_) (void)backend.DestroyEvent(e);
+  if (copy_stream_ != kDefaultStream) (void)backend.DestroyStream(copy_stream_);
+}
+
+absl::StatusOr<EventHandle> PlanExecutor::RecordOn(StreamHandle stream) {
+  EventHandle event;
+  if (idle_events_.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(event, device_->backend().CreateEvent());
+  } else {
+    event = idle_events_.back();
+    idle_events_.pop_back();
+  }
+  HEADROOM_RETURN_IF_ERROR(device_->backend().RecordEvent(event, stream));
+  return event;
+}
+
+absl::Status PlanExecutor::CopyStreamWaitsForCompute() {
+  HEADROOM_ASSIGN_OR_RETURN(const EventHandle computed, RecordOn(kDefaultStream));
+  HEADROOM_RETURN_IF_ERROR(device_->backend().StreamWaitEvent(copy_stream_, computed));
+  idle_events_.push_back(computed);  // the wait holds what the event marked; it may be recorded again
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::FreeFinishedHostCopies(bool wait) {
+  while (!host_frees_.empty()) {
+    auto& [host, event] = host_frees_.front();
+    if (wait) {
+      HEADROOM_RETURN_IF_ERROR(device_->backend().SynchronizeEvent(event));
+    } else {
+      HEADROOM_ASSIGN_OR_RETURN(const bool done, device_->backend().QueryEvent(event));
+      if (!done) break;
+    }
+    HEADROOM_RETURN_IF_ERROR(host_pool_->Free(host));
+    idle_events_.push_back(event);
+    host_frees_.pop_front();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<PlanExecutor>> PlanExecutor::Create(const DemoModel& model, const PlanInput& in,
@@ -120,6 +164,8 @@ absl::Status PlanExecutor::Initialize(const Schedule& schedule) {
   momentum_.assign(in_.step.num_tensors(), 0);
   momentum_pointer_.assign(in_.step.num_tensors(), nullptr);
 
+  ready_.assign(scheduled_.num_tensors(), std::nullopt);
+  HEADROOM_ASSIGN_OR_RETURN(copy_stream_, device_->backend().CreateStream());
   HEADROOM_ASSIGN_OR_RETURN(allocator_, CachingAllocator::Create(&device_->backend(), in_.allocator));
   HEADROOM_ASSIGN_OR_RETURN(host_pool_, HostPool::Create(options_.host_pool_bytes, device_->HostMemory()));
   return AllocateResident();
@@ -264,9 +310,16 @@ absl::StatusOr<StepResult> PlanExecutor::RunCheckedStep(const DemoBatch& batch) 
       HEADROOM_RETURN_IF_ERROR(LoadBatch(t, batch));
     }
     for (TensorId t : scheduled_.op(id).inputs) {
-      if (!live_[static_cast<size_t>(scheduled_.storage(t))]) {
+      const TensorId s = scheduled_.storage(t);
+      if (!live_[static_cast<size_t>(s)]) {
         return absl::InternalError(absl::StrFormat("executor: entry %d reads '%s', which is not allocated", i,
                                                    scheduled_.tensor(t).name));
+      }
+      // Note [Executor copies]: the first reader of a prefetched copy waits for it.
+      if (std::optional<EventHandle>& copied = ready_[static_cast<size_t>(s)]; copied) {
+        HEADROOM_RETURN_IF_ERROR(device_->backend().StreamWaitEvent(kDefaultStream, *copied));
+        idle_events_.push_back(*copied);
+        copied.reset();
       }
     }
     const ScheduleEntry& entry = schedule_.entries[i];
@@ -291,7 +344,10 @@ absl::StatusOr<StepResult> PlanExecutor::RunCheckedStep(const DemoBatch& batch) 
       case ScheduleAction::kPrefetch: HEADROOM_RETURN_IF_ERROR(Prefetch(i, op)); break;
     }
     for (TensorId t : order_->Ending(id)) HEADROOM_RETURN_IF_ERROR(FreeTensor(t));
+    HEADROOM_RETURN_IF_ERROR(FreeFinishedHostCopies(/*wait=*/false));
   }
+  HEADROOM_RETURN_IF_ERROR(device_->backend().SynchronizeStream(copy_stream_));
+  HEADROOM_RETURN_IF_ERROR(FreeFinishedHostCopies(/*wait=*/true));
   for (void*& p : host_copy_) {  // offloaded and never brought back
     if (p != nullptr) HEADROOM_RETURN_IF_ERROR(host_pool_->Free(std::exchange(p, nullptr)));
   }
@@ -301,6 +357,7 @@ absl::StatusOr<StepResult> PlanExecutor::RunCheckedStep(const DemoBatch& batch) 
                .peak_requested_bytes = static_cast<uint64_t>(stats.requested_bytes[kAllPools].peak),
                .peak_allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[kAllPools].peak),
                .peak_reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[kAllPools].peak),
+               .peak_active_bytes = static_cast<uint64_t>(stats.active_bytes[kAllPools].peak),
                .host_peak_bytes = host_pool_->stats().peak_bytes};
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -512,27 +569,45 @@ absl::Status PlanExecutor::RunOptimizer(const Op& op) {
   return absl::OkStatus();
 }
 
+// Note [Executor copies]
+// Offloads and prefetches run on a copy stream beside compute, as the
+// planner prices them (Note [Plan costs] in planner/plan.h). An offload
+// waits for the work queued on the compute stream (the tensor's producer),
+// copies to the host pool, and marks the device block as used by the copy
+// stream, so that the allocator reuses it only once the copy is done (the
+// executor frees it right after the offload entry). A prefetch waits for
+// compute too (its fresh block may have had another owner), copies into
+// the block, and records an event the first reader of the copy makes the
+// compute stream wait for. A host copy is freed after its last prefetch has
+// completed, polled after every entry and waited for at the step's end.
 absl::Status PlanExecutor::Offload(const Op& op) {
-  const TensorId t = op.inputs[0];
+  const TensorId t = scheduled_.storage(op.inputs[0]);
   const TensorId value = copy_of_[static_cast<size_t>(t)];
   void*& host = host_copy_[static_cast<size_t>(value)];
   if (host != nullptr) HEADROOM_RETURN_IF_ERROR(host_pool_->Free(std::exchange(host, nullptr)));
   const uint64_t bytes = scheduled_.tensor(t).bytes();
   HEADROOM_ASSIGN_OR_RETURN(host, host_pool_->Allocate(bytes));
-  return device_->CopyToHost(host, host_[static_cast<size_t>(scheduled_.storage(t))], bytes);
+  HEADROOM_RETURN_IF_ERROR(CopyStreamWaitsForCompute());
+  HEADROOM_RETURN_IF_ERROR(device_->CopyToHostOn(copy_stream_, host, host_[static_cast<size_t>(t)], bytes));
+  return allocator_->RecordStream(address_[static_cast<size_t>(t)], copy_stream_);
 }
 
 absl::Status PlanExecutor::Prefetch(size_t index, const Op& op) {
   const TensorId value = schedule_.entries[index].target;
+  const TensorId copy = scheduled_.storage(op.outputs[0]);
   void*& host = host_copy_[static_cast<size_t>(value)];
   if (host == nullptr) {
     return absl::InternalError(absl::StrFormat("executor: prefetch of '%s' finds no host copy",
                                                in_.step.tensor(value).name));
   }
-  HEADROOM_RETURN_IF_ERROR(device_->CopyToDevice(host_[static_cast<size_t>(scheduled_.storage(op.outputs[0]))], host,
-                                                 scheduled_.tensor(op.outputs[0]).bytes()));
+  HEADROOM_RETURN_IF_ERROR(CopyStreamWaitsForCompute());
+  HEADROOM_RETURN_IF_ERROR(device_->CopyToDeviceOn(copy_stream_, host_[static_cast<size_t>(copy)], host,
+                                                   scheduled_.tensor(copy).bytes()));
+  HEADROOM_ASSIGN_OR_RETURN(const EventHandle copied, RecordOn(copy_stream_));
+  ready_[static_cast<size_t>(copy)] = copied;
   if (last_prefetch_[static_cast<size_t>(value)] == index) {
-    HEADROOM_RETURN_IF_ERROR(host_pool_->Free(std::exchange(host, nullptr)));
+    HEADROOM_ASSIGN_OR_RETURN(const EventHandle done, RecordOn(copy_stream_));
+    host_frees_.emplace_back(std::exchange(host, nullptr), done);
   }
   return absl::OkStatus();
 }

@@ -23,8 +23,9 @@
 // materialized schedule, allocating every counted tensor right before its
 // first op and freeing it right after its last (Note [Plan trace order] in
 // replay/graph_trace.h). Offloads copy into the host pool at their entry
-// and prefetches copy back into the fresh device tensor; a host copy is
-// freed after its tensor's last prefetch. Every op reads the latest copy of
+// and prefetches copy back into the fresh device tensor, on a copy stream
+// (Note [Executor copies] in the .cc); a host copy is freed after its
+// tensor's last prefetch. Every op reads the latest copy of
 // each value, as the schedule's semantics say (Note [Schedule semantics] in
 // planner/schedule.h), so the gradients do not depend on the plan.
 //
@@ -34,7 +35,9 @@
 #define HEADROOM_EXECUTOR_EXECUTOR_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -70,6 +73,8 @@ struct StepResult {
   uint64_t peak_requested_bytes = 0;
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
+  // Allocated blocks and freed ones a copy still uses (Note [Executor copies]).
+  uint64_t peak_active_bytes = 0;
   uint64_t host_peak_bytes = 0;  // the host pool's requested bytes
   double seconds = 0;            // wall time of the step
 };
@@ -132,6 +137,10 @@ class PlanExecutor {
   absl::Status RunOptimizer(const Op& op);
   absl::Status Offload(const Op& op);
   absl::Status Prefetch(size_t index, const Op& op);
+  // Note [Executor copies] in the .cc.
+  absl::StatusOr<EventHandle> RecordOn(StreamHandle stream);
+  absl::Status CopyStreamWaitsForCompute();
+  absl::Status FreeFinishedHostCopies(bool wait);
 
   // The tensor of materialized op `op` that holds step tensor `value`: one of
   // its inputs, or `value` itself when it is resident (a parameter).
@@ -157,6 +166,10 @@ class PlanExecutor {
   std::vector<DeviceAddress> momentum_;  // by step TensorId (parameters)
   std::vector<std::byte*> momentum_pointer_;
   std::vector<DeviceAddress> unused_resident_;
+  StreamHandle copy_stream_ = kDefaultStream;
+  std::vector<std::optional<EventHandle>> ready_;  // by scheduled TensorId: a prefetch still copying into it
+  std::deque<std::pair<void*, EventHandle>> host_frees_;  // host copies to free once their last prefetch is done
+  std::vector<EventHandle> idle_events_;
   std::vector<void*> host_copy_;             // by step TensorId: offloaded bytes
   std::vector<size_t> last_prefetch_;        // by step TensorId: the entry of its last prefetch
   std::vector<std::vector<float>> gradients_;

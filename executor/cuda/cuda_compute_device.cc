@@ -68,6 +68,20 @@ absl::Status CudaComputeDevice::CopyToHost(void* host, const std::byte* device, 
   return CudaStatus(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
 }
 
+absl::Status CudaComputeDevice::CopyToDeviceOn(StreamHandle stream, std::byte* device, const void* host,
+                                               uint64_t bytes) {
+  return CudaStatus(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice,
+                                    reinterpret_cast<cudaStream_t>(stream.value)),
+                    "cudaMemcpyAsync to the device");
+}
+
+absl::Status CudaComputeDevice::CopyToHostOn(StreamHandle stream, void* host, const std::byte* device,
+                                             uint64_t bytes) {
+  return CudaStatus(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost,
+                                    reinterpret_cast<cudaStream_t>(stream.value)),
+                    "cudaMemcpyAsync to the host");
+}
+
 absl::Status CudaComputeDevice::Synchronize() {
   HEADROOM_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
   return kernels_->TakeError();
