@@ -159,7 +159,7 @@ absl::Status PlanExecutor::Initialize(const Schedule& schedule) {
   }
   host_copy_.assign(in_.step.num_tensors(), nullptr);
   address_.assign(scheduled_.num_tensors(), 0);
-  host_.assign(scheduled_.num_tensors(), nullptr);
+  pointer_.assign(scheduled_.num_tensors(), nullptr);
   live_.assign(scheduled_.num_tensors(), false);
   momentum_.assign(in_.step.num_tensors(), 0);
   momentum_pointer_.assign(in_.step.num_tensors(), nullptr);
@@ -189,7 +189,7 @@ absl::Status PlanExecutor::AllocateResident() {
     if (block.category == BudgetCategory::kWeights && weight < parameters.size()) {
       owner = parameters[weight++];
       address_[static_cast<size_t>(owner)] = address;
-      HEADROOM_ASSIGN_OR_RETURN(host_[static_cast<size_t>(owner)], device_->KernelPointer(address, block.bytes));
+      HEADROOM_ASSIGN_OR_RETURN(pointer_[static_cast<size_t>(owner)], device_->KernelPointer(address, block.bytes));
       live_[static_cast<size_t>(owner)] = true;
     } else if (block.category == BudgetCategory::kOptimizerState && state < trainable.size()) {
       owner = trainable[state++];
@@ -213,7 +213,7 @@ absl::Status PlanExecutor::AllocateResident() {
   for (TensorId p : parameters) {
     const std::vector<float> values = model_.InitialValues(p);
     const uint64_t bytes = values.size() * sizeof(float);
-    HEADROOM_RETURN_IF_ERROR(device_->CopyToDevice(host_[static_cast<size_t>(p)], values.data(), bytes));
+    HEADROOM_RETURN_IF_ERROR(device_->CopyToDevice(pointer_[static_cast<size_t>(p)], values.data(), bytes));
     if (momentum_[static_cast<size_t>(p)] != 0) {
       HEADROOM_ASSIGN_OR_RETURN(momentum_pointer_[static_cast<size_t>(p)],
                                 device_->KernelPointer(momentum_[static_cast<size_t>(p)], bytes));
@@ -234,7 +234,7 @@ absl::Status PlanExecutor::AllocateTensor(TensorId t) {
                                                                    address.status().message()));
     }
     address_[static_cast<size_t>(t)] = *address;
-    HEADROOM_ASSIGN_OR_RETURN(host_[static_cast<size_t>(t)], device_->KernelPointer(*address, bytes));
+    HEADROOM_ASSIGN_OR_RETURN(pointer_[static_cast<size_t>(t)], device_->KernelPointer(*address, bytes));
   }
   live_[static_cast<size_t>(t)] = true;
   if (options_.validate_allocator) HEADROOM_RETURN_IF_ERROR(allocator_->Validate());
@@ -246,14 +246,14 @@ absl::Status PlanExecutor::FreeTensor(TensorId t) {
     HEADROOM_RETURN_IF_ERROR(allocator_->Free(address_[static_cast<size_t>(t)]));
   }
   address_[static_cast<size_t>(t)] = 0;
-  host_[static_cast<size_t>(t)] = nullptr;
+  pointer_[static_cast<size_t>(t)] = nullptr;
   live_[static_cast<size_t>(t)] = false;
   if (options_.validate_allocator) HEADROOM_RETURN_IF_ERROR(allocator_->Validate());
   return absl::OkStatus();
 }
 
 float* PlanExecutor::Data(TensorId t) const {
-  return reinterpret_cast<float*>(host_[static_cast<size_t>(scheduled_.storage(t))]);
+  return reinterpret_cast<float*>(pointer_[static_cast<size_t>(scheduled_.storage(t))]);
 }
 
 absl::Status PlanExecutor::LoadBatch(TensorId t, const DemoBatch& batch) {
@@ -263,7 +263,7 @@ absl::Status PlanExecutor::LoadBatch(TensorId t, const DemoBatch& batch) {
   const void* source = value == model_.labels      ? static_cast<const void*>(batch.labels.data())
                        : tensor.dtype == DType::kF32 ? static_cast<const void*>(batch.features.data())
                                                      : static_cast<const void*>(batch.tokens.data());
-  return device_->CopyToDevice(host_[static_cast<size_t>(scheduled_.storage(t))], source, tensor.bytes());
+  return device_->CopyToDevice(pointer_[static_cast<size_t>(scheduled_.storage(t))], source, tensor.bytes());
 }
 
 int64_t* PlanExecutor::Ids(TensorId t) const { return reinterpret_cast<int64_t*>(Data(t)); }
@@ -404,7 +404,7 @@ absl::Status PlanExecutor::RunForward(const Op& op, OpId step_op, float& loss) {
     kernels_.Add(data(op.inputs[0]), Elements(in(0)), data(op.inputs[1]), Elements(in(1)), data(op.outputs[0]));
   } else if (kind == "nll_loss") {
     kernels_.NllLoss(data(op.inputs[0]), Ids(op.inputs[1]), Rows(in(0)), Last(in(0)), data(op.outputs[0]));
-    HEADROOM_RETURN_IF_ERROR(device_->CopyToHost(&loss, host_[static_cast<size_t>(op.outputs[0])], sizeof(float)));
+    HEADROOM_RETURN_IF_ERROR(device_->CopyToHost(&loss, pointer_[static_cast<size_t>(op.outputs[0])], sizeof(float)));
   } else {
     return Unsupported(op);
   }
@@ -561,7 +561,7 @@ absl::Status PlanExecutor::RunOptimizer(const Op& op) {
     gradients_.resize(model_.forward.num_tensors());
     std::vector<float>& copy = gradients_[static_cast<size_t>(p)];
     copy.resize(static_cast<size_t>(n));
-    HEADROOM_RETURN_IF_ERROR(device_->CopyToHost(copy.data(), host_[static_cast<size_t>(scheduled_.storage(g))],
+    HEADROOM_RETURN_IF_ERROR(device_->CopyToHost(copy.data(), pointer_[static_cast<size_t>(scheduled_.storage(g))],
                                                  copy.size() * sizeof(float)));
   }
   kernels_.SgdMomentum(Data(p), Data(g), reinterpret_cast<float*>(momentum_pointer_[static_cast<size_t>(p)]), n,
@@ -588,7 +588,7 @@ absl::Status PlanExecutor::Offload(const Op& op) {
   const uint64_t bytes = scheduled_.tensor(t).bytes();
   HEADROOM_ASSIGN_OR_RETURN(host, host_pool_->Allocate(bytes));
   HEADROOM_RETURN_IF_ERROR(CopyStreamWaitsForCompute());
-  HEADROOM_RETURN_IF_ERROR(device_->CopyToHostOn(copy_stream_, host, host_[static_cast<size_t>(t)], bytes));
+  HEADROOM_RETURN_IF_ERROR(device_->CopyToHostOn(copy_stream_, host, pointer_[static_cast<size_t>(t)], bytes));
   return allocator_->RecordStream(address_[static_cast<size_t>(t)], copy_stream_);
 }
 
@@ -601,7 +601,7 @@ absl::Status PlanExecutor::Prefetch(size_t index, const Op& op) {
                                                in_.step.tensor(value).name));
   }
   HEADROOM_RETURN_IF_ERROR(CopyStreamWaitsForCompute());
-  HEADROOM_RETURN_IF_ERROR(device_->CopyToDeviceOn(copy_stream_, host_[static_cast<size_t>(copy)], host,
+  HEADROOM_RETURN_IF_ERROR(device_->CopyToDeviceOn(copy_stream_, pointer_[static_cast<size_t>(copy)], host,
                                                    scheduled_.tensor(copy).bytes()));
   HEADROOM_ASSIGN_OR_RETURN(const EventHandle copied, RecordOn(copy_stream_));
   ready_[static_cast<size_t>(copy)] = copied;
@@ -624,7 +624,7 @@ absl::StatusOr<std::vector<float>> PlanExecutor::ParameterValues(TensorId parame
   HEADROOM_RETURN_IF_ERROR(CheckParameter(parameter));
   std::vector<float> values(model_.forward.tensor(parameter).elements());
   HEADROOM_RETURN_IF_ERROR(
-      device_->CopyToHost(values.data(), host_[static_cast<size_t>(parameter)], values.size() * sizeof(float)));
+      device_->CopyToHost(values.data(), pointer_[static_cast<size_t>(parameter)], values.size() * sizeof(float)));
   return values;
 }
 
@@ -635,7 +635,7 @@ absl::Status PlanExecutor::SetParameterValues(TensorId parameter, std::span<cons
     return absl::InvalidArgumentError(
         absl::StrFormat("executor: %d values for '%s' of %d", values.size(), t.name, t.elements()));
   }
-  return device_->CopyToDevice(host_[static_cast<size_t>(parameter)], values.data(), values.size() * sizeof(float));
+  return device_->CopyToDevice(pointer_[static_cast<size_t>(parameter)], values.data(), values.size() * sizeof(float));
 }
 
 }  // namespace headroom

@@ -25,8 +25,8 @@
 // replay/graph_trace.h). Offloads copy into the host pool at their entry
 // and prefetches copy back into the fresh device tensor, on a copy stream
 // (Note [Executor copies] in the .cc); a host copy is freed after its
-// tensor's last prefetch. Every op reads the latest copy of
-// each value, as the schedule's semantics say (Note [Schedule semantics] in
+// tensor's last prefetch. Every op reads the latest copy of each value, as
+// the schedule's semantics say (Note [Schedule semantics] in
 // planner/schedule.h), so the gradients do not depend on the plan.
 //
 // The optimizer is SGD with momentum (the job's --optimizer sgd-momentum),
@@ -43,8 +43,8 @@
 
 #include "absl/status/statusor.h"
 #include "allocator/caching_allocator.h"
-#include "executor/compute_device.h"
 #include "estimators/plan_input.h"
+#include "executor/compute_device.h"
 #include "executor/demo_models.h"
 #include "executor/host_pool.h"
 #include "graph/graph.h"
@@ -55,7 +55,8 @@
 namespace headroom {
 
 struct ExecutorOptions {
-  // The simulated device; host memory is used only for what is mapped.
+  // The CPU reference's simulated device (when Create is given no device);
+  // host memory backs only what the allocator takes from it.
   uint64_t device_bytes = uint64_t{80} << 30;
   float learning_rate = 0.05f;
   float momentum = 0.9f;
@@ -92,8 +93,9 @@ class PlanExecutor {
   // Checks that `in` is a step the kernels can run (fp32, SGD with
   // momentum, op kinds of the demo models) and `schedule` materializes over
   // it, allocates the resident state and initializes the parameters.
-  // Errors name the op, tensor or setting at fault.
-  // `device`: where to run; the CPU reference of options.device_bytes when null.
+  // Errors name the op, tensor or setting at fault. `model` and `in` must
+  // outlive the executor. `device`: where to run; the CPU reference of
+  // options.device_bytes when null.
   static absl::StatusOr<std::unique_ptr<PlanExecutor>> Create(const DemoModel& model, const PlanInput& in,
                                                               const Schedule& schedule, ExecutorOptions options,
                                                               std::unique_ptr<ComputeDevice> device = nullptr);
@@ -131,7 +133,6 @@ class PlanExecutor {
   // Copies the batch into t when t is the model's input or labels.
   absl::Status LoadBatch(TensorId t, const DemoBatch& batch);
 
-  absl::Status RunEntry(size_t index, const DemoBatch& batch);
   absl::Status RunForward(const Op& op, OpId step_op, float& loss);
   absl::Status RunBackward(const Op& op);
   absl::Status RunOptimizer(const Op& op);
@@ -161,7 +162,7 @@ class PlanExecutor {
   std::unique_ptr<CachingAllocator> allocator_;
   std::unique_ptr<HostPool> host_pool_;
   std::vector<DeviceAddress> address_;  // by scheduled TensorId: storage of live tensors
-  std::vector<std::byte*> host_;        // the same storage as the kernels see it
+  std::vector<std::byte*> pointer_;     // the same storage as the kernels see it
   std::vector<bool> live_;
   std::vector<DeviceAddress> momentum_;  // by step TensorId (parameters)
   std::vector<std::byte*> momentum_pointer_;
