@@ -13,11 +13,10 @@
 //   BM_Baseline_CudaHostAllocPerTensor   one cudaHostAlloc/cudaFreeHost per copy.
 #include <cuda_runtime.h>
 
-#include <cmath>
-#include <random>
 #include <vector>
 
 #include "allocator/cuda/cuda_device.h"
+#include "bench/host_copy_sizes.h"
 #include "benchmark/benchmark.h"
 #include "executor/cuda/cuda_compute_device.h"
 #include "executor/executor.h"
@@ -70,19 +69,11 @@ BENCHMARK(BM_GpuStep)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-std::vector<uint64_t> OffloadSizes() {
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<double> exponent(18, 24);
-  std::vector<uint64_t> sizes(48);
-  for (uint64_t& s : sizes) s = static_cast<uint64_t>(std::exp2(exponent(rng))) / 64 * 64;
-  return sizes;
-}
-
 void BM_PinnedPool(benchmark::State& state) {
   if (NoGpu(state)) return;
   auto device = *CudaComputeDevice::Create(0);
   auto pool = *HostPool::Create(uint64_t{512} << 20, device->HostMemory());
-  const std::vector<uint64_t> sizes = OffloadSizes();
+  const std::vector<uint64_t> sizes = HostCopySizes();
   std::vector<void*> held;
   for (auto _ : state) {
     held.clear();
@@ -95,7 +86,7 @@ BENCHMARK(BM_PinnedPool)->Unit(benchmark::kMicrosecond);
 
 void BM_Baseline_CudaHostAllocPerTensor(benchmark::State& state) {
   if (NoGpu(state)) return;
-  const std::vector<uint64_t> sizes = OffloadSizes();
+  const std::vector<uint64_t> sizes = HostCopySizes();
   std::vector<void*> held;
   for (auto _ : state) {
     held.clear();

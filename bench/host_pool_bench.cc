@@ -10,12 +10,11 @@
 // the peak). malloc serves sizes this large with fresh mmaps (beyond
 // M_MMAP_THRESHOLD), so each write faults its pages in; the pool's pages
 // stay committed from one step to the next, as pinned memory must.
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "bench/host_copy_sizes.h"
 #include "benchmark/benchmark.h"
 #include "executor/host_pool.h"
 
@@ -23,14 +22,6 @@ namespace headroom {
 namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
-
-std::vector<uint64_t> OffloadSizes() {
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<double> exponent(18, 24);  // 256 KiB .. 16 MiB
-  std::vector<uint64_t> sizes(48);
-  for (uint64_t& s : sizes) s = static_cast<uint64_t>(std::exp2(exponent(rng))) / 64 * 64;
-  return sizes;
-}
 
 template <typename Allocate, typename Free>
 void Step(const std::vector<uint64_t>& sizes, bool write, std::vector<void*>& held, Allocate allocate, Free free) {
@@ -52,7 +43,7 @@ void Report(benchmark::State& state, const std::vector<uint64_t>& sizes) {
 
 void BM_HostPool(benchmark::State& state) {
   const bool write = state.range(0) != 0;
-  const std::vector<uint64_t> sizes = OffloadSizes();
+  const std::vector<uint64_t> sizes = HostCopySizes();
   auto pool = *HostPool::Create(512 * kMiB);
   std::vector<void*> held;
   for (auto _ : state) {
@@ -65,7 +56,7 @@ BENCHMARK(BM_HostPool)->ArgName("write")->Arg(0)->Arg(1)->Repetitions(3)->Displa
 
 void BM_Baseline_Malloc(benchmark::State& state) {
   const bool write = state.range(0) != 0;
-  const std::vector<uint64_t> sizes = OffloadSizes();
+  const std::vector<uint64_t> sizes = HostCopySizes();
   std::vector<void*> held;
   for (auto _ : state) {
     Step(sizes, write, held, [](uint64_t s) { return std::malloc(s); }, [](void* p) { std::free(p); });

@@ -4,46 +4,27 @@
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "allocator/alloc_conf.h"
 #include "executor/compute_device.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "planner/planner.h"
+#include "tests/executor/plan_for_test.h"
 
 namespace headroom {
 namespace {
 
+using ::headroom::testing::Planned;
 using ::testing::HasSubstr;
+
+Planned Plan(const DemoModel& model, Strategy strategy, double fraction, const JobSpec& job = DemoJob()) {
+  return ::headroom::testing::PlanForTest(model, strategy, fraction, job);
+}
 
 DemoModel TinyGpt() {
   return *BuildDemoGpt({.batch = 2, .seq = 8, .vocab = 16, .hidden = 16, .heads = 2, .layers = 2});
 }
 DemoModel TinyMlp() { return *BuildDemoMlp({.batch = 8, .inputs = 6, .hidden = 24, .layers = 6, .classes = 4}); }
-
-struct Planned {
-  PlanInput in;
-  PlanResult plan;
-};
-
-// A plan of `strategy` under `job` for a budget `fraction` of the way from the smallest
-// peak the strategy reaches to the store-all peak, so that it must replay or
-// offload something.
-Planned Plan(const DemoModel& model, Strategy strategy, double fraction, const JobSpec& job = DemoJob()) {
-  absl::StatusOr<PlanInput> in = DemoPlanInput(model, job, uint64_t{80} << 30);
-  EXPECT_TRUE(in.ok()) << in.status();
-  Planned p{.in = std::move(*in)};
-  const absl::StatusOr<PlanEvaluation> store_all =
-      EvaluateSchedule(p.in.Problem(uint64_t{1} << 40), StoreAllSchedule(p.in.step));
-  EXPECT_TRUE(store_all.ok()) << store_all.status();
-  const absl::StatusOr<uint64_t> smallest = SmallestPeak(p.in.Problem(store_all->peak_bytes), strategy);
-  EXPECT_TRUE(smallest.ok()) << smallest.status();
-  const auto budget = *smallest + static_cast<uint64_t>(
-                                      fraction * static_cast<double>(store_all->peak_bytes - *smallest));
-  absl::StatusOr<PlanResult> plan = RunStrategy(p.in.Problem(budget), strategy);
-  EXPECT_TRUE(plan.ok()) << StrategyName(strategy) << ": " << plan.status();
-  if (plan.ok()) p.plan = std::move(*plan);
-  return p;
-}
 
 struct Trained {
   std::vector<StepResult> steps;

@@ -13,6 +13,7 @@
 #include "executor/executor.h"
 #include "gtest/gtest.h"
 #include "planner/planner.h"
+#include "tests/executor/plan_for_test.h"
 
 namespace headroom {
 namespace {
@@ -21,18 +22,7 @@ namespace {
 // relative 1e-3 of the largest gradient entry, per parameter.
 constexpr double kRelativeTolerance = 1e-3;
 
-struct Planned {
-  PlanInput in;
-  PlanResult plan;
-};
-
-Planned Plan(const DemoModel& model, Strategy strategy) {
-  Planned p{.in = *DemoPlanInput(model, DemoJob(), uint64_t{80} << 30)};
-  const PlanEvaluation store_all = *EvaluateSchedule(p.in.Problem(uint64_t{1} << 40), StoreAllSchedule(p.in.step));
-  const uint64_t smallest = *SmallestPeak(p.in.Problem(store_all.peak_bytes), strategy);
-  p.plan = *RunStrategy(p.in.Problem(smallest + (store_all.peak_bytes - smallest) / 4), strategy);
-  return p;
-}
+using ::headroom::testing::Planned;
 
 struct Trained {
   std::vector<float> losses;
@@ -68,7 +58,7 @@ TEST_P(ExecutorOnGpu, MatchesTheCpuReferenceAndThePrediction) {
   const DemoModel model = name == "gpt" ? *BuildDemoGpt({.batch = 2, .seq = 16, .vocab = 32, .hidden = 32,
                                                          .heads = 4, .layers = 2})
                                         : *BuildDemoMlp({.batch = 64, .inputs = 8, .hidden = 32, .layers = 4});
-  const Planned p = Plan(model, strategy);
+  const Planned p = ::headroom::testing::PlanForTest(model, strategy, 0.25);
   absl::StatusOr<std::unique_ptr<CudaComputeDevice>> gpu = CudaComputeDevice::Create(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const Trained cuda = Train(model, p, std::move(*gpu));

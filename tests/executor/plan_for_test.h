@@ -1,0 +1,42 @@
+// A plan that must do something, for the executor's tests (CPU and GPU).
+#ifndef HEADROOM_TESTS_EXECUTOR_PLAN_FOR_TEST_H_
+#define HEADROOM_TESTS_EXECUTOR_PLAN_FOR_TEST_H_
+
+#include <cstdint>
+#include <utility>
+
+#include "executor/executor.h"
+#include "gtest/gtest.h"
+#include "planner/planner.h"
+
+namespace headroom::testing {
+
+struct Planned {
+  PlanInput in;
+  PlanResult plan;
+};
+
+// A plan of `strategy` under `job` for a budget `fraction` of the way from
+// the smallest peak the strategy reaches to the store-all peak, so that it
+// must replay or offload something (store-all and sqrt-n plan regardless).
+inline Planned PlanForTest(const DemoModel& model, Strategy strategy, double fraction,
+                           const JobSpec& job = DemoJob()) {
+  absl::StatusOr<PlanInput> in = DemoPlanInput(model, job, uint64_t{80} << 30);
+  EXPECT_TRUE(in.ok()) << in.status();
+  Planned p{.in = std::move(*in)};
+  const absl::StatusOr<PlanEvaluation> store_all =
+      EvaluateSchedule(p.in.Problem(uint64_t{1} << 40), StoreAllSchedule(p.in.step));
+  EXPECT_TRUE(store_all.ok()) << store_all.status();
+  const absl::StatusOr<uint64_t> smallest = SmallestPeak(p.in.Problem(store_all->peak_bytes), strategy);
+  EXPECT_TRUE(smallest.ok()) << smallest.status();
+  const auto budget =
+      *smallest + static_cast<uint64_t>(fraction * static_cast<double>(store_all->peak_bytes - *smallest));
+  absl::StatusOr<PlanResult> plan = RunStrategy(p.in.Problem(budget), strategy);
+  EXPECT_TRUE(plan.ok()) << StrategyName(strategy) << ": " << plan.status();
+  if (plan.ok()) p.plan = std::move(*plan);
+  return p;
+}
+
+}  // namespace headroom::testing
+
+#endif  // HEADROOM_TESTS_EXECUTOR_PLAN_FOR_TEST_H_
