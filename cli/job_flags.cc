@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -314,6 +315,16 @@ absl::StatusOr<uint64_t> ParseBudgetFlag(const std::string& text) {
   if (!budget.ok()) return absl::InvalidArgumentError(absl::StrCat("--budget: ", budget.status().message()));
   if (*budget == 0) return absl::InvalidArgumentError("--budget: must be positive");
   return *budget;
+}
+
+absl::StatusOr<double> ParseBudgetShareFlag(const std::string& text) {
+  double percent = 0;
+  if (!text.ends_with('%') || !absl::SimpleAtod(text.substr(0, text.size() - 1), &percent) || !(percent > 0) ||
+      percent > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--budget: '%s' is not a percentage of the store-all peak in (0, 1000]", text));
+  }
+  return percent / 100;
 }
 
 }  // namespace headroom::cli

@@ -98,6 +98,8 @@ absl::StatusOr<const GpuSpec*> FindGpuFlag(const std::string& gpu, const std::st
 
 // `--budget BYTES` ("24GiB"): a positive byte count.
 absl::StatusOr<uint64_t> ParseBudgetFlag(const std::string& text);
+// `--budget N%` ("60%", ending in '%'): N/100 of the store-all peak, N in (0, 1000].
+absl::StatusOr<double> ParseBudgetShareFlag(const std::string& text);
 
 }  // namespace headroom::cli
 

@@ -15,7 +15,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/command.h"
@@ -94,13 +93,8 @@ absl::StatusOr<std::pair<uint64_t, std::string>> ResolveBudget(const PlanFlags& 
                                                                std::optional<Strategy> strategy) {
   if (!flags.budget.empty()) {
     if (flags.budget.back() == '%') {
-      double percent = 0;
-      const std::string number = flags.budget.substr(0, flags.budget.size() - 1);
-      if (!absl::SimpleAtod(number, &percent) || !(percent > 0) || percent > 1000) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("--budget: '%s' is not a percentage of the store-all peak in (0, 1000]", flags.budget));
-      }
-      const auto bytes = static_cast<uint64_t>(percent / 100 * static_cast<double>(store_all.peak_bytes));
+      HEADROOM_ASSIGN_OR_RETURN(const double share, ParseBudgetShareFlag(flags.budget));
+      const auto bytes = static_cast<uint64_t>(share * static_cast<double>(store_all.peak_bytes));
       if (bytes == 0) return absl::InvalidArgumentError("--budget: rounds to 0 bytes");
       return std::pair{bytes, absl::StrFormat("%s of the store-all peak", flags.budget)};
     }

@@ -9,7 +9,6 @@
 #include <memory>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "allocator/alloc_conf.h"
@@ -74,12 +73,7 @@ absl::Status RunTrainDemoCommand(const TrainDemoFlags& f, std::ostream& out) {
   if (f.budget.empty()) {
     // 60% of the store-all peak, or the plan file's budget.
   } else if (f.budget.ends_with('%')) {
-    double percent = 0;
-    if (!absl::SimpleAtod(f.budget.substr(0, f.budget.size() - 1), &percent) || !(percent > 0) || percent > 1000) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--budget: '%s' is not a percentage of the store-all peak in (0, 1000]", f.budget));
-    }
-    options.budget_fraction = percent / 100;
+    HEADROOM_ASSIGN_OR_RETURN(options.budget_fraction, ParseBudgetShareFlag(f.budget));
     options.budget_bytes.reset();
   } else {
     HEADROOM_ASSIGN_OR_RETURN(options.budget_bytes, ParseBudgetFlag(f.budget));
