@@ -6,7 +6,20 @@
 // Counters: events/s, peak_reserved / peak_live (1.0 = no overhead), and the
 // BM_Baseline_TraceWalk floor: the per-event bookkeeping (hash map of live
 // pointers) any replay must pay.
+//
+// BM_RealTrace/<trace>/<policy>: every recorded PyTorch run in bench/traces
+// (whole CPU training runs from validation/record-trace: the model built,
+// then three steps) under each policy: reserved / live on an 80 GiB device,
+// the smallest device that runs the trace without an out-of-memory error
+// (over live; found by bisection at 2 MiB), and the device calls the
+// allocator made (cudaMalloc or page creations, and their frees).
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "allocator/alloc_conf.h"
+#include "common/json_fields.h"
 #include "replay/allocation_trace.h"
 #include "replay/trace_replay.h"
 #include "benchmark/benchmark.h"
@@ -43,6 +56,65 @@ void BM_Baseline_TraceWalk(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * trace.events.size()));
 }
 BENCHMARK(BM_Baseline_TraceWalk)->Unit(benchmark::kMillisecond);
+
+// The smallest device, in 2 MiB steps, on which the trace runs with no out-of-memory error.
+uint64_t SmallestDevice(const AllocationTrace& trace, const AllocatorOptions& allocator, uint64_t live,
+                        uint64_t fits) {
+  constexpr uint64_t kStep = uint64_t{2} << 20;
+  uint64_t low = live / kStep, high = (fits + kStep - 1) / kStep;  // low may fail, high runs
+  while (high - low > 1) {
+    const uint64_t mid = (low + high) / 2;
+    const absl::StatusOr<ReplayResult> r =
+        ReplayTrace(trace, {.capacity_bytes = mid * kStep, .allocator = allocator, .stop_at_first_oom = true});
+    (r.ok() && r->ooms == 0 ? high : low) = mid;
+  }
+  return high * kStep;
+}
+
+void BM_RealTrace(benchmark::State& state, const std::string& path, const std::string& conf) {
+  const absl::StatusOr<std::string> text = ReadTextFile(path);
+  const absl::StatusOr<AllocationTrace> trace = text.ok() ? ParseAllocationTrace(*text, path)
+                                                          : absl::StatusOr<AllocationTrace>(text.status());
+  if (!trace.ok()) {
+    state.SkipWithError(std::string(trace.status().message()).c_str());
+    return;
+  }
+  const AllocatorOptions allocator = *ParseAllocConf(ResolveAllocConfPreset(conf));
+  const ReplayOptions options{.capacity_bytes = 80 * kGiB, .allocator = allocator};
+  ReplayResult result;
+  for (auto _ : state) {
+    result = *ReplayTrace(*trace, options);
+    benchmark::DoNotOptimize(result);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * trace->events.size()));
+  const uint64_t smallest = SmallestDevice(*trace, allocator, result.peak_live_bytes, result.peak_reserved_bytes);
+  state.counters["live_MiB"] = static_cast<double>(result.peak_live_bytes) / static_cast<double>(kMiB);
+  state.counters["reserved_over_live"] = result.reserved_to_live;
+  state.counters["smallest_over_live"] =
+      static_cast<double>(smallest) / static_cast<double>(result.peak_live_bytes);
+  state.counters["device_allocs"] = static_cast<double>(result.final_stats.num_device_alloc);
+  state.counters["device_frees"] = static_cast<double>(result.final_stats.num_device_free);
+  state.counters["anomalies"] = static_cast<double>(result.anomalies);
+}
+
+// One benchmark per trace and policy, registered before main runs.
+const bool kRealTracesRegistered = [] {
+  std::vector<std::filesystem::path> traces;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(HEADROOM_BENCH_TRACES_DIR, error)) {
+    if (entry.path().extension() == ".csv" || entry.path().extension() == ".json") traces.push_back(entry.path());
+  }
+  std::sort(traces.begin(), traces.end());
+  for (const auto& path : traces) {
+    for (const char* policy : {"pytorch-default", "expandable"}) {
+      benchmark::RegisterBenchmark(("BM_RealTrace/" + path.stem().stem().string() + "/" + policy).c_str(),
+                                   BM_RealTrace, path.string(), std::string(policy))
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(1);
+    }
+  }
+  return true;
+}();
 
 }  // namespace
 }  // namespace headroom
