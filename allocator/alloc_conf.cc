@@ -137,6 +137,8 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     HEADROOM_ASSIGN_OR_RETURN(uint64_t mib, ParseUint(key, value));
     if (mib == 0 || mib > (uint64_t{1} << 20)) return Bad(key, value, "a positive number of MiB");
     options.expandable_large_page_bytes = mib * kMiB;
+  } else if (key == "move_free_pages") {
+    HEADROOM_ASSIGN_OR_RETURN(options.move_free_pages, ParseBool(key, value));
   } else if (key == "release_lock_on_cudamalloc" || key.starts_with("pinned_")) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "HEADROOM_ALLOC_CONF: key '%s' tunes a part of PyTorch's allocator that Headroom does not have "
@@ -145,7 +147,7 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     return absl::InvalidArgumentError(absl::StrFormat(
         "HEADROOM_ALLOC_CONF: unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
         "garbage_collection_threshold, expandable_segments, backend, memory_fraction, hard_limit_mb, "
-        "cross_stream_reuse, history_entries, expandable_page_mb)", key));
+        "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages)", key));
   }
   return absl::OkStatus();
 }
@@ -221,6 +223,7 @@ std::string FormatAllocConf(const AllocatorOptions& options) {
   if (options.expandable_large_page_bytes != defaults.expandable_large_page_bytes) {
     parts.push_back(absl::StrFormat("expandable_page_mb:%d", options.expandable_large_page_bytes / kMiB));
   }
+  if (options.move_free_pages) parts.push_back("move_free_pages:True");
   return absl::StrJoin(parts, ",");
 }
 
@@ -231,6 +234,8 @@ const std::vector<AllocConfPreset>& AllocConfPresets() {
       {"max-split-512", "max_split_size_mb:512"},
       {"power2-4", "roundup_power2_divisions:4"},
       {"gc-0.8", "garbage_collection_threshold:0.8"},
+      // Headroom's own policy (Note [Moving free pages] in caching_allocator.h).
+      {"headroom", "expandable_segments:True,expandable_page_mb:2,move_free_pages:True"},
   };
   return *presets;
 }

@@ -42,6 +42,12 @@ struct AllocatorOptions {
   uint64_t hard_limit_bytes = 0;
   // Note [Cross-stream reuse] in caching_allocator.h. Off as in PyTorch.
   bool cross_stream_reuse = false;
+  // Expandable segments only: a segment that must grow first takes whole free
+  // pages from cached blocks of any expandable segment (another pool's or
+  // stream's, or a hole of its own) and maps them where they are needed,
+  // before it creates new physical memory (Note [Moving free pages] in
+  // caching_allocator.h). Off in PyTorch's policy; Headroom's own turns it on.
+  bool move_free_pages = false;
   // Entries kept in the history ring buffer (0: not recorded).
   size_t history_entries = 0;
 };

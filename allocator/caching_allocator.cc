@@ -42,6 +42,10 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
     return absl::InvalidArgumentError("caching allocator: expandable segment pages must not be empty");
   }
   const DeviceProperties& props = backend->properties();
+  if (options.move_free_pages && !options.expandable_segments) {
+    return absl::InvalidArgumentError("caching allocator: move_free_pages moves pages of expandable segments; "
+                                      "set expandable_segments too");
+  }
   if (options.expandable_segments && !props.supports_virtual_memory) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "caching allocator: expandable_segments needs the virtual memory API, which device '%s' lacks", props.name));

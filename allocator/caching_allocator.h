@@ -75,6 +75,18 @@
 // the owning stream: kernels queued there may still touch them); the holes
 // they leave are refilled, lowest address first, before the end grows.
 //
+// Note [Moving free pages]
+// With AllocatorOptions::move_free_pages, free physical pages go where they
+// are needed instead of waiting for an out-of-memory flush: before an
+// expandable segment creates pages to grow, it unmaps whole free pages of
+// cached blocks of any expandable segment (the small pool's for the large
+// one, another stream's, or a hole of its own), the largest free run first,
+// and maps those handles instead, so the allocator's reserved memory follows
+// what all pools need at once rather than the sum of each pool's own high
+// water mark. A moved page costs an unmap and a map and no device memory;
+// like any unmap, it first synchronizes the stream that last used the block.
+// Its reserved bytes move from one pool's statistic to the other's.
+
 // Note [Expandable page table]
 // The reservation is as large as the device, but its page table
 // (Segment::pages) holds only the pages up to the highest one mapped: it
@@ -88,6 +100,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -253,10 +266,22 @@ class CachingAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> GrowExpandable(PoolKind kind, StreamHandle stream, uint64_t rounded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status MapPages(Segment* segment, uint64_t first_page, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Maps `count` pages at `first_page`, the start of unmapped block `hole`.
+  absl::Status MapPages(Segment* segment, uint64_t first_page, uint64_t count, const Block* hole)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps the pages wholly inside the free block, first synchronizing its
   // stream unless `synchronized`; returns the bytes released.
-  absl::StatusOr<uint64_t> UnmapFreePages(Block* block, bool synchronized) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At most `max_pages` pages, the block's last; with `kept`, the pages are
+  // not released but handed over, uncounted (Note [Moving free pages]).
+  absl::StatusOr<uint64_t> UnmapFreePages(Block* block, bool synchronized,
+                                          uint64_t max_pages = std::numeric_limits<uint64_t>::max(),
+                                          std::vector<PhysicalHandle>* kept = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps up to `count` whole free pages of cached blocks for mapping into
+  // `hole` (Note [Moving free pages]); stops at the first unmap the device
+  // refuses, which leaves that block as it was.
+  void TakeFreePages(const Block* hole, uint64_t count, std::vector<PhysicalHandle>& taken)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint64_t> TrimExpandable(Segment* segment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases an unmapped physical page counted in reserved_bytes; one the
   // device refuses is kept for a retry (Note [Unreleased pages]).

@@ -27,40 +27,92 @@ absl::StatusOr<CachingAllocator::Segment*> CachingAllocator::ExpandableSegmentFo
   return segment;
 }
 
-absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, uint64_t count) {
+absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, uint64_t count, const Block* hole) {
   const DeviceAddress start = segment->address + first_page * granularity_;
-  std::vector<PhysicalHandle> created;
+  // Note [Moving free pages]: pages cached elsewhere first, counted here from now on.
+  std::vector<PhysicalHandle> moved;
+  if (options_.move_free_pages) {
+    TakeFreePages(hole, count, moved);
+    for (size_t i = 0; i < moved.size(); ++i) {
+      stats_.reserved_bytes.Increase(StatOf(segment->pool), static_cast<int64_t>(granularity_));
+    }
+    const uint64_t created = (count - moved.size()) * granularity_;
+    const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
+    const uint64_t allowed = AllowedBytesLocked();
+    if (created > 0 && (created > allowed || reserved > allowed - created)) {
+      for (PhysicalHandle handle : moved) (void)ReleasePage(handle, segment->pool);
+      return absl::ResourceExhaustedError(absl::StrFormat("mapping %s more would exceed the limit of %s",
+                                                          FormatBytes(created), FormatBytes(allowed)));
+    }
+  }
+  std::vector<PhysicalHandle> mapped;
   absl::Status status;
   for (uint64_t i = 0; i < count && status.ok(); ++i) {
-    absl::StatusOr<PhysicalHandle> handle = backend_->CreatePhysical(granularity_);
-    if (!handle.ok()) {
-      status = handle.status();
-      break;
+    PhysicalHandle handle;
+    if (i < moved.size()) {
+      handle = moved[i];
+    } else {
+      absl::StatusOr<PhysicalHandle> created = backend_->CreatePhysical(granularity_);
+      if (!created.ok()) {
+        status = created.status();
+        break;
+      }
+      handle = *created;
+      // Counted reserved from creation on, so that ReleasePage can uncount it.
+      stats_.reserved_bytes.Increase(StatOf(segment->pool), static_cast<int64_t>(granularity_));
+      ++stats_.num_device_alloc;
     }
-    // Counted reserved from creation on, so that ReleasePage can uncount it.
-    stats_.reserved_bytes.Increase(StatOf(segment->pool), static_cast<int64_t>(granularity_));
-    ++stats_.num_device_alloc;
-    status = backend_->Map(start + i * granularity_, granularity_, *handle);
+    status = backend_->Map(start + i * granularity_, granularity_, handle);
     if (!status.ok()) {
-      (void)ReleasePage(*handle, segment->pool);
+      (void)ReleasePage(handle, segment->pool);
       break;
     }
-    created.push_back(*handle);
+    mapped.push_back(handle);
   }
   if (status.ok()) status = backend_->SetAccess(start, count * granularity_);
   if (!status.ok()) {
-    // Undo this call's pages so the segment is as before.
-    for (size_t i = 0; i < created.size(); ++i) {
+    // Undo this call's pages so the segment is as before (moved pages go back to the device).
+    for (size_t i = 0; i < mapped.size(); ++i) {
       (void)backend_->Unmap(start + i * granularity_, granularity_);
-      (void)ReleasePage(created[i], segment->pool);
+      (void)ReleasePage(mapped[i], segment->pool);
     }
+    for (size_t i = mapped.size() + 1; i < moved.size(); ++i) (void)ReleasePage(moved[i], segment->pool);
     return status;
   }
   if (segment->pages.size() < first_page + count) segment->pages.resize(first_page + count);
-  for (uint64_t i = 0; i < count; ++i) segment->pages[first_page + i] = created[i];
+  for (uint64_t i = 0; i < count; ++i) segment->pages[first_page + i] = mapped[i];
   segment->mapped_bytes += count * granularity_;
+  stats_.num_pages_mapped += static_cast<int64_t>(count);
   Record(TraceAction::kSegmentMap, start, count * granularity_, segment->stream);
   return absl::OkStatus();
+}
+
+void CachingAllocator::TakeFreePages(const Block* hole, uint64_t count, std::vector<PhysicalHandle>& taken) {
+  while (taken.size() < count) {
+    // The cached block with the most whole pages, of any expandable segment; not the hole's neighbours, which
+    // the growth is about to join (and whose unmapping would merge the hole away).
+    Block* best = nullptr;
+    uint64_t best_pages = 0;
+    for (const auto& [key, segment] : expandable_) {
+      for (Block* b = segment->first; b != nullptr; b = b->next) {
+        if (!b->is_free() || !b->mapped) continue;
+        if (hole != nullptr && (b == hole->prev || b == hole->next)) continue;
+        const uint64_t first = RoundUp(b->address - segment->address, granularity_);
+        const uint64_t last = (b->address + b->size - segment->address) / granularity_ * granularity_;
+        const uint64_t pages = last > first ? (last - first) / granularity_ : 0;
+        if (pages > best_pages) {
+          best = b;
+          best_pages = pages;
+        }
+      }
+    }
+    if (best == nullptr) return;
+    const size_t before = taken.size();
+    // A failed unmap changes nothing (Note [Moving free pages]): the growth creates the rest.
+    if (!UnmapFreePages(best, /*synchronized=*/false, count - taken.size(), &taken).ok() || taken.size() == before) {
+      return;
+    }
+  }
 }
 
 absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKind kind, StreamHandle stream,
@@ -96,12 +148,12 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   }
   const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
   const uint64_t allowed = AllowedBytesLocked();
-  if (map_bytes > allowed || reserved > allowed - map_bytes) {
+  if (!options_.move_free_pages && (map_bytes > allowed || reserved > allowed - map_bytes)) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("mapping %s more would exceed the limit of %s", FormatBytes(map_bytes), FormatBytes(allowed)));
   }
   HEADROOM_RETURN_IF_ERROR(MapPages(segment, (chosen->address - segment->address) / granularity_,
-                                    map_bytes / granularity_));
+                                    map_bytes / granularity_, chosen));
   segment->unmapped.erase(chosen);
   Block* mapped = chosen;
   if (map_bytes < chosen->size) {
@@ -130,13 +182,14 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   return block;
 }
 
-absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool synchronized) {
+absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool synchronized, uint64_t max_pages,
+                                                          std::vector<PhysicalHandle>* kept) {
   Segment* segment = block->segment;
-  const DeviceAddress start =
-      segment->address + RoundUp(block->address - segment->address, granularity_);
+  DeviceAddress start = segment->address + RoundUp(block->address - segment->address, granularity_);
   const DeviceAddress end = segment->address + (block->address + block->size - segment->address) / granularity_ *
                                                    granularity_;
   if (end <= start) return 0;
+  if ((end - start) / granularity_ > max_pages) start = end - max_pages * granularity_;  // the block's last pages
   // Kernels queued on the owning stream before the free may still touch the
   // pages; the driver does not order unmapping after them.
   if (!synchronized) {
@@ -148,13 +201,19 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
   const uint64_t pages = (end - start) / granularity_;
   absl::Status release_error;
   for (uint64_t p = first_page; p < first_page + pages; ++p) {
-    absl::Status status = ReleasePage(segment->pages[p], segment->pool);
-    if (!status.ok() && release_error.ok()) release_error = status;
+    if (kept != nullptr) {  // Note [Moving free pages]: the caller maps it elsewhere and counts it there
+      kept->push_back(segment->pages[p]);
+      stats_.reserved_bytes.Decrease(StatOf(segment->pool), static_cast<int64_t>(granularity_));
+    } else {
+      absl::Status status = ReleasePage(segment->pages[p], segment->pool);
+      if (!status.ok() && release_error.ok()) release_error = status;
+    }
     segment->pages[p] = PhysicalHandle{};
   }
   // Note [Expandable page table]: the table ends at the highest mapped page.
   while (!segment->pages.empty() && segment->pages.back().value == 0) segment->pages.pop_back();
   segment->mapped_bytes -= end - start;
+  stats_.num_pages_unmapped += static_cast<int64_t>(pages);
   Record(TraceAction::kSegmentUnmap, start, end - start, segment->stream);
 
   // [head: still mapped, free][middle: unmapped][tail: still mapped, free]

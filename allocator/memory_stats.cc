@@ -44,6 +44,8 @@ nlohmann::json MemoryStatsToJson(const MemoryStats& stats) {
   out["num_sync_all_streams"] = stats.num_sync_all_streams;
   out["num_device_alloc"] = stats.num_device_alloc;
   out["num_device_free"] = stats.num_device_free;
+  out["num_pages_mapped"] = stats.num_pages_mapped;
+  out["num_pages_unmapped"] = stats.num_pages_unmapped;
   out["max_split_size"] = stats.max_split_size;
   out["largest_free_block_bytes"] = stats.largest_free_block_bytes;
   out["total_free_bytes"] = stats.total_free_bytes;

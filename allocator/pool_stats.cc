@@ -18,6 +18,8 @@ void PoolStats::ResetAccumulated() {
   num_sync_all_streams = 0;
   num_device_alloc = 0;
   num_device_free = 0;
+  num_pages_mapped = 0;
+  num_pages_unmapped = 0;
 }
 
 MemoryStats PoolStats::ToMemoryStats() const {
@@ -37,6 +39,8 @@ MemoryStats PoolStats::ToMemoryStats() const {
                      .num_sync_all_streams = num_sync_all_streams,
                      .num_device_alloc = num_device_alloc,
                      .num_device_free = num_device_free,
+                     .num_pages_mapped = num_pages_mapped,
+                     .num_pages_unmapped = num_pages_unmapped,
                      .reserved_bytes_at_peak_allocated = reserved_bytes_at_peak_allocated};
 }
 

@@ -84,6 +84,8 @@ struct PoolStats {
   int64_t num_sync_all_streams = 0;
   int64_t num_device_alloc = 0;
   int64_t num_device_free = 0;
+  int64_t num_pages_mapped = 0;
+  int64_t num_pages_unmapped = 0;
   int64_t reserved_bytes_at_peak_allocated = 0;
 
   // Every field that has a peak, and every accumulated total.

@@ -12,7 +12,8 @@
 // then three steps) under each policy: reserved / live on an 80 GiB device,
 // the smallest device that runs the trace without an out-of-memory error
 // (over live; found by bisection at 2 MiB), and the device calls the
-// allocator made (cudaMalloc or page creations, and their frees).
+// allocator made (cudaMalloc or page creations, and their frees; pages
+// mapped and unmapped).
 #include <algorithm>
 #include <filesystem>
 #include <string>
@@ -94,6 +95,8 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
       static_cast<double>(smallest) / static_cast<double>(result.peak_live_bytes);
   state.counters["device_allocs"] = static_cast<double>(result.final_stats.num_device_alloc);
   state.counters["device_frees"] = static_cast<double>(result.final_stats.num_device_free);
+  state.counters["pages_mapped"] = static_cast<double>(result.final_stats.num_pages_mapped);
+  state.counters["pages_unmapped"] = static_cast<double>(result.final_stats.num_pages_unmapped);
   state.counters["anomalies"] = static_cast<double>(result.anomalies);
 }
 
@@ -106,7 +109,7 @@ const bool kRealTracesRegistered = [] {
   }
   std::sort(traces.begin(), traces.end());
   for (const auto& path : traces) {
-    for (const char* policy : {"pytorch-default", "expandable"}) {
+    for (const char* policy : {"pytorch-default", "expandable", "headroom"}) {
       benchmark::RegisterBenchmark(("BM_RealTrace/" + path.stem().stem().string() + "/" + policy).c_str(),
                                    BM_RealTrace, path.string(), std::string(policy))
           ->Unit(benchmark::kMillisecond)

@@ -124,7 +124,7 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--streams", f.streams, "Compute streams, each with a cuBLAS workspace (default 1)");
   app.add_option("--alloc-conf", f.alloc_conf,
                  "Caching allocator configuration replayed for reserved memory: a PYTORCH_CUDA_ALLOC_CONF string "
-                 "or a preset (pytorch-default, expandable, max-split-512, power2-4, gc-0.8)")
+                 "or a preset (pytorch-default, expandable, max-split-512, power2-4, gc-0.8, headroom)")
       ->default_str("pytorch-default");
   app.add_flag("--keep-grads", f.keep_grads, "zero_grad(set_to_none=False): gradients stay between steps");
   app.add_option("--head", f.head, "Encoders: classification or mlm head");

@@ -108,7 +108,7 @@ Subcommand AddReplayCommand(CLI::App& root) {
       ->each([options](const std::string&) { options->conf_given = true; });
   app->add_option("--compare", options->compare,
                   "Another configuration to compare (repeatable): a conf string or a preset: pytorch-default, "
-                  "expandable, max-split-512, power2-4, gc-0.8");
+                  "expandable, max-split-512, power2-4, gc-0.8, headroom");
   app->add_flag("--strict", options->strict, "Fail on frees of unknown pointers and other trace anomalies");
   app->add_flag("--json", options->json, "Print exact figures as JSON");
   app->add_flag("--summary", options->summary, "Also print each run's memory_summary()-style statistics table");

@@ -64,7 +64,8 @@ TEST(AllocConf, DivisionList) {
 TEST(AllocConf, RoundTrip) {
   const std::string conf =
       "max_split_size_mb:256,roundup_power2_divisions:8,garbage_collection_threshold:0.75,expandable_segments:True,"
-      "memory_fraction:0.9,hard_limit_mb:2048,cross_stream_reuse:True,history_entries:10,expandable_page_mb:64";
+      "memory_fraction:0.9,hard_limit_mb:2048,cross_stream_reuse:True,history_entries:10,expandable_page_mb:64,"
+      "move_free_pages:True";
   auto o = ParseAllocConf(conf);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(FormatAllocConf(*o), conf);
@@ -90,6 +91,7 @@ TEST(AllocConf, ErrorsNameKeyAndValue) {
 TEST(AllocConf, Presets) {
   EXPECT_EQ(ResolveAllocConfPreset("expandable"), "expandable_segments:True");
   EXPECT_EQ(ResolveAllocConfPreset("pytorch-default"), "");
+  EXPECT_EQ(ResolveAllocConfPreset("headroom"), "expandable_segments:True,expandable_page_mb:2,move_free_pages:True");
   EXPECT_EQ(ResolveAllocConfPreset("max_split_size_mb:100"), "max_split_size_mb:100");
   for (const AllocConfPreset& preset : AllocConfPresets()) {
     EXPECT_TRUE(ParseAllocConf(preset.conf).ok()) << preset.name;

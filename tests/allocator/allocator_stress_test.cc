@@ -138,6 +138,14 @@ INSTANTIATE_TEST_SUITE_P(
                       StressCase{"expandable_max_split", {.max_split_size = 32 * kMiB, .expandable_segments = true}},
                       StressCase{"cross_stream", {.cross_stream_reuse = true}},
                       StressCase{"cross_stream_expandable", {.expandable_segments = true, .cross_stream_reuse = true}},
+                      // Headroom's policy (the "headroom" preset): pages move between pools and streams.
+                      StressCase{"headroom", {.expandable_segments = true,
+                                              .expandable_large_page_bytes = 2 * kMiB,
+                                              .move_free_pages = true}},
+                      StressCase{"headroom_cross_stream", {.expandable_segments = true,
+                                                           .expandable_large_page_bytes = 2 * kMiB,
+                                                           .cross_stream_reuse = true,
+                                                           .move_free_pages = true}},
                       StressCase{"fraction_history", {.memory_fraction = 0.7, .history_entries = 64}}),
     [](const ::testing::TestParamInfo<StressCase>& param) { return std::string(param.param.name); });
 
@@ -151,11 +159,14 @@ class EveryBackendCallFails : public ::testing::TestWithParam<BackendCall> {};
 
 TEST_P(EveryBackendCallFails, WithoutCorruptionOrLeaks) {
   const BackendCall failing = GetParam();
-  for (bool expandable : {false, true}) {
+  enum class Policy { kDefault, kExpandable, kMovingPages };
+  for (Policy policy : {Policy::kDefault, Policy::kExpandable, Policy::kMovingPages}) {
     for (uint64_t seed = 1; seed <= 3; ++seed) {
-      SCOPED_TRACE(::testing::Message() << "seed " << seed << (expandable ? ", expandable" : ""));
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << ", policy " << static_cast<int>(policy));
       auto a = MakeAllocator({.capacity_bytes = 256 * kMiB, .auto_complete_events = false, .host_backing = true},
-                             {.expandable_segments = expandable, .cross_stream_reuse = seed % 2 == 0});
+                             {.expandable_segments = policy != Policy::kDefault,
+                              .cross_stream_reuse = seed % 2 == 0,
+                              .move_free_pages = policy == Policy::kMovingPages});
       std::mt19937_64 rng(seed);
       std::vector<StreamHandle> streams = {kDefaultStream, *a.device->CreateStream(), *a.device->CreateStream()};
       std::vector<Live> live;

@@ -177,5 +177,61 @@ TEST(ExpandableSegments, PageTableFollowsMappedPagesNotTheCapacity) {
   EXPECT_EQ(a->GetStats().segment[kAllPools].current, 1);  // the default stream's, still holding 5 MiB
 }
 
+// Note [Moving free pages]: pages a large block no longer uses serve the
+// small pool, and then another stream, without new device memory.
+TEST(ExpandableSegments, FreePagesMoveBetweenPoolsAndStreams) {
+  constexpr AllocatorOptions kMoving{.expandable_segments = true,
+                                     .expandable_large_page_bytes = 2 * kMiB,
+                                     .move_free_pages = true};
+  auto a = MakeAllocator({}, kMoving);
+  const DeviceAddress large = *a->Allocate(8 * kMiB);  // 4 pages of the large pool
+  ASSERT_TRUE(a->Free(large).ok());
+  const uint64_t created = a.device->CallCount(BackendCall::kCreatePhysical);
+  EXPECT_EQ(created, 4u);
+  // Small blocks fill three fresh small-pool pages: the large pool's free pages move there.
+  std::vector<DeviceAddress> small;
+  for (int i = 0; i < 3 * 2048; ++i) small.push_back(*a->Allocate(kKiB));
+  MemoryStats s = a->GetStats();
+  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), created);
+  EXPECT_EQ(Reserved(s), static_cast<int64_t>(8 * kMiB));
+  EXPECT_EQ(s.reserved_bytes[kSmallPoolStat].current, static_cast<int64_t>(6 * kMiB));
+  EXPECT_EQ(s.reserved_bytes[kLargePoolStat].current, static_cast<int64_t>(2 * kMiB));
+  EXPECT_EQ(a.device->CallCount(BackendCall::kUnmap), 3u);  // the small pool grows a page at a time
+  HEADROOM_EXPECT_VALID(a);
+  // The last free page serves a large block on another stream.
+  const StreamHandle other = *a.device->CreateStream();
+  const DeviceAddress elsewhere = *a->Allocate(2 * kMiB, other);
+  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), created);
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(8 * kMiB));
+  HEADROOM_EXPECT_VALID(a);
+  // With nothing left to move, growth creates pages as before.
+  const DeviceAddress more = *a->Allocate(2 * kMiB, other);
+  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), created + 1);
+  for (DeviceAddress p : small) ASSERT_TRUE(a->Free(p).ok());
+  ASSERT_TRUE(a->Free(elsewhere).ok());
+  ASSERT_TRUE(a->Free(more).ok());
+  a.device->CompleteAll();
+  ASSERT_TRUE(a->EmptyCache().ok());
+  EXPECT_EQ(Reserved(a->GetStats()), 0);
+  EXPECT_EQ(a.device->used_bytes(), 0u);
+  HEADROOM_EXPECT_VALID(a);
+}
+
+// Without it, the same sequence creates the small pool's pages anew.
+TEST(ExpandableSegments, WithoutMovingEachPoolKeepsItsOwnPages) {
+  auto a = MakeAllocator({}, kTwoMiBPages);
+  ASSERT_TRUE(a->Free(*a->Allocate(8 * kMiB)).ok());
+  std::vector<DeviceAddress> small;
+  for (int i = 0; i < 3 * 2048; ++i) small.push_back(*a->Allocate(kKiB));
+  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), 7u);
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(14 * kMiB));
+}
+
+TEST(ExpandableSegments, MovingPagesNeedsExpandableSegments) {
+  auto device = *SimulatedBackend::Create({});
+  EXPECT_EQ(CachingAllocator::Create(device.get(), {.move_free_pages = true}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace headroom
