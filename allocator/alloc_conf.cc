@@ -235,7 +235,7 @@ const std::vector<AllocConfPreset>& AllocConfPresets() {
       {"power2-4", "roundup_power2_divisions:4"},
       {"gc-0.8", "garbage_collection_threshold:0.8"},
       // Headroom's own policy (Note [Moving free pages] in caching_allocator.h).
-      {"headroom", "expandable_segments:True,expandable_page_mb:2,move_free_pages:True"},
+      {"headroom", "expandable_segments:True,expandable_page_mb:2,cross_stream_reuse:True,move_free_pages:True"},
   };
   return *presets;
 }

@@ -225,6 +225,13 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlockSlow(Poo
   if (options_.cross_stream_reuse) {
     HEADROOM_ASSIGN_OR_RETURN(Block * reused, TakeOtherStreamBlock(kind, stream, rounded));
     if (reused != nullptr) return reused;
+    // Note [Cross-stream reuse]: a block whose free still waits on other streams, made this stream's wait.
+    HEADROOM_ASSIGN_OR_RETURN(const bool adopted, WaitForPendingBlock(kind, stream, rounded));
+    if (adopted) {
+      if (Block* block = TakeCachedBlock(kind, stream, rounded)) return block;
+      HEADROOM_ASSIGN_OR_RETURN(reused, TakeOtherStreamBlock(kind, stream, rounded));
+      if (reused != nullptr) return reused;
+    }
   }
   absl::StatusOr<Block*> grown = GrowPool(kind, stream, rounded);
   if (grown.ok() || !absl::IsResourceExhausted(grown.status())) return grown;
@@ -266,6 +273,38 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::TakeOtherStreamBlock(
   PoolErase(best);
   best->stream = stream;
   return best;
+}
+
+absl::StatusOr<bool> CachingAllocator::WaitForPendingBlock(PoolKind kind, StreamHandle stream, uint64_t size) {
+  Block* best = nullptr;
+  for (const PendingFree& pending : pending_frees_) {
+    Block* b = pending.block;
+    if (b->pool == kind && b->size >= size && OversizeRulesAccept(b, size) &&
+        (best == nullptr || b->size < best->size)) {
+      best = b;
+    }
+  }
+  if (best == nullptr) return false;
+  // `stream` waits on each event the free waits on; the events return to the pool once the waits are enqueued.
+  std::deque<PendingFree> others;
+  absl::Status status;
+  for (const PendingFree& pending : pending_frees_) {
+    if (pending.block != best || !status.ok()) {
+      others.push_back(pending);
+      continue;
+    }
+    status = backend_->StreamWaitEvent(stream, pending.event);
+    if (!status.ok()) {
+      others.push_back(pending);
+      continue;
+    }
+    free_events_.push_back(pending.event);
+    --best->pending_events;
+  }
+  pending_frees_.swap(others);
+  if (!status.ok()) return status;
+  CompleteFree(best);  // cached on its own stream; the caller takes it from there
+  return true;
 }
 
 bool CachingAllocator::ShouldSplit(const Block* block, uint64_t size) const {

@@ -44,7 +44,10 @@
 // event is recorded on T and S is made to wait on it (StreamWaitEvent). The
 // host never blocks; the cost is a device-side dependency from S on T's work
 // queued so far. The block then belongs to S; it is not coalesced with
-// neighbours of other streams.
+// neighbours of other streams. Failing that, it may take a block whose free
+// still waits for the streams that used it (RecordStream): S is made to wait
+// on those events instead, the free completes at once, and the block moves
+// to S as above; only then does the pool grow.
 //
 // Note [Out of memory]
 // When the device refuses a segment the allocator, in order: releases cached
@@ -218,6 +221,11 @@ class CachingAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Block* TakeCachedBlock(PoolKind kind, StreamHandle stream, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> TakeOtherStreamBlock(PoolKind kind, StreamHandle stream, uint64_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Cross-stream reuse]: completes the free of the smallest pending
+  // block of `kind` that holds `size` by making `stream` wait on its events;
+  // false when none does.
+  absl::StatusOr<bool> WaitForPendingBlock(PoolKind kind, StreamHandle stream, uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a best fit may serve `size` under the max_split_size rules: an
   // oversize block serves only oversize requests, and none much smaller than

@@ -91,7 +91,7 @@ TEST(AllocConf, ErrorsNameKeyAndValue) {
 TEST(AllocConf, Presets) {
   EXPECT_EQ(ResolveAllocConfPreset("expandable"), "expandable_segments:True");
   EXPECT_EQ(ResolveAllocConfPreset("pytorch-default"), "");
-  EXPECT_EQ(ResolveAllocConfPreset("headroom"), "expandable_segments:True,expandable_page_mb:2,move_free_pages:True");
+  EXPECT_EQ(ResolveAllocConfPreset("headroom"), "expandable_segments:True,expandable_page_mb:2,cross_stream_reuse:True,move_free_pages:True");
   EXPECT_EQ(ResolveAllocConfPreset("max_split_size_mb:100"), "max_split_size_mb:100");
   for (const AllocConfPreset& preset : AllocConfPresets()) {
     EXPECT_TRUE(ParseAllocConf(preset.conf).ok()) << preset.name;

@@ -139,13 +139,13 @@ INSTANTIATE_TEST_SUITE_P(
                       StressCase{"cross_stream", {.cross_stream_reuse = true}},
                       StressCase{"cross_stream_expandable", {.expandable_segments = true, .cross_stream_reuse = true}},
                       // Headroom's policy (the "headroom" preset): pages move between pools and streams.
+                      StressCase{"moving_pages", {.expandable_segments = true,
+                                                  .expandable_large_page_bytes = 2 * kMiB,
+                                                  .move_free_pages = true}},
                       StressCase{"headroom", {.expandable_segments = true,
                                               .expandable_large_page_bytes = 2 * kMiB,
+                                              .cross_stream_reuse = true,
                                               .move_free_pages = true}},
-                      StressCase{"headroom_cross_stream", {.expandable_segments = true,
-                                                           .expandable_large_page_bytes = 2 * kMiB,
-                                                           .cross_stream_reuse = true,
-                                                           .move_free_pages = true}},
                       StressCase{"fraction_history", {.memory_fraction = 0.7, .history_entries = 64}}),
     [](const ::testing::TestParamInfo<StressCase>& param) { return std::string(param.param.name); });
 

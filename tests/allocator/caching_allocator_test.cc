@@ -381,6 +381,36 @@ TEST(CachingAllocator, CrossStreamReuseWaitsOnTheDeviceNotTheHost) {
   HEADROOM_EXPECT_VALID(a);
 }
 
+// Note [Cross-stream reuse]: a block whose free waits on another stream's
+// work serves the request once the requesting stream waits for that work:
+// no new memory, no host wait. Without cross-stream reuse the pool grows.
+TEST(CachingAllocator, CrossStreamReuseTakesABlockWhoseFreeIsStillPending) {
+  for (bool reuse : {true, false}) {
+    SCOPED_TRACE(reuse ? "cross-stream reuse" : "PyTorch's policy");
+    auto a = MakeAllocator({.auto_complete_events = false}, {.cross_stream_reuse = reuse});
+    StreamHandle s1 = *a.device->CreateStream(), s2 = *a.device->CreateStream();
+    DeviceAddress p = *a->Allocate(12 * kMiB, s1);  // a segment of its own
+    ASSERT_TRUE(a->RecordStream(p, s2).ok());
+    ASSERT_TRUE(a->Free(p).ok());  // waits for s2's work
+    EXPECT_EQ(a->GetStats().active_bytes[kAllPools].current, static_cast<int64_t>(12 * kMiB));
+    DeviceAddress q = *a->Allocate(12 * kMiB, s1);
+    EXPECT_EQ(a.device->HostSynchronizations(), 0u);
+    if (reuse) {
+      EXPECT_EQ(q, p);
+      EXPECT_EQ(a.device->CallCount(BackendCall::kMalloc), 1u);
+      EXPECT_EQ(a.device->CallCount(BackendCall::kStreamWaitEvent), 1u);  // s1 waits for s2's event
+      EXPECT_EQ(a->Lookup(q)->stream, s1);
+    } else {
+      EXPECT_NE(q, p);
+      EXPECT_EQ(a.device->CallCount(BackendCall::kMalloc), 2u);
+    }
+    HEADROOM_EXPECT_VALID(a);
+    ASSERT_TRUE(a->Free(q).ok());
+    a.device->CompleteAll();
+    HEADROOM_EXPECT_VALID(a);
+  }
+}
+
 TEST(CachingAllocator, OomWaitsForPendingFreesBeforeGivingUp) {
   auto a = MakeAllocator({.capacity_bytes = 40 * kMiB, .auto_complete_events = false});
   StreamHandle s1 = *a.device->CreateStream(), s2 = *a.device->CreateStream();
