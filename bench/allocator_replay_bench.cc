@@ -13,7 +13,8 @@
 // the smallest device that runs the trace without an out-of-memory error
 // (over live; found by bisection at 2 MiB), and the device calls the
 // allocator made (cudaMalloc or page creations, and their frees; pages
-// mapped and unmapped).
+// mapped and unmapped), over the run and per step after the first where the
+// recorder wrote the steps' boundaries (NAME.steps.json).
 #include <algorithm>
 #include <filesystem>
 #include <string>
@@ -21,6 +22,7 @@
 
 #include "allocator/alloc_conf.h"
 #include "common/json_fields.h"
+#include "nlohmann/json.hpp"
 #include "replay/allocation_trace.h"
 #include "replay/trace_replay.h"
 #include "benchmark/benchmark.h"
@@ -97,6 +99,24 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
   state.counters["device_frees"] = static_cast<double>(result.final_stats.num_device_free);
   state.counters["pages_mapped"] = static_cast<double>(result.final_stats.num_pages_mapped);
   state.counters["pages_unmapped"] = static_cast<double>(result.final_stats.num_pages_unmapped);
+  // Per steady step: the whole run less its first step (the warm-up), from the recorder's step boundaries.
+  const std::string steps_path = path.substr(0, path.size() - std::string(".rmm.csv").size()) + ".steps.json";
+  const absl::StatusOr<std::string> steps_text = ReadTextFile(steps_path);
+  if (steps_text.ok()) {
+    const std::vector<uint64_t> ends =
+        nlohmann::json::parse(*steps_text)["step_end_events"].get<std::vector<uint64_t>>();
+    AllocationTrace warm_up = *trace;
+    std::erase_if(warm_up.events, [&](const TraceEvent& e) { return e.time_ns > ends.front(); });
+    const ReplayResult first = *ReplayTrace(warm_up, options);
+    const auto per_step = [&](int64_t all, int64_t warm) {
+      return static_cast<double>(all - warm) / static_cast<double>(ends.size() - 1);
+    };
+    const MemoryStats& a = result.final_stats;
+    const MemoryStats& w = first.final_stats;
+    state.counters["steady_maps_per_step"] = per_step(a.num_pages_mapped, w.num_pages_mapped);
+    state.counters["steady_unmaps_per_step"] = per_step(a.num_pages_unmapped, w.num_pages_unmapped);
+    state.counters["steady_device_allocs_per_step"] = per_step(a.num_device_alloc, w.num_device_alloc);
+  }
   state.counters["anomalies"] = static_cast<double>(result.anomalies);
 }
 
@@ -105,7 +125,7 @@ const bool kRealTracesRegistered = [] {
   std::vector<std::filesystem::path> traces;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(HEADROOM_BENCH_TRACES_DIR, error)) {
-    if (entry.path().extension() == ".csv" || entry.path().extension() == ".json") traces.push_back(entry.path());
+    if (entry.path().string().ends_with(".rmm.csv")) traces.push_back(entry.path());
   }
   std::sort(traces.begin(), traces.end());
   for (const auto& path : traces) {

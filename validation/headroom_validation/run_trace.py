@@ -7,9 +7,13 @@ Unlike a fixture's trace (one step, after a warm-up step), this one starts befor
 covers --steps steps, so a replay sees every allocation from the first: the model, the first step that
 creates optimizer state, and the steady steps after it. NAME is a configuration of configs.py or `lstm`, a
 4-layer LSTM language model (hidden 512, vocabulary 8192, batch 16 x 128 tokens, AdamW) that no fixture
-covers. Runs under the allocation hook (LD_PRELOAD, as validation/record sets it).
+covers. Beside OUT.rmm.csv it writes OUT.steps.json, the event count at the end of each step (a line's time in the
+trace is its event number), so that a replay can tell the warm-up from the steady steps. Runs under the allocation
+hook (LD_PRELOAD, as validation/record sets it).
 """
 import argparse
+import json
+import os
 import sys
 
 import torch
@@ -30,7 +34,7 @@ class LstmLanguageModel(torch.nn.Module):
         return self.head(out)
 
 
-def _lstm_steps(steps):
+def _lstm_steps(steps, step_done):
     torch.manual_seed(0)
     model = LstmLanguageModel()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -42,12 +46,14 @@ def _lstm_steps(steps):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         del logits, loss
+        step_done()
 
 
-def _config_steps(name, steps):
+def _config_steps(name, steps, step_done):
     w = workloads.build(configs.by_name(name), torch.device("cpu"))
     for _ in range(steps):
         w.step(lambda phase: None)
+        step_done()
 
 
 def main(argv=None):
@@ -59,12 +65,21 @@ def main(argv=None):
     if args.name != "lstm":
         configs.by_name(args.name)  # an unknown name fails before anything runs
     hook = hooks.CpuHook()
+    step_ends = []  # the event count when each step returned: the trace's step boundaries
+
+    def step_done():
+        step_ends.append(hook.lib.hr_events())
+
     with hook.log(args.out):
         if args.name == "lstm":
-            _lstm_steps(args.steps)
+            _lstm_steps(args.steps, step_done)
         else:
-            _config_steps(args.name, args.steps)
-    print(f"{args.out}: {hook.lib.hr_events()} events, peak {hook.peak() / 2**20:.1f} MiB live")
+            _config_steps(args.name, args.steps, step_done)
+    steps_path = args.out.removesuffix(".rmm.csv") + ".steps.json"
+    with open(steps_path, "w") as f:
+        json.dump({"trace": os.path.basename(args.out), "step_end_events": step_ends}, f)
+        f.write("\n")
+    print(f"{args.out}: {hook.lib.hr_events()} events, peak {hook.peak() / 2**20:.1f} MiB live; steps end at {step_ends}")
     return 0
 
 
