@@ -103,7 +103,10 @@ DemoBatch DemoModel::MakeBatch(int64_t step) const {
         for (int64_t i = 0; i < width; ++i) {
           score += Uniform(seed, kTeacher, index(c, i)) * batch.features[static_cast<size_t>(r * width + i)];
         }
-        if (score > best) best = score, label = c;
+        if (score > best) {
+          best = score;
+          label = c;
+        }
       }
       batch.labels.push_back(label);
     }
