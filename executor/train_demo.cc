@@ -70,6 +70,11 @@ absl::StatusOr<TrainDemoReport> RunTrainDemo(const DemoModel& model, const Train
   if (options.plan_file) {
     HEADROOM_RETURN_IF_ERROR(CheckPlanMatchesStep(*options.plan_file, in.step, options.plan_source));
     plan.schedule = options.plan_file->schedule;
+    PlanProblem structural = problem;  // the file is checked as `headroom plan --load` checks it
+    structural.budget = std::numeric_limits<uint64_t>::max();
+    if (absl::Status valid = ValidateSchedule(structural, plan.schedule); !valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(options.plan_source, ": ", valid.message()));
+    }
     absl::StatusOr<PlanEvaluation> evaluation = EvaluateSchedule(problem, plan.schedule);
     if (!evaluation.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(options.plan_source, ": ", evaluation.status().message()));

@@ -1,7 +1,10 @@
 // `headroom train-demo`: the planned run's memory is what `headroom plan`
 // predicts for the demo's graph, and what `headroom replay` of the plan's
 // trace reserves; a plan file from `headroom plan --out` runs as it is.
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -17,6 +20,11 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 const std::vector<std::string> kSmallGpt = {"--layers", "2", "--hidden", "32", "--seq", "16", "--steps", "3"};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 
 std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) {
   args.insert(args.end(), more.begin(), more.end());
@@ -58,6 +66,14 @@ TEST(TrainDemoCli, PlanPredictsAndReplayReservesWhatTheRunMeasured) {
   EXPECT_EQ(l["measured"], d["measured"]);
   EXPECT_EQ(l["budget_bytes"], d["budget_bytes"]);
   EXPECT_THAT(l["strategy"].get<std::string>(), HasSubstr("hybrid from"));
+
+  // A plan file whose schedule was cut short is refused, naming the file.
+  nlohmann::json broken = nlohmann::json::parse(ReadFile(plan_file));
+  broken["schedule"].erase(broken["schedule"].size() - 1);
+  const std::string broken_file = WriteTempFile("demo-gpt.broken.plan.json", broken.dump());
+  auto cut = RunHeadroom(With({"train-demo", "--plan", broken_file}, kSmallGpt));
+  EXPECT_EQ(cut.exit_code, 2);
+  EXPECT_THAT(cut.err, HasSubstr(broken_file));
 
   // A plan for another step is refused, naming the file.
   auto other = RunHeadroom(With({"train-demo", "--plan", plan_file, "--layers", "3"}, {"--hidden", "32"}));
