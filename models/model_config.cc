@@ -238,6 +238,21 @@ absl::Status ParseStandardDims(const json& doc, const JsonPath& path, int64_t de
   return absl::OkStatus();
 }
 
+// Llama's block, which its successors keep: RMSNorm without a bias, a gated MLP, rotary positions.
+void UseLlamaBlock(ModelConfig& c) {
+  c.norm = NormKind::kRmsNorm;
+  c.norm_bias = false;
+  c.gated_mlp = true;
+  c.positions = PositionKind::kRotary;
+}
+
+// attention_bias: one switch for the q/k/v and output projections alike (LlamaAttention and its descendants).
+absl::Status ParseAttentionBias(const json& doc, const JsonPath& path, bool default_value, ModelConfig& c) {
+  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, default_value));
+  c.attn_output_bias = c.qkv_bias;
+  return absl::OkStatus();
+}
+
 // Qwen2MoeSparseMoeBlock: num_experts routed experts of moe_intermediate_size, top-k of them per token, and
 // a shared expert behind a sigmoid gate (Qwen3MoeSparseMoeBlock has none); layers listed in mlp_only_layers,
 // or not a multiple of decoder_sparse_step, keep a dense MLP of intermediate_size.
@@ -276,12 +291,8 @@ absl::Status ParseDeepseek(const json& doc, const JsonPath& path, ModelConfig& c
   HEADROOM_ASSIGN_OR_RETURN(c.activation, ParseActivation(doc, "hidden_act", path, ActivationKind::kSilu));
   HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, false));
   HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
-  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
-  c.attn_output_bias = c.qkv_bias;
-  c.norm = NormKind::kRmsNorm;
-  c.norm_bias = false;
-  c.gated_mlp = true;
-  c.positions = PositionKind::kRotary;
+  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
+  UseLlamaBlock(c);
   HEADROOM_ASSIGN_OR_RETURN(c.q_lora_rank, OptionalPositiveInt(doc, "q_lora_rank", path, 0));
   HEADROOM_ASSIGN_OR_RETURN(c.kv_lora_rank, PositiveInt(doc, "kv_lora_rank", path));
   HEADROOM_ASSIGN_OR_RETURN(c.qk_nope_head_dim, PositiveInt(doc, "qk_nope_head_dim", path));
@@ -353,19 +364,15 @@ absl::Status ParseGptOss(const json& doc, const JsonPath& path, ModelConfig& c) 
   HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "rms_norm_eps", path, 1e-5));
   HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, false));
   HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
-  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, true));
-  c.attn_output_bias = c.qkv_bias;
+  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, true, c));
   HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_local_experts", path, kMaxExperts));
   HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, OptionalPositiveInt(doc, "num_experts_per_tok", path, 4));
   // null: no layer slides (GptOssAttention's sliding_window is then None); absent: the class default, 128.
   HEADROOM_ASSIGN_OR_RETURN(c.sliding_window,
                             OptionalPositiveInt(doc, "sliding_window", path, doc.contains("sliding_window") ? 0 : 128));
-  c.norm = NormKind::kRmsNorm;
-  c.norm_bias = false;
-  c.gated_mlp = true;
+  UseLlamaBlock(c);
   c.mlp_bias = true;  // the experts' gate_up_proj_bias and down_proj_bias
   c.activation = ActivationKind::kSilu;  // the clamped SwiGLU of Note [GPT-OSS], written out by the builder
-  c.positions = PositionKind::kRotary;
   c.attention_sinks = true;
   if (Present(doc, "layer_types")) {
     return ParseLayerTypeList(doc, path, {"sliding_attention", "full_attention"}, "sliding_attention", c);
@@ -397,12 +404,8 @@ absl::Status ParseLlama4Text(const json& doc, const JsonPath& path, ModelConfig&
   HEADROOM_ASSIGN_OR_RETURN(c.activation, ParseActivation(doc, "hidden_act", path, ActivationKind::kSilu));
   HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, false));
   HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
-  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
-  c.attn_output_bias = c.qkv_bias;
-  c.norm = NormKind::kRmsNorm;
-  c.norm_bias = false;
-  c.gated_mlp = true;
-  c.positions = PositionKind::kRotary;
+  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
+  UseLlamaBlock(c);
   // The experts and the shared expert are intermediate_size wide, the dense layers intermediate_size_mlp.
   c.moe_intermediate_size = c.intermediate_size;
   c.shared_expert_intermediate_size = c.intermediate_size;
@@ -636,8 +639,7 @@ absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_ASSIGN_OR_RETURN(c.activation,
                             ParseActivation(doc, "hidden_activation", path, ActivationKind::kGeluTanh));
   HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
-  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
-  c.attn_output_bias = c.qkv_bias;
+  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
   c.norm_plus_one = true;
   c.embedding_scaled = true;
   if (c.model_type == "gemma") return absl::OkStatus();
@@ -682,16 +684,12 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
                             OptionalBool(doc, "tie_word_embeddings", path, false));
   HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout,
                             Probability(doc, "attention_dropout", path, 0.0));
-  c.norm = NormKind::kRmsNorm;
-  c.norm_bias = false;
-  c.gated_mlp = true;
-  c.positions = PositionKind::kRotary;
+  UseLlamaBlock(c);
   if (c.model_type == "qwen2" || c.model_type == "qwen2_moe") {
     // Qwen2Attention: q/k/v with bias, o_proj without.
     c.qkv_bias = true;
   } else if (c.model_type == "llama") {
-    HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
-    c.attn_output_bias = c.qkv_bias;
+    HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
     HEADROOM_ASSIGN_OR_RETURN(c.mlp_bias, OptionalBool(doc, "mlp_bias", path, false));
   }
   if (c.model_type == "mistral") {
@@ -705,8 +703,7 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
   }
   if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") {
     // Qwen3Attention: q_norm and k_norm over head_dim; attention_bias on q/k/v/o, off in the releases.
-    HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
-    c.attn_output_bias = c.qkv_bias;
+    HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
     c.qk_norm = true;
   }
   if (c.model_type == "gemma" || c.model_type == "gemma2" || c.model_type == "gemma3_text") {
@@ -716,8 +713,7 @@ absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& 
   if (c.model_type == "olmo2") {
     // Olmo2Attention: attention_bias on q/k/v/o, q_norm and k_norm over the whole q and k projections;
     // Olmo2DecoderLayer norms each branch's output instead of its input (Note [OLMo 2] in builders/decoder.cc).
-    HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, false));
-    c.attn_output_bias = c.qkv_bias;
+    HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
     c.qk_norm_full = true;
     c.norm_placement = NormPlacement::kBranchOutput;
   }
@@ -773,8 +769,7 @@ absl::Status ParseGptNeox(const json& doc, const JsonPath& path, ModelConfig& c)
   HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout,
                             Probability(doc, "attention_dropout", path, 0.0));
   HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "hidden_dropout", path, 0.0));
-  HEADROOM_ASSIGN_OR_RETURN(c.qkv_bias, OptionalBool(doc, "attention_bias", path, true));
-  c.attn_output_bias = c.qkv_bias;
+  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, true, c));
   c.mlp_bias = true;
   c.norm = NormKind::kLayerNorm;
   c.positions = PositionKind::kRotary;
