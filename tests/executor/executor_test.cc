@@ -15,6 +15,7 @@ namespace headroom {
 namespace {
 
 using ::headroom::testing::Planned;
+using ::headroom::testing::Trained;
 using ::testing::HasSubstr;
 
 Planned Plan(const DemoModel& model, Strategy strategy, double fraction, const JobSpec& job = DemoJob()) {
@@ -26,27 +27,10 @@ DemoModel TinyGpt() {
 }
 DemoModel TinyMlp() { return *BuildDemoMlp({.batch = 8, .inputs = 6, .hidden = 24, .layers = 6, .classes = 4}); }
 
-struct Trained {
-  std::vector<StepResult> steps;
-  std::vector<std::vector<float>> gradients;  // of the last step
-};
-
+// A run with the allocator validated after every allocation and free.
 Trained Execute(const DemoModel& model, const Planned& p, int steps, ExecutorOptions options = {}) {
-  options.record_gradients = true;
   options.validate_allocator = true;
-  absl::StatusOr<std::unique_ptr<PlanExecutor>> executor =
-      PlanExecutor::Create(model, p.in, p.plan.schedule, options);
-  EXPECT_TRUE(executor.ok()) << executor.status();
-  Trained run;
-  if (!executor.ok()) return run;
-  for (int s = 0; s < steps; ++s) {
-    absl::StatusOr<StepResult> r = (*executor)->RunStep(model.MakeBatch(s));
-    EXPECT_TRUE(r.ok()) << r.status();
-    if (!r.ok()) return run;
-    run.steps.push_back(*r);
-  }
-  run.gradients = (*executor)->last_gradients();
-  return run;
+  return ::headroom::testing::TrainForTest(model, p, steps, options);
 }
 
 // What the plan predicts: ReplayPlan over its materialized schedule.

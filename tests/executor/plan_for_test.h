@@ -1,9 +1,11 @@
-// A plan that must do something, for the executor's tests (CPU and GPU).
+// A plan that must do something, and a run of it, for the executor's tests (CPU and GPU).
 #ifndef HEADROOM_TESTS_EXECUTOR_PLAN_FOR_TEST_H_
 #define HEADROOM_TESTS_EXECUTOR_PLAN_FOR_TEST_H_
 
 #include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "executor/executor.h"
 #include "gtest/gtest.h"
@@ -35,6 +37,30 @@ inline Planned PlanForTest(const DemoModel& model, Strategy strategy, double fra
   EXPECT_TRUE(plan.ok()) << StrategyName(strategy) << ": " << plan.status();
   if (plan.ok()) p.plan = std::move(*plan);
   return p;
+}
+
+struct Trained {
+  std::vector<StepResult> steps;
+  std::vector<std::vector<float>> gradients;  // of the last step, by parameter
+};
+
+// `steps` steps of `p` on `device` (the CPU reference when null), recording gradients; stops at the first error.
+inline Trained TrainForTest(const DemoModel& model, const Planned& p, int steps, ExecutorOptions options,
+                            std::unique_ptr<ComputeDevice> device = nullptr) {
+  options.record_gradients = true;
+  absl::StatusOr<std::unique_ptr<PlanExecutor>> executor =
+      PlanExecutor::Create(model, p.in, p.plan.schedule, options, std::move(device));
+  EXPECT_TRUE(executor.ok()) << executor.status();
+  Trained run;
+  if (!executor.ok()) return run;
+  for (int s = 0; s < steps; ++s) {
+    absl::StatusOr<StepResult> r = (*executor)->RunStep(model.MakeBatch(s));
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return run;
+    run.steps.push_back(*r);
+  }
+  run.gradients = (*executor)->last_gradients();
+  return run;
 }
 
 }  // namespace headroom::testing

@@ -23,28 +23,8 @@ namespace {
 constexpr double kRelativeTolerance = 1e-3;
 
 using ::headroom::testing::Planned;
-
-struct Trained {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> gradients;
-  StepResult first;
-};
-
-Trained Train(const DemoModel& model, const Planned& p, std::unique_ptr<ComputeDevice> device) {
-  auto executor = PlanExecutor::Create(model, p.in, p.plan.schedule, {.record_gradients = true}, std::move(device));
-  EXPECT_TRUE(executor.ok()) << executor.status();
-  Trained t;
-  if (!executor.ok()) return t;
-  for (int s = 0; s < 3; ++s) {
-    absl::StatusOr<StepResult> r = (*executor)->RunStep(model.MakeBatch(s));
-    EXPECT_TRUE(r.ok()) << r.status();
-    if (!r.ok()) return t;
-    if (s == 0) t.first = *r;
-    t.losses.push_back(r->loss);
-  }
-  t.gradients = (*executor)->last_gradients();
-  return t;
-}
+using ::headroom::testing::Trained;
+using ::headroom::testing::TrainForTest;
 
 class ExecutorOnGpu : public ::testing::TestWithParam<std::tuple<std::string, Strategy>> {
  protected:
@@ -61,11 +41,13 @@ TEST_P(ExecutorOnGpu, MatchesTheCpuReferenceAndThePrediction) {
   const Planned p = ::headroom::testing::PlanForTest(model, strategy, 0.25);
   absl::StatusOr<std::unique_ptr<CudaComputeDevice>> gpu = CudaComputeDevice::Create(0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  const Trained cuda = Train(model, p, std::move(*gpu));
-  const Trained cpu = Train(model, p, nullptr);
-  ASSERT_EQ(cuda.losses.size(), 3u);
-  ASSERT_EQ(cpu.losses.size(), 3u);
-  for (size_t s = 0; s < 3; ++s) EXPECT_NEAR(cuda.losses[s], cpu.losses[s], 1e-3 * std::abs(cpu.losses[s]));
+  const Trained cuda = TrainForTest(model, p, 3, {}, std::move(*gpu));
+  const Trained cpu = TrainForTest(model, p, 3, {});
+  ASSERT_EQ(cuda.steps.size(), 3u);
+  ASSERT_EQ(cpu.steps.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_NEAR(cuda.steps[s].loss, cpu.steps[s].loss, 1e-3 * std::abs(cpu.steps[s].loss));
+  }
   ASSERT_EQ(cuda.gradients.size(), cpu.gradients.size());
   for (size_t t = 0; t < cpu.gradients.size(); ++t) {
     const std::vector<float>& want = cpu.gradients[t];
@@ -81,10 +63,10 @@ TEST_P(ExecutorOnGpu, MatchesTheCpuReferenceAndThePrediction) {
   absl::StatusOr<Graph> scheduled = MaterializeSchedule(p.in.step, p.plan.schedule);
   absl::StatusOr<PlanReplay> predicted = ReplayPlan(p.in, *scheduled);
   ASSERT_TRUE(predicted.ok()) << predicted.status();
-  EXPECT_EQ(cuda.first.peak_requested_bytes, predicted->requested_bytes);
-  EXPECT_EQ(cuda.first.peak_allocated_bytes, predicted->allocator.peak_allocated_bytes);
-  EXPECT_EQ(cuda.first.peak_reserved_bytes, predicted->allocator.peak_reserved_bytes);
-  EXPECT_EQ(cuda.first.host_peak_bytes, p.plan.evaluation.host_peak_bytes);
+  EXPECT_EQ(cuda.steps[0].peak_requested_bytes, predicted->requested_bytes);
+  EXPECT_EQ(cuda.steps[0].peak_allocated_bytes, predicted->allocator.peak_allocated_bytes);
+  EXPECT_EQ(cuda.steps[0].peak_reserved_bytes, predicted->allocator.peak_reserved_bytes);
+  EXPECT_EQ(cuda.steps[0].host_peak_bytes, p.plan.evaluation.host_peak_bytes);
 }
 
 std::vector<std::tuple<std::string, Strategy>> Cases() {
