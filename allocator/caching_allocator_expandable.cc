@@ -36,14 +36,15 @@ absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, u
     for (size_t i = 0; i < moved.size(); ++i) {
       stats_.reserved_bytes.Increase(StatOf(segment->pool), static_cast<int64_t>(granularity_));
     }
-    const uint64_t created = (count - moved.size()) * granularity_;
-    const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
-    const uint64_t allowed = AllowedBytesLocked();
-    if (created > 0 && (created > allowed || reserved > allowed - created)) {
-      for (PhysicalHandle handle : moved) (void)ReleasePage(handle, segment->pool);
-      return absl::ResourceExhaustedError(absl::StrFormat("mapping %s more would exceed the limit of %s",
-                                                          FormatBytes(created), FormatBytes(allowed)));
-    }
+  }
+  // Only the pages created anew count against memory_fraction and hard_limit.
+  const uint64_t new_bytes = (count - moved.size()) * granularity_;
+  const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
+  const uint64_t allowed = AllowedBytesLocked();
+  if (new_bytes > 0 && (new_bytes > allowed || reserved > allowed - new_bytes)) {
+    for (PhysicalHandle handle : moved) (void)ReleasePage(handle, segment->pool);
+    return absl::ResourceExhaustedError(absl::StrFormat("mapping %s more would exceed the limit of %s",
+                                                        FormatBytes(new_bytes), FormatBytes(allowed)));
   }
   std::vector<PhysicalHandle> mapped;
   absl::Status status;
@@ -145,12 +146,6 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   if (chosen == nullptr) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "no unmapped range of the %s expandable segment can hold %s", FormatBytes(segment->size), FormatBytes(rounded)));
-  }
-  const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
-  const uint64_t allowed = AllowedBytesLocked();
-  if (!options_.move_free_pages && (map_bytes > allowed || reserved > allowed - map_bytes)) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("mapping %s more would exceed the limit of %s", FormatBytes(map_bytes), FormatBytes(allowed)));
   }
   HEADROOM_RETURN_IF_ERROR(MapPages(segment, (chosen->address - segment->address) / granularity_,
                                     map_bytes / granularity_, chosen));
