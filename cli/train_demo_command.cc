@@ -4,6 +4,7 @@
 // loss, predicted against measured memory, and the plan's time overhead
 // (executor/train_demo.h). --graph-out writes the model's graph JSON, which
 // `headroom plan` reads to make a plan file for --plan.
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -55,6 +56,9 @@ absl::StatusOr<DemoModel> BuildModel(const TrainDemoFlags& f) {
 }
 
 absl::Status RunTrainDemoCommand(const TrainDemoFlags& f, std::ostream& out) {
+  if (!(f.lr >= 0 && std::isfinite(f.lr))) {
+    return absl::InvalidArgumentError(absl::StrFormat("--lr: %g is not a finite, non-negative learning rate", f.lr));
+  }
   HEADROOM_ASSIGN_OR_RETURN(const DemoModel model, BuildModel(f));
   TrainDemoOptions options{.steps = f.steps, .executor = {.learning_rate = f.lr}};
   absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(ResolveAllocConfPreset(f.alloc_conf));

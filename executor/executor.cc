@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -116,6 +117,13 @@ absl::StatusOr<std::unique_ptr<PlanExecutor>> PlanExecutor::Create(const DemoMod
           "executor: tensor '%s' is %s; the executor runs fp32 steps (--precision fp32)", t.name,
           DTypeName(t.dtype)));
     }
+  }
+  if (!(options.learning_rate >= 0 && std::isfinite(options.learning_rate)) ||
+      !(options.momentum >= 0 && options.momentum <= 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "executor: learning rate %g and momentum %g: the learning rate must be finite and not negative, the "
+        "momentum in [0, 1]",
+        options.learning_rate, options.momentum));
   }
   if (std::any_of(in.optimizer_temporaries.bytes.begin(), in.optimizer_temporaries.bytes.end(),
                   [](uint64_t b) { return b > 0; })) {

@@ -62,6 +62,14 @@ absl::StatusOr<TrainDemoReport> RunTrainDemo(const DemoModel& model, const Train
   HEADROOM_ASSIGN_OR_RETURN(const PlanEvaluation unplanned,
                             EvaluateSchedule(in.Problem(std::numeric_limits<uint64_t>::max()), store_all));
   TrainDemoReport report{.model = model.name, .description = Describe(model)};
+  for (const ResidentBlock& b : in.resident) report.resident_bytes += b.bytes;
+  if (unplanned.peak_bytes + report.resident_bytes > kMaxDemoStepBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: a step needs %s (%s at the store-all peak, %s of weights and optimizer state); the CPU reference "
+        "holds at most %s in host memory: choose smaller --batch, --seq, --hidden, --vocab or --layers",
+        model.name, FormatBytes(unplanned.peak_bytes + report.resident_bytes), FormatBytes(unplanned.peak_bytes),
+        FormatBytes(report.resident_bytes), FormatBytes(kMaxDemoStepBytes)));
+  }
   report.store_all_peak_bytes = unplanned.peak_bytes;
   report.budget_bytes = options.budget_bytes.value_or(
       static_cast<uint64_t>(options.budget_fraction * static_cast<double>(unplanned.peak_bytes)));
@@ -90,7 +98,6 @@ absl::StatusOr<TrainDemoReport> RunTrainDemo(const DemoModel& model, const Train
   report.replays = plan.schedule.CountOf(ScheduleAction::kRecompute);
   report.offloads = plan.schedule.CountOf(ScheduleAction::kOffload);
   report.predicted_overhead = plan.evaluation.step_cost / unplanned.step_cost - 1;
-  for (const ResidentBlock& b : in.resident) report.resident_bytes += b.bytes;
 
   HEADROOM_ASSIGN_OR_RETURN(const Graph scheduled, MaterializeSchedule(in.step, plan.schedule));
   HEADROOM_ASSIGN_OR_RETURN(const PlanReplay replay, ReplayPlan(in, scheduled));

@@ -64,6 +64,10 @@ struct TrainDemoReport {
   bool losses_match_store_all = false;    // bitwise, step by step
 };
 
+// The CPU reference keeps a demo's device memory in host memory: a step
+// whose store-all peak and resident state exceed this is refused.
+inline constexpr uint64_t kMaxDemoStepBytes = uint64_t{4} << 30;
+
 absl::StatusOr<TrainDemoReport> RunTrainDemo(const DemoModel& model, const TrainDemoOptions& options);
 
 std::string FormatTrainDemo(const TrainDemoReport& report);

@@ -101,7 +101,11 @@ TEST(TrainDemoCli, BadFlagsAreUsageErrors) {
         std::vector<std::string>{"train-demo", "--model", "mlp", "--heads", "2"},
         std::vector<std::string>{"train-demo", "--hidden", "30", "--heads", "4"},
         std::vector<std::string>{"train-demo", "--alloc-conf", "expandable:maybe"},
-        std::vector<std::string>{"train-demo", "--plan", "/nonexistent/plan.json"}}) {
+        std::vector<std::string>{"train-demo", "--plan", "/nonexistent/plan.json"},
+        std::vector<std::string>{"train-demo", "--lr", "nan"},
+        std::vector<std::string>{"train-demo", "--lr", "-1"},
+        std::vector<std::string>{"train-demo", "--batch", "4096", "--seq", "4096"},
+        std::vector<std::string>{"train-demo", "--layers", "100000"}}) {
     auto r = RunHeadroom(args);
     EXPECT_EQ(r.exit_code, 2) << args.back() << ": " << r.err;
     EXPECT_FALSE(r.err.empty());

@@ -198,6 +198,9 @@ TEST(ExecutorErrors, RefuseWhatTheKernelsDoNotRun) {
   Schedule truncated = p.plan.schedule;
   truncated.entries.pop_back();
   EXPECT_THAT(PlanExecutor::Create(model, p.in, truncated, {}).status().message(), HasSubstr("every op"));
+  EXPECT_THAT(PlanExecutor::Create(model, p.in, p.plan.schedule, {.learning_rate = std::nanf("")}).status().message(),
+              HasSubstr("learning rate nan"));
+  EXPECT_FALSE(PlanExecutor::Create(model, p.in, p.plan.schedule, {.momentum = 1.5f}).ok());
   auto executor = *PlanExecutor::Create(model, p.in, p.plan.schedule, {});
   DemoBatch batch = model.MakeBatch(0);
   batch.labels[2] = 99;
