@@ -9,17 +9,22 @@
 //
 // BM_RealTrace/<trace>/<policy>: every recorded PyTorch run in bench/traces
 // (whole CPU training runs from validation/record-trace: the model built,
-// then three steps) under each policy: reserved / live on an 80 GiB device,
-// the smallest device that runs the trace without an out-of-memory error
-// (over live; found by bisection at 2 MiB), and the device calls the
-// allocator made (cudaMalloc or page creations, and their frees; pages
-// mapped and unmapped), over the run and per step after the first where the
-// recorder wrote the steps' boundaries (NAME.steps.json).
+// then six steps) under pytorch-default, expandable and headroom:
+// reserved / live on an 80 GiB device, the smallest device that runs the
+// trace without an out-of-memory error (over live; found by bisection at
+// 2 MiB), and the device calls the allocator made (cudaMalloc or page
+// creations, and their frees; pages mapped and unmapped), over the run, in
+// the first two steps (warmup_maps) and per step after them, from the steps'
+// boundaries the recorder wrote (NAME.steps.json).
+// HEADROOM_BENCH_CONFS='conf;conf;...' replaces the three policies (presets
+// or HEADROOM_ALLOC_CONF strings), to compare variants of a policy.
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "allocator/alloc_conf.h"
 #include "common/json_fields.h"
 #include "nlohmann/json.hpp"
@@ -99,23 +104,28 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
   state.counters["device_frees"] = static_cast<double>(result.final_stats.num_device_free);
   state.counters["pages_mapped"] = static_cast<double>(result.final_stats.num_pages_mapped);
   state.counters["pages_unmapped"] = static_cast<double>(result.final_stats.num_pages_unmapped);
-  // Per steady step: the whole run less its first step (the warm-up), from the recorder's step boundaries.
+  // Per steady step: the run less its first two steps (the model built, the optimizer state created, and a
+  // step whose layout still settles), from the recorder's step boundaries.
   const std::string steps_path = path.substr(0, path.size() - std::string(".rmm.csv").size()) + ".steps.json";
   const absl::StatusOr<std::string> steps_text = ReadTextFile(steps_path);
   if (steps_text.ok()) {
     const std::vector<uint64_t> ends =
         nlohmann::json::parse(*steps_text)["step_end_events"].get<std::vector<uint64_t>>();
-    AllocationTrace warm_up = *trace;
-    std::erase_if(warm_up.events, [&](const TraceEvent& e) { return e.time_ns > ends.front(); });
-    const ReplayResult first = *ReplayTrace(warm_up, options);
-    const auto per_step = [&](int64_t all, int64_t warm) {
-      return static_cast<double>(all - warm) / static_cast<double>(ends.size() - 1);
-    };
-    const MemoryStats& a = result.final_stats;
-    const MemoryStats& w = first.final_stats;
-    state.counters["steady_maps_per_step"] = per_step(a.num_pages_mapped, w.num_pages_mapped);
-    state.counters["steady_unmaps_per_step"] = per_step(a.num_pages_unmapped, w.num_pages_unmapped);
-    state.counters["steady_device_allocs_per_step"] = per_step(a.num_device_alloc, w.num_device_alloc);
+    constexpr size_t kWarmUpSteps = 2;
+    if (ends.size() > kWarmUpSteps) {
+      AllocationTrace warm_up = *trace;
+      std::erase_if(warm_up.events, [&](const TraceEvent& e) { return e.time_ns > ends[kWarmUpSteps - 1]; });
+      const ReplayResult first = *ReplayTrace(warm_up, options);
+      const auto per_step = [&](int64_t all, int64_t warm) {
+        return static_cast<double>(all - warm) / static_cast<double>(ends.size() - kWarmUpSteps);
+      };
+      const MemoryStats& a = result.final_stats;
+      const MemoryStats& w = first.final_stats;
+      state.counters["warmup_maps"] = static_cast<double>(w.num_pages_mapped);
+      state.counters["steady_maps_per_step"] = per_step(a.num_pages_mapped, w.num_pages_mapped);
+      state.counters["steady_unmaps_per_step"] = per_step(a.num_pages_unmapped, w.num_pages_unmapped);
+      state.counters["steady_device_allocs_per_step"] = per_step(a.num_device_alloc, w.num_device_alloc);
+    }
   }
   state.counters["anomalies"] = static_cast<double>(result.anomalies);
 }
@@ -129,9 +139,11 @@ const bool kRealTracesRegistered = [] {
   }
   std::sort(traces.begin(), traces.end());
   for (const auto& path : traces) {
-    for (const char* policy : {"pytorch-default", "expandable", "headroom"}) {
+    std::vector<std::string> policies = {"pytorch-default", "expandable", "headroom"};
+    if (const char* extra = std::getenv("HEADROOM_BENCH_CONFS")) policies = absl::StrSplit(extra, ';');
+    for (const std::string& policy : policies) {
       benchmark::RegisterBenchmark(("BM_RealTrace/" + path.stem().stem().string() + "/" + policy).c_str(),
-                                   BM_RealTrace, path.string(), std::string(policy))
+                                   BM_RealTrace, path.string(), policy)
           ->Unit(benchmark::kMillisecond)
           ->Iterations(1);
     }

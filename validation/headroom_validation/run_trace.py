@@ -1,7 +1,7 @@
 """Records the allocation trace of a whole training run on the CPU, for the allocator's benchmarks.
 
-    validation/record-trace gpt2-fp32-adamw ../bench/traces/gpt2-fp32-adamw.3steps.rmm.csv [--steps 3]
-    validation/record-trace lstm ../bench/traces/lstm-fp32-adamw.3steps.rmm.csv
+    validation/record-trace gpt2-fp32-adamw ../bench/traces/gpt2-fp32-adamw.6steps.rmm.csv --steps 6
+    validation/record-trace lstm ../bench/traces/lstm-fp32-adamw.6steps.rmm.csv --steps 6
 
 Unlike a fixture's trace (one step, after a warm-up step), this one starts before the model is built and
 covers --steps steps, so a replay sees every allocation from the first: the model, the first step that
