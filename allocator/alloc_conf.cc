@@ -139,6 +139,12 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     options.expandable_large_page_bytes = mib * kMiB;
   } else if (key == "move_free_pages") {
     HEADROOM_ASSIGN_OR_RETURN(options.move_free_pages, ParseBool(key, value));
+  } else if (key == "move_threshold") {
+    HEADROOM_ASSIGN_OR_RETURN(double t, ParseDouble(key, value));
+    if (!(t >= 1.0 && t <= 100.0)) return Bad(key, value, "a ratio of reserved to peak allocated bytes in [1, 100]");
+    options.move_threshold = t;
+  } else if (key == "unified_pool") {
+    HEADROOM_ASSIGN_OR_RETURN(options.unified_pool, ParseBool(key, value));
   } else if (key == "release_lock_on_cudamalloc" || key.starts_with("pinned_")) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "HEADROOM_ALLOC_CONF: key '%s' tunes a part of PyTorch's allocator that Headroom does not have "
@@ -147,7 +153,7 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     return absl::InvalidArgumentError(absl::StrFormat(
         "HEADROOM_ALLOC_CONF: unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
         "garbage_collection_threshold, expandable_segments, backend, memory_fraction, hard_limit_mb, "
-        "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages)", key));
+        "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages, move_threshold, unified_pool)", key));
   }
   return absl::OkStatus();
 }
@@ -224,6 +230,10 @@ std::string FormatAllocConf(const AllocatorOptions& options) {
     parts.push_back(absl::StrFormat("expandable_page_mb:%d", options.expandable_large_page_bytes / kMiB));
   }
   if (options.move_free_pages) parts.push_back("move_free_pages:True");
+  if (options.move_threshold != defaults.move_threshold) {
+    parts.push_back(absl::StrFormat("move_threshold:%g", options.move_threshold));
+  }
+  if (options.unified_pool) parts.push_back("unified_pool:True");
   return absl::StrJoin(parts, ",");
 }
 
@@ -234,8 +244,10 @@ const std::vector<AllocConfPreset>& AllocConfPresets() {
       {"max-split-512", "max_split_size_mb:512"},
       {"power2-4", "roundup_power2_divisions:4"},
       {"gc-0.8", "garbage_collection_threshold:0.8"},
-      // Headroom's own policy (Note [Moving free pages] in caching_allocator.h).
-      {"headroom", "expandable_segments:True,expandable_page_mb:2,cross_stream_reuse:True,move_free_pages:True"},
+      // Headroom's own policy (Notes [One pool] and [Moving free pages] in caching_allocator.h).
+      {"headroom",
+       "expandable_segments:True,expandable_page_mb:2,unified_pool:True,cross_stream_reuse:True,move_free_pages:True,"
+       "move_threshold:1.03"},
   };
   return *presets;
 }

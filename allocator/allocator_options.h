@@ -48,6 +48,16 @@ struct AllocatorOptions {
   // before it creates new physical memory (Note [Moving free pages] in
   // caching_allocator.h). Off in PyTorch's policy; Headroom's own turns it on.
   bool move_free_pages = false;
+  // With move_free_pages: growth creates new pages while reserved memory
+  // stays within this multiple of the peak allocated bytes (and the memory
+  // limit), and moves free pages only for what would go past it, so that
+  // pages stay where a steady training loop will use them again.
+  double move_threshold = 1.0;
+  // Expandable segments only: every request, small ones too, is served from
+  // one pool per stream (the large pool's segment, in its pages), so free
+  // memory serves any size without moving pages between pools (Note [One
+  // pool] in caching_allocator.h). Off in PyTorch's policy.
+  bool unified_pool = false;
   // Entries kept in the history ring buffer (0: not recorded).
   size_t history_entries = 0;
 };

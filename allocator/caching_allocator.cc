@@ -46,6 +46,18 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
     return absl::InvalidArgumentError("caching allocator: move_free_pages moves pages of expandable segments; "
                                       "set expandable_segments too");
   }
+  if (options.unified_pool && !options.expandable_segments) {
+    return absl::InvalidArgumentError("caching allocator: unified_pool serves small requests from the large pool's "
+                                      "expandable segment; set expandable_segments too");
+  }
+  if (options.move_threshold != 1.0 && !options.move_free_pages) {
+    return absl::InvalidArgumentError("caching allocator: move_threshold bounds move_free_pages; set it too");
+  }
+  if (!(options.move_threshold >= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("caching allocator: move_threshold %g is below 1 (reserved bytes never go below allocated "
+                        "ones)", options.move_threshold));
+  }
   if (options.expandable_segments && !props.supports_virtual_memory) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "caching allocator: expandable_segments needs the virtual memory API, which device '%s' lacks", props.name));
@@ -192,7 +204,7 @@ CachingAllocator::Block* CachingAllocator::TakeCachedBlock(PoolKind kind, Stream
 absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlock(uint64_t size, uint64_t rounded,
                                                                          StreamHandle stream) {
   if (!pending_frees_.empty()) HEADROOM_RETURN_IF_ERROR(ProcessPendingFrees());
-  const PoolKind kind = IsSmallRequest(rounded) ? PoolKind::kSmall : PoolKind::kLarge;
+  const PoolKind kind = IsSmallRequest(rounded) && !options_.unified_pool ? PoolKind::kSmall : PoolKind::kLarge;
   BlockPool& pool = PoolOf(kind);
   Block* block = pool.BestFit(stream, rounded);
   if (block != nullptr && OversizeRulesAccept(block, rounded)) {
@@ -619,7 +631,10 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
                                                         ? nlohmann::json(options_.rounding.power2_divisions)
                                                         : nlohmann::json(options_.rounding.divisions_by_mib_interval)},
                        {"memory_fraction", memory_fraction_},
-                       {"cross_stream_reuse", options_.cross_stream_reuse}};
+                       {"cross_stream_reuse", options_.cross_stream_reuse},
+                       {"move_free_pages", options_.move_free_pages},
+                       {"move_threshold", options_.move_threshold},
+                       {"unified_pool", options_.unified_pool}};
   return snapshot;
 }
 

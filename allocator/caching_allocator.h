@@ -89,6 +89,25 @@
 // water mark. A moved page costs an unmap and a map and no device memory;
 // like any unmap, it first synchronizes the stream that last used the block.
 // Its reserved bytes move from one pool's statistic to the other's.
+// Moving is lazy and bounded by AllocatorOptions::move_threshold: growth
+// creates pages while reserved memory stays within that multiple of the peak
+// allocated bytes (and within the memory limit), and moves only the pages
+// that would go past it. Moving every time (threshold 1) needs the least
+// memory, but on real training loops it moves pages back and forth every
+// step, a pool taking what another gives back later; a few percent of room
+// lets the pages settle where each step uses them, and a steady loop then
+// makes few or no map and unmap calls (bench/RESULTS.md, real PyTorch runs).
+//
+// Note [One pool]
+// With AllocatorOptions::unified_pool, small requests are served from the
+// large pool's expandable segment, in its pages, instead of a small pool of
+// their own: memory a large block left free serves small blocks at once,
+// without moving pages, and the two pools no longer each keep their own
+// high-water mark. PyTorch keeps them apart so that long-lived small blocks
+// do not split 20 MiB segments; with 2 MiB pages a small block pins at most
+// one page of a free run. On the recorded PyTorch runs (bench/traces) one
+// pool reserves less than two, with or without moving pages, and settles
+// into steps with no page moves where two pools at the same memory do not.
 
 // Note [Expandable page table]
 // The reservation is as large as the device, but its page table
@@ -285,6 +304,10 @@ class CachingAllocator {
                                           uint64_t max_pages = std::numeric_limits<uint64_t>::max(),
                                           std::vector<PhysicalHandle>* kept = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How many of `count` pages about to be mapped must be moved rather than
+  // created: those past move_threshold or the memory limit (Note [Moving
+  // free pages]); 0 without move_free_pages.
+  uint64_t PagesToMove(uint64_t count) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps up to `count` whole free pages of cached blocks for mapping into
   // `hole` (Note [Moving free pages]); stops at the first unmap the device
   // refuses, which leaves that block as it was.

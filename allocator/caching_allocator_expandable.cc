@@ -31,8 +31,8 @@ absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, u
   const DeviceAddress start = segment->address + first_page * granularity_;
   // Note [Moving free pages]: pages cached elsewhere first, counted here from now on.
   std::vector<PhysicalHandle> moved;
-  if (options_.move_free_pages) {
-    TakeFreePages(hole, count, moved);
+  if (const uint64_t to_move = PagesToMove(count); to_move > 0) {
+    TakeFreePages(hole, to_move, moved);
     for (size_t i = 0; i < moved.size(); ++i) {
       stats_.reserved_bytes.Increase(StatOf(segment->pool), static_cast<int64_t>(granularity_));
     }
@@ -86,6 +86,20 @@ absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, u
   stats_.num_pages_mapped += static_cast<int64_t>(count);
   Record(TraceAction::kSegmentMap, start, count * granularity_, segment->stream);
   return absl::OkStatus();
+}
+
+uint64_t CachingAllocator::PagesToMove(uint64_t count) const {
+  if (!options_.move_free_pages) return 0;
+  const uint64_t wanted = count * granularity_;
+  const auto allocated = static_cast<uint64_t>(stats_.allocated_bytes.current());
+  const uint64_t peak = std::max(static_cast<uint64_t>(stats_.allocated_bytes.peak()), allocated + wanted);
+  const uint64_t allowed = AllowedBytesLocked();
+  const double scaled = static_cast<double>(peak) * options_.move_threshold;
+  const uint64_t bound = scaled >= static_cast<double>(allowed) ? allowed : static_cast<uint64_t>(scaled);
+  const auto reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
+  if (reserved + wanted <= bound) return 0;
+  const uint64_t excess = reserved + wanted - std::max(bound, reserved);
+  return std::min(count, (excess + granularity_ - 1) / granularity_);
 }
 
 void CachingAllocator::TakeFreePages(const Block* hole, uint64_t count, std::vector<PhysicalHandle>& taken) {

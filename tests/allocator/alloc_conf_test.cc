@@ -65,7 +65,7 @@ TEST(AllocConf, RoundTrip) {
   const std::string conf =
       "max_split_size_mb:256,roundup_power2_divisions:8,garbage_collection_threshold:0.75,expandable_segments:True,"
       "memory_fraction:0.9,hard_limit_mb:2048,cross_stream_reuse:True,history_entries:10,expandable_page_mb:64,"
-      "move_free_pages:True";
+      "move_free_pages:True,move_threshold:1.25,unified_pool:True";
   auto o = ParseAllocConf(conf);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(FormatAllocConf(*o), conf);
@@ -86,12 +86,17 @@ TEST(AllocConf, ErrorsNameKeyAndValue) {
   EXPECT_THAT(Error("expandable_segments"), HasSubstr("not key:value"));
   EXPECT_THAT(Error("memory_fraction:0"), HasSubstr("(0, 1]"));
   EXPECT_THAT(Error("expandable_segments:True,expandable_segments:False"), HasSubstr("given twice"));
+  EXPECT_THAT(Error("move_threshold:0.9"), HasSubstr("move_threshold:0.9: expected a ratio"));
+  EXPECT_THAT(Error("move_threshold:nan"), HasSubstr("move_threshold"));
+  EXPECT_THAT(Error("unified_pool:yes"), HasSubstr("True or False"));
 }
 
 TEST(AllocConf, Presets) {
   EXPECT_EQ(ResolveAllocConfPreset("expandable"), "expandable_segments:True");
   EXPECT_EQ(ResolveAllocConfPreset("pytorch-default"), "");
-  EXPECT_EQ(ResolveAllocConfPreset("headroom"), "expandable_segments:True,expandable_page_mb:2,cross_stream_reuse:True,move_free_pages:True");
+  EXPECT_EQ(ResolveAllocConfPreset("headroom"),
+            "expandable_segments:True,expandable_page_mb:2,unified_pool:True,cross_stream_reuse:True,"
+            "move_free_pages:True,move_threshold:1.03");
   EXPECT_EQ(ResolveAllocConfPreset("max_split_size_mb:100"), "max_split_size_mb:100");
   for (const AllocConfPreset& preset : AllocConfPresets()) {
     EXPECT_TRUE(ParseAllocConf(preset.conf).ok()) << preset.name;

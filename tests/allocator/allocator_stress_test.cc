@@ -4,6 +4,7 @@
 #include <random>
 #include <thread>
 
+#include "allocator/alloc_conf.h"
 #include "allocator/caching_allocator.h"
 #include "common/units.h"
 #include "gtest/gtest.h"
@@ -142,10 +143,16 @@ INSTANTIATE_TEST_SUITE_P(
                       StressCase{"moving_pages", {.expandable_segments = true,
                                                   .expandable_large_page_bytes = 2 * kMiB,
                                                   .move_free_pages = true}},
-                      StressCase{"headroom", {.expandable_segments = true,
-                                              .expandable_large_page_bytes = 2 * kMiB,
-                                              .cross_stream_reuse = true,
-                                              .move_free_pages = true}},
+                      StressCase{"moving_pages_cross_stream", {.expandable_segments = true,
+                                                               .expandable_large_page_bytes = 2 * kMiB,
+                                                               .cross_stream_reuse = true,
+                                                               .move_free_pages = true}},
+                      // Small blocks in the large pool's pages, and pages moved within one pool (Note [One pool]).
+                      StressCase{"unified_moving", {.expandable_segments = true,
+                                                    .expandable_large_page_bytes = 2 * kMiB,
+                                                    .move_free_pages = true,
+                                                    .unified_pool = true}},
+                      StressCase{"headroom_preset", *ParseAllocConf(ResolveAllocConfPreset("headroom"))},
                       StressCase{"fraction_history", {.memory_fraction = 0.7, .history_entries = 64}}),
     [](const ::testing::TestParamInfo<StressCase>& param) { return std::string(param.param.name); });
 
@@ -159,14 +166,16 @@ class EveryBackendCallFails : public ::testing::TestWithParam<BackendCall> {};
 
 TEST_P(EveryBackendCallFails, WithoutCorruptionOrLeaks) {
   const BackendCall failing = GetParam();
-  enum class Policy { kDefault, kExpandable, kMovingPages };
-  for (Policy policy : {Policy::kDefault, Policy::kExpandable, Policy::kMovingPages}) {
+  enum class Policy { kDefault, kExpandable, kMovingPages, kHeadroom };
+  for (Policy policy : {Policy::kDefault, Policy::kExpandable, Policy::kMovingPages, Policy::kHeadroom}) {
     for (uint64_t seed = 1; seed <= 3; ++seed) {
       SCOPED_TRACE(::testing::Message() << "seed " << seed << ", policy " << static_cast<int>(policy));
+      AllocatorOptions options{.expandable_segments = policy != Policy::kDefault,
+                               .cross_stream_reuse = seed % 2 == 0,
+                               .move_free_pages = policy == Policy::kMovingPages};
+      if (policy == Policy::kHeadroom) options = *ParseAllocConf(ResolveAllocConfPreset("headroom"));
       auto a = MakeAllocator({.capacity_bytes = 256 * kMiB, .auto_complete_events = false, .host_backing = true},
-                             {.expandable_segments = policy != Policy::kDefault,
-                              .cross_stream_reuse = seed % 2 == 0,
-                              .move_free_pages = policy == Policy::kMovingPages});
+                             options);
       std::mt19937_64 rng(seed);
       std::vector<StreamHandle> streams = {kDefaultStream, *a.device->CreateStream(), *a.device->CreateStream()};
       std::vector<Live> live;

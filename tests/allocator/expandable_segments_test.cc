@@ -233,5 +233,78 @@ TEST(ExpandableSegments, MovingPagesNeedsExpandableSegments) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Note [Moving free pages]: below the threshold growth creates pages and leaves the free ones where they are;
+// only what would go past it is moved.
+TEST(ExpandableSegments, PagesMoveOnlyPastTheThreshold) {
+  auto a = MakeAllocator({}, {.expandable_segments = true,
+                              .expandable_large_page_bytes = 2 * kMiB,
+                              .move_free_pages = true,
+                              .move_threshold = 1.5});
+  ASSERT_TRUE(a->Free(*a->Allocate(8 * kMiB)).ok());  // peak allocated 8 MiB: the bound is 12 MiB
+  std::vector<DeviceAddress> small;
+  for (int i = 0; i < 3 * 2048; ++i) small.push_back(*a->Allocate(kKiB));  // three small-pool pages
+  // Two pages created (8 + 4 = 12 MiB reserved), the third moved from the large pool.
+  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), 6u);
+  EXPECT_EQ(a.device->CallCount(BackendCall::kUnmap), 1u);
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(12 * kMiB));
+  HEADROOM_EXPECT_VALID(a);
+  for (DeviceAddress p : small) ASSERT_TRUE(a->Free(p).ok());
+}
+
+// The memory limit bounds creation too: a high threshold still moves pages rather than run out of memory.
+TEST(ExpandableSegments, AtTheMemoryLimitPagesMoveWhateverTheThreshold) {
+  auto a = MakeAllocator({.capacity_bytes = 10 * kMiB}, {.expandable_segments = true,
+                                                          .expandable_large_page_bytes = 2 * kMiB,
+                                                          .move_free_pages = true,
+                                                          .move_threshold = 100});
+  ASSERT_TRUE(a->Free(*a->Allocate(8 * kMiB)).ok());
+  std::vector<DeviceAddress> small;
+  for (int i = 0; i < 3 * 2048; ++i) small.push_back(*a->Allocate(kKiB));
+  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), 5u);  // one page created, two moved
+  EXPECT_EQ(a.device->CallCount(BackendCall::kUnmap), 2u);
+  const MemoryStats s = a->GetStats();
+  EXPECT_EQ(Reserved(s), static_cast<int64_t>(10 * kMiB));
+  EXPECT_EQ(s.num_alloc_retries, 0);  // no out-of-memory flush was needed
+  HEADROOM_EXPECT_VALID(a);
+  for (DeviceAddress p : small) ASSERT_TRUE(a->Free(p).ok());
+}
+
+// Note [One pool]: small requests take the large pool's free memory; no small-pool segment is made.
+TEST(ExpandableSegments, OnePoolServesSmallRequestsFromLargeFreeBlocks) {
+  auto a = MakeAllocator({}, {.expandable_segments = true,
+                              .expandable_large_page_bytes = 2 * kMiB,
+                              .unified_pool = true});
+  ASSERT_TRUE(a->Free(*a->Allocate(8 * kMiB)).ok());
+  std::vector<DeviceAddress> small;
+  for (int i = 0; i < 3 * 2048; ++i) small.push_back(*a->Allocate(kKiB));
+  const MemoryStats s = a->GetStats();
+  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), 4u);  // the 8 MiB only
+  EXPECT_EQ(Reserved(s), static_cast<int64_t>(8 * kMiB));
+  EXPECT_EQ(s.segment[kAllPools].current, 1);
+  EXPECT_EQ(s.allocated_bytes[kLargePoolStat].current, static_cast<int64_t>(6 * kMiB));
+  EXPECT_EQ(s.allocated_bytes[kSmallPoolStat].current, 0);
+  HEADROOM_EXPECT_VALID(a);
+  // Freed, they coalesce back into the one 8 MiB block a large request takes whole.
+  for (DeviceAddress p : small) ASSERT_TRUE(a->Free(p).ok());
+  ASSERT_TRUE(a->Allocate(8 * kMiB).ok());
+  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), 4u);
+  HEADROOM_EXPECT_VALID(a);
+}
+
+TEST(ExpandableSegments, NewPolicyOptionsAreCheckedAtCreation) {
+  auto device = *SimulatedBackend::Create({});
+  EXPECT_EQ(CachingAllocator::Create(device.get(), {.unified_pool = true}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CachingAllocator::Create(device.get(), {.expandable_segments = true, .move_threshold = 1.5})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // a threshold for moves that are off
+  EXPECT_EQ(CachingAllocator::Create(device.get(),
+                                     {.expandable_segments = true, .move_free_pages = true, .move_threshold = 0.5})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace headroom
