@@ -15,14 +15,14 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-// Devices 0-7 are simulated 1 GiB devices whose stream events wait for the
+// Devices 0-8 are simulated 1 GiB devices whose stream events wait for the
 // test; device 9 cannot be set up.
 namespace headroom::c_abi {
 
-SimulatedBackend* simulated[8] = {};
+SimulatedBackend* simulated[9] = {};
 
 absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateDeviceBackend(int device) {
-  if (device >= 8) return absl::NotFoundError("no such simulated device");
+  if (device >= 9) return absl::NotFoundError("no such simulated device");
   absl::StatusOr<std::unique_ptr<SimulatedBackend>> backend =
       SimulatedBackend::Create({.capacity_bytes = kGiB, .auto_complete_events = false});
   if (!backend.ok()) return backend.status();
@@ -192,6 +192,22 @@ TEST(CAbi, TheAllocConfIsReadWhenADeviceIsFirstUsed) {
   nlohmann::json snap = nlohmann::json::parse(Snapshot(6));
   EXPECT_EQ(snap["allocator_settings"]["expandable_segments"], true) << snap["allocator_settings"];
   headroom_free(p, static_cast<ssize_t>(3 * kMiB), 6, nullptr);
+}
+
+TEST(CAbi, HeadroomsOwnPolicyIsTakenByItsPresetName) {
+  ASSERT_EQ(setenv("HEADROOM_ALLOC_CONF", "headroom", 1), 0);
+  void* small = headroom_malloc(4096, 8, nullptr);
+  ASSERT_EQ(unsetenv("HEADROOM_ALLOC_CONF"), 0);
+  ASSERT_NE(small, nullptr) << headroom_last_error();
+  const nlohmann::json snap = nlohmann::json::parse(Snapshot(8));
+  const nlohmann::json& settings = snap["allocator_settings"];
+  EXPECT_EQ(settings["expandable_segments"], true) << settings;
+  EXPECT_EQ(settings["move_free_pages"], true) << settings;
+  EXPECT_EQ(settings["unified_pool"], true) << settings;
+  // One pool: the small request was served from the large pool's segment.
+  ASSERT_EQ(snap["segments"].size(), 1u) << snap["segments"];
+  EXPECT_EQ(snap["segments"][0]["segment_type"], "large");
+  headroom_free(small, 4096, 8, nullptr);
 }
 
 TEST(CAbi, TheLastErrorIsPerThread) {

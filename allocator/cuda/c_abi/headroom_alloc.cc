@@ -46,7 +46,8 @@ std::array<std::string, kMaxDevices> init_errors ABSL_GUARDED_BY(init_mu);
 
 absl::StatusOr<DeviceState*> CreateState(int device) {
   const char* env = std::getenv("HEADROOM_ALLOC_CONF");
-  absl::StatusOr<AllocatorOptions> options = ParseAllocConf(env == nullptr ? "" : env);
+  // A preset's name (`headroom`, `expandable`, ...) or a conf string.
+  absl::StatusOr<AllocatorOptions> options = ParseAllocConf(ResolveAllocConfPreset(env == nullptr ? "" : env));
   if (!options.ok()) return options.status();
   absl::StatusOr<std::unique_ptr<DeviceBackend>> backend = CreateDeviceBackend(device);
   if (!backend.ok()) return backend.status();
