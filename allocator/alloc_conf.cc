@@ -158,6 +158,14 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
   return absl::OkStatus();
 }
 
+// The shortest text that parses back to the same double ("%g" keeps six
+// digits: 0.9999999999 would print as 1, the default, and drop the key).
+std::string ShortestDouble(double value) {
+  char buffer[32];
+  const auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return error == std::errc() ? std::string(buffer, end) : absl::StrFormat("%.17g", value);
+}
+
 }  // namespace
 
 absl::StatusOr<AllocatorOptions> ParseAllocConf(std::string_view conf) {
@@ -217,11 +225,11 @@ std::string FormatAllocConf(const AllocatorOptions& options) {
     parts.push_back(absl::StrFormat("roundup_power2_divisions:%d", options.rounding.power2_divisions));
   }
   if (options.garbage_collection_threshold != defaults.garbage_collection_threshold) {
-    parts.push_back(absl::StrFormat("garbage_collection_threshold:%g", options.garbage_collection_threshold));
+    parts.push_back("garbage_collection_threshold:" + ShortestDouble(options.garbage_collection_threshold));
   }
   if (options.expandable_segments) parts.push_back("expandable_segments:True");
   if (options.memory_fraction != defaults.memory_fraction) {
-    parts.push_back(absl::StrFormat("memory_fraction:%g", options.memory_fraction));
+    parts.push_back("memory_fraction:" + ShortestDouble(options.memory_fraction));
   }
   if (options.hard_limit_bytes != 0) parts.push_back(absl::StrFormat("hard_limit_mb:%d", options.hard_limit_bytes / kMiB));
   if (options.cross_stream_reuse) parts.push_back("cross_stream_reuse:True");
@@ -231,7 +239,7 @@ std::string FormatAllocConf(const AllocatorOptions& options) {
   }
   if (options.move_free_pages) parts.push_back("move_free_pages:True");
   if (options.move_threshold != defaults.move_threshold) {
-    parts.push_back(absl::StrFormat("move_threshold:%g", options.move_threshold));
+    parts.push_back("move_threshold:" + ShortestDouble(options.move_threshold));
   }
   if (options.unified_pool) parts.push_back("unified_pool:True");
   return absl::StrJoin(parts, ",");

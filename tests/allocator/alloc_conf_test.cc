@@ -71,6 +71,21 @@ TEST(AllocConf, RoundTrip) {
   EXPECT_EQ(FormatAllocConf(*o), conf);
 }
 
+// Fractions next to their defaults must not format as the default (and vanish from the string).
+TEST(AllocConf, RoundTripKeepsEveryDigitOfAFraction) {
+  for (const char* conf : {"memory_fraction:0.9999999999", "expandable_segments:True,move_free_pages:True,"
+                                                           "move_threshold:1.0000000001",
+                           "garbage_collection_threshold:0.123456789"}) {
+    auto o = ParseAllocConf(conf);
+    ASSERT_TRUE(o.ok()) << o.status();
+    auto again = ParseAllocConf(FormatAllocConf(*o));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->memory_fraction, o->memory_fraction) << conf;
+    EXPECT_EQ(again->move_threshold, o->move_threshold) << conf;
+    EXPECT_EQ(again->garbage_collection_threshold, o->garbage_collection_threshold) << conf;
+  }
+}
+
 TEST(AllocConf, ErrorsNameKeyAndValue) {
   EXPECT_THAT(Error("max_split_size_mb:10"), HasSubstr("max_split_size_mb:10: expected more than 20"));
   EXPECT_THAT(Error("max_split_size_mb:abc"), HasSubstr("non-negative integer"));
