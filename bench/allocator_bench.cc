@@ -4,9 +4,12 @@
 //   BM_CachedPair/free_blocks:N    one Allocate + Free with N cached blocks in
 //                                  the pool (best-fit search over N)
 //   BM_RandomAllocations/ops:N     RMM-style random allocate/free mix, mixed
-//                                  sizes, 1 and 2 threads on one allocator
+//                                  sizes, 1 and 2 threads on one allocator,
+//                                  each thread on a stream of its own
+//   BM_Baseline_SharedCacheLine    the machine's own limit on thread scaling
 #include <mimalloc.h>
 
+#include <atomic>
 #include <memory>
 #include <random>
 #include <vector>
@@ -93,20 +96,30 @@ std::vector<Op> RandomOps(size_t n, uint64_t seed) {
   return ops;
 }
 
-CachingAllocator* SharedAllocator() {
-  static Fixture* fixture = new Fixture(MakeFixture());
-  return fixture->allocator.get();
+// One allocator for every thread, and a stream of its own for each thread.
+struct SharedFixture {
+  Fixture fixture = MakeFixture();
+  std::vector<StreamHandle> streams;
+  SharedFixture() {
+    for (int i = 0; i < 2; ++i) streams.push_back(*fixture.device->CreateStream());
+  }
+};
+
+SharedFixture& Shared() {
+  static auto* shared = new SharedFixture();
+  return *shared;
 }
 
 void BM_RandomAllocations(benchmark::State& state) {
   const std::vector<Op> ops = RandomOps(static_cast<size_t>(state.range(0)), 42 + state.thread_index());
-  CachingAllocator* allocator = SharedAllocator();
+  CachingAllocator* allocator = Shared().fixture.allocator.get();
+  const StreamHandle stream = Shared().streams[static_cast<size_t>(state.thread_index())];
   std::vector<DeviceAddress> live;
   live.reserve(ops.size());
   for (auto _ : state) {
     for (const Op& op : ops) {
       if (op.allocate) {
-        live.push_back(*allocator->Allocate(op.size_or_index));
+        live.push_back(*allocator->Allocate(op.size_or_index, stream));
       } else {
         (void)allocator->Free(live[op.size_or_index]);
         live[op.size_or_index] = live.back();
@@ -142,6 +155,23 @@ void BM_Baseline_MimallocRandomAllocations(benchmark::State& state) {
 }
 BENCHMARK(BM_Baseline_MimallocRandomAllocations)->ArgName("ops")->Arg(1000)->Arg(10000)->Arg(100000)->Threads(1)
     ->Threads(2)->UseRealTime();
+
+// What threads can gain at all on this machine: each operation is a fixed
+// amount of private work, and (shared:1) one write to a cache line the
+// other thread writes too, as a lock, a statistic or a shared table does.
+// With shared:0, two threads should reach twice one thread's operations/s.
+void BM_Baseline_SharedCacheLine(benchmark::State& state) {
+  static std::atomic<int64_t> shared_counter{0};
+  const bool shared = state.range(0) != 0;
+  uint64_t x = static_cast<uint64_t>(state.thread_index()) + 1;
+  for (auto _ : state) {
+    for (int i = 0; i < 40; ++i) x = x * 6364136223846793005u + 1442695040888963407u;  // ~40 ns of work
+    if (shared) shared_counter.fetch_add(1, std::memory_order_relaxed);
+    benchmark::DoNotOptimize(x);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+}
+BENCHMARK(BM_Baseline_SharedCacheLine)->ArgName("shared")->Arg(0)->Arg(1)->Threads(1)->Threads(2)->UseRealTime();
 
 }  // namespace
 }  // namespace headroom

@@ -1,6 +1,6 @@
 // Trace replay throughput and the reserved-to-live ratio of the caching
 // policy on a synthesised transformer-like training trace
-// (bench/transformer_trace.h), with and without expandable segments, on the
+// (bench/transformer_trace.h) under pytorch-default, expandable and headroom, on the
 // simulated device.
 //
 // Counters: events/s, peak_reserved / peak_live (1.0 = no overhead), and the
@@ -40,10 +40,9 @@ namespace {
 using bench::PeakLive;
 using bench::TransformerTrace;
 
-void BM_ReplayTransformer(benchmark::State& state) {
+void BM_ReplayTransformer(benchmark::State& state, const char* preset) {
   const AllocationTrace trace = TransformerTrace(16);
-  const char* conf = state.range(0) != 0 ? "expandable_segments:True" : "";
-  const ReplayOptions options{.capacity_bytes = 80 * kGiB, .allocator = *ParseAllocConf(conf)};
+  const ReplayOptions options{.capacity_bytes = 80 * kGiB, .allocator = *ParseAllocConf(ResolveAllocConfPreset(preset))};
   ReplayResult result;
   for (auto _ : state) {
     result = *ReplayTrace(trace, options);
@@ -56,7 +55,9 @@ void BM_ReplayTransformer(benchmark::State& state) {
   state.counters["reserved_over_live"] = result.reserved_to_live;
   state.counters["ooms"] = static_cast<double>(result.ooms);
 }
-BENCHMARK(BM_ReplayTransformer)->ArgName("expandable")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReplayTransformer, pytorch_default, "pytorch-default")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReplayTransformer, expandable, "expandable")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReplayTransformer, headroom, "headroom")->Unit(benchmark::kMillisecond);
 
 void BM_Baseline_TraceWalk(benchmark::State& state) {
   const AllocationTrace trace = TransformerTrace(16);
