@@ -531,6 +531,7 @@ absl::StatusOr<BlockInfo> CachingAllocator::Lookup(DeviceAddress address) const 
 void CachingAllocator::UpdatePeakTracking() {
   if (stats_.allocated_bytes.current() >= stats_.allocated_bytes.peak()) {
     stats_.reserved_bytes_at_peak_allocated = stats_.reserved_bytes.current();
+    allocated_high_water_ = std::max(allocated_high_water_, stats_.allocated_bytes.current());
   }
 }
 

@@ -90,8 +90,9 @@
 // like any unmap, it first synchronizes the stream that last used the block.
 // Its reserved bytes move from one pool's statistic to the other's.
 // Moving is lazy and bounded by AllocatorOptions::move_threshold: growth
-// creates pages while reserved memory stays within that multiple of the peak
-// allocated bytes (and within the memory limit), and moves only the pages
+// creates pages while reserved memory stays within that multiple of the
+// most bytes ever allocated at once (ResetPeakStats does not lower it) and
+// within the memory limit, and moves only the pages
 // that would go past it. Moving every time (threshold 1) needs the least
 // memory, but on real training loops it moves pages back and forth every
 // step, a pool taking what another gives back later; a few percent of room
@@ -380,6 +381,10 @@ class CachingAllocator {
   };
   std::vector<UnreleasedPage> unreleased_pages_ ABSL_GUARDED_BY(mu_);
   internal::PoolStats stats_ ABSL_GUARDED_BY(mu_);
+  // The most bytes ever allocated at once, which ResetPeakStats leaves
+  // alone: a loop that resets the peak every step must not make pages move
+  // (move_threshold's bound, Note [Moving free pages]).
+  int64_t allocated_high_water_ ABSL_GUARDED_BY(mu_) = 0;
   HistoryRing history_ ABSL_GUARDED_BY(mu_);
   internal::PointerMap pointers_;
 };

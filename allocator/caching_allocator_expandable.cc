@@ -92,7 +92,7 @@ uint64_t CachingAllocator::PagesToMove(uint64_t count) const {
   if (!options_.move_free_pages) return 0;
   const uint64_t wanted = count * granularity_;
   const auto allocated = static_cast<uint64_t>(stats_.allocated_bytes.current());
-  const uint64_t peak = std::max(static_cast<uint64_t>(stats_.allocated_bytes.peak()), allocated + wanted);
+  const uint64_t peak = std::max(static_cast<uint64_t>(allocated_high_water_), allocated + wanted);
   const uint64_t allowed = AllowedBytesLocked();
   const double scaled = static_cast<double>(peak) * options_.move_threshold;
   const uint64_t bound = scaled >= static_cast<double>(allowed) ? allowed : static_cast<uint64_t>(scaled);
