@@ -136,10 +136,12 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   // Holes left by trimming come first in address order, then the tail: the
   // lowest unmapped range that, with the free block before it (and, if it is
   // mapped whole, the one after it), holds the request.
-  // Grow by whole pool pages (AllocatorOptions::expandable_*_page_bytes),
-  // each a multiple of the device granularity; a hole is never overfilled.
+  // Grow by whole pages (AllocatorOptions::expandable_*_page_bytes), each a
+  // multiple of the device granularity; a hole is never overfilled. The
+  // request's size picks the page, not the pool: in one pool (Note [One
+  // pool]) a small request still maps a small page.
   const uint64_t page_option =
-      kind == PoolKind::kSmall ? options_.expandable_small_page_bytes : options_.expandable_large_page_bytes;
+      IsSmallRequest(rounded) ? options_.expandable_small_page_bytes : options_.expandable_large_page_bytes;
   const uint64_t page = RoundUp(std::max(page_option, granularity_), granularity_);
   Block* chosen = nullptr;
   uint64_t map_bytes = 0;

@@ -292,6 +292,16 @@ TEST(ExpandableSegments, OnePoolServesSmallRequestsFromLargeFreeBlocks) {
   HEADROOM_EXPECT_VALID(a);
 }
 
+// In one pool a small request still grows the segment by a small page, whatever the large pages are.
+TEST(ExpandableSegments, OnePoolGrowsBySmallPagesForSmallRequests) {
+  auto a = MakeAllocator({}, {.expandable_segments = true, .unified_pool = true});  // 20 MiB large pages
+  ASSERT_TRUE(a->Allocate(kKiB).ok());
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(2 * kMiB));
+  ASSERT_TRUE(a->Allocate(4 * kMiB).ok());  // a large request: one 20 MiB page, joined to the free rest
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(22 * kMiB));
+  HEADROOM_EXPECT_VALID(a);
+}
+
 TEST(ExpandableSegments, NewPolicyOptionsAreCheckedAtCreation) {
   auto device = *SimulatedBackend::Create({});
   EXPECT_EQ(CachingAllocator::Create(device.get(), {.unified_pool = true}).status().code(),
