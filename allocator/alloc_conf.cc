@@ -153,7 +153,8 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     return absl::InvalidArgumentError(absl::StrFormat(
         "HEADROOM_ALLOC_CONF: unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
         "garbage_collection_threshold, expandable_segments, backend, memory_fraction, hard_limit_mb, "
-        "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages, move_threshold, unified_pool)", key));
+        "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages, move_threshold, unified_pool)",
+        key));
   }
   return absl::OkStatus();
 }

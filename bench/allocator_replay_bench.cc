@@ -42,7 +42,8 @@ using bench::TransformerTrace;
 
 void BM_ReplayTransformer(benchmark::State& state, const char* preset) {
   const AllocationTrace trace = TransformerTrace(16);
-  const ReplayOptions options{.capacity_bytes = 80 * kGiB, .allocator = *ParseAllocConf(ResolveAllocConfPreset(preset))};
+  const ReplayOptions options{.capacity_bytes = 80 * kGiB,
+                              .allocator = *ParseAllocConf(ResolveAllocConfPreset(preset))};
   ReplayResult result;
   for (auto _ : state) {
     result = *ReplayTrace(trace, options);
