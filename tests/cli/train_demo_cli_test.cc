@@ -1,11 +1,10 @@
 // `headroom train-demo`: the planned run's memory is what `headroom plan`
 // predicts for the demo's graph, and what `headroom replay` of the plan's
 // trace reserves; a plan file from `headroom plan --out` runs as it is.
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
+#include "common/json_fields.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -20,11 +19,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 const std::vector<std::string> kSmallGpt = {"--layers", "2", "--hidden", "32", "--seq", "16", "--steps", "3"};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) {
   args.insert(args.end(), more.begin(), more.end());
@@ -68,7 +62,9 @@ TEST(TrainDemoCli, PlanPredictsAndReplayReservesWhatTheRunMeasured) {
   EXPECT_THAT(l["strategy"].get<std::string>(), HasSubstr("hybrid from"));
 
   // A plan file whose schedule was cut short is refused, naming the file.
-  nlohmann::json broken = nlohmann::json::parse(ReadFile(plan_file));
+  const absl::StatusOr<std::string> plan_text = ReadTextFile(plan_file);
+  ASSERT_TRUE(plan_text.ok()) << plan_text.status();
+  nlohmann::json broken = nlohmann::json::parse(*plan_text);
   broken["schedule"].erase(broken["schedule"].size() - 1);
   const std::string broken_file = WriteTempFile("demo-gpt.broken.plan.json", broken.dump());
   auto cut = RunHeadroom(With({"train-demo", "--plan", broken_file}, kSmallGpt));
