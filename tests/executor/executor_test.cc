@@ -42,7 +42,7 @@ PlanReplay Predict(const Planned& p) {
   return replay.ok() ? *replay : PlanReplay{};
 }
 
-class EveryStrategy : public ::testing::TestWithParam<std::tuple<std::string, Strategy>> {};
+class EveryStrategy : public ::testing::TestWithParam<::headroom::testing::ModelAndStrategy> {};
 
 // The acceptance test of the executor: under every strategy's plan the step
 // computes bitwise the gradients that store-all computes, the allocator's
@@ -78,19 +78,8 @@ TEST_P(EveryStrategy, GradientsMatchStoreAllAndMemoryMatchesThePrediction) {
   EXPECT_EQ(run.steps[1].peak_reserved_bytes, run.steps[0].peak_reserved_bytes);
 }
 
-std::vector<std::tuple<std::string, Strategy>> Cases() {
-  std::vector<std::tuple<std::string, Strategy>> cases;
-  for (const char* model : {"mlp", "gpt"}) {
-    for (Strategy s : AllStrategies()) cases.emplace_back(model, s);
-  }
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Executor, EveryStrategy, ::testing::ValuesIn(Cases()), [](const auto& param_info) {
-  std::string name = std::get<0>(param_info.param) + "_" + std::string(StrategyName(std::get<1>(param_info.param)));
-  for (char& c : name) c = c == '-' ? '_' : c;
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(Executor, EveryStrategy, ::testing::ValuesIn(::headroom::testing::EveryModelAndStrategy()),
+                         ::headroom::testing::ModelAndStrategyName);
 
 // The backward kernels against the loss itself: central differences of the
 // step's loss (learning rate 0) at a few entries of every parameter.

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -61,6 +63,23 @@ inline Trained TrainForTest(const DemoModel& model, const Planned& p, int steps,
   }
   run.gradients = (*executor)->last_gradients();
   return run;
+}
+
+// Every (demo model, strategy) pair, and its test name, for the suites that run every strategy.
+using ModelAndStrategy = std::tuple<std::string, Strategy>;
+
+inline std::vector<ModelAndStrategy> EveryModelAndStrategy() {
+  std::vector<ModelAndStrategy> cases;
+  for (const char* model : {"mlp", "gpt"}) {
+    for (Strategy s : AllStrategies()) cases.emplace_back(model, s);
+  }
+  return cases;
+}
+
+inline std::string ModelAndStrategyName(const ::testing::TestParamInfo<ModelAndStrategy>& info) {
+  std::string name = std::get<0>(info.param) + "_" + std::string(StrategyName(std::get<1>(info.param)));
+  for (char& c : name) c = c == '-' ? '_' : c;
+  return name;
 }
 
 }  // namespace headroom::testing

@@ -26,7 +26,7 @@ using ::headroom::testing::Planned;
 using ::headroom::testing::Trained;
 using ::headroom::testing::TrainForTest;
 
-class ExecutorOnGpu : public ::testing::TestWithParam<std::tuple<std::string, Strategy>> {
+class ExecutorOnGpu : public ::testing::TestWithParam<::headroom::testing::ModelAndStrategy> {
  protected:
   void SetUp() override {
     if (cuda::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
@@ -69,19 +69,8 @@ TEST_P(ExecutorOnGpu, MatchesTheCpuReferenceAndThePrediction) {
   EXPECT_EQ(cuda.steps[0].host_peak_bytes, p.plan.evaluation.host_peak_bytes);
 }
 
-std::vector<std::tuple<std::string, Strategy>> Cases() {
-  std::vector<std::tuple<std::string, Strategy>> cases;
-  for (const char* model : {"mlp", "gpt"}) {
-    for (Strategy s : AllStrategies()) cases.emplace_back(model, s);
-  }
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Executor, ExecutorOnGpu, ::testing::ValuesIn(Cases()), [](const auto& param_info) {
-  std::string name = std::get<0>(param_info.param) + "_" + std::string(StrategyName(std::get<1>(param_info.param)));
-  for (char& c : name) c = c == '-' ? '_' : c;
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(Executor, ExecutorOnGpu, ::testing::ValuesIn(::headroom::testing::EveryModelAndStrategy()),
+                         ::headroom::testing::ModelAndStrategyName);
 
 TEST(PinnedHostPool, ServesCopiesToAndFromTheDevice) {
   if (cuda::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
