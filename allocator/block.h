@@ -69,6 +69,8 @@ struct Block {
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
+struct StreamShard;
+
 struct BlockByAddress {
   bool operator()(const Block* a, const Block* b) const { return a->address < b->address; }
 };
@@ -79,6 +81,12 @@ struct Segment {
   StreamHandle stream;
   PoolKind pool = PoolKind::kLarge;
   bool expandable = false;
+  // A block of it moved to another stream (Note [Cross-stream reuse]), so
+  // its blocks' neighbours may belong to another stream shard: from then on
+  // its blocks are allocated and freed under the exclusive lock only
+  // (Note [Stream shards]).
+  bool mixed_streams = false;
+  StreamShard* shard = nullptr;  // of `stream`
   Block* first = nullptr;
   // Expandable segments only (Note [Expandable segments]): one physical
   // handle per granularity page from the segment's start up to the highest

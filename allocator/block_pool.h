@@ -142,12 +142,19 @@ class BlockPool {
     }
   }
 
+  // Calls fn(Block*) for every cached block of `stream`, by (size, address).
+  template <typename Fn>
+  void ForEachOfStream(StreamHandle stream, Fn&& fn) const {
+    const StreamBlocks* blocks = FindBlocks(stream.value);
+    if (blocks == nullptr) return;
+    if (blocks->bins != nullptr) {
+      for (const Bin& bin : blocks->bins->bins) bin.ForEach(fn);
+    }
+    for (const Block& block : blocks->large) fn(const_cast<Block*>(&block));
+  }
+
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-
-  // Incremented on each lookup that misses, so that ages of cached blocks can
-  // be compared (garbage collection frees the oldest first).
-  uint64_t lookups = 0;
 
  private:
   struct AddressLess {

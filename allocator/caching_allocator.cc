@@ -69,18 +69,34 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
   return std::unique_ptr<CachingAllocator>(new CachingAllocator(backend, options));
 }
 
+namespace {
+
+std::atomic<uint64_t> next_allocator_id{1};
+
+// HintedShard: the allocator and shard of this thread's last call.
+struct ShardHint {
+  uint64_t allocator = 0;
+  size_t shard = 0;
+};
+thread_local ShardHint shard_hint;
+
+}  // namespace
+
 CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions options)
     : backend_(backend),
       options_(options),
       granularity_(backend->properties().map_granularity),
       total_bytes_(backend->properties().total_bytes),
+      id_(next_allocator_id.fetch_add(1)),
       memory_fraction_(options.memory_fraction),
       history_(options.history_entries) {}
 
 CachingAllocator::~CachingAllocator() {
   internal::MutexLock lock(&mu_);
-  small_pool_.Clear();  // the pools link blocks deleted below
-  large_pool_.Clear();
+  for (StreamShard* shard : shard_list_) {
+    shard->small_pool.Clear();  // the pools link blocks deleted below
+    shard->large_pool.Clear();
+  }
   // Teardown: best effort, errors have nowhere to go.
   for (const PendingFree& pending : pending_frees_) free_events_.push_back(pending.event);
   for (EventHandle event : free_events_) (void)backend_->DestroyEvent(event);
@@ -103,11 +119,123 @@ CachingAllocator::~CachingAllocator() {
     }
     delete segment;
   }
-  for (Block* b : spare_blocks_) delete b;
+  for (StreamShard* shard : shard_list_) delete shard;
+}
+
+// --- Stream shards -------------------------------------------------------------
+
+CachingAllocator::ExclusiveLock::ExclusiveLock(const CachingAllocator* allocator) : allocator_(allocator) {
+  allocator->mu_.Lock();
+  for (StreamShard* shard : allocator->Shards()) shard->mu.Lock();
+  allocator->AddShardStats();
+  allocator->exclusive_ = true;
+}
+
+CachingAllocator::ExclusiveLock::~ExclusiveLock() {
+  allocator_->exclusive_ = false;
+  allocator_->SetShardBudgets();
+  for (StreamShard* shard : allocator_->Shards()) shard->mu.Unlock();
+  allocator_->mu_.Unlock();
+}
+
+CachingAllocator::StreamShard& CachingAllocator::ShardOf(StreamHandle stream) const {
+  if (StreamShard* shard = FindShard(stream)) return *shard;
+  // Only the exclusive lock gets here: the fast path starts from a shard that exists.
+  auto* shard = new StreamShard();
+  shard->mu.Lock();  // held like every other shard's, until the exclusive lock ends
+  shards_[ShardIndex(stream)].store(shard, std::memory_order_release);
+  shard_list_.push_back(shard);
+  return *shard;
+}
+
+CachingAllocator::StreamShard* CachingAllocator::HintedShard() const {
+  return shard_hint.allocator == id_ ? shards_[shard_hint.shard].load(std::memory_order_acquire) : nullptr;
+}
+
+void CachingAllocator::SetHint(StreamHandle stream) const {
+  shard_hint = {.allocator = id_, .shard = ShardIndex(stream)};
+}
+
+std::vector<StreamHandle> CachingAllocator::CachedStreams(PoolKind kind) const {
+  std::vector<StreamHandle> streams;
+  for (const StreamShard* shard : Shards()) {
+    for (StreamHandle stream : shard->Pool(kind).Streams()) streams.push_back(stream);
+  }
+  std::sort(streams.begin(), streams.end());
+  return streams;
+}
+
+void CachingAllocator::ForEachCached(PoolKind kind, absl::FunctionRef<void(Block*)> fn) const {
+  for (StreamHandle stream : CachedStreams(kind)) PoolOf(kind, stream).ForEachOfStream(stream, fn);
+}
+
+uint64_t CachingAllocator::LargestCachedSize() const {
+  uint64_t largest = 0;
+  for (const StreamShard* shard : Shards()) {
+    largest = std::max({largest, shard->small_pool.LargestSize(), shard->large_pool.LargestSize()});
+  }
+  return largest;
+}
+
+CachingAllocator::Block* CachingAllocator::FindAllocated(DeviceAddress address) const {
+  for (const StreamShard* shard : Shards()) {
+    if (Block* block = shard->pointers.Find(address)) return block;
+  }
+  return nullptr;
+}
+
+void CachingAllocator::AddShardStats() const {
+  for (StreamShard* shard : Shards()) stats_.AddShard(shard->stats);
+}
+
+void CachingAllocator::SetShardBudgets() const {
+  if (Shards().size() < 2) return;  // StatsDirect
+  const auto budget = stats_.Budget(Shards().size());
+  for (StreamShard* shard : Shards()) shard->stats.SetBudget(budget);
+}
+
+bool CachingAllocator::AllocationWithinBudget(const StreamShard& shard, const Block* block, uint64_t size,
+                                              uint64_t rounded) const {
+  if (StatsDirect()) return true;
+  // As HandOut will change them: in a segment of one stream the rest of a split has no free neighbour to merge.
+  const bool split = ShouldSplit(block, rounded);
+  const auto taken = static_cast<int64_t>(split ? rounded : block->size);
+  const int64_t counted = block->counted_inactive_split ? 1 : 0;
+  internal::ShardStats::Counters most{};
+  most[static_cast<size_t>(BlockStat::kAllocation)] = 1;
+  most[static_cast<size_t>(BlockStat::kAllocatedBytes)] = taken;
+  most[static_cast<size_t>(BlockStat::kRequestedBytes)] = static_cast<int64_t>(size);
+  most[static_cast<size_t>(BlockStat::kActive)] = 1;
+  most[static_cast<size_t>(BlockStat::kActiveBytes)] = taken;
+  most[static_cast<size_t>(BlockStat::kInactiveSplit)] = (split ? 1 : 0) - counted;
+  most[static_cast<size_t>(BlockStat::kInactiveSplitBytes)] =
+      (split ? static_cast<int64_t>(block->size) - taken : 0) - counted * static_cast<int64_t>(block->size);
+  most[static_cast<size_t>(BlockStat::kOversizeAllocations)] =
+      static_cast<uint64_t>(taken) >= options_.max_split_size ? 1 : 0;
+  return shard.stats.Admits(StatOf(block->pool), most);
+}
+
+bool CachingAllocator::FreeWithinBudget(const StreamShard& shard, const Block* block) const {
+  if (StatsDirect()) return true;
+  // Freeing lowers every counter but the free split blocks, which gain at
+  // most the block itself (its free neighbours were counted already).
+  internal::ShardStats::Counters most{};
+  most[static_cast<size_t>(BlockStat::kInactiveSplit)] = 1;
+  most[static_cast<size_t>(BlockStat::kInactiveSplitBytes)] = static_cast<int64_t>(block->size);
+  return shard.stats.Admits(StatOf(block->pool), most);
+}
+
+void CachingAllocator::AfterFastPath(const char* operation) const {
+  if constexpr (kExpensiveChecks) {
+    ExclusiveLock lock(this);
+    CheckInvariantsAfter(operation);
+  } else {
+    (void)operation;
+  }
 }
 
 uint64_t CachingAllocator::AllowedBytes() const {
-  internal::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);  // memory_fraction_ changes only with mu_ held
   return AllowedBytesLocked();
 }
 
@@ -119,53 +247,53 @@ uint64_t CachingAllocator::AllowedBytesLocked() const {
 
 // --- Blocks ------------------------------------------------------------------
 
-CachingAllocator::Block* CachingAllocator::NewBlock() {
-  if (spare_blocks_.empty()) return new Block();
-  Block* block = spare_blocks_.back();
-  spare_blocks_.pop_back();
+CachingAllocator::Block* CachingAllocator::NewBlock(StreamHandle stream) {
+  std::vector<Block*>& spares = ShardOf(stream).spare_blocks;
+  if (spares.empty()) return new Block();
+  Block* block = spares.back();
+  spares.pop_back();
   *block = Block();
   return block;
 }
 
 void CachingAllocator::DeleteBlock(Block* block) {
   block->stream_uses.clear();
-  spare_blocks_.push_back(block);
+  ShardOf(block->stream).spare_blocks.push_back(block);
 }
 
 // Keeps inactive_split stats exact: a cached block counts while it is in a
 // pool, and whether it counted is remembered, because its neighbours (and so
 // is_split()) change only while it is out of the pool.
 void CachingAllocator::PoolInsert(Block* block) {
-  block->cached_at = PoolOf(block->pool).lookups;
-  PoolOf(block->pool).Insert(block);
+  block->cached_at = lookups_[static_cast<size_t>(block->pool)];
+  PoolOf(block->pool, block->stream).Insert(block);
   CountCached(block);
 }
 
 void CachingAllocator::CountCached(Block* block) {
   block->counted_inactive_split = block->is_split();
   if (block->counted_inactive_split) {
-    const int64_t bytes = static_cast<int64_t>(block->size);
-    stats_.inactive_split.Increase(StatOf(block->pool), 1);
-    stats_.inactive_split_bytes.Increase(StatOf(block->pool), bytes);
+    CountStat(block, BlockStat::kInactiveSplit, 1);
+    CountStat(block, BlockStat::kInactiveSplitBytes, static_cast<int64_t>(block->size));
   }
 }
 
 void CachingAllocator::PoolErase(Block* block) {
-  PoolOf(block->pool).Erase(block);
+  PoolOf(block->pool, block->stream).Erase(block);
   UncountInactiveSplit(block);
 }
 
 void CachingAllocator::UncountInactiveSplit(Block* block) {
   if (block->counted_inactive_split) {
-    const int64_t bytes = static_cast<int64_t>(block->size);
-    stats_.inactive_split.Decrease(StatOf(block->pool), 1);
-    stats_.inactive_split_bytes.Decrease(StatOf(block->pool), bytes);
+    CountStat(block, BlockStat::kInactiveSplit, -1);
+    CountStat(block, BlockStat::kInactiveSplitBytes, -static_cast<int64_t>(block->size));
     block->counted_inactive_split = false;
   }
 }
 
 void CachingAllocator::Record(TraceAction action, DeviceAddress address, uint64_t size, StreamHandle stream) {
-  if (!history_.enabled()) return;
+  if (!history_.enabled()) return;  // changes under the exclusive lock only
+  internal::SpinLockHolder lock(&history_mu_);
   history_.Add({.action = action,
                 .address = address,
                 .size = size,
@@ -179,11 +307,40 @@ absl::StatusOr<DeviceAddress> CachingAllocator::Allocate(uint64_t size, StreamHa
     return absl::InvalidArgumentError(absl::StrFormat("allocate: %d bytes is beyond any device", size));
   }
   const uint64_t rounded = RoundSize(size, options_.rounding);
-  internal::MutexLock lock(&mu_);
+  SetHint(stream);
+  if (StreamShard* shard = FindShard(stream)) {  // Note [Stream shards]: the fast path
+    DeviceAddress address = 0;
+    {
+      internal::SpinLockHolder lock(&shard->mu);
+      if (Block* block = AllocateCached(*shard, size, rounded, stream)) {
+        shard->pointers.Insert(block->address, block);
+        address = block->address;
+      }
+    }
+    if (address != 0) {
+      AfterFastPath("Allocate");
+      return address;
+    }
+  }
+  ExclusiveLock lock(this);
   InvariantCheckOnExit check(this, "Allocate");  // Note [Expensive checks]
   HEADROOM_ASSIGN_OR_RETURN(Block * block, AllocateBlock(size, rounded, stream));
-  pointers_.Insert(block->address, block);
+  ShardOf(block->stream).pointers.Insert(block->address, block);
   return block->address;
+}
+
+CachingAllocator::Block* CachingAllocator::AllocateCached(StreamShard& shard, uint64_t size, uint64_t rounded,
+                                                          StreamHandle stream) {
+  // Pending frees are polled, in order, by the exclusive path.
+  if (!pending_frees_.empty()) return nullptr;
+  Block* block = shard.Pool(PoolFor(rounded)).BestFit(stream, rounded);
+  if (block == nullptr || !OversizeRulesAccept(block, rounded) || block->segment->mixed_streams ||
+      !AllocationWithinBudget(shard, block, size, rounded)) {
+    return nullptr;
+  }
+  PoolErase(block);
+  HandOut(block, size, rounded);
+  return block;
 }
 
 bool CachingAllocator::OversizeRulesAccept(const Block* fit, uint64_t size) const {
@@ -196,7 +353,7 @@ bool CachingAllocator::OversizeRulesAccept(const Block* fit, uint64_t size) cons
 
 CachingAllocator::Block* CachingAllocator::TakeCachedBlock(PoolKind kind, StreamHandle stream, uint64_t size) {
   Block* block =
-      PoolOf(kind).TakeBestFit(stream, size, [&](const Block* fit) { return OversizeRulesAccept(fit, size); });
+      PoolOf(kind, stream).TakeBestFit(stream, size, [&](const Block* fit) { return OversizeRulesAccept(fit, size); });
   if (block != nullptr) UncountInactiveSplit(block);
   return block;
 }
@@ -204,35 +361,37 @@ CachingAllocator::Block* CachingAllocator::TakeCachedBlock(PoolKind kind, Stream
 absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlock(uint64_t size, uint64_t rounded,
                                                                          StreamHandle stream) {
   if (!pending_frees_.empty()) HEADROOM_RETURN_IF_ERROR(ProcessPendingFrees());
-  const PoolKind kind = IsSmallRequest(rounded) && !options_.unified_pool ? PoolKind::kSmall : PoolKind::kLarge;
-  BlockPool& pool = PoolOf(kind);
-  Block* block = pool.BestFit(stream, rounded);
+  const PoolKind kind = PoolFor(rounded);
+  Block* block = PoolOf(kind, stream).BestFit(stream, rounded);
   if (block != nullptr && OversizeRulesAccept(block, rounded)) {
     PoolErase(block);
   } else {
     HEADROOM_ASSIGN_OR_RETURN(block, AllocateBlockSlow(kind, size, rounded, stream));
   }
+  HandOut(block, size, rounded);
+  return block;
+}
+
+void CachingAllocator::HandOut(Block* block, uint64_t size, uint64_t rounded) {
   if (ShouldSplit(block, rounded)) Split(block, rounded);
   block->allocated = true;
   block->requested_size = size;
   const int64_t bytes = static_cast<int64_t>(block->size);
-  const StatIndex pool_stat = StatOf(kind);
-  stats_.allocation.Increase(pool_stat, 1);
-  stats_.allocated_bytes.Increase(pool_stat, bytes);
-  stats_.requested_bytes.Increase(pool_stat, static_cast<int64_t>(size));
-  stats_.active.Increase(pool_stat, 1);
-  stats_.active_bytes.Increase(pool_stat, bytes);
-  if (block->size >= options_.max_split_size) stats_.oversize_allocations.Increase(1);
-  UpdatePeakTracking();
-  Record(TraceAction::kAlloc, block->address, block->size, stream);
-  return block;
+  CountStat(block, BlockStat::kAllocation, 1);
+  CountStat(block, BlockStat::kAllocatedBytes, bytes);
+  CountStat(block, BlockStat::kRequestedBytes, static_cast<int64_t>(size));
+  CountStat(block, BlockStat::kActive, 1);
+  CountStat(block, BlockStat::kActiveBytes, bytes);
+  if (block->size >= options_.max_split_size) CountStat(block, BlockStat::kOversizeAllocations, 1);
+  if (StatsDirect()) UpdatePeakTracking();  // on a budget no peak is reached (Note [Peak budgets])
+  Record(TraceAction::kAlloc, block->address, block->size, block->stream);
 }
 
 // The out-of-line path: no cached block on this stream fits.
 absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlockSlow(PoolKind kind, uint64_t size,
                                                                              uint64_t rounded,
                                                                              StreamHandle stream) {
-  ++PoolOf(kind).lookups;
+  ++lookups_[static_cast<size_t>(kind)];
   if (options_.garbage_collection_threshold > 0.0) HEADROOM_RETURN_IF_ERROR(GarbageCollect());
   if (options_.cross_stream_reuse) {
     HEADROOM_ASSIGN_OR_RETURN(Block * reused, TakeOtherStreamBlock(kind, stream, rounded));
@@ -269,11 +428,10 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlockSlow(Poo
 // Note [Cross-stream reuse]
 absl::StatusOr<CachingAllocator::Block*> CachingAllocator::TakeOtherStreamBlock(PoolKind kind, StreamHandle stream,
                                                                                 uint64_t size) {
-  BlockPool& pool = PoolOf(kind);
   Block* best = nullptr;
-  for (StreamHandle other : pool.Streams()) {
+  for (StreamHandle other : CachedStreams(kind)) {
     if (other == stream) continue;
-    Block* fit = pool.BestFit(other, size);
+    Block* fit = PoolOf(kind, other).BestFit(other, size);
     if (fit != nullptr && OversizeRulesAccept(fit, size) && (best == nullptr || fit->size < best->size)) best = fit;
   }
   if (best == nullptr) return nullptr;
@@ -284,6 +442,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::TakeOtherStreamBlock(
   if (!status.ok()) return status;
   PoolErase(best);
   best->stream = stream;
+  best->segment->mixed_streams = true;
   return best;
 }
 
@@ -326,7 +485,7 @@ bool CachingAllocator::ShouldSplit(const Block* block, uint64_t size) const {
 }
 
 void CachingAllocator::Split(Block* block, uint64_t size) {
-  Block* rest = NewBlock();
+  Block* rest = NewBlock(block->stream);
   rest->address = block->address + size;
   rest->size = block->size - size;
   rest->stream = block->stream;
@@ -363,20 +522,17 @@ CachingAllocator::Block* CachingAllocator::CacheFreeBlock(Block* block) {
 }
 
 void CachingAllocator::CompleteFree(Block* block) {
-  const int64_t bytes = static_cast<int64_t>(block->size);
-  stats_.active.Decrease(StatOf(block->pool), 1);
-  stats_.active_bytes.Decrease(StatOf(block->pool), bytes);
+  CountStat(block, BlockStat::kActive, -1);
+  CountStat(block, BlockStat::kActiveBytes, -static_cast<int64_t>(block->size));
   Record(TraceAction::kFreeCompleted, block->address, block->size, block->stream);
   CacheFreeBlock(block);
 }
 
 absl::Status CachingAllocator::FreeAllocatedBlock(Block* block) {
-  const int64_t bytes = static_cast<int64_t>(block->size);
-  const StatIndex pool_stat = StatOf(block->pool);
-  stats_.allocation.Decrease(pool_stat, 1);
-  stats_.allocated_bytes.Decrease(pool_stat, bytes);
-  stats_.requested_bytes.Decrease(pool_stat, static_cast<int64_t>(block->requested_size));
-  if (block->size >= options_.max_split_size) stats_.oversize_allocations.Decrease(1);
+  CountStat(block, BlockStat::kAllocation, -1);
+  CountStat(block, BlockStat::kAllocatedBytes, -static_cast<int64_t>(block->size));
+  CountStat(block, BlockStat::kRequestedBytes, -static_cast<int64_t>(block->requested_size));
+  if (block->size >= options_.max_split_size) CountStat(block, BlockStat::kOversizeAllocations, -1);
   Record(TraceAction::kFreeRequested, block->address, block->size, block->stream);
   block->allocated = false;
   block->requested_size = 0;
@@ -456,16 +612,36 @@ absl::Status CachingAllocator::WaitForPendingFrees() {
 absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_t> expected_size,
                                     std::optional<StreamHandle> freeing_stream) {
   if (address == 0) return absl::OkStatus();
-  Block* block = pointers_.Remove(address);  // Note [Sharded pointer map]
-  internal::MutexLock lock(&mu_);
+  // Note [Stream shards]: the fast path, in the freeing stream's shard or
+  // else this thread's last one, for a block that waits for no other stream.
+  if (StreamShard* shard = freeing_stream.has_value() ? FindShard(*freeing_stream) : HintedShard()) {
+    bool freed = false;
+    {
+      internal::SpinLockHolder lock(&shard->mu);
+      Block* block = shard->pointers.Find(address);
+      if (block != nullptr && block->stream_uses.empty() && !block->segment->mixed_streams &&
+          (!expected_size.has_value() || *expected_size == block->requested_size) &&
+          (!freeing_stream.has_value() || *freeing_stream == block->stream) && FreeWithinBudget(*shard, block)) {
+        shard->pointers.Remove(address);
+        freed = FreeAllocatedBlock(block).ok();  // no stream to wait for: it cannot fail
+      }
+    }
+    if (freed) {
+      AfterFastPath("Free");
+      return absl::OkStatus();
+    }
+  }
+  ExclusiveLock lock(this);
   InvariantCheckOnExit check(this, "Free");  // Note [Expensive checks]
+  Block* block = FindAllocated(address);
   if (block == nullptr) return absl::InvalidArgumentError(DescribeBadFree(address));
   if (expected_size.has_value() && *expected_size != block->requested_size) {
-    pointers_.Insert(address, block);
     return absl::InvalidArgumentError(absl::StrFormat(
         "free of 0x%x with size %d, but it was allocated with size %d (not freed)", address, *expected_size,
         block->requested_size));
   }
+  ShardOf(block->stream).pointers.Remove(address);
+  SetHint(block->stream);  // a thread that frees what another allocated looks there first next time
   if (freeing_stream.has_value()) AddStreamUse(block, *freeing_stream);
   return FreeAllocatedBlock(block);
 }
@@ -500,30 +676,32 @@ std::string CachingAllocator::DescribeBadFree(DeviceAddress address) {
 }
 
 absl::Status CachingAllocator::RecordStream(DeviceAddress address, StreamHandle stream) {
-  internal::MutexLock lock(&mu_);
+  ExclusiveLock lock(this);
   InvariantCheckOnExit check(this, "RecordStream");  // Note [Expensive checks]
-  return pointers_.With(address, [&](Block* block) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
-    if (block == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("record_stream on 0x%x, which is not an allocated block", address));
-    }
-    AddStreamUse(block, stream);
-    return absl::OkStatus();
-  });
+  Block* block = FindAllocated(address);
+  if (block == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("record_stream on 0x%x, which is not an allocated block", address));
+  }
+  AddStreamUse(block, stream);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<BlockInfo> CachingAllocator::Lookup(DeviceAddress address) const {
-  // Fields of an allocated block change only while it is out of the map, so
-  // the shard lock is enough (Note [Sharded pointer map]).
-  return const_cast<internal::PointerMap&>(pointers_).With(address, [&](Block* block) -> absl::StatusOr<BlockInfo> {
-    if (block == nullptr) {
-      return absl::NotFoundError(absl::StrFormat("0x%x is not an allocated block", address));
+  // Fields of an allocated block change only while it is out of its shard's
+  // table, so that shard's lock is enough (Note [Stream shards]).
+  for (const auto& slot : shards_) {
+    const StreamShard* shard = slot.load(std::memory_order_acquire);
+    if (shard == nullptr) continue;
+    internal::SpinLockHolder lock(&shard->mu);
+    if (const Block* block = shard->pointers.Find(address)) {
+      return BlockInfo{.address = block->address,
+                       .size = block->size,
+                       .requested_size = block->requested_size,
+                       .stream = block->stream};
     }
-    return BlockInfo{.address = block->address,
-                     .size = block->size,
-                     .requested_size = block->requested_size,
-                     .stream = block->stream};
-  });
+  }
+  return absl::NotFoundError(absl::StrFormat("0x%x is not an allocated block", address));
 }
 
 // --- Statistics ------------------------------------------------------------------
@@ -536,25 +714,22 @@ void CachingAllocator::UpdatePeakTracking() {
 }
 
 void CachingAllocator::ResetPeakStats() {
-  internal::MutexLock lock(&mu_);
+  ExclusiveLock lock(this);
   InvariantCheckOnExit check(this, "ResetPeakStats");  // Note [Expensive checks]
   stats_.ResetPeaks();
 }
 
 void CachingAllocator::ResetAccumulatedStats() {
-  internal::MutexLock lock(&mu_);
+  ExclusiveLock lock(this);
   InvariantCheckOnExit check(this, "ResetAccumulatedStats");  // Note [Expensive checks]
   stats_.ResetAccumulated();
 }
 
 MemoryStats CachingAllocator::GetStats() const {
-  internal::MutexLock lock(&mu_);
+  ExclusiveLock lock(this);
   MemoryStats stats = stats_.ToMemoryStats();
   stats.max_split_size = ReportedMaxSplitSize();
-  uint64_t largest = 0;
-  for (const BlockPool* pool : {&small_pool_, &large_pool_}) {
-    largest = std::max(largest, pool->LargestSize());
-  }
+  const uint64_t largest = LargestCachedSize();
   stats.largest_free_block_bytes = largest;
   stats.total_free_bytes =
       static_cast<uint64_t>(stats.reserved_bytes[kAllPools].current - stats.active_bytes[kAllPools].current);
@@ -568,13 +743,14 @@ MemoryStats CachingAllocator::GetStats() const {
 }
 
 int64_t CachingAllocator::PeakReservedBytes() const {
-  internal::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);  // reserved bytes change under the exclusive lock only
   return stats_.reserved_bytes.peak();
 }
 
 void CachingAllocator::SetHistoryCapacity(size_t entries) {
-  internal::MutexLock lock(&mu_);
+  ExclusiveLock lock(this);
   InvariantCheckOnExit check(this, "SetHistoryCapacity");  // Note [Expensive checks]
+  internal::SpinLockHolder history_lock(&history_mu_);
   history_.SetCapacity(entries);
 }
 
@@ -582,14 +758,14 @@ absl::Status CachingAllocator::SetMemoryFraction(double fraction) {
   if (!(fraction > 0.0 && fraction <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrFormat("memory fraction %g is not in (0, 1]", fraction));
   }
-  internal::MutexLock lock(&mu_);
+  ExclusiveLock lock(this);
   InvariantCheckOnExit check(this, "SetMemoryFraction");  // Note [Expensive checks]
   memory_fraction_ = fraction;
   return absl::OkStatus();
 }
 
 AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
-  internal::MutexLock lock(&mu_);
+  ExclusiveLock lock(this);
   AllocatorSnapshot snapshot;
   snapshot.device = backend_->properties().ordinal;
   for (const auto& [address, segment] : segments_) {

@@ -12,7 +12,9 @@
 //   MemoryStats stats = allocator->GetStats();
 //
 // The backend is not owned and must outlive the allocator. All methods are
-// thread-safe. Validate() checks every invariant of block.h and the stats;
+// thread-safe, and threads on different streams allocate and free cached
+// blocks at once (Note [Stream shards]). Validate() checks every invariant
+// of block.h and the stats;
 // the stress tests call it after each operation, and builds with
 // HEADROOM_EXPENSIVE_CHECKS run it inside every operation (Note [Expensive
 // checks]).
@@ -23,7 +25,8 @@
 // allocator (Allocate, Free, RecordStream, EmptyCache, SetMemoryFraction,
 // ResetPeakStats, ResetAccumulatedStats, SetHistoryCapacity) ends, still
 // under the lock and on its error paths too, by running every validator
-// (caching_allocator_validate.cc); a broken invariant prints the
+// (caching_allocator_validate.cc; a call served by a shard's fast path takes
+// the exclusive lock afterwards to do so); a broken invariant prints the
 // validator's message and aborts: it is a bug in the allocator, not an input
 // to report. Each check walks every block, so this is for tests (CI runs the
 // stress tests under it), never for production. Read-only calls (GetStats,
@@ -110,6 +113,31 @@
 // pool reserves less than two, with or without moving pages, and settles
 // into steps with no page moves where two pools at the same memory do not.
 
+// Note [Stream shards]
+// PyTorch's allocator serializes every call on one lock per device, so two
+// threads allocating on two streams take turns, and each call also writes
+// the lock's and the statistics' cache lines, which then bounce between the
+// cores (bench/allocator_bench.cc: two threads reached half of one thread's
+// calls per second). Here the state a call on a cached block touches is
+// split by stream into shards (stream_shard.h), each with its own lock: the
+// stream's cached blocks, its allocated blocks by address (for Free), the
+// statistics its calls changed, spare Block objects. A Block's stream picks
+// its shard (a hash of the stream into 64 slots; streams that collide share
+// one, which is correct, only slower).
+//   The fast path holds its shard's lock alone: an Allocate that a cached
+// block of its own stream serves, and a Free of a block no other stream used
+// (freeing_stream names the shard to look in; else the shard this thread
+// last used, and failing that every shard under the exclusive lock). All
+// else takes the exclusive lock, mu_ and then every shard's lock, and runs
+// as with one lock: growing, releasing, the out-of-memory path, events,
+// cross-stream moves, statistics, snapshots. So does a call while frees wait
+// on events (they are polled in order), and a call on a segment that holds
+// blocks of several streams (Segment::mixed_streams: their neighbours
+// belong to another shard). Statistics stay exact, peaks included, by
+// budgets (shard_stats.h, Note [Peak budgets]). A shard's lock is a spin
+// lock (critical sections of a hundred nanoseconds); the fast path never
+// takes another lock while it holds one, so the two levels cannot deadlock.
+
 // Note [Expandable page table]
 // The reservation is as large as the device, but its page table
 // (Segment::pages) holds only the pages up to the highest one mapped: it
@@ -121,6 +149,8 @@
 #ifndef HEADROOM_ALLOCATOR_CACHING_ALLOCATOR_H_
 #define HEADROOM_ALLOCATOR_CACHING_ALLOCATOR_H_
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -132,6 +162,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "allocator/allocator_options.h"
@@ -141,9 +172,10 @@
 #include "allocator/device_backend.h"
 #include "allocator/history.h"
 #include "allocator/memory_stats.h"
-#include "allocator/pointer_map.h"
 #include "allocator/pool_stats.h"
 #include "allocator/snapshot.h"
+#include "allocator/shard_stats.h"
+#include "allocator/stream_shard.h"
 
 namespace headroom {
 
@@ -196,8 +228,7 @@ class CachingAllocator {
   // reserved_bytes.all.peak alone: O(1), unlike GetStats.
   int64_t PeakReservedBytes() const;
   AllocatorSnapshot TakeSnapshot() const;
-  // InternalError naming the first broken invariant. Expects no Free in
-  // flight on another thread (see ValidatePointerMap).
+  // InternalError naming the first broken invariant.
   absl::Status Validate() const;
 
   const AllocatorOptions& options() const { return options_; }
@@ -210,15 +241,79 @@ class CachingAllocator {
   using Segment = internal::Segment;
   using PoolKind = internal::PoolKind;
   using BlockPool = internal::BlockPool;
+  using StreamShard = internal::StreamShard;
+  using BlockStat = internal::BlockStat;
 
   CachingAllocator(DeviceBackend* backend, AllocatorOptions options);
 
-  BlockPool& PoolOf(PoolKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return kind == PoolKind::kSmall ? small_pool_ : large_pool_;
+  // --- Stream shards (Note [Stream shards]) ---
+  static constexpr size_t kShardCount = 64;
+  static size_t ShardIndex(StreamHandle stream) {
+    return static_cast<size_t>((stream.value * 0x9E3779B97F4A7C15ull) >> 58);
   }
-  const BlockPool& PoolOf(PoolKind kind) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return kind == PoolKind::kSmall ? small_pool_ : large_pool_;
+  // The shard of `stream`, or nullptr before its first exclusive call.
+  StreamShard* FindShard(StreamHandle stream) const {
+    return shards_[ShardIndex(stream)].load(std::memory_order_acquire);
   }
+  // The shard of `stream`, created (and locked, as the exclusive lock holds
+  // every shard) if new. Exclusive lock, or the fast path of a shard that exists.
+  StreamShard& ShardOf(StreamHandle stream) const;
+  // Every shard created so far, in the order they were. mu_ held.
+  const std::vector<StreamShard*>& Shards() const { return shard_list_; }
+  // The shard this thread last allocated or freed in, if any: where its
+  // next free is looked up first.
+  StreamShard* HintedShard() const;
+  void SetHint(StreamHandle stream) const;
+  BlockPool& PoolOf(PoolKind kind, StreamHandle stream) { return ShardOf(stream).Pool(kind); }
+  const BlockPool& PoolOf(PoolKind kind, StreamHandle stream) const { return ShardOf(stream).Pool(kind); }
+  // Every cached block of `kind` in every shard, by (stream, size, address),
+  // as if one pool held them all. Exclusive lock.
+  void ForEachCached(PoolKind kind, absl::FunctionRef<void(Block*)> fn) const;
+  // The streams with cached blocks of `kind`, ascending. Exclusive lock.
+  std::vector<StreamHandle> CachedStreams(PoolKind kind) const;
+  uint64_t LargestCachedSize() const;
+  // The allocated block at `address` in any shard, or nullptr. Exclusive lock.
+  Block* FindAllocated(DeviceAddress address) const;
+  // Note [Peak budgets]: adds every shard's statistics to stats_, and
+  // divides the room below the peaks among the shards again. Exclusive lock.
+  void AddShardStats() const;
+  void SetShardBudgets() const;
+  // Whether statistics go straight to stats_: under the exclusive lock, or
+  // in the only shard, whose fast path then runs alone.
+  bool StatsDirect() const { return exclusive_ || shard_list_.size() == 1; }
+  // A change of a counter of `block`'s pool: into stats_ if StatsDirect(),
+  // else into the open change of the block's shard. Inline: with a constant
+  // `stat` it is one field's update.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void CountStat(const Block* block, BlockStat stat, int64_t amount) {
+    if (StatsDirect()) {
+      stats_.Change(stat, StatOf(block->pool), amount);
+    } else {  // the fast path touches no segment with blocks of other streams
+      block->segment->shard->stats.Add(stat, StatOf(block->pool), amount);
+    }
+  }
+
+  // mu_, then every shard's lock; adds up the shards' statistics, so that
+  // stats_ is current while it is held, and shares out budgets again when
+  // it ends (Note [Peak budgets]).
+  class ABSL_SCOPED_LOCKABLE ExclusiveLock {
+   public:
+    explicit ExclusiveLock(const CachingAllocator* allocator) ABSL_EXCLUSIVE_LOCK_FUNCTION(allocator->mu_);
+    ~ExclusiveLock() ABSL_UNLOCK_FUNCTION();
+    ExclusiveLock(const ExclusiveLock&) = delete;
+    ExclusiveLock& operator=(const ExclusiveLock&) = delete;
+
+   private:
+    const CachingAllocator* const allocator_;
+  };
+  // Ends a fast-path call: validates in expensive-check builds (Note
+  // [Expensive checks]).
+  void AfterFastPath(const char* operation) const;
+  // Whether allocating `rounded` bytes (`size` asked) from the cached
+  // `block`, or freeing the allocated `block`, keeps its shard within its
+  // budget (Note [Peak budgets]): the most the call can raise each counter,
+  // worked out from the block before the call.
+  bool AllocationWithinBudget(const StreamShard& shard, const Block* block, uint64_t size, uint64_t rounded) const;
+  bool FreeWithinBudget(const StreamShard& shard, const Block* block) const;
   uint64_t AllowedBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // max_split_size as PyTorch reports it: 0 when unlimited.
   uint64_t ReportedMaxSplitSize() const {
@@ -229,12 +324,21 @@ class CachingAllocator {
   }
 
   // --- Blocks (caching_allocator.cc) ---
-  Block* NewBlock() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DeleteBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PoolInsert(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PoolErase(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CountCached(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UncountInactiveSplit(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A Block from the spares of `stream`'s shard.
+  Block* NewBlock(StreamHandle stream);
+  void DeleteBlock(Block* block);
+  void PoolInsert(Block* block);
+  void PoolErase(Block* block);
+  void CountCached(Block* block);
+  void UncountInactiveSplit(Block* block);
+  PoolKind PoolFor(uint64_t rounded) const {
+    return IsSmallRequest(rounded) && !options_.unified_pool ? PoolKind::kSmall : PoolKind::kLarge;
+  }
+  // The fast path: a cached block of `stream`'s own shard, handed out, or
+  // nullptr when the call needs the exclusive lock. Shard lock held.
+  Block* AllocateCached(StreamShard& shard, uint64_t size, uint64_t rounded, StreamHandle stream);
+  // Splits off what `block` does not need and marks it allocated for `size`.
+  void HandOut(Block* block, uint64_t size, uint64_t rounded);
   absl::StatusOr<Block*> AllocateBlock(uint64_t size, uint64_t rounded, StreamHandle stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> AllocateBlockSlow(PoolKind kind, uint64_t size, uint64_t rounded, StreamHandle stream)
@@ -322,21 +426,19 @@ class CachingAllocator {
 
   // --- Validation (caching_allocator_validate.cc), one validator per structure ---
   struct Recount;  // statistics recomputed from the blocks
-  // `free_in_flight`: another thread's Free may have taken its pointer out
-  // of the map and wait for the lock.
-  absl::Status ValidateLocked(bool free_in_flight) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The blocks tile the segment, with consistent links, states, pools and
   // coalescing; adds them to `recount`.
   absl::Status ValidateSegmentTiling(const Segment& segment, Recount& recount) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The page table against the mapped and unmapped blocks and mapped_bytes.
   absl::Status ValidateExpandablePages(const Segment& segment) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Each pool's bins, bitmap and trees, and that they hold the free blocks.
+  // Each shard's pools' bins, bitmap and trees, and that they hold the free
+  // blocks of the shard's streams.
   absl::Status ValidatePools(size_t free_blocks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Each entry names an allocated block at its address; one entry per
-  // allocated block (at most, with `free_in_flight`).
-  absl::Status ValidatePointerMap(int64_t allocated_blocks, bool free_in_flight) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each shard's table entry names an allocated block of its streams at its
+  // address; one entry per allocated block.
+  absl::Status ValidatePointerTables(int64_t allocated_blocks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ValidateStatistics(const Recount& recount) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Expensive checks]: aborts on a broken invariant; a no-op in other builds.
   void CheckInvariantsAfter(const char* operation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -362,10 +464,20 @@ class CachingAllocator {
   const uint64_t granularity_;
   const uint64_t total_bytes_;
 
+  // Tells this allocator's hints from another's (HintedShard).
+  const uint64_t id_;
+
+  // Note [Stream shards]: mu_ alone guards what only exclusive calls touch;
+  // the exclusive lock holds it and every shard's lock.
   mutable internal::Mutex mu_;
+  mutable std::array<std::atomic<StreamShard*>, kShardCount> shards_{};  // each set once, under mu_
+  mutable std::vector<StreamShard*> shard_list_ ABSL_GUARDED_BY(mu_);    // the same, owned
+  // True while the exclusive lock is held: statistics go straight to stats_.
+  mutable bool exclusive_ = false;
   double memory_fraction_ ABSL_GUARDED_BY(mu_);
-  BlockPool small_pool_ ABSL_GUARDED_BY(mu_);
-  BlockPool large_pool_ ABSL_GUARDED_BY(mu_);
+  // Misses per pool, so that ages of cached blocks can be compared (garbage
+  // collection frees the oldest first); read by the fast path.
+  std::array<uint64_t, 2> lookups_{};
   absl::btree_map<DeviceAddress, Segment*> segments_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<StreamHandle, PoolKind>, Segment*> expandable_ ABSL_GUARDED_BY(mu_);
   struct PendingFree {
@@ -374,19 +486,21 @@ class CachingAllocator {
   };
   std::deque<PendingFree> pending_frees_ ABSL_GUARDED_BY(mu_);
   std::vector<EventHandle> free_events_ ABSL_GUARDED_BY(mu_);
-  std::vector<Block*> spare_blocks_ ABSL_GUARDED_BY(mu_);
   struct UnreleasedPage {
     PhysicalHandle handle;
     PoolKind pool;
   };
   std::vector<UnreleasedPage> unreleased_pages_ ABSL_GUARDED_BY(mu_);
-  internal::PoolStats stats_ ABSL_GUARDED_BY(mu_);
+  // Current while the exclusive lock is held (it applies the shards' logs,
+  // which const calls do too: hence mutable).
+  mutable internal::PoolStats stats_ ABSL_GUARDED_BY(mu_);
   // The most bytes ever allocated at once, which ResetPeakStats leaves
   // alone: a loop that resets the peak every step must not make pages move
   // (move_threshold's bound, Note [Moving free pages]).
-  int64_t allocated_high_water_ ABSL_GUARDED_BY(mu_) = 0;
-  HistoryRing history_ ABSL_GUARDED_BY(mu_);
-  internal::PointerMap pointers_;
+  mutable int64_t allocated_high_water_ ABSL_GUARDED_BY(mu_) = 0;
+  // Fast paths on different shards record at once.
+  mutable internal::SpinLock history_mu_;
+  HistoryRing history_ ABSL_GUARDED_BY(history_mu_);
 };
 
 }  // namespace headroom

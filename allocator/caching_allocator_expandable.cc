@@ -168,7 +168,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   segment->unmapped.erase(chosen);
   Block* mapped = chosen;
   if (map_bytes < chosen->size) {
-    mapped = NewBlock();
+    mapped = NewBlock(stream);
     mapped->address = chosen->address;
     mapped->size = map_bytes;
     mapped->stream = stream;
@@ -231,7 +231,7 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
   PoolErase(block);
   auto carve = [&](DeviceAddress address, uint64_t size, Block* prev,
                    Block* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Block* piece = NewBlock();
+    Block* piece = NewBlock(block->stream);
     piece->address = address;
     piece->size = size;
     piece->stream = block->stream;

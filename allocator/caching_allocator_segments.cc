@@ -41,7 +41,8 @@ CachingAllocator::Segment* CachingAllocator::AddSegment(DeviceAddress address, u
   segment->size = size;
   segment->stream = stream;
   segment->pool = kind;
-  Block* block = NewBlock();
+  segment->shard = &ShardOf(stream);
+  Block* block = NewBlock(stream);
   block->address = address;
   block->size = size;
   block->stream = stream;
@@ -93,7 +94,7 @@ bool IsWholeCachedSegment(const internal::Block* block) {
 
 absl::StatusOr<bool> CachingAllocator::ReleaseAvailableCache(PoolKind kind, uint64_t bytes) {
   std::vector<Block*> whole;
-  PoolOf(kind).ForEach([&](Block* block) {
+  ForEachCached(kind, [&](Block* block) {
     if (IsWholeCachedSegment(block)) whole.push_back(block);
   });
   std::sort(whole.begin(), whole.end(),
@@ -124,9 +125,9 @@ absl::StatusOr<bool> CachingAllocator::ReleaseAvailableCache(PoolKind kind, uint
 absl::Status CachingAllocator::ReleaseAllCache() {
   if (!unreleased_pages_.empty()) HEADROOM_RETURN_IF_ERROR(RetryUnreleasedPages());
   if (!pending_frees_.empty()) HEADROOM_RETURN_IF_ERROR(WaitForPendingFrees());
-  for (BlockPool* pool : {&small_pool_, &large_pool_}) {
+  for (PoolKind kind : {PoolKind::kSmall, PoolKind::kLarge}) {
     std::vector<Block*> whole;
-    pool->ForEach([&](Block* block) {
+    ForEachCached(kind, [&](Block* block) {
       if (IsWholeCachedSegment(block)) whole.push_back(block);
     });
     for (Block* block : whole) HEADROOM_RETURN_IF_ERROR(ReleaseSegment(block->segment));
@@ -139,7 +140,7 @@ absl::Status CachingAllocator::ReleaseAllCache() {
 }
 
 absl::Status CachingAllocator::EmptyCache() {
-  internal::MutexLock lock(&mu_);
+  ExclusiveLock lock(this);
   InvariantCheckOnExit check(this, "EmptyCache");  // Note [Expensive checks]
   HEADROOM_RETURN_IF_ERROR(ReleaseAllCache());
   // Reservations with nothing mapped go back too.
@@ -170,7 +171,7 @@ absl::Status CachingAllocator::GarbageCollect() {
   };
   if (reserved() <= target) return absl::OkStatus();
   std::vector<Block*> candidates;
-  large_pool_.ForEach([&](Block* block) {
+  ForEachCached(PoolKind::kLarge, [&](Block* block) {
     if (IsWholeCachedSegment(block) || block->segment->expandable) candidates.push_back(block);
   });
   std::sort(candidates.begin(), candidates.end(), [](const Block* a, const Block* b) {
@@ -194,6 +195,7 @@ absl::Status CachingAllocator::OutOfMemory(uint64_t size, uint64_t rounded, Stre
   absl::StatusOr<MemoryInfo> info = backend_->GetMemoryInfo();
   const uint64_t device_free = info.ok() ? info->free_bytes : 0;
   if (history_.enabled()) {
+    internal::SpinLockHolder history_lock(&history_mu_);
     history_.Add({.action = TraceAction::kOom,
                   .address = 0,
                   .size = rounded,
@@ -204,10 +206,7 @@ absl::Status CachingAllocator::OutOfMemory(uint64_t size, uint64_t rounded, Stre
   const auto reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
   const auto allocated = static_cast<uint64_t>(stats_.allocated_bytes.current());
   const uint64_t unallocated = reserved - allocated;
-  uint64_t largest = 0;
-  for (const BlockPool* pool : {&small_pool_, &large_pool_}) {
-    largest = std::max(largest, pool->LargestSize());
-  }
+  const uint64_t largest = LargestCachedSize();
   const uint64_t allowed = AllowedBytesLocked();
   std::string limit;
   if (allowed < total_bytes_) {

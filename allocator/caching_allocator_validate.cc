@@ -4,9 +4,10 @@
 //    links, pools, states and coalescing; it also recounts the statistics;
 //  - ValidateExpandablePages: an expandable segment's page table against its
 //    blocks (Note [Expandable page table]);
-//  - ValidatePools: each BlockPool's bins, bitmap and trees
+//  - ValidatePools: each shard's BlockPools' bins, bitmap and trees
 //    (BlockPool::Validate), and the pools against the free blocks;
-//  - ValidatePointerMap: the sharded pointer map against the allocated blocks;
+//  - ValidatePointerTables: the shards' address tables against the allocated
+//    blocks (Note [Stream shards]);
 //  - ValidateStatistics: the counters against the recount.
 // Validate() runs them all; with HEADROOM_EXPENSIVE_CHECKS every public
 // operation ends by running them (Note [Expensive checks]).
@@ -32,11 +33,11 @@ struct CachingAllocator::Recount {
 };
 
 absl::Status CachingAllocator::Validate() const {
-  internal::MutexLock lock(&mu_);
-  return ValidateLocked(/*free_in_flight=*/false);
+  ExclusiveLock lock(this);
+  return ValidateLocked();
 }
 
-absl::Status CachingAllocator::ValidateLocked(bool free_in_flight) const {
+absl::Status CachingAllocator::ValidateLocked() const {
   Recount recount;
   for (const UnreleasedPage& page : unreleased_pages_) {
     for (size_t i : {size_t{kAllPools}, size_t{StatOf(page.pool)}}) {
@@ -55,7 +56,7 @@ absl::Status CachingAllocator::ValidateLocked(bool free_in_flight) const {
     return HEADROOM_INVARIANT_ERROR("%d pending events recorded on blocks, %d in the queue", recount.pending_events,
                                     pending_frees_.size());
   }
-  HEADROOM_RETURN_IF_ERROR(ValidatePointerMap(recount.allocation[kAllPools].current, free_in_flight));
+  HEADROOM_RETURN_IF_ERROR(ValidatePointerTables(recount.allocation[kAllPools].current));
   return ValidateStatistics(recount);
 }
 
@@ -95,7 +96,7 @@ absl::Status CachingAllocator::ValidateSegmentTiling(const Segment& segment, Rec
       }
       ++unmapped_blocks;
     }
-    const bool in_pool = PoolOf(b->pool).Contains(const_cast<Block*>(b));
+    const bool in_pool = PoolOf(b->pool, b->stream).Contains(const_cast<Block*>(b));
     if (b->is_free() != in_pool) {
       return HEADROOM_INVARIANT_ERROR("block 0x%x: free=%d but in pool=%d", b->address, b->is_free(), in_pool);
     }
@@ -178,30 +179,46 @@ absl::Status CachingAllocator::ValidateExpandablePages(const Segment& segment) c
 }
 
 absl::Status CachingAllocator::ValidatePools(size_t free_blocks) const {
-  for (const BlockPool* pool : {&small_pool_, &large_pool_}) {
-    if (absl::Status status = pool->Validate(); !status.ok()) {
-      return HEADROOM_INVARIANT_ERROR("%s pool: %s", pool == &small_pool_ ? "small" : "large",
-                                      std::string(status.message()));
+  size_t cached = 0;
+  for (const StreamShard* shard : Shards()) {
+    for (PoolKind kind : {PoolKind::kSmall, PoolKind::kLarge}) {
+      const BlockPool& pool = shard->Pool(kind);
+      const char* name = kind == PoolKind::kSmall ? "small" : "large";
+      if (absl::Status status = pool.Validate(); !status.ok()) {
+        return HEADROOM_INVARIANT_ERROR("%s pool: %s", name, std::string(status.message()));
+      }
+      for (StreamHandle stream : pool.Streams()) {
+        if (FindShard(stream) != shard) {
+          return HEADROOM_INVARIANT_ERROR("%s pool: blocks of stream %d cached in another stream's shard", name,
+                                          stream.value);
+        }
+      }
+      cached += pool.size();
     }
   }
-  if (free_blocks != small_pool_.size() + large_pool_.size()) {
-    return HEADROOM_INVARIANT_ERROR("pools hold %d blocks but %d blocks are free",
-                                    small_pool_.size() + large_pool_.size(), free_blocks);
+  if (free_blocks != cached) {
+    return HEADROOM_INVARIANT_ERROR("pools hold %d blocks but %d blocks are free", cached, free_blocks);
   }
   return absl::OkStatus();
 }
 
-absl::Status CachingAllocator::ValidatePointerMap(int64_t allocated_blocks, bool free_in_flight) const {
-  HEADROOM_RETURN_IF_ERROR(pointers_.Validate([](DeviceAddress address, const Block* block) {
-    return block != nullptr && block->address == address && block->allocated;
-  }));
-  // A Free takes its pointer out of the map before it takes the allocator's
-  // lock (Note [Sharded pointer map]): while one is in flight the map may
-  // hold fewer entries than there are allocated blocks, never more.
-  const size_t entries = pointers_.Size();
-  const size_t allocated = static_cast<size_t>(allocated_blocks);
-  if (free_in_flight ? entries > allocated : entries != allocated) {
-    return HEADROOM_INVARIANT_ERROR("pointer map holds %d entries for %d allocated blocks", entries, allocated);
+absl::Status CachingAllocator::ValidatePointerTables(int64_t allocated_blocks) const {
+  size_t entries = 0;
+  for (const StreamShard* shard : Shards()) {
+    const DeviceAddress bad = shard->pointers.FirstBadEntry([&](DeviceAddress address, const Block* block) {
+      return block != nullptr && block->address == address && block->allocated && FindShard(block->stream) == shard;
+    });
+    if (bad == ~DeviceAddress{0}) return HEADROOM_INVARIANT_ERROR("a shard's address table: its count is off");
+    if (bad != 0) {
+      return HEADROOM_INVARIANT_ERROR(
+          "address table entry 0x%x: unreachable, not an allocated block at that address, or in another stream's "
+          "shard", bad);
+    }
+    entries += shard->pointers.size();
+  }
+  if (entries != static_cast<size_t>(allocated_blocks)) {
+    return HEADROOM_INVARIANT_ERROR("address tables hold %d entries for %d allocated blocks", entries,
+                                    allocated_blocks);
   }
   return absl::OkStatus();
 }
@@ -245,9 +262,7 @@ absl::Status CachingAllocator::ValidateStatistics(const Recount& recount) const 
 // Note [Expensive checks]
 void CachingAllocator::CheckInvariantsAfter(const char* operation) const {
   if constexpr (kExpensiveChecks) {
-    // Other threads' frees may be between their pointer-map removal and the
-    // lock; the full count is checked by Validate() when quiescent.
-    const absl::Status status = ValidateLocked(/*free_in_flight=*/true);
+    const absl::Status status = ValidateLocked();
     if (!status.ok()) {
       std::fprintf(stderr, "headroom: allocator invariant broken after %s: %s\n", operation,
                    std::string(status.message()).c_str());

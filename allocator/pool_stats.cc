@@ -1,6 +1,48 @@
 #include "allocator/pool_stats.h"
 
+#include <array>
+
 namespace headroom::internal {
+
+namespace {
+
+constexpr auto kOversize = static_cast<size_t>(BlockStat::kOversizeAllocations);
+
+}  // namespace
+
+void PoolStats::AddShard(ShardStats& shard) {
+  const std::array<PooledStat*, kOversize> pooled = {&allocation, &allocated_bytes, &requested_bytes, &active,
+                                                     &active_bytes, &inactive_split, &inactive_split_bytes};
+  for (size_t pool = 0; pool < 2; ++pool) {
+    for (size_t i = 0; i < kOversize; ++i) {
+      Stat& stat = pooled[i]->pool_stat(pool);
+      stat.current += shard.net(pool)[i];
+      stat.allocated += shard.increased(pool)[i];
+      stat.freed += shard.decreased(pool)[i];
+    }
+    oversize_allocations.current += shard.net(pool)[kOversize];
+    oversize_allocations.allocated += shard.increased(pool)[kOversize];
+    oversize_allocations.freed += shard.decreased(pool)[kOversize];
+  }
+  shard.Clear();
+}
+
+std::array<ShardStats::Counters, 3> PoolStats::Budget(size_t shards) const {
+  const std::array<const PooledStat*, kOversize> pooled = {&allocation, &allocated_bytes, &requested_bytes, &active,
+                                                           &active_bytes, &inactive_split, &inactive_split_bytes};
+  const auto share = [shards](int64_t room) { return room / static_cast<int64_t>(shards); };
+  std::array<ShardStats::Counters, 3> budget{};
+  for (size_t i = 0; i < kOversize; ++i) {
+    for (size_t pool = 0; pool < 2; ++pool) {
+      budget[pool][i] = share(pooled[i]->pool_stat(pool).peak - pooled[i]->pool_stat(pool).current);
+    }
+    budget[2][i] = share(pooled[i]->peak() - pooled[i]->current());
+  }
+  // One counter for both pools: only its all-pools budget binds.
+  const int64_t oversize_room = share(oversize_allocations.peak - oversize_allocations.current);
+  for (auto& pool_budget : budget) pool_budget[kOversize] = oversize_room;
+  return budget;
+}
 
 void PoolStats::ResetPeaks() {
   ForEachPooled([](PooledStat& stat) { stat.ResetPeak(); });

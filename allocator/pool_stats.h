@@ -14,9 +14,12 @@
 #ifndef HEADROOM_ALLOCATOR_POOL_STATS_H_
 #define HEADROOM_ALLOCATOR_POOL_STATS_H_
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include "allocator/memory_stats.h"
+#include "allocator/shard_stats.h"
 
 namespace headroom::internal {
 
@@ -31,6 +34,19 @@ class PooledStat {
     if (all > all_peak_) all_peak_ = all;
   }
   void Decrease(StatIndex pool, int64_t amount) { PoolStat(pool).Decrease(amount); }
+  // Increase(amount) or Decrease(-amount).
+  void Change(StatIndex pool, int64_t amount) {
+    if (amount >= 0) {
+      Increase(pool, amount);
+    } else {
+      Decrease(pool, -amount);
+    }
+  }
+  // For PoolStats::AddShard and Budget: a pool's counter (0 small, 1 large)
+  // and the all-pools peak.
+  Stat& pool_stat(size_t pool) { return pool == 0 ? small_ : large_; }
+  const Stat& pool_stat(size_t pool) const { return pool == 0 ? small_ : large_; }
+  int64_t all_peak() const { return all_peak_; }
 
   // All pools.
   int64_t current() const { return small_.current + large_.current; }
@@ -87,6 +103,29 @@ struct PoolStats {
   int64_t num_pages_mapped = 0;
   int64_t num_pages_unmapped = 0;
   int64_t reserved_bytes_at_peak_allocated = 0;
+
+  // One counter a fast-path call may change, by `amount` (negative: down).
+  // Inline, so that a call with a constant `stat` is one field's update.
+  void Change(BlockStat stat, StatIndex pool, int64_t amount) {
+    switch (stat) {
+      case BlockStat::kAllocation: return allocation.Change(pool, amount);
+      case BlockStat::kAllocatedBytes: return allocated_bytes.Change(pool, amount);
+      case BlockStat::kRequestedBytes: return requested_bytes.Change(pool, amount);
+      case BlockStat::kActive: return active.Change(pool, amount);
+      case BlockStat::kActiveBytes: return active_bytes.Change(pool, amount);
+      case BlockStat::kInactiveSplit: return inactive_split.Change(pool, amount);
+      case BlockStat::kInactiveSplitBytes: return inactive_split_bytes.Change(pool, amount);
+      case BlockStat::kOversizeAllocations:
+        if (amount >= 0) return oversize_allocations.Increase(amount);
+        return oversize_allocations.Decrease(-amount);
+    }
+  }
+  // Adds what a shard's fast path changed, and clears it (Note [Peak
+  // budgets]: no peak moved meanwhile).
+  void AddShard(ShardStats& shard);
+  // Each counter's room below its peak ([0] small pool, [1] large pool,
+  // [2] all pools), divided among `shards`.
+  std::array<ShardStats::Counters, 3> Budget(size_t shards) const;
 
   // Every field that has a peak, and every accumulated total.
   void ResetPeaks();

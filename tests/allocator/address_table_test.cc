@@ -1,7 +1,6 @@
-#include "allocator/pointer_map.h"
+#include "allocator/address_table.h"
 
 #include <random>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -54,27 +53,6 @@ TEST(AddressTable, MatchesAReferenceMap) {
     EXPECT_EQ(reference.at(address), block);
   });
   EXPECT_EQ(seen, reference.size());
-}
-
-TEST(PointerMap, ConcurrentInsertsAndRemovesOfDisjointAddresses) {
-  PointerMap map;
-  constexpr int kThreads = 4;
-  constexpr int kPerThread = 20000;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&map, t] {
-      for (int i = 0; i < kPerThread; ++i) {
-        const DeviceAddress address = 512 * (1 + uint64_t{1000000} * t + i);
-        map.Insert(address, Tag(i));
-        if (i % 2 == 0) {
-          EXPECT_EQ(map.Remove(address), Tag(i));
-        }
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(map.Size(), size_t{kThreads} * kPerThread / 2);
-  EXPECT_EQ(map.With(512 * 2, [](Block* b) { return b; }), Tag(1));
 }
 
 }  // namespace
