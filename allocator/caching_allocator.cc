@@ -128,11 +128,11 @@ CachingAllocator::ExclusiveLock::ExclusiveLock(const CachingAllocator* allocator
   allocator->mu_.Lock();
   for (StreamShard* shard : allocator->Shards()) shard->mu.Lock();
   allocator->AddShardStats();
-  allocator->exclusive_ = true;
+  allocator->stats_direct_ = true;
 }
 
 CachingAllocator::ExclusiveLock::~ExclusiveLock() {
-  allocator_->exclusive_ = false;
+  allocator_->stats_direct_ = allocator_->Shards().size() < 2;
   allocator_->SetShardBudgets();
   for (StreamShard* shard : allocator_->Shards()) shard->mu.Unlock();
   allocator_->mu_.Unlock();
@@ -189,7 +189,7 @@ void CachingAllocator::AddShardStats() const {
 }
 
 void CachingAllocator::SetShardBudgets() const {
-  if (Shards().size() < 2) return;  // StatsDirect
+  if (StatsDirect()) return;
   const auto budget = stats_.Budget(Shards().size());
   for (StreamShard* shard : Shards()) shard->stats.SetBudget(budget);
 }

@@ -280,7 +280,7 @@ class CachingAllocator {
   void SetShardBudgets() const;
   // Whether statistics go straight to stats_: under the exclusive lock, or
   // in the only shard, whose fast path then runs alone.
-  bool StatsDirect() const { return exclusive_ || shard_list_.size() == 1; }
+  bool StatsDirect() const { return stats_direct_; }
   // A change of a counter of `block`'s pool: into stats_ if StatsDirect(),
   // else into the open change of the block's shard. Inline: with a constant
   // `stat` it is one field's update.
@@ -472,8 +472,9 @@ class CachingAllocator {
   mutable internal::Mutex mu_;
   mutable std::array<std::atomic<StreamShard*>, kShardCount> shards_{};  // each set once, under mu_
   mutable std::vector<StreamShard*> shard_list_ ABSL_GUARDED_BY(mu_);    // the same, owned
-  // True while the exclusive lock is held: statistics go straight to stats_.
-  mutable bool exclusive_ = false;
+  // StatsDirect(): under the exclusive lock, or with one shard. Changes
+  // under the exclusive lock only.
+  mutable bool stats_direct_ = true;
   double memory_fraction_ ABSL_GUARDED_BY(mu_);
   // Misses per pool, so that ages of cached blocks can be compared (garbage
   // collection frees the oldest first); read by the fast path.

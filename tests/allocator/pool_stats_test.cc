@@ -51,5 +51,44 @@ TEST(PoolStats, ToMemoryStatsCarriesEveryCounter) {
   EXPECT_EQ(m.oversize_segments.current, 1);
 }
 
+// Note [Peak budgets]: a shard gets its share of each counter's room below
+// the peak, and what it adds comes back as currents and totals.
+TEST(ShardStats, BudgetsShareTheRoomBelowEachPeak) {
+  PoolStats stats;
+  stats.allocated_bytes.Increase(kLargePoolStat, 100);
+  stats.allocated_bytes.Decrease(kLargePoolStat, 40);  // current 60, peak 100: room 40
+  stats.active.Increase(kSmallPoolStat, 3);            // at its peak: no room
+  const auto budget = stats.Budget(2);
+  constexpr auto kBytes = static_cast<size_t>(BlockStat::kAllocatedBytes);
+  constexpr auto kActive = static_cast<size_t>(BlockStat::kActive);
+  EXPECT_EQ(budget[1][kBytes], 20);  // large pool
+  EXPECT_EQ(budget[2][kBytes], 20);  // all pools
+  EXPECT_EQ(budget[0][kActive], 0);
+
+  ShardStats shard;
+  shard.SetBudget(budget);
+  ShardStats::Counters most{};
+  most[kBytes] = 19;
+  EXPECT_TRUE(shard.Admits(kLargePoolStat, most));
+  most[kBytes] = 20;  // would make the sum reach the allocated peak: that call must take every lock
+  EXPECT_FALSE(shard.Admits(kLargePoolStat, most));
+  ShardStats::Counters active{};
+  active[kActive] = 1;
+  EXPECT_FALSE(shard.Admits(kSmallPoolStat, active));
+  EXPECT_TRUE(shard.Admits(kSmallPoolStat, ShardStats::Counters{}));  // lowers nothing it has no room for
+
+  shard.Add(BlockStat::kAllocatedBytes, kLargePoolStat, 15);
+  shard.Add(BlockStat::kAllocatedBytes, kLargePoolStat, -30);
+  most[kBytes] = 34;  // 15 - 30 + 34 = 19 < 20
+  EXPECT_TRUE(shard.Admits(kLargePoolStat, most));
+  stats.AddShard(shard);
+  const StatArray bytes = stats.allocated_bytes.ToArray();
+  EXPECT_EQ(bytes[kLargePoolStat].current, 45);
+  EXPECT_EQ(bytes[kLargePoolStat].allocated, 115);
+  EXPECT_EQ(bytes[kLargePoolStat].freed, 70);
+  EXPECT_EQ(bytes[kAllPools].peak, 100);
+  EXPECT_EQ(shard.net(1)[kBytes], 0);  // cleared
+}
+
 }  // namespace
 }  // namespace headroom::internal
