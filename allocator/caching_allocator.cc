@@ -138,8 +138,7 @@ CachingAllocator::ExclusiveLock::~ExclusiveLock() {
   allocator_->mu_.Unlock();
 }
 
-CachingAllocator::StreamShard& CachingAllocator::ShardOf(StreamHandle stream) const {
-  if (StreamShard* shard = FindShard(stream)) return *shard;
+CachingAllocator::StreamShard& CachingAllocator::NewShard(StreamHandle stream) const {
   // Only the exclusive lock gets here: the fast path starts from a shard that exists.
   auto* shard = new StreamShard();
   shard->mu.Lock();  // held like every other shard's, until the exclusive lock ends
@@ -247,8 +246,12 @@ uint64_t CachingAllocator::AllowedBytesLocked() const {
 
 // --- Blocks ------------------------------------------------------------------
 
-CachingAllocator::Block* CachingAllocator::NewBlock(StreamHandle stream) {
-  std::vector<Block*>& spares = ShardOf(stream).spare_blocks;
+CachingAllocator::Block* CachingAllocator::NewBlock(const Block* like) { return TakeSpare(ShardOf(like)); }
+
+CachingAllocator::Block* CachingAllocator::NewBlock(StreamHandle stream) { return TakeSpare(ShardOf(stream)); }
+
+CachingAllocator::Block* CachingAllocator::TakeSpare(StreamShard& shard) {
+  std::vector<Block*>& spares = shard.spare_blocks;
   if (spares.empty()) return new Block();
   Block* block = spares.back();
   spares.pop_back();
@@ -258,7 +261,7 @@ CachingAllocator::Block* CachingAllocator::NewBlock(StreamHandle stream) {
 
 void CachingAllocator::DeleteBlock(Block* block) {
   block->stream_uses.clear();
-  ShardOf(block->stream).spare_blocks.push_back(block);
+  ShardOf(block).spare_blocks.push_back(block);
 }
 
 // Keeps inactive_split stats exact: a cached block counts while it is in a
@@ -266,7 +269,7 @@ void CachingAllocator::DeleteBlock(Block* block) {
 // is_split()) change only while it is out of the pool.
 void CachingAllocator::PoolInsert(Block* block) {
   block->cached_at = lookups_[static_cast<size_t>(block->pool)];
-  PoolOf(block->pool, block->stream).Insert(block);
+  PoolOf(block).Insert(block);
   CountCached(block);
 }
 
@@ -279,7 +282,7 @@ void CachingAllocator::CountCached(Block* block) {
 }
 
 void CachingAllocator::PoolErase(Block* block) {
-  PoolOf(block->pool, block->stream).Erase(block);
+  PoolOf(block).Erase(block);
   UncountInactiveSplit(block);
 }
 
@@ -485,7 +488,7 @@ bool CachingAllocator::ShouldSplit(const Block* block, uint64_t size) const {
 }
 
 void CachingAllocator::Split(Block* block, uint64_t size) {
-  Block* rest = NewBlock(block->stream);
+  Block* rest = NewBlock(block);
   rest->address = block->address + size;
   rest->size = block->size - size;
   rest->stream = block->stream;

@@ -257,7 +257,16 @@ class CachingAllocator {
   }
   // The shard of `stream`, created (and locked, as the exclusive lock holds
   // every shard) if new. Exclusive lock, or the fast path of a shard that exists.
-  StreamShard& ShardOf(StreamHandle stream) const;
+  StreamShard& ShardOf(StreamHandle stream) const {
+    StreamShard* shard = FindShard(stream);
+    return shard != nullptr ? *shard : NewShard(stream);
+  }
+  StreamShard& NewShard(StreamHandle stream) const;
+  // The shard of `block`'s stream: its segment's, unless blocks of the
+  // segment moved to other streams.
+  StreamShard& ShardOf(const Block* block) const {
+    return block->segment->mixed_streams ? ShardOf(block->stream) : *block->segment->shard;
+  }
   // Every shard created so far, in the order they were. mu_ held.
   const std::vector<StreamShard*>& Shards() const { return shard_list_; }
   // The shard this thread last allocated or freed in, if any: where its
@@ -265,6 +274,7 @@ class CachingAllocator {
   StreamShard* HintedShard() const;
   void SetHint(StreamHandle stream) const;
   BlockPool& PoolOf(PoolKind kind, StreamHandle stream) { return ShardOf(stream).Pool(kind); }
+  BlockPool& PoolOf(const Block* block) { return ShardOf(block).Pool(block->pool); }
   const BlockPool& PoolOf(PoolKind kind, StreamHandle stream) const { return ShardOf(stream).Pool(kind); }
   // Every cached block of `kind` in every shard, by (stream, size, address),
   // as if one pool held them all. Exclusive lock.
@@ -324,8 +334,10 @@ class CachingAllocator {
   }
 
   // --- Blocks (caching_allocator.cc) ---
-  // A Block from the spares of `stream`'s shard.
+  // A Block from the spares of the shard of `like`'s stream.
+  Block* NewBlock(const Block* like);
   Block* NewBlock(StreamHandle stream);
+  static Block* TakeSpare(StreamShard& shard);
   void DeleteBlock(Block* block);
   void PoolInsert(Block* block);
   void PoolErase(Block* block);

@@ -231,7 +231,7 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
   PoolErase(block);
   auto carve = [&](DeviceAddress address, uint64_t size, Block* prev,
                    Block* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Block* piece = NewBlock(block->stream);
+    Block* piece = NewBlock(block);
     piece->address = address;
     piece->size = size;
     piece->stream = block->stream;
