@@ -6,6 +6,8 @@
 //   BM_RandomAllocations/ops:N     RMM-style random allocate/free mix, mixed
 //                                  sizes, 1 and 2 threads on one allocator,
 //                                  each thread on a stream of its own
+//   BM_Baseline_AllocatorPerThread the same with an allocator per thread:
+//                                  what sharding can give at most
 //   BM_Baseline_SharedCacheLine    the machine's own limit on thread scaling
 #include <mimalloc.h>
 
@@ -133,6 +135,31 @@ void BM_RandomAllocations(benchmark::State& state) {
 }
 BENCHMARK(BM_RandomAllocations)->ArgName("ops")->Arg(1000)->Arg(10000)->Arg(100000)->Threads(1)->Threads(2)
     ->UseRealTime();
+
+// The most sharding can give: each thread with an allocator (and a device)
+// of its own, so that nothing at all is shared.
+void BM_Baseline_AllocatorPerThread(benchmark::State& state) {
+  const std::vector<Op> ops = RandomOps(static_cast<size_t>(state.range(0)), 42 + state.thread_index());
+  Fixture own = MakeFixture();
+  std::vector<DeviceAddress> live;
+  live.reserve(ops.size());
+  for (auto _ : state) {
+    for (const Op& op : ops) {
+      if (op.allocate) {
+        live.push_back(*own.allocator->Allocate(op.size_or_index));
+      } else {
+        (void)own.allocator->Free(live[op.size_or_index]);
+        live[op.size_or_index] = live.back();
+        live.pop_back();
+      }
+    }
+    for (DeviceAddress p : live) (void)own.allocator->Free(p);
+    live.clear();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * ops.size()));
+}
+BENCHMARK(BM_Baseline_AllocatorPerThread)->ArgName("ops")->Arg(1000)->Arg(10000)->Arg(100000)->Threads(1)
+    ->Threads(2)->UseRealTime();
 
 void BM_Baseline_MimallocRandomAllocations(benchmark::State& state) {
   const std::vector<Op> ops = RandomOps(static_cast<size_t>(state.range(0)), 42 + state.thread_index());
