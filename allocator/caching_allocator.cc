@@ -80,6 +80,11 @@ struct ShardHint {
 };
 thread_local ShardHint shard_hint;
 
+// Whether the free `block` and its neighbour `n` coalesce.
+bool MergesWith(const internal::Block* block, const internal::Block* n) {
+  return n != nullptr && n->is_free() && n->stream == block->stream;
+}
+
 }  // namespace
 
 CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions options)
@@ -216,11 +221,30 @@ bool CachingAllocator::AllocationWithinBudget(const StreamShard& shard, const Bl
 
 bool CachingAllocator::FreeWithinBudget(const StreamShard& shard, const Block* block) const {
   if (StatsDirect()) return true;
-  // Freeing lowers every counter but the free split blocks, which gain at
-  // most the block itself (its free neighbours were counted already).
+  // Freeing lowers every counter but the free split blocks: as CacheFreeBlock
+  // will change them, the block merges with its free neighbours (counted,
+  // being split: the block is beside them) and the result counts if it is
+  // still split.
+  auto mergeable = [block](const Block* n) { return MergesWith(block, n); };
+  int64_t merged_count = 0;
+  int64_t merged_bytes = 0;
+  const Block* before = block->prev;
+  const Block* after = block->next;
+  if (mergeable(before)) {
+    ++merged_count;
+    merged_bytes += static_cast<int64_t>(before->size);
+    before = before->prev;
+  }
+  if (mergeable(after)) {
+    ++merged_count;
+    merged_bytes += static_cast<int64_t>(after->size);
+    after = after->next;
+  }
+  const bool split = before != nullptr || after != nullptr;
   internal::ShardStats::Counters most{};
-  most[static_cast<size_t>(BlockStat::kInactiveSplit)] = 1;
-  most[static_cast<size_t>(BlockStat::kInactiveSplitBytes)] = static_cast<int64_t>(block->size);
+  most[static_cast<size_t>(BlockStat::kInactiveSplit)] = (split ? 1 : 0) - merged_count;
+  most[static_cast<size_t>(BlockStat::kInactiveSplitBytes)] =
+      (split ? static_cast<int64_t>(block->size) + merged_bytes : 0) - merged_bytes;
   return shard.stats.Admits(StatOf(block->pool), most);
 }
 
@@ -511,7 +535,7 @@ void CachingAllocator::Split(Block* block, uint64_t size) {
 CachingAllocator::Block* CachingAllocator::CacheFreeBlock(Block* block) {
   block->allocated = false;
   block->requested_size = 0;
-  auto mergeable = [block](const Block* n) { return n != nullptr && n->is_free() && n->stream == block->stream; };
+  auto mergeable = [block](const Block* n) { return MergesWith(block, n); };
   if (Block* prev = block->prev; mergeable(prev)) {
     PoolErase(prev);
     DeleteBlock(internal::AbsorbPrev(block));
