@@ -117,11 +117,12 @@
 // PyTorch's allocator serializes every call on one lock per device, so two
 // threads allocating on two streams take turns, and each call also writes
 // the lock's and the statistics' cache lines, which then bounce between the
-// cores (bench/allocator_bench.cc: two threads reached half of one thread's
-// calls per second). Here the state a call on a cached block touches is
-// split by stream into shards (stream_shard.h), each with its own lock: the
-// stream's cached blocks, its allocated blocks by address (for Free), the
-// statistics its calls changed, spare Block objects. A Block's stream picks
+// cores (under one lock, two threads on two streams made about half of one
+// thread's calls per second in bench/allocator_bench.cc). Here the state a
+// call on a cached block touches is split by stream into shards
+// (stream_shard.h), each with its own lock: the stream's cached blocks, its
+// allocated blocks by address (for Free), the statistics its calls changed,
+// spare Block objects. A Block's stream picks
 // its shard (a hash of the stream into 64 slots; streams that collide share
 // one, which is correct, only slower).
 //   The fast path holds its shard's lock alone: an Allocate that a cached
@@ -136,7 +137,8 @@
 // belong to another shard). Statistics stay exact, peaks included, by
 // budgets (shard_stats.h, Note [Peak budgets]). A shard's lock is a spin
 // lock (critical sections of a hundred nanoseconds); the fast path never
-// takes another lock while it holds one, so the two levels cannot deadlock.
+// takes another lock while it holds one (but the history's, last), so the
+// two levels cannot deadlock.
 
 // Note [Expandable page table]
 // The reservation is as large as the device, but its page table
@@ -292,8 +294,8 @@ class CachingAllocator {
   // in the only shard, whose fast path then runs alone.
   bool StatsDirect() const { return stats_direct_; }
   // A change of a counter of `block`'s pool: into stats_ if StatsDirect(),
-  // else into the open change of the block's shard. Inline: with a constant
-  // `stat` it is one field's update.
+  // else into its shard's sums (Note [Peak budgets]). Inline: with a
+  // constant `stat` it is one field's update.
   ABSL_ATTRIBUTE_ALWAYS_INLINE void CountStat(const Block* block, BlockStat stat, int64_t amount) {
     if (StatsDirect()) {
       stats_.Change(stat, StatOf(block->pool), amount);
