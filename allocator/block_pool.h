@@ -134,23 +134,12 @@ class BlockPool {
   // must not modify the pool.
   template <typename Fn>
   void ForEach(Fn&& fn) const {
-    for (const auto& [stream, blocks] : streams_) {
-      if (blocks->bins != nullptr) {
-        for (const Bin& bin : blocks->bins->bins) bin.ForEach(fn);
-      }
-      for (const Block& block : blocks->large) fn(const_cast<Block*>(&block));
-    }
+    for (const auto& [stream, blocks] : streams_) ForEachOf(*blocks, fn);
   }
-
   // Calls fn(Block*) for every cached block of `stream`, by (size, address).
   template <typename Fn>
   void ForEachOfStream(StreamHandle stream, Fn&& fn) const {
-    const StreamBlocks* blocks = FindBlocks(stream.value);
-    if (blocks == nullptr) return;
-    if (blocks->bins != nullptr) {
-      for (const Bin& bin : blocks->bins->bins) bin.ForEach(fn);
-    }
-    for (const Block& block : blocks->large) fn(const_cast<Block*>(&block));
+    if (const StreamBlocks* blocks = FindBlocks(stream.value)) ForEachOf(*blocks, fn);
   }
 
   size_t size() const { return size_; }
@@ -252,6 +241,14 @@ class BlockPool {
       return *bins;
     }
   };
+
+  template <typename Fn>
+  static void ForEachOf(const StreamBlocks& blocks, Fn&& fn) {
+    if (blocks.bins != nullptr) {
+      for (const Bin& bin : blocks.bins->bins) bin.ForEach(fn);
+    }
+    for (const Block& block : blocks.large) fn(const_cast<Block*>(&block));
+  }
 
   // A stream's blocks, created on first use and kept (a stream that cached
   // once is likely to again; PyTorch programs use a bounded set of streams).
