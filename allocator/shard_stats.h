@@ -21,9 +21,11 @@
 // peak (peak - current, for each pool and for all pools) is divided among
 // the shards, and a fast-path call runs only if its shard's running sums,
 // raised by the most the call can raise them (worked out from the block
-// before the call), stay strictly below the shard's shares. The shards' sums then
-// stay below the room together, so no counter reaches its peak while they
-// run, and no peak is lost or made up. A call that needs more room takes
+// before the call), stay within the shard's shares: strictly below for the
+// allocated bytes, whose peak reached again is an event of its own (the
+// reserved bytes at the peak are noted then). The shards' sums then stay
+// within the room together, so no counter passes its peak while they run,
+// and no peak is lost or made up. A call that needs more room takes
 // the exclusive lock, which adds up every shard and orders the call as one
 // lock would. While a program sets new peaks (its first steps, or right
 // after ResetPeakStats) its allocations therefore serialize, as under
