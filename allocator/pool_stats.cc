@@ -1,6 +1,8 @@
 #include "allocator/pool_stats.h"
 
 #include <array>
+#include <tuple>
+#include <utility>
 
 namespace headroom::internal {
 
@@ -8,11 +10,18 @@ namespace {
 
 constexpr auto kOversize = static_cast<size_t>(BlockStat::kOversizeAllocations);
 
+// The pooled counters a fast-path call changes, in BlockStat order.
+template <typename Stats>
+auto BlockCounters(Stats& stats) {
+  return std::array{&stats.allocation, &stats.allocated_bytes, &stats.requested_bytes, &stats.active,
+                    &stats.active_bytes, &stats.inactive_split, &stats.inactive_split_bytes};
+}
+static_assert(std::tuple_size_v<decltype(BlockCounters(std::declval<PoolStats&>()))> == kOversize);
+
 }  // namespace
 
 void PoolStats::AddShard(ShardStats& shard) {
-  const std::array<PooledStat*, kOversize> pooled = {&allocation, &allocated_bytes, &requested_bytes, &active,
-                                                     &active_bytes, &inactive_split, &inactive_split_bytes};
+  const auto pooled = BlockCounters(*this);
   for (size_t pool = 0; pool < 2; ++pool) {
     for (size_t i = 0; i < kOversize; ++i) {
       Stat& stat = pooled[i]->pool_stat(pool);
@@ -28,8 +37,7 @@ void PoolStats::AddShard(ShardStats& shard) {
 }
 
 std::array<ShardStats::Counters, 3> PoolStats::Budget(size_t shards) const {
-  const std::array<const PooledStat*, kOversize> pooled = {&allocation, &allocated_bytes, &requested_bytes, &active,
-                                                           &active_bytes, &inactive_split, &inactive_split_bytes};
+  const auto pooled = BlockCounters(*this);
   const auto share = [shards](int64_t room) { return room / static_cast<int64_t>(shards); };
   std::array<ShardStats::Counters, 3> budget{};
   for (size_t i = 0; i < kOversize; ++i) {
