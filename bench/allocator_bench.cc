@@ -112,25 +112,30 @@ SharedFixture& Shared() {
   return *shared;
 }
 
+// One benchmark iteration of `ops` on `allocator`, allocating on `stream`;
+// whatever is live at the end is freed.
+void RunOps(const std::vector<Op>& ops, CachingAllocator& allocator, StreamHandle stream,
+            std::vector<DeviceAddress>& live) {
+  for (const Op& op : ops) {
+    if (op.allocate) {
+      live.push_back(*allocator.Allocate(op.size_or_index, stream));
+    } else {
+      (void)allocator.Free(live[op.size_or_index]);
+      live[op.size_or_index] = live.back();
+      live.pop_back();
+    }
+  }
+  for (DeviceAddress p : live) (void)allocator.Free(p);
+  live.clear();
+}
+
 void BM_RandomAllocations(benchmark::State& state) {
   const std::vector<Op> ops = RandomOps(static_cast<size_t>(state.range(0)), 42 + state.thread_index());
   CachingAllocator* allocator = Shared().fixture.allocator.get();
   const StreamHandle stream = Shared().streams[static_cast<size_t>(state.thread_index())];
   std::vector<DeviceAddress> live;
   live.reserve(ops.size());
-  for (auto _ : state) {
-    for (const Op& op : ops) {
-      if (op.allocate) {
-        live.push_back(*allocator->Allocate(op.size_or_index, stream));
-      } else {
-        (void)allocator->Free(live[op.size_or_index]);
-        live[op.size_or_index] = live.back();
-        live.pop_back();
-      }
-    }
-    for (DeviceAddress p : live) (void)allocator->Free(p);
-    live.clear();
-  }
+  for (auto _ : state) RunOps(ops, *allocator, stream, live);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * ops.size()));
 }
 BENCHMARK(BM_RandomAllocations)->ArgName("ops")->Arg(1000)->Arg(10000)->Arg(100000)->Threads(1)->Threads(2)
@@ -143,19 +148,7 @@ void BM_Baseline_AllocatorPerThread(benchmark::State& state) {
   Fixture own = MakeFixture();
   std::vector<DeviceAddress> live;
   live.reserve(ops.size());
-  for (auto _ : state) {
-    for (const Op& op : ops) {
-      if (op.allocate) {
-        live.push_back(*own.allocator->Allocate(op.size_or_index));
-      } else {
-        (void)own.allocator->Free(live[op.size_or_index]);
-        live[op.size_or_index] = live.back();
-        live.pop_back();
-      }
-    }
-    for (DeviceAddress p : live) (void)own.allocator->Free(p);
-    live.clear();
-  }
+  for (auto _ : state) RunOps(ops, *own.allocator, kDefaultStream, live);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * ops.size()));
 }
 BENCHMARK(BM_Baseline_AllocatorPerThread)->ArgName("ops")->Arg(1000)->Arg(10000)->Arg(100000)->Threads(1)
