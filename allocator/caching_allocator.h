@@ -71,7 +71,8 @@
 //
 // Note [Expandable segments]
 // Instead of one Malloc per segment, each (stream, pool) gets one virtual
-// address reservation as large as the device, and physical pages of the map
+// address reservation larger than the device (1 1/8 of it as in PyTorch;
+// twice it when pages move, which leaves holes), and physical pages of the map
 // granularity are created and mapped at its end as it grows. A request that
 // fits no cached block maps just enough pages behind the last free block, so
 // consecutive growing requests stay contiguous and the reserved-to-allocated
@@ -141,7 +142,7 @@
 // two levels cannot deadlock.
 
 // Note [Expandable page table]
-// The reservation is as large as the device, but its page table
+// The reservation is larger than the device, but its page table
 // (Segment::pages) holds only the pages up to the highest one mapped: it
 // grows as pages are mapped and shrinks when the tail is unmapped. Sizing it
 // from the capacity up front cost 8 bytes per page of the whole device: on a
@@ -412,6 +413,9 @@ class CachingAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> GrowExpandable(PoolKind kind, StreamHandle stream, uint64_t rounded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bytes a segment grows by for a small or a large request: the
+  // option's page, in whole device pages.
+  uint64_t PageBytes(bool small) const;
   // Maps `count` pages at `first_page`, the start of unmapped block `hole`.
   absl::Status MapPages(Segment* segment, uint64_t first_page, uint64_t count, const Block* hole)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

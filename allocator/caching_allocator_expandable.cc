@@ -14,9 +14,17 @@ namespace headroom {
 absl::StatusOr<CachingAllocator::Segment*> CachingAllocator::ExpandableSegmentFor(PoolKind kind,
                                                                                  StreamHandle stream) {
   if (auto it = expandable_.find({stream, kind}); it != expandable_.end()) return it->second;
-  // As large as the device: the reservation costs address space only, and a
-  // segment that never has to move is what keeps growth contiguous.
-  const uint64_t size = RoundUp(total_bytes_, granularity_);
+  // Larger than the device: the reservation costs address space only, and
+  // pages unmapped below the end leave holes that growth past them must
+  // skip. PyTorch reserves 1 1/8 of the device's memory in whole pages of the
+  // pool (ExpandableSegment in CUDACachingAllocator.cpp), and so do its
+  // presets here, so that a replay runs out of addresses where PyTorch does.
+  // Moving free pages (Note [Moving free pages]) leaves a hole at every move:
+  // twice the device, so that the memory, not the addresses, runs out first
+  // (a recorded LSTM run spanned 1.16x the smallest device it fits on).
+  const uint64_t wanted =
+      options_.move_free_pages ? SaturatingAdd(total_bytes_, total_bytes_) : SaturatingAdd(total_bytes_, total_bytes_ / 8);
+  const uint64_t size = RoundUp(wanted, PageBytes(kind == PoolKind::kSmall));
   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->ReserveAddressRange(size));
   Segment* segment = AddSegment(address, size, kind, stream);
   // Nothing is mapped yet: the whole reservation is one unmapped block.
@@ -25,6 +33,11 @@ absl::StatusOr<CachingAllocator::Segment*> CachingAllocator::ExpandableSegmentFo
   segment->unmapped.insert(segment->first);
   expandable_[{stream, kind}] = segment;
   return segment;
+}
+
+uint64_t CachingAllocator::PageBytes(bool small) const {
+  const uint64_t option = small ? options_.expandable_small_page_bytes : options_.expandable_large_page_bytes;
+  return RoundUp(std::max(option, granularity_), granularity_);
 }
 
 absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, uint64_t count, const Block* hole) {
@@ -140,9 +153,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   // multiple of the device granularity; a hole is never overfilled. The
   // request's size picks the page, not the pool: in one pool (Note [One
   // pool]) a small request still maps a small page.
-  const uint64_t page_option =
-      IsSmallRequest(rounded) ? options_.expandable_small_page_bytes : options_.expandable_large_page_bytes;
-  const uint64_t page = RoundUp(std::max(page_option, granularity_), granularity_);
+  const uint64_t page = PageBytes(IsSmallRequest(rounded));
   Block* chosen = nullptr;
   uint64_t map_bytes = 0;
   for (Block* hole : segment->unmapped) {

@@ -83,9 +83,9 @@ absl::StatusOr<DeviceAddress> SimulatedBackend::TakeAddresses(uint64_t bytes) {
   const DeviceAddress address = next_address_;
   // One spare page between ranges so that an off-by-one in the allocator
   // never lands in a neighbouring range.
-  const uint64_t span = SaturatingAdd(RoundUp(std::min(bytes, kMaxSimulatedCapacity), options_.map_granularity),
+  const uint64_t span = SaturatingAdd(RoundUp(std::min(bytes, kMaxSimulatedReservation), options_.map_granularity),
                                       options_.map_granularity);
-  if (bytes > kMaxSimulatedCapacity || span > ~uint64_t{0} - next_address_) {
+  if (bytes > kMaxSimulatedReservation || span > ~uint64_t{0} - next_address_) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "simulated device: no address space left for %s (next free address 0x%x)", FormatBytes(bytes), address));
   }

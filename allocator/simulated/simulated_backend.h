@@ -91,6 +91,9 @@ std::string_view BackendCallName(BackendCall call);
 // `base_address`) holds hundreds of device-sized expandable reservations;
 // one past the end is refused (kResourceExhausted), never wrapped.
 inline constexpr uint64_t kMaxSimulatedCapacity = uint64_t{1} << 56;
+// The largest address reservation: an expandable segment reserves more
+// address space than the device has memory (caching_allocator_expandable.cc).
+inline constexpr uint64_t kMaxSimulatedReservation = 4 * kMaxSimulatedCapacity;
 
 struct SimulatedBackendOptions {
   std::string name = "simulated";

@@ -9,6 +9,7 @@ namespace headroom {
 namespace {
 
 using ::headroom::testing::MakeAllocator;
+using ::headroom::testing::SimulatedAllocator;
 
 int64_t Reserved(const MemoryStats& s) { return s.reserved_bytes[kAllPools].current; }
 
@@ -153,7 +154,7 @@ TEST(ExpandableSegments, PageSizesRoundUpToTheGranularity) {
   EXPECT_FALSE(CachingAllocator::Create(device->get(), {.expandable_segments = true, .expandable_large_page_bytes = 0}).ok());
 }
 
-// Note [Expandable page table]: the reservation is as large as the device,
+// Note [Expandable page table]: the reservation is larger than the device,
 // the page table only as large as what was mapped. Sized from the capacity,
 // a 64 PiB device needed a 256 GiB table before the first allocation.
 TEST(ExpandableSegments, PageTableFollowsMappedPagesNotTheCapacity) {
@@ -175,6 +176,47 @@ TEST(ExpandableSegments, PageTableFollowsMappedPagesNotTheCapacity) {
   ASSERT_TRUE(a->EmptyCache().ok());
   HEADROOM_EXPECT_VALID(a);
   EXPECT_EQ(a->GetStats().segment[kAllPools].current, 1);  // the default stream's, still holding 5 MiB
+}
+
+// A 20 MiB device with a hole at the start of its segment: 10 MiB live at
+// [6, 16) MiB. Growth past the hole needs addresses beyond the device's size.
+SimulatedAllocator WithAHoleBelowTheEnd(AllocatorOptions options) {
+  auto a = MakeAllocator({.capacity_bytes = 20 * kMiB}, options);
+  const DeviceAddress hole = *a->Allocate(6 * kMiB);
+  EXPECT_TRUE(a->Allocate(10 * kMiB).ok());
+  EXPECT_TRUE(a->Free(hole).ok());
+  EXPECT_TRUE(a->EmptyCache().ok());
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(10 * kMiB));
+  return a;
+}
+
+// As PyTorch's ExpandableSegment, a reservation holds 1 1/8 of the device in
+// whole pages (here 22.5 MiB, so 24), so a replay runs out of addresses where
+// PyTorch does: growth up to 24 MiB maps, past it fails with memory left.
+TEST(ExpandableSegments, AReservationIsAnEighthLargerThanTheDevice) {
+  auto a = WithAHoleBelowTheEnd(kTwoMiBPages);
+  const absl::StatusOr<DeviceAddress> to_24 = a->Allocate(8 * kMiB);  // [16, 24)
+  ASSERT_TRUE(to_24.ok()) << to_24.status();
+  HEADROOM_EXPECT_VALID(a);
+  ASSERT_TRUE(a->Free(*to_24).ok());
+  ASSERT_TRUE(a->EmptyCache().ok());
+  const absl::StatusOr<DeviceAddress> to_26 = a->Allocate(10 * kMiB);  // fits the device, not the addresses
+  ASSERT_FALSE(to_26.ok());
+  EXPECT_EQ(to_26.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(to_26.status().message()),
+              ::testing::HasSubstr("no unmapped range of the 24.00 MiB expandable segment can hold 10.00 MiB"));
+  HEADROOM_EXPECT_VALID(a);
+}
+
+// Moving pages leaves a hole at each move, so Headroom's policy reserves
+// twice the device: the same growth runs out of memory, not addresses.
+TEST(ExpandableSegments, MovingPagesReservesTwiceTheDevice) {
+  AllocatorOptions moving = kTwoMiBPages;
+  moving.move_free_pages = true;
+  auto a = WithAHoleBelowTheEnd(moving);
+  ASSERT_TRUE(a->Allocate(10 * kMiB).ok());  // [16, 26)
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(20 * kMiB));
+  HEADROOM_EXPECT_VALID(a);
 }
 
 // Note [Moving free pages]: pages a large block no longer uses serve the
