@@ -143,6 +143,10 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     HEADROOM_ASSIGN_OR_RETURN(double t, ParseDouble(key, value));
     if (!(t >= 1.0 && t <= 100.0)) return Bad(key, value, "a ratio of reserved to peak allocated bytes in [1, 100]");
     options.move_threshold = t;
+  } else if (key == "move_threshold_max") {
+    HEADROOM_ASSIGN_OR_RETURN(double t, ParseDouble(key, value));
+    if (!(t >= 1.0 && t <= 100.0)) return Bad(key, value, "a ratio of reserved to peak allocated bytes in [1, 100]");
+    options.move_threshold_max = t;
   } else if (key == "unified_pool") {
     HEADROOM_ASSIGN_OR_RETURN(options.unified_pool, ParseBool(key, value));
   } else if (key == "release_lock_on_cudamalloc" || key.starts_with("pinned_")) {
@@ -153,7 +157,8 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     return absl::InvalidArgumentError(absl::StrFormat(
         "HEADROOM_ALLOC_CONF: unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
         "garbage_collection_threshold, expandable_segments, backend, memory_fraction, hard_limit_mb, "
-        "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages, move_threshold, unified_pool)",
+        "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages, move_threshold, "
+        "move_threshold_max, unified_pool)",
         key));
   }
   return absl::OkStatus();
@@ -242,6 +247,9 @@ std::string FormatAllocConf(const AllocatorOptions& options) {
   if (options.move_threshold != defaults.move_threshold) {
     parts.push_back("move_threshold:" + ShortestDouble(options.move_threshold));
   }
+  if (options.move_threshold_max != defaults.move_threshold_max) {
+    parts.push_back("move_threshold_max:" + ShortestDouble(options.move_threshold_max));
+  }
   if (options.unified_pool) parts.push_back("unified_pool:True");
   return absl::StrJoin(parts, ",");
 }
@@ -256,7 +264,7 @@ const std::vector<AllocConfPreset>& AllocConfPresets() {
       // Headroom's own policy (Notes [One pool] and [Moving free pages] in caching_allocator.h).
       {"headroom",
        "expandable_segments:True,expandable_page_mb:2,unified_pool:True,cross_stream_reuse:True,move_free_pages:True,"
-       "move_threshold:1.03"},
+       "move_threshold:1.03,move_threshold_max:1.05"},
   };
   return *presets;
 }

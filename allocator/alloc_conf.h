@@ -20,13 +20,17 @@
 //   history_entries:N               Headroom: trace ring buffer size
 //   expandable_page_mb:N            Headroom: large-pool page of expandable
 //                                   segments (default 20; small pool: 2)
+//   move_free_pages:True|False      Headroom: Note [Moving free pages]
+//   move_threshold:R                Headroom: 1 <= R <= 100, growth's room
+//   move_threshold_max:R            Headroom: what moves may widen it to
+//   unified_pool:True|False         Headroom: Note [One pool]
 // An unknown key, a repeated key or a bad value is an InvalidArgument error
 // naming the key and the value. The parser is a pure function: only the C ABI
 // and the CLI read the environment.
 //
 // Presets name common settings for `headroom replay --compare`:
 //   pytorch-default  (empty string), expandable, max-split-512, power2-4,
-//   gc-0.8.
+//   gc-0.8, and headroom (Headroom's own policy).
 #ifndef HEADROOM_ALLOCATOR_ALLOC_CONF_H_
 #define HEADROOM_ALLOCATOR_ALLOC_CONF_H_
 

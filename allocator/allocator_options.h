@@ -53,6 +53,11 @@ struct AllocatorOptions {
   // limit), and moves free pages only for what would go past it, so that
   // pages stay where a steady training loop will use them again.
   double move_threshold = 1.0;
+  // With move_free_pages: each page moved widens that room by one page, up
+  // to this multiple of the peak (if above move_threshold; 1: never widens),
+  // so that a loop whose layout drifts a little each step stops moving pages
+  // once the room covers the drift (Note [Moving free pages]).
+  double move_threshold_max = 1.0;
   // Expandable segments only: every request, small ones too, is served from
   // one pool per stream (the large pool's segment, in its pages), so free
   // memory serves any size without moving pages between pools (Note [One

@@ -53,6 +53,14 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
   if (options.move_threshold != 1.0 && !options.move_free_pages) {
     return absl::InvalidArgumentError("caching allocator: move_threshold bounds move_free_pages; set it too");
   }
+  if (options.move_threshold_max != 1.0 && !options.move_free_pages) {
+    return absl::InvalidArgumentError("caching allocator: move_threshold_max bounds move_free_pages; set it too");
+  }
+  if (options.move_threshold_max != 1.0 && !(options.move_threshold_max >= options.move_threshold)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "caching allocator: move_threshold_max %g is below move_threshold %g (the room only widens)",
+        options.move_threshold_max, options.move_threshold));
+  }
   if (!(options.move_threshold >= 1.0)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("caching allocator: move_threshold %g is below 1 (reserved bytes never go below allocated "
@@ -838,6 +846,7 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
                        {"cross_stream_reuse", options_.cross_stream_reuse},
                        {"move_free_pages", options_.move_free_pages},
                        {"move_threshold", options_.move_threshold},
+                       {"move_threshold_max", options_.move_threshold_max},
                        {"unified_pool", options_.unified_pool}};
   return snapshot;
 }

@@ -100,8 +100,16 @@
 // that would go past it. Moving every time (threshold 1) needs the least
 // memory, but on real training loops it moves pages back and forth every
 // step, a pool taking what another gives back later; a few percent of room
-// lets the pages settle where each step uses them, and a steady loop then
-// makes few or no map and unmap calls (bench/RESULTS.md, real PyTorch runs).
+// lets the pages settle where each step uses them.
+//   A fixed room is not always enough. Best fit places a step's blocks a
+// little differently each time, and a move itself shifts the layout: on a
+// recorded LSTM run, every step's last large block needed three pages past
+// the end, moved from a free run below, which pushed the next step's blocks
+// three pages higher; the segment crept upward by 6 MiB a step, leaving a
+// hole behind at each move. So each page moved widens the room by a page,
+// up to AllocatorOptions::move_threshold_max: a loop that keeps moving gets
+// the room its drift needs and then stops moving, and one that never moved
+// keeps the tighter room (bench/RESULTS.md, real PyTorch runs).
 //
 // Note [One pool]
 // With AllocatorOptions::unified_pool, small requests are served from the
@@ -517,6 +525,8 @@ class CachingAllocator {
   // alone: a loop that resets the peak every step must not make pages move
   // (move_threshold's bound, Note [Moving free pages]).
   mutable int64_t allocated_high_water_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes of free pages moved so far; each widens the room (move_threshold_max).
+  uint64_t moved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Fast paths on different shards record at once.
   mutable internal::SpinLock history_mu_;
   HistoryRing history_ ABSL_GUARDED_BY(history_mu_);

@@ -46,6 +46,7 @@ absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, u
   std::vector<PhysicalHandle> moved;
   if (const uint64_t to_move = PagesToMove(count); to_move > 0) {
     TakeFreePages(hole, to_move, moved);
+    moved_bytes_ += moved.size() * granularity_;
     for (size_t i = 0; i < moved.size(); ++i) {
       stats_.reserved_bytes.Increase(StatOf(segment->pool), static_cast<int64_t>(granularity_));
     }
@@ -107,7 +108,10 @@ uint64_t CachingAllocator::PagesToMove(uint64_t count) const {
   const auto allocated = static_cast<uint64_t>(stats_.allocated_bytes.current());
   const uint64_t peak = std::max(static_cast<uint64_t>(allocated_high_water_), allocated + wanted);
   const uint64_t allowed = AllowedBytesLocked();
-  const double scaled = static_cast<double>(peak) * options_.move_threshold;
+  // The room below the threshold, widened by every page moved so far up to move_threshold_max.
+  const double least = static_cast<double>(peak) * options_.move_threshold;
+  const double most = static_cast<double>(peak) * std::max(options_.move_threshold, options_.move_threshold_max);
+  const double scaled = std::min(least + static_cast<double>(moved_bytes_), most);
   const uint64_t bound = scaled >= static_cast<double>(allowed) ? allowed : static_cast<uint64_t>(scaled);
   const auto reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
   if (reserved + wanted <= bound) return 0;

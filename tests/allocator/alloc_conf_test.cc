@@ -65,7 +65,7 @@ TEST(AllocConf, RoundTrip) {
   const std::string conf =
       "max_split_size_mb:256,roundup_power2_divisions:8,garbage_collection_threshold:0.75,expandable_segments:True,"
       "memory_fraction:0.9,hard_limit_mb:2048,cross_stream_reuse:True,history_entries:10,expandable_page_mb:64,"
-      "move_free_pages:True,move_threshold:1.25,unified_pool:True";
+      "move_free_pages:True,move_threshold:1.25,move_threshold_max:1.5,unified_pool:True";
   auto o = ParseAllocConf(conf);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(FormatAllocConf(*o), conf);
@@ -74,7 +74,7 @@ TEST(AllocConf, RoundTrip) {
 // Fractions next to their defaults must not format as the default (and vanish from the string).
 TEST(AllocConf, RoundTripKeepsEveryDigitOfAFraction) {
   for (const char* conf : {"memory_fraction:0.9999999999", "expandable_segments:True,move_free_pages:True,"
-                                                           "move_threshold:1.0000000001",
+                                                           "move_threshold:1.0000000001,move_threshold_max:1.0000000001",
                            "garbage_collection_threshold:0.123456789"}) {
     auto o = ParseAllocConf(conf);
     ASSERT_TRUE(o.ok()) << o.status();
@@ -82,6 +82,7 @@ TEST(AllocConf, RoundTripKeepsEveryDigitOfAFraction) {
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(again->memory_fraction, o->memory_fraction) << conf;
     EXPECT_EQ(again->move_threshold, o->move_threshold) << conf;
+    EXPECT_EQ(again->move_threshold_max, o->move_threshold_max) << conf;
     EXPECT_EQ(again->garbage_collection_threshold, o->garbage_collection_threshold) << conf;
   }
 }
@@ -103,6 +104,7 @@ TEST(AllocConf, ErrorsNameKeyAndValue) {
   EXPECT_THAT(Error("expandable_segments:True,expandable_segments:False"), HasSubstr("given twice"));
   EXPECT_THAT(Error("move_threshold:0.9"), HasSubstr("move_threshold:0.9: expected a ratio"));
   EXPECT_THAT(Error("move_threshold:nan"), HasSubstr("move_threshold"));
+  EXPECT_THAT(Error("move_threshold_max:101"), HasSubstr("move_threshold_max:101: expected a ratio"));
   EXPECT_THAT(Error("unified_pool:yes"), HasSubstr("True or False"));
 }
 
@@ -111,7 +113,7 @@ TEST(AllocConf, Presets) {
   EXPECT_EQ(ResolveAllocConfPreset("pytorch-default"), "");
   EXPECT_EQ(ResolveAllocConfPreset("headroom"),
             "expandable_segments:True,expandable_page_mb:2,unified_pool:True,cross_stream_reuse:True,"
-            "move_free_pages:True,move_threshold:1.03");
+            "move_free_pages:True,move_threshold:1.03,move_threshold_max:1.05");
   EXPECT_EQ(ResolveAllocConfPreset("max_split_size_mb:100"), "max_split_size_mb:100");
   for (const AllocConfPreset& preset : AllocConfPresets()) {
     EXPECT_TRUE(ParseAllocConf(preset.conf).ok()) << preset.name;

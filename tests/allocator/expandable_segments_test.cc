@@ -294,6 +294,34 @@ TEST(ExpandableSegments, PagesMoveOnlyPastTheThreshold) {
   for (DeviceAddress p : small) ASSERT_TRUE(a->Free(p).ok());
 }
 
+// Note [Moving free pages]: a page moved widens the room by a page, up to move_threshold_max. The large pool's
+// 8 MiB block comes back after a page of it moved to the small pool: with the wider room the hole is refilled
+// by a new page; without it (or with too low a maximum), the page moves back, and would every iteration.
+TEST(ExpandableSegments, MovesWidenTheRoomUpToTheMaximum) {
+  struct Case {
+    double max;
+    uint64_t created, unmapped;
+    int64_t reserved;
+  };
+  for (const Case c : {Case{2.0, 7, 1, 14 * kMiB}, Case{1.0, 6, 2, 12 * kMiB}, Case{1.6, 6, 2, 12 * kMiB}}) {
+    SCOPED_TRACE(c.max);
+    auto a = MakeAllocator({}, {.expandable_segments = true,
+                                .expandable_large_page_bytes = 2 * kMiB,
+                                .move_free_pages = true,
+                                .move_threshold = 1.5,
+                                .move_threshold_max = c.max});
+    ASSERT_TRUE(a->Free(*a->Allocate(8 * kMiB)).ok());  // the room: 12 MiB
+    std::vector<DeviceAddress> small;
+    for (int i = 0; i < 3 * 2048; ++i) small.push_back(*a->Allocate(kKiB));  // 2 pages created, 1 moved
+    for (DeviceAddress p : small) ASSERT_TRUE(a->Free(p).ok());
+    ASSERT_TRUE(a->Free(*a->Allocate(8 * kMiB)).ok());  // the large pool's hole is mapped again
+    EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), c.created);
+    EXPECT_EQ(a.device->CallCount(BackendCall::kUnmap), c.unmapped);
+    EXPECT_EQ(Reserved(a->GetStats()), c.reserved);
+    HEADROOM_EXPECT_VALID(a);
+  }
+}
+
 // The memory limit bounds creation too: a high threshold still moves pages rather than run out of memory.
 TEST(ExpandableSegments, AtTheMemoryLimitPagesMoveWhateverTheThreshold) {
   auto a = MakeAllocator({.capacity_bytes = 10 * kMiB}, {.expandable_segments = true,
@@ -357,6 +385,17 @@ TEST(ExpandableSegments, NewPolicyOptionsAreCheckedAtCreation) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CachingAllocator::Create(device.get(), {.expandable_segments = true, .move_threshold_max = 1.05})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // a maximum for moves that are off
+  const absl::Status below = CachingAllocator::Create(device.get(), {.expandable_segments = true,
+                                                                      .move_free_pages = true,
+                                                                      .move_threshold = 1.05,
+                                                                      .move_threshold_max = 1.03})
+                                 .status();
+  EXPECT_EQ(below.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(below.message()), ::testing::HasSubstr("move_threshold_max 1.03 is below move_threshold 1.05"));
 }
 
 }  // namespace
