@@ -4,8 +4,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "allocator/cuda/c_abi/c_abi_internal.h"
 #include "allocator/cuda/c_abi/headroom_alloc.h"
@@ -15,16 +17,17 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-// Devices 0-8 are simulated 1 GiB devices whose stream events wait for the
-// test; device 9 cannot be set up.
+// Devices 0-8 and 10-11 are simulated 1 GiB devices whose stream events wait
+// for the test (device 11 without the virtual memory API); device 9 cannot be
+// set up.
 namespace headroom::c_abi {
 
-SimulatedBackend* simulated[9] = {};
+SimulatedBackend* simulated[12] = {};
 
 absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateDeviceBackend(int device) {
-  if (device >= 9) return absl::NotFoundError("no such simulated device");
-  absl::StatusOr<std::unique_ptr<SimulatedBackend>> backend =
-      SimulatedBackend::Create({.capacity_bytes = kGiB, .auto_complete_events = false});
+  if (device == 9 || device >= 12) return absl::NotFoundError("no such simulated device");
+  absl::StatusOr<std::unique_ptr<SimulatedBackend>> backend = SimulatedBackend::Create(
+      {.capacity_bytes = kGiB, .supports_virtual_memory = device != 11, .auto_complete_events = false});
   if (!backend.ok()) return backend.status();
   simulated[device] = backend->get();
   return std::unique_ptr<DeviceBackend>(*std::move(backend));
@@ -38,6 +41,29 @@ using headroom::kGiB;
 using headroom::kMiB;
 
 cudaStream_t Stream(uintptr_t id) { return reinterpret_cast<cudaStream_t>(id); }
+
+// HEADROOM_ALLOC_CONF for the devices first used in a scope; nullptr unsets
+// it. The value before is put back at the end of the scope.
+class ScopedAllocConf {
+ public:
+  explicit ScopedAllocConf(const char* conf) {
+    if (const char* old = std::getenv("HEADROOM_ALLOC_CONF")) old_ = old;
+    EXPECT_EQ(conf != nullptr ? setenv("HEADROOM_ALLOC_CONF", conf, 1) : unsetenv("HEADROOM_ALLOC_CONF"), 0);
+  }
+  ~ScopedAllocConf() {
+    EXPECT_EQ(old_ ? setenv("HEADROOM_ALLOC_CONF", old_->c_str(), 1) : unsetenv("HEADROOM_ALLOC_CONF"), 0);
+  }
+  ScopedAllocConf(const ScopedAllocConf&) = delete;
+  ScopedAllocConf& operator=(const ScopedAllocConf&) = delete;
+
+ private:
+  std::optional<std::string> old_;
+};
+
+// Most tests spell out PyTorch's policy block by block (one cudaMalloc per
+// segment, no cross-stream reuse), so the devices they use run it; the
+// library's default has tests of its own below.
+const bool kPyTorchPolicy = [] { return setenv("HEADROOM_ALLOC_CONF", "pytorch-default", 1) == 0; }();
 
 headroom_stats Stats(int device) {
   headroom_stats s{};
@@ -177,37 +203,63 @@ TEST(CAbi, ADeviceThatCannotBeSetUpFailsEveryCallWithTheReason) {
 }
 
 TEST(CAbi, AnInvalidAllocConfIsReportedOnThatDevice) {
-  ASSERT_EQ(setenv("HEADROOM_ALLOC_CONF", "expandable_segments:Maybe", 1), 0);
-  EXPECT_EQ(headroom_malloc(4096, 5, nullptr), nullptr);
-  const std::string error = headroom_last_error();
-  ASSERT_EQ(unsetenv("HEADROOM_ALLOC_CONF"), 0);
+  std::string error;
+  {
+    ScopedAllocConf conf("expandable_segments:Maybe");
+    EXPECT_EQ(headroom_malloc(4096, 5, nullptr), nullptr);
+    error = headroom_last_error();
+  }
   EXPECT_NE(error.find("expandable_segments"), std::string::npos) << error;
 }
 
 TEST(CAbi, TheAllocConfIsReadWhenADeviceIsFirstUsed) {
-  ASSERT_EQ(setenv("HEADROOM_ALLOC_CONF", "expandable_segments:True", 1), 0);
-  void* p = headroom_malloc(static_cast<ssize_t>(3 * kMiB), 6, nullptr);
-  ASSERT_EQ(unsetenv("HEADROOM_ALLOC_CONF"), 0);
+  void* p = nullptr;
+  {
+    ScopedAllocConf conf("expandable_segments:True");
+    p = headroom_malloc(static_cast<ssize_t>(3 * kMiB), 6, nullptr);
+  }
   ASSERT_NE(p, nullptr) << headroom_last_error();
   nlohmann::json snap = nlohmann::json::parse(Snapshot(6));
   EXPECT_EQ(snap["allocator_settings"]["expandable_segments"], true) << snap["allocator_settings"];
   headroom_free(p, static_cast<ssize_t>(3 * kMiB), 6, nullptr);
 }
 
-TEST(CAbi, HeadroomsOwnPolicyIsTakenByItsPresetName) {
-  ASSERT_EQ(setenv("HEADROOM_ALLOC_CONF", "headroom", 1), 0);
-  void* small = headroom_malloc(4096, 8, nullptr);
-  ASSERT_EQ(unsetenv("HEADROOM_ALLOC_CONF"), 0);
-  ASSERT_NE(small, nullptr) << headroom_last_error();
-  const nlohmann::json snap = nlohmann::json::parse(Snapshot(8));
-  const nlohmann::json& settings = snap["allocator_settings"];
-  EXPECT_EQ(settings["expandable_segments"], true) << settings;
-  EXPECT_EQ(settings["move_free_pages"], true) << settings;
-  EXPECT_EQ(settings["unified_pool"], true) << settings;
-  // One pool: the small request was served from the large pool's segment.
-  ASSERT_EQ(snap["segments"].size(), 1u) << snap["segments"];
-  EXPECT_EQ(snap["segments"][0]["segment_type"], "large");
-  headroom_free(small, 4096, 8, nullptr);
+// Headroom's own policy, by its preset's name (device 8) and by default (device 10).
+TEST(CAbi, HeadroomsOwnPolicyIsTheDefaultAndTakenByItsPresetName) {
+  for (const auto& [conf, device] : {std::pair<const char*, int>{"headroom", 8}, {nullptr, 10}}) {
+    SCOPED_TRACE(device);
+    void* small = nullptr;
+    {
+      ScopedAllocConf scoped(conf);
+      small = headroom_malloc(4096, device, nullptr);
+    }
+    ASSERT_NE(small, nullptr) << headroom_last_error();
+    const nlohmann::json snap = nlohmann::json::parse(Snapshot(device));
+    const nlohmann::json& settings = snap["allocator_settings"];
+    EXPECT_EQ(settings["expandable_segments"], true) << settings;
+    EXPECT_EQ(settings["move_free_pages"], true) << settings;
+    EXPECT_EQ(settings["move_threshold_max"], 1.05) << settings;
+    EXPECT_EQ(settings["unified_pool"], true) << settings;
+    // One pool: the small request was served from the large pool's segment.
+    ASSERT_EQ(snap["segments"].size(), 1u) << snap["segments"];
+    EXPECT_EQ(snap["segments"][0]["segment_type"], "large");
+    headroom_free(small, 4096, device, nullptr);
+  }
+}
+
+// Expandable segments need the virtual memory API: without it the default is PyTorch's policy.
+TEST(CAbi, WithoutVirtualMemoryTheDefaultIsPyTorchsPolicy) {
+  void* p = nullptr;
+  {
+    ScopedAllocConf unset(nullptr);
+    p = headroom_malloc(static_cast<ssize_t>(3 * kMiB), 11, nullptr);
+  }
+  ASSERT_NE(p, nullptr) << headroom_last_error();
+  const nlohmann::json settings = nlohmann::json::parse(Snapshot(11))["allocator_settings"];
+  EXPECT_EQ(settings["expandable_segments"], false) << settings;
+  EXPECT_EQ(settings["move_free_pages"], false) << settings;
+  EXPECT_EQ(Stats(11).num_device_alloc, 1);  // one cudaMalloc'ed segment
+  headroom_free(p, static_cast<ssize_t>(3 * kMiB), 11, nullptr);
 }
 
 TEST(CAbi, TheLastErrorIsPerThread) {

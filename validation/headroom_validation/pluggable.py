@@ -5,9 +5,9 @@
 
 Each configuration of configs.py runs twice, each time in a fresh process (an allocator must be chosen before
 the first CUDA allocation): once with PyTorch's caching allocator, once with libheadroom_cuda_alloc.so loaded
-through torch.cuda.memory.CUDAPluggableAllocator (policy from --conf, as HEADROOM_ALLOC_CONF). Both run the
-harness's workload (workloads.build) for a warm-up step and --steps more, and report the peak allocated and
-reserved bytes: torch.cuda.max_memory_allocated / max_memory_reserved for PyTorch, headroom_get_stats for
+through torch.cuda.memory.CUDAPluggableAllocator (policy from --conf, as HEADROOM_ALLOC_CONF; unset, the
+library's default, Headroom's own policy). Both run the harness's workload (workloads.build) for a warm-up step
+and --steps more, and report the peak allocated and reserved bytes: torch.cuda.max_memory_allocated / max_memory_reserved for PyTorch, headroom_get_stats for
 Headroom (PyTorch's own counters do not see a pluggable allocator).
 """
 import argparse
@@ -76,7 +76,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--library", required=True, help="path to libheadroom_cuda_alloc.so")
     parser.add_argument("--config", action="append", help="a configuration of configs.py (repeatable)")
-    parser.add_argument("--conf", default="", help="HEADROOM_ALLOC_CONF for Headroom's run")
+    parser.add_argument("--conf", default="",
+                        help="HEADROOM_ALLOC_CONF for Headroom's run (default: the library's, the headroom preset)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)

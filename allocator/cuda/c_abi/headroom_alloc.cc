@@ -45,12 +45,15 @@ std::array<std::atomic<DeviceState*>, kMaxDevices> states;  // never freed: live
 std::array<std::string, kMaxDevices> init_errors ABSL_GUARDED_BY(init_mu);
 
 absl::StatusOr<DeviceState*> CreateState(int device) {
-  const char* env = std::getenv("HEADROOM_ALLOC_CONF");
-  // A preset's name (`headroom`, `expandable`, ...) or a conf string.
-  absl::StatusOr<AllocatorOptions> options = ParseAllocConf(ResolveAllocConfPreset(env == nullptr ? "" : env));
-  if (!options.ok()) return options.status();
   absl::StatusOr<std::unique_ptr<DeviceBackend>> backend = CreateDeviceBackend(device);
   if (!backend.ok()) return backend.status();
+  // A preset's name (`headroom`, `expandable`, ...) or a conf string. Unset:
+  // Headroom's own policy, or PyTorch's on a device without the virtual
+  // memory API that expandable segments need.
+  const char* env = std::getenv("HEADROOM_ALLOC_CONF");
+  const char* fallback = (*backend)->properties().supports_virtual_memory ? "headroom" : "pytorch-default";
+  absl::StatusOr<AllocatorOptions> options = ParseAllocConf(ResolveAllocConfPreset(env != nullptr ? env : fallback));
+  if (!options.ok()) return options.status();
   auto state = std::make_unique<DeviceState>();
   state->backend = *std::move(backend);
   absl::StatusOr<std::unique_ptr<CachingAllocator>> allocator =

@@ -8,7 +8,10 @@
  *
  * One caching allocator per device, created on first use with the options
  * in the environment variable HEADROOM_ALLOC_CONF (PYTORCH_CUDA_ALLOC_CONF
- * syntax; see allocator/alloc_conf.h). An invalid HEADROOM_ALLOC_CONF makes
+ * syntax or a preset's name; see allocator/alloc_conf.h). Unset, it is
+ * Headroom's own policy (the `headroom` preset), or PyTorch's on a device
+ * without the virtual memory API; `pytorch-default` (or an empty string)
+ * is PyTorch's policy bit for bit. An invalid HEADROOM_ALLOC_CONF makes
  * every allocation on that device fail, with the reason on stderr and in
  * headroom_last_error().
  *
