@@ -21,9 +21,8 @@ absl::StatusOr<CachingAllocator::Segment*> CachingAllocator::ExpandableSegmentFo
   // presets here, so that a replay runs out of addresses where PyTorch does.
   // Moving free pages (Note [Moving free pages]) leaves a hole at every move:
   // twice the device, so that the memory, not the addresses, runs out first
-  // (a recorded LSTM run spanned 1.16x the smallest device it fits on).
-  const uint64_t wanted =
-      options_.move_free_pages ? SaturatingAdd(total_bytes_, total_bytes_) : SaturatingAdd(total_bytes_, total_bytes_ / 8);
+  // (a recorded LSTM run spans 1.15x the smallest device it fits on).
+  const uint64_t wanted = SaturatingAdd(total_bytes_, options_.move_free_pages ? total_bytes_ : total_bytes_ / 8);
   const uint64_t size = RoundUp(wanted, PageBytes(kind == PoolKind::kSmall));
   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->ReserveAddressRange(size));
   Segment* segment = AddSegment(address, size, kind, stream);

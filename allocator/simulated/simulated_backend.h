@@ -88,8 +88,8 @@ std::string_view BackendCallName(BackendCall call);
 // The largest capacity a simulated device may have: 64 PiB, 300,000 times
 // today's largest GPU. Every byte count then fits the statistics' int64_t
 // with room to spare, and the bump-pointer address space (64 bits, from
-// `base_address`) holds hundreds of device-sized expandable reservations;
-// one past the end is refused (kResourceExhausted), never wrapped.
+// `base_address`) holds a hundred expandable reservations of the largest
+// device; one past the end is refused (kResourceExhausted), never wrapped.
 inline constexpr uint64_t kMaxSimulatedCapacity = uint64_t{1} << 56;
 // The largest address reservation: an expandable segment reserves more
 // address space than the device has memory (caching_allocator_expandable.cc).

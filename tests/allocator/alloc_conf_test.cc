@@ -73,9 +73,10 @@ TEST(AllocConf, RoundTrip) {
 
 // Fractions next to their defaults must not format as the default (and vanish from the string).
 TEST(AllocConf, RoundTripKeepsEveryDigitOfAFraction) {
-  for (const char* conf : {"memory_fraction:0.9999999999", "expandable_segments:True,move_free_pages:True,"
-                                                           "move_threshold:1.0000000001,move_threshold_max:1.0000000001",
-                           "garbage_collection_threshold:0.123456789"}) {
+  for (const char* conf :
+       {"memory_fraction:0.9999999999",
+        "expandable_segments:True,move_free_pages:True,move_threshold:1.0000000001,move_threshold_max:1.0000000001",
+        "garbage_collection_threshold:0.123456789"}) {
     auto o = ParseAllocConf(conf);
     ASSERT_TRUE(o.ok()) << o.status();
     auto again = ParseAllocConf(FormatAllocConf(*o));

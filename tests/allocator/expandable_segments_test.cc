@@ -395,7 +395,8 @@ TEST(ExpandableSegments, NewPolicyOptionsAreCheckedAtCreation) {
                                                                       .move_threshold_max = 1.03})
                                  .status();
   EXPECT_EQ(below.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(below.message()), ::testing::HasSubstr("move_threshold_max 1.03 is below move_threshold 1.05"));
+  EXPECT_THAT(std::string(below.message()),
+              ::testing::HasSubstr("move_threshold_max 1.03 is below move_threshold 1.05"));
 }
 
 }  // namespace
