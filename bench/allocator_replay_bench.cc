@@ -67,20 +67,6 @@ void BM_Baseline_TraceWalk(benchmark::State& state) {
 }
 BENCHMARK(BM_Baseline_TraceWalk)->Unit(benchmark::kMillisecond);
 
-// The smallest device, in 2 MiB steps, on which the trace runs with no out-of-memory error.
-uint64_t SmallestDevice(const AllocationTrace& trace, const AllocatorOptions& allocator, uint64_t live,
-                        uint64_t fits) {
-  constexpr uint64_t kStep = uint64_t{2} << 20;
-  uint64_t low = live / kStep, high = (fits + kStep - 1) / kStep;  // low may fail, high runs
-  while (high - low > 1) {
-    const uint64_t mid = (low + high) / 2;
-    const absl::StatusOr<ReplayResult> r =
-        ReplayTrace(trace, {.capacity_bytes = mid * kStep, .allocator = allocator, .stop_at_first_oom = true});
-    (r.ok() && r->ooms == 0 ? high : low) = mid;
-  }
-  return high * kStep;
-}
-
 void BM_RealTrace(benchmark::State& state, const std::string& path, const std::string& conf) {
   const absl::StatusOr<std::string> text = ReadTextFile(path);
   const absl::StatusOr<AllocationTrace> trace = text.ok() ? ParseAllocationTrace(*text, path)
@@ -89,15 +75,19 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
     state.SkipWithError(std::string(trace.status().message()).c_str());
     return;
   }
-  const AllocatorOptions allocator = *ParseAllocConf(ResolveAllocConfPreset(conf));
-  const ReplayOptions options{.capacity_bytes = 80 * kGiB, .allocator = allocator};
+  ReplayOptions options{.capacity_bytes = 80 * kGiB, .allocator = *ParseAllocConf(ResolveAllocConfPreset(conf))};
+  // The recorder's step boundaries, for the page moves of a steady step.
+  const std::string steps_path = path.substr(0, path.size() - std::string(".rmm.csv").size()) + ".steps.json";
+  if (const absl::StatusOr<std::string> steps = ReadTextFile(steps_path); steps.ok()) {
+    options.step_end_times = nlohmann::json::parse(*steps)["step_end_events"].get<std::vector<uint64_t>>();
+  }
   ReplayResult result;
   for (auto _ : state) {
     result = *ReplayTrace(*trace, options);
     benchmark::DoNotOptimize(result);
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * trace->events.size()));
-  const uint64_t smallest = SmallestDevice(*trace, allocator, result.peak_live_bytes, result.peak_reserved_bytes);
+  const uint64_t smallest = *SmallestDevice(*trace, options);
   state.counters["live_MiB"] = static_cast<double>(result.peak_live_bytes) / static_cast<double>(kMiB);
   state.counters["reserved_over_live"] = result.reserved_to_live;
   state.counters["smallest_over_live"] =
@@ -106,28 +96,19 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
   state.counters["device_frees"] = static_cast<double>(result.final_stats.num_device_free);
   state.counters["pages_mapped"] = static_cast<double>(result.final_stats.num_pages_mapped);
   state.counters["pages_unmapped"] = static_cast<double>(result.final_stats.num_pages_unmapped);
-  // Per steady step: the run less its first two steps (the model built, the optimizer state created, and a
-  // step whose layout still settles), from the recorder's step boundaries.
-  const std::string steps_path = path.substr(0, path.size() - std::string(".rmm.csv").size()) + ".steps.json";
-  const absl::StatusOr<std::string> steps_text = ReadTextFile(steps_path);
-  if (steps_text.ok()) {
-    const std::vector<uint64_t> ends =
-        nlohmann::json::parse(*steps_text)["step_end_events"].get<std::vector<uint64_t>>();
-    constexpr size_t kWarmUpSteps = 2;
-    if (ends.size() > kWarmUpSteps) {
-      AllocationTrace warm_up = *trace;
-      std::erase_if(warm_up.events, [&](const TraceEvent& e) { return e.time_ns > ends[kWarmUpSteps - 1]; });
-      const ReplayResult first = *ReplayTrace(warm_up, options);
-      const auto per_step = [&](int64_t all, int64_t warm) {
-        return static_cast<double>(all - warm) / static_cast<double>(ends.size() - kWarmUpSteps);
-      };
-      const MemoryStats& a = result.final_stats;
-      const MemoryStats& w = first.final_stats;
-      state.counters["warmup_maps"] = static_cast<double>(w.num_pages_mapped);
-      state.counters["steady_maps_per_step"] = per_step(a.num_pages_mapped, w.num_pages_mapped);
-      state.counters["steady_unmaps_per_step"] = per_step(a.num_pages_unmapped, w.num_pages_unmapped);
-      state.counters["steady_device_allocs_per_step"] = per_step(a.num_device_alloc, w.num_device_alloc);
-    }
+  // Per steady step: the steps after the first two (the model built, the optimizer state created, and a step
+  // whose layout still settles).
+  constexpr size_t kWarmUpSteps = 2;
+  if (const std::vector<MemoryStats>& steps = result.step_stats; steps.size() > kWarmUpSteps) {
+    const MemoryStats& w = steps[kWarmUpSteps - 1];
+    const MemoryStats& a = steps.back();
+    const auto per_step = [&](int64_t all, int64_t warm) {
+      return static_cast<double>(all - warm) / static_cast<double>(steps.size() - kWarmUpSteps);
+    };
+    state.counters["warmup_maps"] = static_cast<double>(w.num_pages_mapped);
+    state.counters["steady_maps_per_step"] = per_step(a.num_pages_mapped, w.num_pages_mapped);
+    state.counters["steady_unmaps_per_step"] = per_step(a.num_pages_unmapped, w.num_pages_unmapped);
+    state.counters["steady_device_allocs_per_step"] = per_step(a.num_device_alloc, w.num_device_alloc);
   }
   state.counters["anomalies"] = static_cast<double>(result.anomalies);
 }

@@ -1,11 +1,16 @@
 #include "replay/trace_replay.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "allocator/caching_allocator.h"
 #include "allocator/simulated/simulated_backend.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
+#include "common/units.h"
 
 namespace headroom {
 
@@ -50,9 +55,20 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
     return created;
   };
 
+  if (!std::is_sorted(options.step_end_times.begin(), options.step_end_times.end())) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: step end times are not in ascending order", trace.source));
+  }
+  size_t next_step = 0;  // the step whose end the replay has not passed yet
+  auto end_steps_before = [&](uint64_t time_ns) {
+    while (next_step < options.step_end_times.size() && time_ns > options.step_end_times[next_step]) {
+      result.step_stats.push_back(allocator->GetStats());
+      ++next_step;
+    }
+  };
   bool stopped = false;
   for (const TraceEvent& event : trace.events) {
     if (stopped) break;
+    end_steps_before(event.time_ns);
     switch (event.op) {
       case TraceOp::kAllocateFailure:
         ++result.trace_failures;
@@ -120,6 +136,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
       result.fragmentation_at_peak = stats.external_fragmentation;
     }
   }
+  end_steps_before(std::numeric_limits<uint64_t>::max());
   result.final_stats = allocator->GetStats();
   const MemoryStats& s = result.final_stats;
   result.peak_allocated_bytes = static_cast<uint64_t>(s.allocated_bytes[kAllPools].peak);
@@ -134,6 +151,35 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
   result.alloc_retries = s.num_alloc_retries;
   result.ooms = s.num_ooms;
   return result;
+}
+
+absl::StatusOr<uint64_t> SmallestDevice(const AllocationTrace& trace, ReplayOptions options, uint64_t step) {
+  if (step == 0) return absl::InvalidArgumentError("smallest device: a step of 0 bytes");
+  options.stop_at_first_oom = true;
+  HEADROOM_ASSIGN_OR_RETURN(const ReplayResult largest, ReplayTrace(trace, options));
+  if (largest.ooms > 0) {
+    return absl::NotFoundError(absl::StrFormat("%s does not run on a device of %s", trace.source,
+                                               FormatBytes(options.capacity_bytes)));
+  }
+  auto runs_on = [&](uint64_t capacity) -> absl::StatusOr<bool> {
+    options.capacity_bytes = capacity;
+    HEADROOM_ASSIGN_OR_RETURN(const ReplayResult r, ReplayTrace(trace, options));
+    return r.ooms == 0;
+  };
+  // Below the live peak nothing runs; the device given does.
+  uint64_t fails = largest.peak_live_bytes == 0 ? 0 : (largest.peak_live_bytes - 1) / step * step;
+  uint64_t runs = options.capacity_bytes;
+  // What the run reserved there is usually close to the answer: try it first.
+  if (const uint64_t reserved = RoundUp(largest.peak_reserved_bytes, step); reserved > fails && reserved < runs) {
+    HEADROOM_ASSIGN_OR_RETURN(const bool ok, runs_on(reserved));
+    (ok ? runs : fails) = reserved;
+  }
+  while (runs - fails > step) {
+    const uint64_t mid = fails + std::max<uint64_t>(1, (runs - fails) / step / 2) * step;
+    HEADROOM_ASSIGN_OR_RETURN(const bool ok, runs_on(mid));
+    (ok ? runs : fails) = mid;
+  }
+  return runs;
 }
 
 }  // namespace headroom

@@ -48,6 +48,10 @@ struct ReplayOptions {
   // End the replay at the first allocation it cannot serve (a question of
   // whether the trace fits, not of how much it needs).
   bool stop_at_first_oom = false;
+  // Trace times (TraceEvent::time_ns) at which steps end, ascending: the
+  // allocator's statistics are kept at each (ReplayResult::step_stats), to
+  // tell a steady loop from its first steps.
+  std::vector<uint64_t> step_end_times;
 };
 
 struct ReplayResult {
@@ -67,9 +71,21 @@ struct ReplayResult {
   uint64_t anomalies = 0;
   std::vector<std::string> anomaly_examples;
   MemoryStats final_stats;
+  // The statistics after the last event of each step of
+  // ReplayOptions::step_end_times (the final ones for steps the replay did
+  // not reach).
+  std::vector<MemoryStats> step_stats;
 };
 
 absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const ReplayOptions& options);
+
+// The smallest simulated device, in whole steps of `step` bytes, on which
+// the trace runs under `allocator` with no out-of-memory error, found by
+// bisection between the trace's live peak and what it reserves on
+// `options.capacity_bytes` (other fields of `options` are kept). NotFound if
+// it does not run on that device either.
+absl::StatusOr<uint64_t> SmallestDevice(const AllocationTrace& trace, ReplayOptions options,
+                                        uint64_t step = uint64_t{2} << 20);
 
 }  // namespace headroom
 

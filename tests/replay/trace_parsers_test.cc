@@ -276,5 +276,44 @@ TEST(TraceReplay, CapacityBeyondTheSimulatedDeviceIsRefused) {
   EXPECT_TRUE(ReplayTrace(trace, {.capacity_bytes = kMaxSimulatedCapacity}).ok());
 }
 
+// 3 MiB and 5 MiB live at once, then freed, at times 1-4; a step ends at time 2.
+AllocationTrace TwoBlocks() {
+  return {.source = "two.csv",
+          .format = "rmm-csv",
+          .events = {{.op = TraceOp::kAllocate, .pointer = 0x10, .size = 3 * kMiB, .time_ns = 1},
+                     {.op = TraceOp::kAllocate, .pointer = 0x20, .size = 5 * kMiB, .time_ns = 2},
+                     {.op = TraceOp::kFree, .pointer = 0x10, .size = 3 * kMiB, .time_ns = 3},
+                     {.op = TraceOp::kFree, .pointer = 0x20, .size = 5 * kMiB, .time_ns = 4}}};
+}
+
+TEST(TraceReplay, StatisticsAreKeptAtEachStepsEnd) {
+  auto r = ReplayTrace(TwoBlocks(), {.step_end_times = {2, 3, 100}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->step_stats.size(), 3u);
+  EXPECT_EQ(r->step_stats[0].allocated_bytes[kAllPools].current, static_cast<int64_t>(8 * kMiB));  // events 1-2
+  EXPECT_EQ(r->step_stats[1].allocated_bytes[kAllPools].current, static_cast<int64_t>(5 * kMiB));  // and 3
+  EXPECT_EQ(r->step_stats[2].allocated_bytes[kAllPools].current, 0);  // a step the trace did not reach: the end
+  auto unsorted = ReplayTrace(TwoBlocks(), {.step_end_times = {3, 2}});
+  ASSERT_FALSE(unsorted.ok());
+  EXPECT_THAT(std::string(unsorted.status().message()), HasSubstr("two.csv: step end times are not in ascending"));
+}
+
+// PyTorch's policy serves 3 MiB from a 20 MiB segment and the 5 MiB from its
+// rest, so it needs 20 MiB; expandable segments of 2 MiB pages need the 8 MiB
+// live. A device too small to run the trace at all is NotFound.
+TEST(TraceReplay, SmallestDeviceBisectsTheCapacity) {
+  auto pytorch = SmallestDevice(TwoBlocks(), {});
+  ASSERT_TRUE(pytorch.ok()) << pytorch.status();
+  EXPECT_EQ(*pytorch, 20 * kMiB);
+  auto expandable =
+      SmallestDevice(TwoBlocks(), {.allocator = *ParseAllocConf("expandable_segments:True,expandable_page_mb:2")});
+  ASSERT_TRUE(expandable.ok()) << expandable.status();
+  EXPECT_EQ(*expandable, 8 * kMiB);
+  auto too_small = SmallestDevice(TwoBlocks(), {.capacity_bytes = 6 * kMiB});
+  ASSERT_FALSE(too_small.ok());
+  EXPECT_EQ(too_small.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(too_small.status().message()), HasSubstr("two.csv does not run on a device of 6.00 MiB"));
+}
+
 }  // namespace
 }  // namespace headroom
