@@ -1,5 +1,5 @@
 // `headroom replay TRACE --capacity 80GiB [--conf CONF] [--compare CONF]...
-//  [--strict] [--json] [--device N]`: replays an RMM log or a PyTorch memory
+//  [--strict] [--json] [--summary] [--smallest] [--device N]`: replays an RMM log or a PyTorch memory
 // snapshot through the caching allocator on a simulated device and reports
 // what each allocator configuration would reserve. This file holds the flags,
 // their checks and the dispatch; the report is report/replay_report.h.
@@ -33,6 +33,7 @@ struct ReplayCommandOptions {
   bool strict = false;
   bool json = false;
   bool summary = false;
+  bool smallest = false;
   std::optional<int> device;  // --device, for snapshots only
 };
 
@@ -78,13 +79,16 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
                                                                         o->append(p.name);
                                                                       })));
     }
+    const ReplayOptions replay{.capacity_bytes = capacity, .allocator = *allocator, .strict = options.strict};
     const auto start = std::chrono::steady_clock::now();
-    HEADROOM_ASSIGN_OR_RETURN(ReplayResult result,
-                              ReplayTrace(trace, {.capacity_bytes = capacity,
-                                                  .allocator = *allocator,
-                                                  .strict = options.strict}));
+    HEADROOM_ASSIGN_OR_RETURN(ReplayResult result, ReplayTrace(trace, replay));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     runs.push_back({Label(label), FormatAllocConf(*allocator), std::move(result), seconds});
+    if (options.smallest) {
+      absl::StatusOr<uint64_t> smallest = SmallestDevice(trace, replay);
+      if (!smallest.ok() && !absl::IsNotFound(smallest.status())) return smallest.status();
+      runs.back().smallest_device_bytes = smallest.value_or(0);
+    }
   }
 
   if (options.json) {
@@ -112,6 +116,8 @@ Subcommand AddReplayCommand(CLI::App& root) {
   app->add_flag("--strict", options->strict, "Fail on frees of unknown pointers and other trace anomalies");
   app->add_flag("--json", options->json, "Print exact figures as JSON");
   app->add_flag("--summary", options->summary, "Also print each run's memory_summary()-style statistics table");
+  app->add_flag("--smallest", options->smallest,
+                "Also find, for each configuration, the smallest device that runs the trace (replays it ~15 times)");
   app->add_option("--device", options->device, "Which device's trace to take from a PyTorch snapshot");
   return {app, [options](std::ostream& out) { return RunReplay(*options, out); }};
 }

@@ -13,7 +13,7 @@ nlohmann::json ReplayRunToJson(const ReplayRun& run) {
   const ReplayResult& r = run.result;
   nlohmann::json anomalies = nlohmann::json::array();
   for (const std::string& example : r.anomaly_examples) anomalies.push_back(example);
-  return {{"label", run.label},
+  nlohmann::json out = {{"label", run.label},
           {"conf", run.conf},
           {"peak_allocated_bytes", r.peak_allocated_bytes},
           {"peak_reserved_bytes", r.peak_reserved_bytes},
@@ -30,6 +30,11 @@ nlohmann::json ReplayRunToJson(const ReplayRun& run) {
           {"anomaly_examples", anomalies},
           {"replay_seconds", run.seconds},
           {"memory_stats", MemoryStatsToJson(r.final_stats)}};
+  if (run.smallest_device_bytes.has_value()) {
+    out["smallest_device_bytes"] =
+        *run.smallest_device_bytes == 0 ? nlohmann::json(nullptr) : nlohmann::json(*run.smallest_device_bytes);
+  }
+  return out;
 }
 
 nlohmann::json ReplayReportToJson(const AllocationTrace& trace, uint64_t capacity_bytes,
@@ -56,19 +61,32 @@ std::string RenderReplayReport(const AllocationTrace& trace, uint64_t capacity_b
   out << absl::StrFormat("trace %s (%s): %d events, %d allocations, %d frees, peak live %s; device %s\n",
                          trace.source, trace.format, trace.events.size(), allocations, frees,
                          FormatBytes(first.peak_live_bytes), FormatBytes(capacity_bytes));
-  TextTable table({"configuration", "peak allocated", "peak reserved", "reserved/allocated", "reserved/live",
-                   "fragmentation", "retries", "OOMs"},
-                  {Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
-                   Align::kRight, Align::kRight});
+  std::vector<std::string> headers = {"configuration", "peak allocated", "peak reserved", "reserved/allocated",
+                                      "reserved/live", "fragmentation", "retries", "OOMs"};
+  const bool smallest = runs.front().smallest_device_bytes.has_value();
+  if (smallest) headers.push_back("smallest device");
+  std::vector<Align> aligns(headers.size(), Align::kRight);
+  aligns.front() = Align::kLeft;
+  TextTable table(headers, aligns);
   for (const ReplayRun& run : runs) {
     const ReplayResult& r = run.result;
-    table.AddRow({run.label, FormatBytes(r.peak_allocated_bytes), FormatBytes(r.peak_reserved_bytes),
-                  absl::StrFormat("%.3f", r.reserved_to_allocated), absl::StrFormat("%.3f", r.reserved_to_live),
-                  absl::StrFormat("%.3f", r.fragmentation_at_peak), absl::StrFormat("%d", r.alloc_retries),
-                  absl::StrFormat("%d", r.ooms)});
+    std::vector<std::string> row = {
+        run.label, FormatBytes(r.peak_allocated_bytes), FormatBytes(r.peak_reserved_bytes),
+        absl::StrFormat("%.3f", r.reserved_to_allocated), absl::StrFormat("%.3f", r.reserved_to_live),
+        absl::StrFormat("%.3f", r.fragmentation_at_peak), absl::StrFormat("%d", r.alloc_retries),
+        absl::StrFormat("%d", r.ooms)};
+    if (smallest) {
+      const uint64_t bytes = run.smallest_device_bytes.value_or(0);
+      row.push_back(bytes == 0 ? "over " + FormatBytes(capacity_bytes) : FormatBytes(bytes));
+    }
+    table.AddRow(row);
   }
   out << table.Render();
   out << "fragmentation: 1 - largest free block / free cached bytes, when reserved memory peaked.\n";
+  if (smallest) {
+    out << "smallest device: the least device memory (in 2 MiB steps) that runs the whole trace with no out-of-memory "
+           "error.\n";
+  }
   if (first.trace_failures > 0) {
     out << absl::StrFormat("the trace itself records %d failed allocations (not replayed)\n", first.trace_failures);
   }

@@ -18,6 +18,7 @@
 #define HEADROOM_REPORT_REPLAY_REPORT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ struct ReplayRun {
   std::string conf;   // canonical HEADROOM_ALLOC_CONF string
   ReplayResult result;
   double seconds = 0;  // wall time of the replay
+  // With `headroom replay --smallest`: the smallest device, in 2 MiB steps,
+  // that runs the trace without running out of memory (SmallestDevice); 0 if
+  // not even the device replayed on does.
+  std::optional<uint64_t> smallest_device_bytes;
 };
 
 struct ReplayReportOptions {

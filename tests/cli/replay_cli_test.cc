@@ -1,6 +1,7 @@
 // `headroom replay`: trace formats, comparisons, strictness and errors.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -91,6 +92,31 @@ TEST(ReplayCli, TraceFiguresDoNotDependOnTheDevice) {
 
 // The bundled example (scripts/make-example-trace): on a 13 GiB device the
 // default cache runs out of memory, expandable segments do not.
+// PyTorch's policy needs its 20 MiB and 40 MiB segments at once; 2 MiB
+// pages need the 44 MiB they map. Below that, a run does not fit at all.
+TEST(ReplayCli, SmallestFindsTheSmallestDeviceOfEachRun) {
+  const std::string path = WriteTempFile("replay_smallest.csv", kLog);
+  const std::vector<std::string> runs = {"--compare", "pytorch-default", "--compare",
+                                         "expandable_segments:True,expandable_page_mb:2", "--smallest"};
+  std::vector<std::string> json = {"replay", path, "--json"};
+  json.insert(json.end(), runs.begin(), runs.end());
+  auto r = RunHeadroom(json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["runs"][0]["smallest_device_bytes"], 60u << 20);
+  EXPECT_EQ(j["runs"][1]["smallest_device_bytes"], 44u << 20);
+  std::vector<std::string> text = {"replay", path, "--capacity", "50MiB"};
+  text.insert(text.end(), runs.begin(), runs.end());
+  r = RunHeadroom(text);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("smallest device"));
+  EXPECT_THAT(r.out, HasSubstr("over 50.00 MiB"));  // PyTorch's policy does not fit on the device replayed on
+  EXPECT_THAT(r.out, HasSubstr("       44.00 MiB\n"));
+  r = RunHeadroom({"replay", path, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(nlohmann::json::parse(r.out)["runs"][0].contains("smallest_device_bytes"));  // only when asked
+}
+
 TEST(ReplayCli, ExampleTraceNeedsExpandableSegmentsOnA13GiBDevice) {
   auto r = RunHeadroom({"replay", HEADROOM_SOURCE_DIR "/examples/traces/gpt2-medium-train.rmm.csv", "--capacity",
                         "13GiB", "--compare", "pytorch-default", "--compare", "expandable", "--json"});
