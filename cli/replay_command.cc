@@ -1,8 +1,10 @@
 // `headroom replay TRACE --capacity 80GiB [--conf CONF] [--compare CONF]...
-//  [--strict] [--json] [--summary] [--smallest] [--device N]`: replays an RMM log or a PyTorch memory
-// snapshot through the caching allocator on a simulated device and reports
-// what each allocator configuration would reserve. This file holds the flags,
-// their checks and the dispatch; the report is report/replay_report.h.
+//  [--strict] [--json] [--summary] [--smallest] [--device N]`: replays an RMM
+// log or a PyTorch memory snapshot through the caching allocator on a
+// simulated device and reports what each allocator configuration would
+// reserve (and with --smallest, on how small a device it runs). This file
+// holds the flags, their checks and the dispatch; the report is
+// report/replay_report.h.
 #include <chrono>
 #include <memory>
 #include <optional>

@@ -80,10 +80,10 @@ struct ReplayResult {
 absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const ReplayOptions& options);
 
 // The smallest simulated device, in whole steps of `step` bytes, on which
-// the trace runs under `allocator` with no out-of-memory error, found by
-// bisection between the trace's live peak and what it reserves on
-// `options.capacity_bytes` (other fields of `options` are kept). NotFound if
-// it does not run on that device either.
+// the trace runs under `options.allocator` with no out-of-memory error: a
+// bisection from the trace's live peak up to `options.capacity_bytes` (the
+// other fields of `options` are kept), which first tries what the trace
+// reserves there. NotFound if it does not run on that device either.
 absl::StatusOr<uint64_t> SmallestDevice(const AllocationTrace& trace, ReplayOptions options,
                                         uint64_t step = uint64_t{2} << 20);
 

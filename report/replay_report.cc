@@ -14,22 +14,22 @@ nlohmann::json ReplayRunToJson(const ReplayRun& run) {
   nlohmann::json anomalies = nlohmann::json::array();
   for (const std::string& example : r.anomaly_examples) anomalies.push_back(example);
   nlohmann::json out = {{"label", run.label},
-          {"conf", run.conf},
-          {"peak_allocated_bytes", r.peak_allocated_bytes},
-          {"peak_reserved_bytes", r.peak_reserved_bytes},
-          {"peak_live_bytes", r.peak_live_bytes},
-          {"reserved_to_allocated", r.reserved_to_allocated},
-          {"reserved_to_live", r.reserved_to_live},
-          {"fragmentation_at_peak", r.fragmentation_at_peak},
-          {"alloc_retries", r.alloc_retries},
-          {"ooms", r.ooms},
-          {"allocations", r.allocations},
-          {"frees", r.frees},
-          {"trace_failures", r.trace_failures},
-          {"anomalies", r.anomalies},
-          {"anomaly_examples", anomalies},
-          {"replay_seconds", run.seconds},
-          {"memory_stats", MemoryStatsToJson(r.final_stats)}};
+                        {"conf", run.conf},
+                        {"peak_allocated_bytes", r.peak_allocated_bytes},
+                        {"peak_reserved_bytes", r.peak_reserved_bytes},
+                        {"peak_live_bytes", r.peak_live_bytes},
+                        {"reserved_to_allocated", r.reserved_to_allocated},
+                        {"reserved_to_live", r.reserved_to_live},
+                        {"fragmentation_at_peak", r.fragmentation_at_peak},
+                        {"alloc_retries", r.alloc_retries},
+                        {"ooms", r.ooms},
+                        {"allocations", r.allocations},
+                        {"frees", r.frees},
+                        {"trace_failures", r.trace_failures},
+                        {"anomalies", r.anomalies},
+                        {"anomaly_examples", anomalies},
+                        {"replay_seconds", run.seconds},
+                        {"memory_stats", MemoryStatsToJson(r.final_stats)}};
   if (run.smallest_device_bytes.has_value()) {
     out["smallest_device_bytes"] =
         *run.smallest_device_bytes == 0 ? nlohmann::json(nullptr) : nlohmann::json(*run.smallest_device_bytes);
