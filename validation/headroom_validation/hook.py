@@ -64,7 +64,9 @@ class CudaCounters:
     """torch.cuda's allocator statistics, with the same interface as CpuHook."""
 
     def __init__(self):
-        self.marks = 0
+        self.seen_peak = 0  # the peak when the last op was marked
+        self.raised_by = -1  # the op that last raised it
+        self.last_mark = -1
 
     def live(self):
         torch.cuda.synchronize()
@@ -77,12 +79,19 @@ class CudaCounters:
     def reset_peak(self):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+        self.seen_peak, self.raised_by = torch.cuda.max_memory_allocated(), -1
 
     def mark(self, i):
-        pass  # a CUDA op runs asynchronously; the peak op comes from the snapshot instead
+        # Called before op i runs: if the peak grew since op i-1 was marked, op i-1 raised it. The sync makes
+        # the counters current (a CUDA op allocates when it is enqueued, so this is exact, only slow).
+        peak = self.peak()
+        if peak > self.seen_peak:
+            self.seen_peak, self.raised_by = peak, i - 1
+        self.last_mark = i
 
     def peak_mark(self):
-        return -1
+        self.mark(self.last_mark + 1)  # the last op marked may have raised it
+        return self.raised_by
 
     def dropped(self):
         return 0
@@ -93,7 +102,8 @@ class CudaCounters:
     @contextlib.contextmanager
     def log(self, path):
         """The step's allocator history as a PyTorch memory snapshot in JSON (`headroom replay` reads it)."""
-        torch.cuda.memory._record_memory_history(max_entries=1000000)
+        # No stack traces (context=None): a replay needs only the actions, and frames would multiply the size.
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=1000000)
         try:
             yield
         finally:

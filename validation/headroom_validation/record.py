@@ -9,6 +9,7 @@ the end of forward and those saved for backward, and the step's allocation trace
 PyTorch memory snapshot on CUDA; `headroom replay` reads both).
 """
 import argparse
+import concurrent.futures
 import contextlib
 import gc
 import json
@@ -29,7 +30,8 @@ def measure(cfg, device, trace_path):
     counters = hooks.CpuHook() if device.type == "cpu" else hooks.CudaCounters()
     if device.type == "cuda":
         torch.cuda.init()
-        free0, total = torch.cuda.mem_get_info()
+        _, total = torch.cuda.mem_get_info()  # creates the context
+        used_before, _ = driver_used(total)
     w = workloads.build(cfg, device)
     w.step(lambda phase: None)  # warm-up: optimizer state, lazily built caches
     gc.collect()
@@ -85,15 +87,32 @@ def measure(cfg, device, trace_path):
     if 0 <= i < len(marker.ops):
         measured["peak_op"], measured["peak_phase"] = marker.ops[i]
     if device.type == "cuda":
-        free1, _ = torch.cuda.mem_get_info()
         measured["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
-        measured["driver_used_bytes"] = total - free1
-        measured["driver_used_before_bytes"] = total - free0
+        measured["driver_used_bytes"], how = driver_used(total)
+        measured["driver_used_before_bytes"] = used_before
+        w.notes.append(f"driver's view from {how}")
     if os.environ.get("HEADROOM_VALIDATION_OPS"):  # debugging: every op with the live bytes after it
         with open(os.environ["HEADROOM_VALIDATION_OPS"], "w") as f:
             for (op, ph), (live, events) in zip(marker.ops, marker.live_after):
                 f.write(f"{ph}\t{op}\t{live}\t{events}\n")
     return w, measured
+
+
+def driver_used(total):
+    """The device memory this process holds as the driver sees it (nvidia-smi's figure): NVML's count for this
+    process, so that configurations recorded side by side (--jobs) do not see each other; without NVML, the
+    device's used memory (right only when nothing else runs)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if process.pid == os.getpid() and process.usedGpuMemory:
+                return int(process.usedGpuMemory), "NVML, this process"
+    except Exception:  # no NVML, or no per-process figure in this container
+        pass
+    free, _ = torch.cuda.mem_get_info()
+    return total - free, "cudaMemGetInfo, the whole device"
 
 
 def versions():
@@ -159,6 +178,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=pathlib.Path, required=True, help="fixture folder")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="configurations recorded at once (each in its own process; on a GPU they share it)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process
     parser.add_argument("--rewrite-args", action="store_true",
                         help="rewrite the estimate_args and peers of the fixtures in --out; measure nothing")
@@ -182,14 +203,15 @@ def main(argv=None):
     unknown = [n for n in names if n not in {c["name"] for c in configs.CONFIGS}]
     if unknown:
         parser.error(f"unknown configuration(s): {', '.join(unknown)}")
-    failed = []
-    for name in names:
+
+    def record(name):
         # A configuration's environment (oneDNN's instruction set) must be set before PyTorch loads.
         env = dict(os.environ, **configs.by_name(name).get("env", {}))
-        rc = subprocess.call([sys.executable, "-m", "headroom_validation.record", "--one", "--device",
-                              args.device, "--out", str(args.out), name], env=env)
-        if rc != 0:
-            failed.append(name)
+        return subprocess.call([sys.executable, "-m", "headroom_validation.record", "--one", "--device",
+                                args.device, "--out", str(args.out), name], env=env)
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        failed = [name for name, rc in zip(names, pool.map(record, names)) if rc != 0]
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -1,4 +1,4 @@
-"""Records the allocation trace of a whole training run on the CPU, for the allocator's benchmarks.
+"""Records the allocation trace of a whole training run (CPU or CUDA), for the allocator's benchmarks.
 
     validation/record-trace gpt2-fp32-adamw ../bench/traces/gpt2-fp32-adamw.6steps.rmm.csv --steps 6
     validation/record-trace lstm ../bench/traces/lstm-fp32-adamw.6steps.rmm.csv --steps 6
@@ -9,7 +9,8 @@ creates optimizer state, and the steady steps after it. NAME is a configuration 
 4-layer LSTM language model (hidden 512, vocabulary 8192, batch 16 x 128 tokens, AdamW) that no fixture
 covers. Beside OUT.rmm.csv it writes OUT.steps.json, the event count at the end of each step (a line's time in the
 trace is its event number), so that a replay can tell the warm-up from the steady steps. Runs under the allocation
-hook (LD_PRELOAD, as validation/record sets it).
+hook (LD_PRELOAD, as validation/record-trace sets it); with --device cuda it records a PyTorch memory snapshot
+(NAME.snapshot.json) instead, whose step ends are times (step_end_time_ns), and needs no hook.
 """
 import argparse
 import json
@@ -34,12 +35,12 @@ class LstmLanguageModel(torch.nn.Module):
         return self.head(out)
 
 
-def _lstm_steps(steps, step_done):
+def _lstm_steps(steps, step_done, device):
     torch.manual_seed(0)
-    model = LstmLanguageModel()
+    model = LstmLanguageModel().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for _ in range(steps):
-        ids = torch.randint(0, 8192, (16, 129))
+        ids = torch.randint(0, 8192, (16, 129), device=device)
         logits = model(ids[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
         loss.backward()
@@ -49,8 +50,8 @@ def _lstm_steps(steps, step_done):
         step_done()
 
 
-def _config_steps(name, steps, step_done):
-    w = workloads.build(configs.by_name(name), torch.device("cpu"))
+def _config_steps(name, steps, step_done, device):
+    w = workloads.build(configs.by_name(name), device)
     for _ in range(steps):
         w.step(lambda phase: None)
         step_done()
@@ -59,27 +60,37 @@ def _config_steps(name, steps, step_done):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("name", help="a configuration of configs.py, or lstm")
-    parser.add_argument("out", help="the RMM CSV trace to write")
+    parser.add_argument("out", help="the trace to write: NAME.rmm.csv on cpu, NAME.snapshot.json on cuda")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = parser.parse_args(argv)
     if args.name != "lstm":
         configs.by_name(args.name)  # an unknown name fails before anything runs
-    hook = hooks.CpuHook()
-    step_ends = []  # the event count when each step returned: the trace's step boundaries
+    suffix = ".rmm.csv" if args.device == "cpu" else ".snapshot.json"
+    if not args.out.endswith(suffix):
+        parser.error(f"{args.out}: a {args.device} trace is written to a file named *{suffix}")
+    device = torch.device(args.device)
+    hook = hooks.CpuHook() if args.device == "cpu" else hooks.CudaCounters()
+    step_ends = {}  # where each step ended, in the trace's own time
 
     def step_done():
-        step_ends.append(hook.lib.hr_events())
+        if args.device == "cpu":  # a CSV line's time is its event number
+            step_ends.setdefault("step_end_events", []).append(hook.lib.hr_events())
+        else:  # a snapshot's entries carry time_us: the last entry's when the step's work is done
+            torch.cuda.synchronize()
+            entries = torch.cuda.memory._snapshot()["device_traces"][device.index or 0]
+            step_ends.setdefault("step_end_time_ns", []).append(entries[-1]["time_us"] * 1000 if entries else 0)
 
     with hook.log(args.out):
         if args.name == "lstm":
-            _lstm_steps(args.steps, step_done)
+            _lstm_steps(args.steps, step_done, device)
         else:
-            _config_steps(args.name, args.steps, step_done)
-    steps_path = args.out.removesuffix(".rmm.csv") + ".steps.json"
+            _config_steps(args.name, args.steps, step_done, device)
+    steps_path = args.out.removesuffix(suffix) + ".steps.json"
     with open(steps_path, "w") as f:
-        json.dump({"trace": os.path.basename(args.out), "step_end_events": step_ends}, f)
+        json.dump({"trace": os.path.basename(args.out), "device": args.device, **step_ends}, f)
         f.write("\n")
-    print(f"{args.out}: {hook.lib.hr_events()} events, peak {hook.peak() / 2**20:.1f} MiB live; steps end at {step_ends}")
+    print(f"{args.out}: peak {hook.peak() / 2**20:.1f} MiB live; steps end at {step_ends}")
     return 0
 
 
