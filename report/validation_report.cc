@@ -5,11 +5,13 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
 #include "common/text_table.h"
 #include "common/units.h"
+#include "hardware/gpu_catalog.h"
 
 namespace headroom {
 namespace {
@@ -161,8 +163,15 @@ double RelativeError(uint64_t estimated, uint64_t measured) {
 
 absl::StatusOr<FixtureCheck> CheckFixture(const ValidationFixture& fixture, const JobSpec& job,
                                           const ValidationTolerance& tolerance) {
-  HEADROOM_ASSIGN_OR_RETURN(MemoryEstimate estimate,
-                            EstimateMemory(fixture.model, job, Machine{.budget = kValidationCapacity}));
+  Machine machine{.budget = kValidationCapacity};
+  if (fixture.on_cuda()) {  // Note [The fixture's GPU]
+    absl::StatusOr<const GpuSpec*> gpu = GpuCatalog::Builtin().Find(fixture.device);
+    if (!gpu.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("device: ", gpu.status().message()));
+    }
+    machine.gpu = *gpu;
+  }
+  HEADROOM_ASSIGN_OR_RETURN(MemoryEstimate estimate, EstimateMemory(fixture.model, job, machine));
   const MeasuredStep& measured = fixture.measured;
   FixtureCheck check{.path = fixture.path,
                      .name = fixture.name,

@@ -21,6 +21,13 @@
 // workspace and no rounding (those are the CUDA caching allocator's), so
 // the estimate's requested bytes less its cuBLAS workspace are compared.
 //
+// Note [The fixture's GPU]
+// A CUDA fixture names the GPU it ran on (torch.cuda.get_device_name, e.g.
+// "NVIDIA H100 80GB HBM3"), and the estimate runs on that catalog entry: its
+// cuBLAS workspace size is part of the allocated bytes. The capacity stays
+// out of reach, since validation compares bytes, not a verdict. A device the
+// catalog does not know is an error that names it.
+//
 // Note [Estimated reserved bytes]
 // A CUDA fixture may also carry torch.cuda.max_memory_reserved(); the
 // estimate's counterpart is the replay's reserved peak. Both figures are

@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "hardware/gpu_catalog.h"
 
 namespace headroom {
 namespace {
@@ -101,14 +102,20 @@ TEST(CheckFixture, ComparesTheEstimateWithTheMeasuredPeak) {
   EXPECT_TRUE(wider->passed());
 }
 
-// On a CUDA fixture the rounding counts as allocated, and a measured reserved
-// peak is compared too.
+// On a CUDA fixture the estimate runs on the fixture's GPU (Note [The
+// fixture's GPU]), the rounding and the cuBLAS workspaces count as allocated,
+// and a measured reserved peak is compared too.
 TEST(CheckFixture, CudaFixturesCompareReservedMemory) {
   absl::StatusOr<ValidationFixture> fixture = LoadValidationFixture(kTestData + "/llama-mha-fp32-adamw-loop.json");
   ASSERT_TRUE(fixture.ok()) << fixture.status();
   fixture->device = "NVIDIA H100 80GB HBM3";
+  absl::StatusOr<const GpuSpec*> h100 = GpuCatalog::Builtin().Find("H100-SXM-80GB");
+  ASSERT_TRUE(h100.ok()) << h100.status();
   const JobSpec job = FixtureJob();
-  absl::StatusOr<MemoryEstimate> estimate = EstimateMemory(fixture->model, job, Machine{.budget = uint64_t{1} << 40});
+  absl::StatusOr<MemoryEstimate> estimate =
+      EstimateMemory(fixture->model, job, Machine{.gpu = *h100, .budget = uint64_t{1} << 40});
+  ASSERT_TRUE(estimate.ok()) << estimate.status();
+  ASSERT_GT(estimate->overheads.cublas_workspace, 0);
   ASSERT_TRUE(estimate.ok()) << estimate.status();
   const EstimatedStep figures = EstimatedFigures(*estimate, true);
   fixture->measured.peak_allocated_bytes = figures.allocated_bytes;
@@ -128,6 +135,15 @@ TEST(CheckFixture, CudaFixturesCompareReservedMemory) {
   EXPECT_TRUE(check->within_tolerance);
   EXPECT_FALSE(check->reserved_within_tolerance);
   EXPECT_FALSE(check->passed());
+}
+
+TEST(CheckFixture, ACudaFixtureOnAGpuTheCatalogLacksIsAnError) {
+  absl::StatusOr<ValidationFixture> fixture = LoadValidationFixture(kTestData + "/llama-mha-fp32-adamw-loop.json");
+  ASSERT_TRUE(fixture.ok()) << fixture.status();
+  fixture->device = "NVIDIA Imaginary 7000";
+  absl::StatusOr<FixtureCheck> check = CheckFixture(*fixture, FixtureJob(), {});
+  ASSERT_FALSE(check.ok());
+  EXPECT_THAT(check.status().message(), HasSubstr("device: unknown GPU 'NVIDIA Imaginary 7000'"));
 }
 
 FixtureCheck Check(std::string name, uint64_t measured, uint64_t estimated, double tolerance) {
