@@ -498,7 +498,11 @@ OptimizerTemporaries OptimizerStepTemporaries(const Graph& forward, const JobSpe
 
 Overheads EstimateJobOverheads(const Machine& machine, const JobSpec& job) {
   // Note [CUDA context], Note [cuBLAS workspace in the replay].
-  if (machine.gpu != nullptr) return EstimateOverheads(*machine.gpu, job.overheads);
+  if (machine.gpu != nullptr) {
+    Overheads out = EstimateOverheads(*machine.gpu, job.overheads);
+    out.cublas_workspace *= static_cast<uint64_t>(CublasHandles(job));
+    return out;
+  }
   Overheads out;
   out.cuda_context = job.overheads.cuda_context.value_or(CudaContextFor("").bytes);
   out.cuda_context_source = job.overheads.cuda_context ? "--cuda-context" : CudaContextFor("").source;

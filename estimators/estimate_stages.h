@@ -117,6 +117,9 @@ OptimizerTemporaries OptimizerStepTemporaries(const Graph& forward, const JobSpe
 // CUDA context and cuBLAS workspaces (Note [CUDA context]); the allocator's
 // rounding and cache come from the replay.
 Overheads EstimateJobOverheads(const Machine& machine, const JobSpec& job);
+// The cuBLAS handles a step holds a workspace for on each stream: 2 in training (the Python thread's and the
+// autograd engine's), 1 in inference (Note [cuBLAS handle per thread] in estimators/step_replay.h).
+inline int CublasHandles(const JobSpec& job) { return job.training ? 2 : 1; }
 
 // Roofline time of one optimizer step (all micro-batches through 1F1B); zeros without a GPU.
 struct StepSeconds {

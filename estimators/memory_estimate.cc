@@ -217,7 +217,8 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
                              : static_cast<int>(model.config->num_layers),
       .recurrent_state = RecurrentStateFor(model, job, setup),
       .cublas_workspace = machine.gpu != nullptr ? machine.gpu->cublas_workspace_bytes : 0,
-      .streams = job.overheads.streams};
+      .streams = job.overheads.streams,
+      .cublas_handles = CublasHandles(job)};
   const std::vector<ResidentBlock> resident = ResidentBlocks(*stage_forward, stage.states, job, setup, extras);
   OptimizerTemporaries temporaries = OptimizerStepTemporaries(*stage_forward, job, setup);
   // Note [Gradients: resident or by liveness].

@@ -73,7 +73,8 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
     const Graph& held = stages > 1 ? stage_forward : forward;
     in.resident = ResidentBlocks(held, s, unplanned, setup,
                                  {.cublas_workspace = machine.gpu != nullptr ? machine.gpu->cublas_workspace_bytes : 0,
-                                  .streams = job.overheads.streams});
+                                  .streams = job.overheads.streams,
+                                  .cublas_handles = CublasHandles(unplanned)});
     in.optimizer_temporaries = OptimizerStepTemporaries(held, unplanned, setup);
     in.autocast = setup.autocast;
   }

@@ -213,10 +213,12 @@ std::vector<ResidentBlock> ResidentBlocks(const Graph& forward, const ModelState
   for (uint64_t bytes : extras.recurrent_state) {
     out.push_back({.bytes = bytes, .category = BudgetCategory::kRecurrentState});
   }
-  // Note [cuBLAS workspace in the replay]: one per stream, on its stream.
+  // Note [cuBLAS workspace in the replay]: one per handle and stream, on its stream.
   for (int s = 0; s < extras.streams && extras.cublas_workspace > 0; ++s) {
-    out.push_back({.bytes = extras.cublas_workspace, .category = BudgetCategory::kCublasWorkspace,
-                   .stream = static_cast<uint64_t>(s)});
+    for (int h = 0; h < extras.cublas_handles; ++h) {
+      out.push_back({.bytes = extras.cublas_workspace, .category = BudgetCategory::kCublasWorkspace,
+                     .stream = static_cast<uint64_t>(s)});
+    }
   }
   return out;
 }

@@ -69,6 +69,16 @@
 // its own stream; it is part of the allocated and reserved bytes, not added
 // on top of them.
 //
+// Note [cuBLAS handle per thread]
+// Each thread takes its own cuBLAS handle (CublasHandlePool.cpp keeps a
+// thread_local PoolWindow of handles), and the workspace map above is keyed
+// by (handle, stream). A training step runs its forward on the Python thread
+// and its backward on the autograd engine's thread for the device
+// (torch/csrc/autograd/engine.cpp starts one per device), so it holds two
+// workspaces per stream; inference holds one. Seen on an H100 with PyTorch
+// 2.11: every training fixture in validation/fixtures/cuda holds two 32 MiB
+// blocks after its warm-up step, the inference fixtures one.
+//
 // Note [Pipeline warm-up in the replay]
 // Under 1F1B, stage s runs the forwards of min(p - s, m) micro-batches
 // before its first backward (Note [Pipeline 1F1B] in memory_estimate.h).
@@ -149,8 +159,9 @@ struct ResidentExtras {
   uint64_t kv_cache = 0;
   int kv_cache_layers = 1;        // one block each
   std::vector<uint64_t> recurrent_state;  // one block each (MambaCache's conv_states, ssm_states)
-  uint64_t cublas_workspace = 0;  // per stream; 0 without a GPU
+  uint64_t cublas_workspace = 0;  // per cuBLAS handle and stream; 0 without a GPU
   int streams = 1;
+  int cublas_handles = 1;  // Note [cuBLAS handle per thread]
 };
 
 // The resident state of one GPU as blocks, in the order a run creates them

@@ -4,7 +4,9 @@
 // configuration show in the reserved bytes.
 #include "estimators/step_replay.h"
 
+#include <algorithm>
 #include <numeric>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "estimators/memory_estimate.h"
 #include "gmock/gmock.h"
 #include "graph/liveness.h"
+#include "hardware/gpu_catalog.h"
 #include "gtest/gtest.h"
 #include "replay/trace_replay.h"
 
@@ -104,6 +107,26 @@ TEST(EstimateMemory, AllocatedAndReservedAreTheReplays) {
     EXPECT_EQ(rows, e->total_bytes());
     EXPECT_EQ(e->alloc_conf, conf);
     EXPECT_TRUE(e->fits());
+  }
+}
+
+// Note [cuBLAS handle per thread]: training holds a workspace for the Python
+// thread's handle and one for the autograd thread's, inference only the first;
+// each is a block the replay allocates, on the GPU's workspace size.
+TEST(EstimateMemory, TrainingHoldsTwoCublasWorkspacesInferenceOne) {
+  const LoadedModel gpt2 = Gpt2();
+  absl::StatusOr<const GpuSpec*> h100 = GpuCatalog::Builtin().Find("H100-SXM-80GB");
+  ASSERT_TRUE(h100.ok()) << h100.status();
+  JobSpec inference{.training = false, .precision = Precision::kBf16};
+  for (const auto& [job, handles] : {std::pair{JobSpec{}, 2}, std::pair{inference, 1}}) {
+    AllocationTrace trace;
+    absl::StatusOr<MemoryEstimate> e = EstimateMemory(gpt2, job, {.gpu = *h100, .budget = kRoomy}, &trace);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->overheads.cublas_workspace, handles * (*h100)->cublas_workspace_bytes);
+    const auto workspaces = std::count_if(trace.events.begin(), trace.events.end(), [&](const TraceEvent& event) {
+      return event.op == TraceOp::kAllocate && event.size == (*h100)->cublas_workspace_bytes;
+    });
+    EXPECT_EQ(workspaces, handles);
   }
 }
 
