@@ -104,6 +104,12 @@ CONFIGS = [
     cfg("gpt2-bf16-autocast-sdpa-ckpt", "GPT-2, bf16 autocast, SDPA attention, full checkpointing, AdamW foreach",
         hf("GPT2LMHeadModel", GPT2), precision="bf16-mixed", attention="sdpa", checkpoint="full",
         optimizer_impl="foreach", devices=("cuda",)),
+    # CUDA only: the caching allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF, as --alloc-conf).
+    cfg("llama-gqa-fp32-adamw-expandable", "Llama (GQA), fp32, AdamW foreach, expandable segments",
+        hf("LlamaForCausalLM", LLAMA_GQA), optimizer_impl="foreach", devices=("cuda",),
+        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    cfg("gpt2-fp32-adamw-expandable", "GPT-2, fp32, AdamW, expandable segments", hf("GPT2LMHeadModel", GPT2),
+        devices=("cuda",), env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
     cfg("mixtral-fp32-adamw", "Mixtral (4 experts, top-2), fp32, AdamW", hf("MixtralForCausalLM", MIXTRAL)),
     cfg("gemma2-fp32-adamw", "Gemma 2 (sandwich norms, soft-capping, sliding window), fp32, AdamW",
         hf("Gemma2ForCausalLM", GEMMA2)),
@@ -161,4 +167,6 @@ def estimate_args(c, device, versions):
             args += ["--lora-rank", str(lora["rank"]), "--lora-alpha", str(lora["alpha"]),
                      "--lora-targets", ",".join(lora["targets"])]
     args += ["--attention", "eager" if c["attention"] == "eager" else "flash"]
+    if "PYTORCH_CUDA_ALLOC_CONF" in c.get("env", {}):
+        args += ["--alloc-conf", c["env"]["PYTORCH_CUDA_ALLOC_CONF"]]
     return args

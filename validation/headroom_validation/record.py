@@ -35,6 +35,7 @@ def measure(cfg, device, trace_path):
     w = workloads.build(cfg, device)
     w.step(lambda phase: None)  # warm-up: optimizer state, lazily built caches
     gc.collect()
+    reserved = [torch.cuda.memory_reserved()] if device.type == "cuda" else []  # after each step
 
     marker = hooks.OpMarker(counters)
     # PyTorch 1.13 fails a backward that runs non-reentrant checkpointing's saved-tensor hooks under a
@@ -54,6 +55,8 @@ def measure(cfg, device, trace_path):
         out = w.step(phase)
         del out
     peak = counters.peak()
+    if reserved:
+        reserved.append(torch.cuda.memory_reserved())
     peak_mark = counters.peak_mark()
     end_of_forward = boundaries.get("backward", boundaries.get("done"))
 
@@ -72,6 +75,15 @@ def measure(cfg, device, trace_path):
     out = w.step(saved_phase)
     del out
     repeat_peak = counters.peak()
+    if reserved:
+        peak_reserved = torch.cuda.max_memory_reserved()
+        reserved.append(torch.cuda.memory_reserved())
+        # Three more steps show whether the allocator's cache has settled (it grows while a step still finds
+        # no room in the segments earlier steps left).
+        for _ in range(3):
+            out = w.step(lambda phase: None)
+            del out
+            reserved.append(torch.cuda.memory_reserved())
     if counters.dropped():
         raise RuntimeError(f"the allocation hook's table overflowed ({counters.dropped()} blocks uncounted)")
     measured = {
@@ -87,7 +99,8 @@ def measure(cfg, device, trace_path):
     if 0 <= i < len(marker.ops):
         measured["peak_op"], measured["peak_phase"] = marker.ops[i]
     if device.type == "cuda":
-        measured["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        measured["peak_reserved_bytes"] = peak_reserved  # over the measured step and the one after it
+        measured["reserved_after_steps"] = reserved
         measured["driver_used_bytes"], how = driver_used(total)
         measured["driver_used_before_bytes"] = used_before
         w.notes.append(f"driver's view from {how}")

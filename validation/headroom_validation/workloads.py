@@ -62,12 +62,18 @@ def _hf_model(cfg, device):
 
 
 def _selective_checkpoint(model):
-    """Checkpoints only eager attention's core (QK^T, softmax, dropout, PV), GPT-2's _attn."""
+    """Checkpoints only eager attention's core (QK^T, softmax, dropout, PV): GPT-2's _attn method before
+    transformers 4.48, its module-level eager_attention_forward, which GPT2Attention.forward looks up when it
+    runs, after."""
     from torch.utils.checkpoint import checkpoint
-    for block in model.transformer.h:
-        attn = block.attn
-        core = attn._attn
-        attn._attn = functools.partial(checkpoint, core, use_reentrant=False)
+    if hasattr(model.transformer.h[0].attn, "_attn"):
+        for block in model.transformer.h:
+            attn = block.attn
+            attn._attn = functools.partial(checkpoint, attn._attn, use_reentrant=False)
+        return
+    from transformers.models.gpt2 import modeling_gpt2
+    core = modeling_gpt2.eager_attention_forward
+    modeling_gpt2.eager_attention_forward = functools.partial(checkpoint, core, use_reentrant=False)
 
 
 def build(cfg, device):
