@@ -135,7 +135,7 @@ class SequenceWriter {
     Add(TraceOp::kAllocate, pointer, bytes, stream, time);
     live_[CategoryIndex(category)] += bytes;
     live_total_ += bytes;
-    if (live_total_ > out_.peak_bytes) {
+    if (counting_peak_ && live_total_ > out_.peak_bytes) {
       out_.peak_bytes = live_total_;
       out_.bytes_at_peak = live_;
       out_.peak_op = site == Site::kResident || site == Site::kOptimizer ? kNone : op;
@@ -153,6 +153,8 @@ class SequenceWriter {
   }
 
   const absl::Status& status() const { return status_; }
+  // Off while the first step runs (Note [The first step in the replay]).
+  void set_counting_peak(bool counting) { counting_peak_ = counting; }
 
  private:
   void Add(TraceOp op, uint64_t pointer, uint64_t bytes, uint64_t stream, uint64_t time) {
@@ -165,6 +167,7 @@ class SequenceWriter {
   uint64_t live_total_ = 0;
   uint64_t next_pointer_ = kPlanTraceBaseAddress;
   absl::Status status_;
+  bool counting_peak_ = true;
 };
 
 // A tensor of an in-flight micro-batch kept past its forward.
@@ -204,7 +207,10 @@ std::vector<ResidentBlock> ResidentBlocks(const Graph& forward, const ModelState
   if (setup.persistent_gradients) {
     AppendSplit(states.gradients, trained_elements, BudgetCategory::kGradients, flat_gradients, 1, out);
   }
+  const size_t first_state = out.size();
   AppendSplit(states.optimizer_state, state_bytes, BudgetCategory::kOptimizerState, flat, moments, out);
+  // Note [The first step in the replay]: torch.optim's state appears in the first step() call.
+  for (size_t i = first_state; i < out.size(); ++i) out[i].from_first_step = !flat && !setup.persistent_gradients;
   AppendSplit(states.gathered_parameters, {}, BudgetCategory::kGatheredParameters, true, 1, out);
   if (extras.kv_cache > 0) {
     const auto layers = static_cast<uint64_t>(std::max(1, extras.kv_cache_layers));
@@ -256,14 +262,77 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
                            2 * options.optimizer_temporaries.size());
 
   SequenceWriter writer(out);
+  std::vector<ResidentBlock> from_first_step;
   for (const ResidentBlock& block : resident) {
-    writer.Allocate(block.bytes, block.category, block.stream, 0, Site::kResident, kNone);
+    if (block.from_first_step) {
+      from_first_step.push_back(block);
+    } else {
+      writer.Allocate(block.bytes, block.category, block.stream, 0, Site::kResident, kNone);
+    }
   }
 
-  // Note [Pipeline warm-up in the replay]: the other micro-batches' forwards.
   std::vector<uint64_t> pointer(step.num_tensors(), 0);
   std::vector<HeldBlock> held;
   uint64_t time = 0;
+  // Backward is over: 1F1B's cool-down frees the held blocks, then the first
+  // step creates the optimizer state and the optimizer allocates its
+  // temporaries while every gradient is live.
+  auto optimizer_step = [&](OpId at) {
+    const uint64_t now = time + static_cast<uint64_t>(at);
+    for (const HeldBlock& h : held) writer.Free(h.pointer, h.bytes, h.category, 0, now);
+    held.clear();
+    for (const ResidentBlock& block : from_first_step) {
+      writer.Allocate(block.bytes, block.category, block.stream, now, Site::kResident, kNone);
+    }
+    from_first_step.clear();
+    std::vector<uint64_t> temporaries;
+    for (uint64_t bytes : options.optimizer_temporaries) {
+      const uint64_t p = writer.Allocate(bytes, BudgetCategory::kTemporaries, 0, now, Site::kOptimizer, at);
+      if (options.optimizer_temporaries_together) {
+        temporaries.push_back(p);
+      } else {
+        writer.Free(p, bytes, BudgetCategory::kTemporaries, 0, now);
+      }
+    }
+    for (size_t i = 0; i < temporaries.size(); ++i) {
+      writer.Free(temporaries[i], options.optimizer_temporaries[i], BudgetCategory::kTemporaries, 0, now);
+    }
+  };
+  // The step itself (Note [Plan trace order]).
+  auto run_step = [&] {
+    for (OpId op = 0; op < num_ops; ++op) {
+      const uint64_t now = time + static_cast<uint64_t>(op);
+      if (op == first_optimizer_op) optimizer_step(op);
+      for (TensorId id : order.Beginning(op)) {
+        pointer[static_cast<size_t>(id)] =
+            writer.Allocate(step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now, Site::kStep, op);
+      }
+      // A step without optimizer ops (a graph file's): at its last op, before its frees.
+      if (op + 1 == num_ops && first_optimizer_op == num_ops) optimizer_step(op);
+      for (TensorId id : order.Ending(op)) {
+        uint64_t& p = pointer[static_cast<size_t>(id)];
+        writer.Free(p, step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now);
+        p = 0;
+      }
+    }
+    if (num_ops == 0) optimizer_step(0);
+    time += static_cast<uint64_t>(num_ops) + 1;
+    // What outlives the step's last op (its outputs) is dropped before the next step.
+    for (TensorId id = 0; id < static_cast<TensorId>(pointer.size()); ++id) {
+      uint64_t& p = pointer[static_cast<size_t>(id)];
+      writer.Free(p, step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, time);
+      p = 0;
+    }
+  };
+  // Note [The first step in the replay]: the first and the last steps' peaks are never the sequence's.
+  const int steps = from_first_step.empty() ? 1 : kStepsUntilSettled;
+  if (steps > 1) {
+    writer.set_counting_peak(false);
+    run_step();
+    writer.set_counting_peak(true);
+  }
+
+  // Note [Pipeline warm-up in the replay]: the other micro-batches' forwards.
   for (int micro_batch = 1; micro_batch < in_flight; ++micro_batch) {
     for (OpId op = 0; op <= forward_end; ++op) {
       for (TensorId id : order.Beginning(op)) {
@@ -286,42 +355,10 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
     time += static_cast<uint64_t>(forward_end + 1);
   }
 
-  // Backward is over: 1F1B's cool-down frees the held blocks, then the
-  // optimizer allocates its temporaries while every gradient is live.
-  auto optimizer_step = [&](OpId at) {
-    const uint64_t now = time + static_cast<uint64_t>(at);
-    for (const HeldBlock& h : held) writer.Free(h.pointer, h.bytes, h.category, 0, now);
-    held.clear();
-    std::vector<uint64_t> temporaries;
-    for (uint64_t bytes : options.optimizer_temporaries) {
-      const uint64_t p = writer.Allocate(bytes, BudgetCategory::kTemporaries, 0, now, Site::kOptimizer, at);
-      if (options.optimizer_temporaries_together) {
-        temporaries.push_back(p);
-      } else {
-        writer.Free(p, bytes, BudgetCategory::kTemporaries, 0, now);
-      }
-    }
-    for (size_t i = 0; i < temporaries.size(); ++i) {
-      writer.Free(temporaries[i], options.optimizer_temporaries[i], BudgetCategory::kTemporaries, 0, now);
-    }
-  };
-  // The step itself (Note [Plan trace order]).
-  for (OpId op = 0; op < num_ops; ++op) {
-    const uint64_t now = time + static_cast<uint64_t>(op);
-    if (op == first_optimizer_op) optimizer_step(op);
-    for (TensorId id : order.Beginning(op)) {
-      pointer[static_cast<size_t>(id)] =
-          writer.Allocate(step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now, Site::kStep, op);
-    }
-    // A step without optimizer ops (a graph file's): at its last op, before its frees.
-    if (op + 1 == num_ops && first_optimizer_op == num_ops) optimizer_step(op);
-    for (TensorId id : order.Ending(op)) {
-      uint64_t& p = pointer[static_cast<size_t>(id)];
-      writer.Free(p, step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now);
-      p = 0;
-    }
-  }
-  if (num_ops == 0) optimizer_step(0);
+  run_step();
+  writer.set_counting_peak(false);
+  for (int settling = 2; settling < steps; ++settling) run_step();
+  writer.set_counting_peak(true);
   HEADROOM_RETURN_IF_ERROR(writer.status());
 
   if (out.peak_op != kNone && !out.peak_in_warm_up) {

@@ -192,8 +192,19 @@ absl::Status PlanExecutor::AllocateResident() {
     if (block.stream != 0) {
       return absl::InvalidArgumentError("executor: the resident state uses several streams; the executor runs one");
     }
-    HEADROOM_ASSIGN_OR_RETURN(const DeviceAddress address, allocator_->Allocate(block.bytes));
     TensorId owner = kNone;
+    if (block.from_first_step) {  // Note [Executor allocation order]: the first step creates it
+      if (block.category == BudgetCategory::kOptimizerState && state < trainable.size()) owner = trainable[state++];
+      if (owner != kNone && block.bytes != model_.forward.tensor(owner).bytes()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "executor: the optimizer-state block for '%s' is %d bytes, the tensor %d; the executor runs SGD with "
+            "momentum (one fp32 buffer per parameter)",
+            model_.forward.tensor(owner).name, block.bytes, model_.forward.tensor(owner).bytes()));
+      }
+      state_to_create_.emplace_back(owner, block.bytes);
+      continue;
+    }
+    HEADROOM_ASSIGN_OR_RETURN(const DeviceAddress address, allocator_->Allocate(block.bytes));
     if (block.category == BudgetCategory::kWeights && weight < parameters.size()) {
       owner = parameters[weight++];
       address_[static_cast<size_t>(owner)] = address;
@@ -222,14 +233,30 @@ absl::Status PlanExecutor::AllocateResident() {
     const std::vector<float> values = model_.InitialValues(p);
     const uint64_t bytes = values.size() * sizeof(float);
     HEADROOM_RETURN_IF_ERROR(device_->CopyToDevice(pointer_[static_cast<size_t>(p)], values.data(), bytes));
-    if (momentum_[static_cast<size_t>(p)] != 0) {
-      HEADROOM_ASSIGN_OR_RETURN(momentum_pointer_[static_cast<size_t>(p)],
-                                device_->KernelPointer(momentum_[static_cast<size_t>(p)], bytes));
-      const std::vector<float> zeros(values.size(), 0.0f);
-      HEADROOM_RETURN_IF_ERROR(device_->CopyToDevice(momentum_pointer_[static_cast<size_t>(p)], zeros.data(), bytes));
-    }
+    if (momentum_[static_cast<size_t>(p)] != 0) HEADROOM_RETURN_IF_ERROR(ZeroMomentum(p, bytes));
   }
   return device_->Synchronize();
+}
+
+absl::Status PlanExecutor::ZeroMomentum(TensorId p, uint64_t bytes) {
+  HEADROOM_ASSIGN_OR_RETURN(momentum_pointer_[static_cast<size_t>(p)],
+                            device_->KernelPointer(momentum_[static_cast<size_t>(p)], bytes));
+  const std::vector<float> zeros(bytes / sizeof(float), 0.0f);
+  return device_->CopyToDevice(momentum_pointer_[static_cast<size_t>(p)], zeros.data(), bytes);
+}
+
+absl::Status PlanExecutor::CreateOptimizerState() {
+  for (const auto& [owner, bytes] : state_to_create_) {
+    HEADROOM_ASSIGN_OR_RETURN(const DeviceAddress address, allocator_->Allocate(bytes));
+    if (owner == kNone) {
+      unused_resident_.push_back(address);
+      continue;
+    }
+    momentum_[static_cast<size_t>(owner)] = address;
+    HEADROOM_RETURN_IF_ERROR(ZeroMomentum(owner, bytes));
+  }
+  state_to_create_.clear();
+  return absl::OkStatus();
 }
 
 absl::Status PlanExecutor::AllocateTensor(TensorId t) {
@@ -313,6 +340,10 @@ absl::StatusOr<StepResult> PlanExecutor::RunCheckedStep(const DemoBatch& batch) 
   float loss = 0;
   for (size_t i = 0; i < schedule_.entries.size(); ++i) {
     const auto id = static_cast<OpId>(i);
+    // The first optimizer op of the first step creates the momentum, before the op's own tensors.
+    if (!state_to_create_.empty() && scheduled_.op(id).phase == Phase::kOptimizer) {
+      HEADROOM_RETURN_IF_ERROR(CreateOptimizerState());
+    }
     for (TensorId t : order_->Beginning(id)) {
       HEADROOM_RETURN_IF_ERROR(AllocateTensor(t));
       HEADROOM_RETURN_IF_ERROR(LoadBatch(t, batch));

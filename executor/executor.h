@@ -9,6 +9,10 @@
 //   HEADROOM_ASSIGN_OR_RETURN(StepResult r, executor->RunStep(model.MakeBatch(0)));
 //   r.loss; r.peak_requested_bytes == ReplayPlan(in, scheduled)->requested_bytes
 //
+// The statistics are the run's so far. ReplayPlan's sequence covers the
+// first steps until the allocator's cache settles, so its peaks are those of
+// a run of kStepsUntilSettled steps.
+//
 // Compute runs on a ComputeDevice (executor/compute_device.h): by default the
 // CPU reference (executor/cpu_kernels.h) over a simulated device whose memory
 // is host memory, so the whole path runs on any machine; on a GPU, cuBLAS
@@ -18,8 +22,10 @@
 // The executor allocates what ReplayPlan replays (estimators/step_replay.h,
 // Note [Allocator replay]), in the same order, so that a prediction and a
 // run can be compared byte for byte: the resident blocks once, before the
-// first step (weights one per parameter in TensorId order, the SGD momentum
-// buffers likewise, the rest held unused); then each step walks the
+// first step (weights one per parameter in TensorId order, the rest held
+// unused), except the SGD momentum buffers, which the first step creates at
+// its first optimizer op as torch.optim does (Note [The first step in the
+// replay]), in the same order; then each step walks the
 // materialized schedule, allocating every counted tensor right before its
 // first op and freeing it right after its last (Note [Plan trace order] in
 // replay/graph_trace.h). Offloads copy into the host pool at their entry
@@ -123,6 +129,9 @@ class PlanExecutor {
   absl::StatusOr<StepResult> RunCheckedStep(const DemoBatch& batch);
   absl::Status Initialize(const Schedule& schedule);
   absl::Status AllocateResident();
+  // The momentum buffers the first step creates (Note [Executor allocation order]).
+  absl::Status CreateOptimizerState();
+  absl::Status ZeroMomentum(TensorId p, uint64_t bytes);
   absl::Status CheckParameter(TensorId parameter) const;
 
   // Device memory of materialized tensors.
@@ -167,6 +176,7 @@ class PlanExecutor {
   std::vector<DeviceAddress> momentum_;  // by step TensorId (parameters)
   std::vector<std::byte*> momentum_pointer_;
   std::vector<DeviceAddress> unused_resident_;
+  std::vector<std::pair<TensorId, uint64_t>> state_to_create_;  // owner and bytes, in resident order
   StreamHandle copy_stream_ = kDefaultStream;
   std::vector<std::optional<EventHandle>> ready_;  // by scheduled TensorId: a prefetch still copying into it
   std::deque<std::pair<void*, EventHandle>> host_frees_;  // host copies to free once their last prefetch is done

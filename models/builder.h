@@ -37,6 +37,9 @@ bool IsLlamaLike(const ModelConfig& c);
 // The causal LMs whose loss reads the logits cast to f32: Llama's ForCausalLMLoss, GPT-J's forward.
 // GPT-OSS and Llama 4 compute the loss with ForCausalLMLoss too, though their attention is not Llama's.
 bool UpcastsLogits(const ModelConfig& c);
+// The causal LMs whose loss is transformers' ForCausalLMLoss (all of UpcastsLogits but GPT-J, whose forward has
+// its own); GPT-2 joins them by transformers 5 (Note [Causal LM loss]).
+bool UsesForCausalLmLoss(const ModelConfig& c, const TorchRuntime& runtime);
 
 // A decoder's module names as its family's state dict spells them.
 struct DecoderNames {
@@ -71,7 +74,8 @@ class Builder {
         t_(options.tensor_parallel),
         sp_(options.sequence_parallel),
         seq_(config.family == ModelFamily::kVision ? config.image_tokens() : options.seq_len),
-        upcast_logits_(UpcastsLogits(config)) {
+        upcast_logits_(UpcastsLogits(config)),
+        for_causal_lm_loss_(UsesForCausalLmLoss(config, options.runtime)) {
     if (o_.lora.enabled()) {
       const std::vector<std::string> targets =
           o_.lora.target_modules.empty() ? DefaultLoraTargets(c_) : o_.lora.target_modules;
@@ -93,6 +97,7 @@ class Builder {
         sp_(parent.sp_),
         seq_(seq_len),
         upcast_logits_(UpcastsLogits(tower)),
+        for_causal_lm_loss_(UsesForCausalLmLoss(tower, options.runtime)),
         lora_targets_(parent.lora_targets_) {}
 
   absl::Status Build();
@@ -218,6 +223,7 @@ class Builder {
   bool lora_scope_ = true;
   // The causal-LM loss reads the logits cast to f32 (Note [Causal LM loss]); LLaVA's own loss does not.
   bool upcast_logits_ = false;
+  bool for_causal_lm_loss_ = false;  // transformers' ForCausalLMLoss computes the loss
   TensorId cos_ = kNone;
   TensorId sin_ = kNone;
   TensorId local_cos_ = kNone;  // Gemma 3's sliding layers (Note [Gemma decoders])

@@ -25,6 +25,10 @@ bool UpcastsLogits(const ModelConfig& c) {
   return IsLlamaLike(c) || c.model_type == "gptj" || c.model_type == "gpt_oss" || c.model_type == "llama4_text";
 }
 
+bool UsesForCausalLmLoss(const ModelConfig& c, const TorchRuntime& runtime) {
+  return (UpcastsLogits(c) && c.model_type != "gptj") || (c.model_type == "gpt2" && runtime.transformers.AtLeast(5, 0));
+}
+
 DecoderNames DecoderNamesOf(const ModelConfig& c) {
   const std::string& type = c.model_type;
   if (type == "gpt2" || type == "gpt_bigcode") {
@@ -422,17 +426,34 @@ TensorId Builder::Loss(TensorId logits, int64_t rows, int64_t classes) {
 // zero-filled gradient of the whole logits that the slice copies into: at the
 // start of backward several logits-sized tensors coexist, more than any one
 // layer's activations when the vocabulary is large.
+//
+// From transformers 4.49 ForCausalLMLoss shifts the labels instead (pad them
+// with ignore_index, then labels[..., 1:].contiguous()) and takes the loss
+// over all s positions of the logits, with no copy of them (PR #35646,
+// merged 2025-01-13, after 4.48.0). GPT-2 computes its loss through
+// ForCausalLMLoss too by transformers 5, so it upcasts: the CUDA fixtures
+// (5.17) hold three full-length f32 logits-sized tensors at the loss's
+// backward, where 4.46.3 (the CPU fixtures) held none upcast.
 TensorId Builder::CausalLmLoss(TensorId logits, int64_t vocab) {
   const int64_t b = o_.batch, s = o_.seq_len;
   e_.set_layer(-1);
   e_.set_phase(Phase::kLoss);
   const TensorId model_logits = logits;
-  if (upcast_logits_) logits = e_.Cast("loss.logits_float", logits, DType::kF32);
+  if (upcast_logits_ || for_causal_lm_loss_) logits = e_.Cast("loss.logits_float", logits, DType::kF32);
   TensorId labels = e_.Input("labels", {b, s}, DType::kI64);
-  TensorId shifted_labels = e_.Contiguous("loss.shift_labels", e_.View("loss.labels_tail", labels, {b, s - 1}));
-  TensorId shifted = e_.Contiguous("loss.shift_logits", e_.View("loss.logits_head", logits, {b, s - 1, vocab}));
-  TensorId flat = e_.View("loss.logits_flat", shifted, {b * (s - 1), vocab});
-  TensorId flat_labels = e_.View("loss.labels_flat", shifted_labels, {b * (s - 1)});
+  TensorId flat;
+  TensorId flat_labels;
+  if (for_causal_lm_loss_ && o_.runtime.transformers.AtLeast(4, 49)) {
+    TensorId padded = e_.Concat("loss.pad_labels", {labels}, {b, s + 1});
+    TensorId shifted_labels = e_.Contiguous("loss.shift_labels", e_.View("loss.labels_tail", padded, {b, s}));
+    flat = e_.View("loss.logits_flat", logits, {b * s, vocab});
+    flat_labels = e_.View("loss.labels_flat", shifted_labels, {b * s});
+  } else {
+    TensorId shifted_labels = e_.Contiguous("loss.shift_labels", e_.View("loss.labels_tail", labels, {b, s - 1}));
+    TensorId shifted = e_.Contiguous("loss.shift_logits", e_.View("loss.logits_head", logits, {b, s - 1, vocab}));
+    flat = e_.View("loss.logits_flat", shifted, {b * (s - 1), vocab});
+    flat_labels = e_.View("loss.labels_flat", shifted_labels, {b * (s - 1)});
+  }
   TensorId loss = e_.CrossEntropy("loss", flat, flat_labels);
   // transformers' ForCausalLMLoss binds the upcast copy to a local, alive
   // until the loss returns.

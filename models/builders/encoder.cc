@@ -63,10 +63,10 @@ absl::Status Builder::BuildEncoder() {
     TensorId y = Proj(transform + "dense", x, h, h, true, Parallel::kReplicated);
     y = Activation(transform + "act", y);
     y = LayerNormModule(transform + (roberta ? "layer_norm" : "LayerNorm"), y);
-    TensorId logits = Proj(head + "decoder", y, h, vocab, false, Parallel::kColumn, false, kNone,
+    // The head's bias is the decoder Linear's own (`self.decoder.bias = self.bias` in BertLMPredictionHead and
+    // RobertaLMHead): one addmm, whose output under autocast is 16-bit, not a 16-bit product plus an f32 bias.
+    TensorId logits = Proj(head + "decoder", y, h, vocab, true, Parallel::kColumn, false, kNone,
                            c_.tie_word_embeddings ? word : kNone);
-    TensorId bias = Param(head + "bias", {vocab});
-    logits = e_.Add(head + "add_bias", logits, bias);
     if (o_.training) Loss(logits, b * s, vocab);
     return absl::OkStatus();
   }

@@ -299,6 +299,7 @@ absl::Status Builder::BuildLlava() {
   // Before transformers 4.52 LLaVA computed its own loss in the logits' dtype; from 4.52 it calls the causal LM
   // loss, which casts them to f32.
   language.upcast_logits_ = o_.runtime.transformers.AtLeast(4, 52);
+  language.for_causal_lm_loss_ = language.upcast_logits_;
   if (o_.vlm_trainable == VlmTrainable::kProjector) language.trainable_ = false;
   HEADROOM_RETURN_IF_ERROR(language.CheckOptions());
   trainable_ = true;  // this builder's own parameters: the projector's

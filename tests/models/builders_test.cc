@@ -270,17 +270,27 @@ TEST(BuildModelGraph, OpsCarryFlopsBytesAndDtypes) {
   EXPECT_TRUE(softmax->attention_core);
   EXPECT_EQ(g->tensor(softmax->saved[0]).dtype, DType::kF32);
   EXPECT_DOUBLE_EQ(FindOp(*g, "model.layers.0.attn_core.qk")->flops, 2.0 * b * 32 * s * s * 128);
-  // The loss is an f32 cross-entropy over the shifted logits (s - 1 positions), in phase kLoss
-  // (Note [Causal LM loss]).
+  // The loss is an f32 cross-entropy over all s positions of the logits, whose labels ForCausalLMLoss pads and
+  // shifts (transformers >= 4.49), in phase kLoss (Note [Causal LM loss]).
   const Op* loss = FindOp(*g, "loss");
   ASSERT_NE(loss, nullptr);
   EXPECT_EQ(loss->phase, Phase::kLoss);
   EXPECT_EQ(loss->kind, "nll_loss");
-  EXPECT_EQ(g->tensor(loss->saved[0]).bytes(), b * (s - 1) * 32000 * 4u);
-  const Op* shift = FindOp(*g, "loss.shift_logits");
+  EXPECT_EQ(g->tensor(loss->saved[0]).bytes(), b * s * 32000 * 4u);
+  EXPECT_EQ(FindOp(*g, "loss.shift_logits"), nullptr);
+  const Op* shift_labels = FindOp(*g, "loss.shift_labels");
+  ASSERT_NE(shift_labels, nullptr);
+  EXPECT_EQ(g->tensor(shift_labels->outputs[0]).shape, (std::vector<int64_t>{b, s}));
+  // Before 4.49 it copied the shifted logits (s - 1 positions) instead.
+  absl::StatusOr<Graph> old = BuildModelGraph(
+      Preset("llama-2-7b"), {.batch = b, .seq_len = s, .param_dtype = DType::kF32, .compute_dtype = DType::kBF16,
+                             .attention = AttentionImpl::kEager, .runtime = {.transformers = {.major = 4, .minor = 48}}});
+  ASSERT_TRUE(old.ok()) << old.status();
+  const Op* shift = FindOp(*old, "loss.shift_logits");
   ASSERT_NE(shift, nullptr);
-  EXPECT_EQ(g->tensor(shift->outputs[0]).dtype, DType::kF32);
-  EXPECT_EQ(g->tensor(shift->outputs[0]).bytes(), b * (s - 1) * 32000 * 4u);
+  EXPECT_EQ(old->tensor(shift->outputs[0]).dtype, DType::kF32);
+  EXPECT_EQ(old->tensor(shift->outputs[0]).bytes(), b * (s - 1) * 32000 * 4u);
+  EXPECT_EQ(old->tensor(FindOp(*old, "loss")->saved[0]).bytes(), b * (s - 1) * 32000 * 4u);
   // ForCausalLMLoss keeps the upcast copy in a local until it returns: a scope_end after the loss reads it.
   const Op* returns = FindOp(*g, "loss.returns");
   ASSERT_NE(returns, nullptr);

@@ -409,9 +409,14 @@ TEST(VisionFamilies, LlavaScattersProjectedPatchesIntoTheLanguageModel) {
       EXPECT_TRUE(op.saved.empty()) << op.name;
     }
   }
-  // LLaVA's own loss: no f32 upcast of the logits.
-  EXPECT_EQ(FindOp(g, "loss.logits_float"), nullptr);
-  EXPECT_NE(FindOp(g, "loss.shift_logits"), nullptr);
+  // From transformers 4.52 LLaVA's loss is ForCausalLMLoss, which shifts the labels, not the logits (Note
+  // [Causal LM loss]); before, its own loss copied the shifted logits.
+  EXPECT_EQ(FindOp(g, "loss.shift_logits"), nullptr);
+  EXPECT_NE(FindOp(g, "loss.shift_labels"), nullptr);
+  const Graph own_loss = Build(TinyLlava(), {.batch = 2, .seq_len = 1200, .images = 2,
+                                             .attention = AttentionImpl::kEager,
+                                             .runtime = {.transformers = {.major = 4, .minor = 51}}});
+  EXPECT_NE(FindOp(own_loss, "loss.shift_logits"), nullptr);
 }
 
 TEST(VisionFamilies, LlavaTrainsWhatVlmTrainableSays) {
