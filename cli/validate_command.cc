@@ -42,7 +42,7 @@ struct ValidateFlags {
 // `headroom estimate` flags that choose no part of the step, and why a
 // fixture may not carry them.
 constexpr std::pair<std::string_view, std::string_view> kRefusedFlags[] = {
-    {"--gpu", "the capacity plays no part in the comparison"},
+    {"--gpu", "a CUDA fixture's GPU is its \"device\"; the capacity plays no part in the comparison"},
     {"--budget", "the capacity plays no part in the comparison"},
     {"--catalog", "the capacity plays no part in the comparison"},
     {"--model", "the model is the fixture's \"model\""},

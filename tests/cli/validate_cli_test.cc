@@ -89,7 +89,7 @@ TEST(ValidateCli, BadFixturesNameTheFileAndTheField) {
       {{"--no-such-flag", "1"}, "estimate_args: --no-such-flag: unknown flag (not a `headroom estimate` setup flag)"},
       {{"--micro-batch", "two"}, "estimate_args: Could not convert: --micro-batch = two"},
       {{"--precision", "fp33"}, "estimate_args: --precision: "},
-      {{"--gpu", "H100-80GB"}, "estimate_args: --gpu: not taken here: the capacity plays no part in the comparison"},
+      {{"--gpu", "H100-80GB"}, "estimate_args: --gpu: not taken here: a CUDA fixture's GPU is its \"device\"; the capacity plays no part in the comparison"},
       {{"--json"}, "estimate_args: --json: not taken here"},
       {{"--budget=80GiB"}, "estimate_args: --budget: not taken here"},
       {{"--seq", "256", "7"}, "estimate_args: '7': a value no flag takes"},
