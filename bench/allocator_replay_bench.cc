@@ -26,9 +26,8 @@
 
 #include "absl/strings/str_split.h"
 #include "allocator/alloc_conf.h"
-#include "common/json_fields.h"
-#include "nlohmann/json.hpp"
 #include "replay/allocation_trace.h"
+#include "replay/recorded_run.h"
 #include "replay/trace_replay.h"
 #include "benchmark/benchmark.h"
 #include "bench/transformer_trace.h"
@@ -68,26 +67,23 @@ void BM_Baseline_TraceWalk(benchmark::State& state) {
 BENCHMARK(BM_Baseline_TraceWalk)->Unit(benchmark::kMillisecond);
 
 void BM_RealTrace(benchmark::State& state, const std::string& path, const std::string& conf) {
-  const absl::StatusOr<std::string> text = ReadTextFile(path);
-  const absl::StatusOr<AllocationTrace> trace = text.ok() ? ParseAllocationTrace(*text, path)
-                                                          : absl::StatusOr<AllocationTrace>(text.status());
-  if (!trace.ok()) {
-    state.SkipWithError(std::string(trace.status().message()).c_str());
+  const absl::StatusOr<RecordedRun> run = LoadRecordedRun(path);
+  if (!run.ok()) {
+    state.SkipWithError(std::string(run.status().message()).c_str());
     return;
   }
-  ReplayOptions options{.capacity_bytes = 80 * kGiB, .allocator = *ParseAllocConf(ResolveAllocConfPreset(conf))};
+  const AllocationTrace& trace = run->trace;
   // The recorder's step boundaries, for the page moves of a steady step.
-  const std::string steps_path = path.substr(0, path.size() - std::string(".rmm.csv").size()) + ".steps.json";
-  if (const absl::StatusOr<std::string> steps = ReadTextFile(steps_path); steps.ok()) {
-    options.step_end_times = nlohmann::json::parse(*steps)["step_end_events"].get<std::vector<uint64_t>>();
-  }
+  ReplayOptions options{.capacity_bytes = 80 * kGiB,
+                        .allocator = *ParseAllocConf(ResolveAllocConfPreset(conf)),
+                        .step_end_times = run->step_end_times};
   ReplayResult result;
   for (auto _ : state) {
-    result = *ReplayTrace(*trace, options);
+    result = *ReplayTrace(trace, options);
     benchmark::DoNotOptimize(result);
   }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * trace->events.size()));
-  const uint64_t smallest = *SmallestDevice(*trace, options);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * trace.events.size()));
+  const uint64_t smallest = *SmallestDevice(trace, options);
   state.counters["live_MiB"] = static_cast<double>(result.peak_live_bytes) / static_cast<double>(kMiB);
   state.counters["reserved_over_live"] = result.reserved_to_live;
   state.counters["smallest_over_live"] =
@@ -115,18 +111,15 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
 
 // One benchmark per trace and policy, registered before main runs.
 const bool kRealTracesRegistered = [] {
-  std::vector<std::filesystem::path> traces;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(HEADROOM_BENCH_TRACES_DIR, error)) {
-    if (entry.path().string().ends_with(".rmm.csv")) traces.push_back(entry.path());
-  }
-  std::sort(traces.begin(), traces.end());
-  for (const auto& path : traces) {
+  const std::vector<std::string> traces =
+      RecordedRunTraces(HEADROOM_BENCH_TRACES_DIR).value_or(std::vector<std::string>{});
+  for (const std::string& path : traces) {
     std::vector<std::string> policies = {"pytorch-default", "expandable", "headroom"};
     if (const char* extra = std::getenv("HEADROOM_BENCH_CONFS")) policies = absl::StrSplit(extra, ';');
+    // "gpt2-fp32-adamw.6steps" for NAME.rmm.csv, "gpt2-fp32-adamw.cuda.6steps" for NAME.snapshot.json.
+    const std::string name = std::filesystem::path(path).stem().stem().string();
     for (const std::string& policy : policies) {
-      benchmark::RegisterBenchmark(("BM_RealTrace/" + path.stem().stem().string() + "/" + policy).c_str(),
-                                   BM_RealTrace, path.string(), policy)
+      benchmark::RegisterBenchmark(("BM_RealTrace/" + name + "/" + policy).c_str(), BM_RealTrace, path, policy)
           ->Unit(benchmark::kMillisecond)
           ->Iterations(1);
     }

@@ -1,17 +1,20 @@
-// Any bytes given to the trace parsers (RMM CSV, PyTorch snapshot) yield a
-// trace or an error, never a crash; a parsed trace replays without crashing
-// (anomalies are counted, never fatal without --strict).
+// Any bytes given to the trace parsers (RMM CSV, PyTorch snapshot, a recorded
+// run's steps.json) yield a value or an error, never a crash; a parsed trace
+// replays without crashing (anomalies are counted, never fatal without
+// --strict).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include "replay/allocation_trace.h"
+#include "replay/recorded_run.h"
 #include "replay/trace_replay.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   (void)headroom::ParseRmmLog(text, "fuzz.csv");
   (void)headroom::ParsePyTorchSnapshot(text, "fuzz.json");
+  (void)headroom::ParseStepEnds(text, "fuzz.steps.json");
   absl::StatusOr<headroom::AllocationTrace> trace = headroom::ParseAllocationTrace(text, "fuzz");
   if (!trace.ok() || trace->events.size() > 2000) return 0;
   // Small device so that huge recorded sizes exercise the OOM path quickly.

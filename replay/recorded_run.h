@@ -1,0 +1,47 @@
+// A training run that validation/record-trace recorded: its allocation trace
+// (NAME.rmm.csv from a CPU run, NAME.snapshot.json from a CUDA one) and
+// NAME.steps.json beside it, which says where each step ends.
+//
+//   HEADROOM_ASSIGN_OR_RETURN(RecordedRun run, LoadRecordedRun("bench/traces/gpt2-fp32-adamw.6steps.rmm.csv"));
+//   ReplayTrace(run.trace, {.step_end_times = run.step_end_times, ...});
+//
+// Note [Step ends]
+// Each step's end is given in the trace's own time. An RMM CSV line's time
+// is its event number, so the CPU recorder writes the event count at each
+// step's end ("step_end_events"); a snapshot's entries carry time_us, so the
+// CUDA recorder writes the time of each step's last entry in nanoseconds
+// ("step_end_time_ns"), the unit the snapshot parser gives event times in.
+#ifndef HEADROOM_REPLAY_RECORDED_RUN_H_
+#define HEADROOM_REPLAY_RECORDED_RUN_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "replay/allocation_trace.h"
+
+namespace headroom {
+
+struct RecordedRun {
+  AllocationTrace trace;
+  std::vector<uint64_t> step_end_times;  // non-decreasing, in the trace's time
+};
+
+// A steps.json document: an object with "step_end_events" or
+// "step_end_time_ns", an array of non-decreasing unsigned integers. Errors
+// name `source` and the field.
+absl::StatusOr<std::vector<uint64_t>> ParseStepEnds(std::string_view text, std::string_view source);
+
+// `trace_path` is NAME.rmm.csv or NAME.snapshot.json; NAME.steps.json must
+// be beside it.
+absl::StatusOr<RecordedRun> LoadRecordedRun(const std::string& trace_path);
+
+// The recorded runs' traces in `directory` (the files whose names end in
+// .rmm.csv or .snapshot.json), sorted; NotFound when it cannot be listed.
+absl::StatusOr<std::vector<std::string>> RecordedRunTraces(const std::string& directory);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_REPLAY_RECORDED_RUN_H_
