@@ -282,9 +282,10 @@ TEST(BuildModelGraph, OpsCarryFlopsBytesAndDtypes) {
   ASSERT_NE(shift_labels, nullptr);
   EXPECT_EQ(g->tensor(shift_labels->outputs[0]).shape, (std::vector<int64_t>{b, s}));
   // Before 4.49 it copied the shifted logits (s - 1 positions) instead.
-  absl::StatusOr<Graph> old = BuildModelGraph(
-      Preset("llama-2-7b"), {.batch = b, .seq_len = s, .param_dtype = DType::kF32, .compute_dtype = DType::kBF16,
-                             .attention = AttentionImpl::kEager, .runtime = {.transformers = {.major = 4, .minor = 48}}});
+  absl::StatusOr<Graph> old =
+      BuildModelGraph(Preset("llama-2-7b"), {.batch = b, .seq_len = s, .param_dtype = DType::kF32,
+                                             .compute_dtype = DType::kBF16, .attention = AttentionImpl::kEager,
+                                             .runtime = {.transformers = {.major = 4, .minor = 48}}});
   ASSERT_TRUE(old.ok()) << old.status();
   const Op* shift = FindOp(*old, "loss.shift_logits");
   ASSERT_NE(shift, nullptr);
