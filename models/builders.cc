@@ -265,7 +265,12 @@ TensorId Builder::SoftCap(const std::string& name, TensorId x) {
 //   0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
 // in PyTorch ops, so autograd keeps x (for pow), 0.5 * x, the tanh's output
 // and 1 + tanh besides the result: four intermediate-sized tensors per layer
-// where F.gelu(approximate="tanh") ("gelu_pytorch_tanh") keeps one.
+// where F.gelu(approximate="tanh") ("gelu_pytorch_tanh") keeps one. Under
+// CUDA autocast pow runs in f32 (it is on autocast's f32 list), so x is cast
+// to f32 for it and every tensor after it is f32 by type promotion, 0.5 * x
+// excepted: three of the four kept tensors are f32 (the GPT-2 CUDA fixtures
+// hold four scores- or MLP-sized 2 MiB blocks per layer at the loss, as
+// this gives). CPU autocast leaves pow in the input's dtype.
 //
 // Note [quick_gelu]
 // CLIP's QuickGELUActivation computes x * sigmoid(1.702 * x) in PyTorch ops:
@@ -278,7 +283,11 @@ TensorId Builder::Activation(const std::string& name, TensorId x) {
   }
   if (c_.activation != ActivationKind::kGeluNew) return e_.Activation(name, c_.activation, x);
   TensorId half = e_.Scale(name + ".half", x);
-  TensorId cube = e_.Scale(name + ".cube_scale", e_.Pow(name + ".cube", x));
+  const EmitterOptions& o = e_.options();
+  TensorId base = o.autocast && o.runtime.kernels == Kernels::kCuda
+                      ? e_.Cast(name + ".cube_input_cast", x, o.autocast_wide_dtype)
+                      : x;
+  TensorId cube = e_.Scale(name + ".cube_scale", e_.Pow(name + ".cube", base));
   TensorId inner = e_.Scale(name + ".inner_scale", e_.Add(name + ".inner", x, cube));
   TensorId one_plus = e_.Scale(name + ".one_plus", e_.Activation(name + ".tanh", ActivationKind::kTanh, inner));
   return e_.Mul(name, half, one_plus);

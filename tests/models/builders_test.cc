@@ -107,6 +107,26 @@ TEST(BuildModelGraph, ParametersAreNamedAsTheStateDict) {
   EXPECT_EQ(FindTensor(*gpt, "lm_head.weight"), nullptr);         // tied to wte
 }
 
+// Note [gelu_new]: under CUDA autocast pow runs in f32, so x is cast for it and the tanh, 1 + tanh and the
+// result are f32; under CPU autocast the chain stays in bf16.
+TEST(BuildModelGraph, GeluNewUnderCudaAutocastRunsItsPowInF32) {
+  for (Kernels kernels : {Kernels::kCuda, Kernels::kCpu}) {
+    SCOPED_TRACE(std::string(KernelsName(kernels)));
+    absl::StatusOr<Graph> g = BuildModelGraph(Preset("gpt2"), {.batch = 1, .seq_len = 8, .param_dtype = DType::kF32,
+                                                               .compute_dtype = DType::kBF16,
+                                                               .runtime = {.kernels = kernels}});
+    ASSERT_TRUE(g.ok()) << g.status();
+    const bool cuda = kernels == Kernels::kCuda;
+    EXPECT_EQ(FindOp(*g, "transformer.h.0.mlp.c_fc.act.cube_input_cast") != nullptr, cuda);
+    const Op* tanh = FindOp(*g, "transformer.h.0.mlp.c_fc.act.tanh");
+    ASSERT_NE(tanh, nullptr);
+    EXPECT_EQ(g->tensor(tanh->outputs[0]).dtype, cuda ? DType::kF32 : DType::kBF16);
+    const Op* half = FindOp(*g, "transformer.h.0.mlp.c_fc.act.half");
+    ASSERT_NE(half, nullptr);
+    EXPECT_EQ(g->tensor(half->outputs[0]).dtype, DType::kBF16);
+  }
+}
+
 // Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 // Transformer Models" (arXiv:2205.05198), Section 4.1: a GPT layer in 16-bit with dropout stores
 // s*b*h*(34 + 5*a*s/h) bytes. Our layer norms also keep mean and rstd in f32
