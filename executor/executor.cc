@@ -27,6 +27,26 @@ AttentionShape AttentionShapeOf(bool scores, const Tensor& first, const Tensor& 
           .head_dim = Last(second) / heads};
 }
 
+// Note [Host pool size]
+// mimalloc serves an object of more than half a segment (16 MiB) from
+// segments of its own and packs smaller ones into shared segments, so the
+// copies live at once can need a whole segment each: a fixed 256 MiB pool
+// could not serve a 16 MiB copy with 128 MiB in use (an 8-layer, hidden-512
+// GPT's hybrid plan, on an H100 and on the CPU reference alike). Unless told
+// a capacity, the executor gives every offloaded tensor its size in whole
+// segments (with a 64 KiB slice for mimalloc's page header), plus one
+// segment: every host copy of the plan fits at once, whatever the order.
+uint64_t PlanHostPoolBytes(const Graph& step, const Schedule& schedule) {
+  constexpr uint64_t kPageHeader = uint64_t{64} << 10;
+  uint64_t bytes = kHostPoolSegment;
+  for (const ScheduleEntry& e : schedule.entries) {
+    if (e.action != ScheduleAction::kOffload) continue;
+    const uint64_t copy = step.tensor(e.target).bytes() + kPageHeader;
+    bytes += (copy + kHostPoolSegment - 1) / kHostPoolSegment * kHostPoolSegment;
+  }
+  return bytes;
+}
+
 absl::Status Unsupported(const Op& op) {
   return absl::UnimplementedError(
       absl::StrFormat("executor: op '%s' is of kind '%s', which the executor's kernels do not run", op.name, op.kind));
@@ -175,7 +195,9 @@ absl::Status PlanExecutor::Initialize(const Schedule& schedule) {
   ready_.assign(scheduled_.num_tensors(), std::nullopt);
   HEADROOM_ASSIGN_OR_RETURN(copy_stream_, device_->backend().CreateStream());
   HEADROOM_ASSIGN_OR_RETURN(allocator_, CachingAllocator::Create(&device_->backend(), in_.allocator));
-  HEADROOM_ASSIGN_OR_RETURN(host_pool_, HostPool::Create(options_.host_pool_bytes, device_->HostMemory()));
+  const uint64_t host_pool_bytes =
+      options_.host_pool_bytes > 0 ? options_.host_pool_bytes : PlanHostPoolBytes(in_.step, schedule_);
+  HEADROOM_ASSIGN_OR_RETURN(host_pool_, HostPool::Create(host_pool_bytes, device_->HostMemory()));
   return AllocateResident();
 }
 

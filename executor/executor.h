@@ -66,7 +66,8 @@ struct ExecutorOptions {
   uint64_t device_bytes = uint64_t{80} << 30;
   float learning_rate = 0.05f;
   float momentum = 0.9f;
-  uint64_t host_pool_bytes = uint64_t{256} << 20;
+  // The host pool's capacity; 0 sizes it from the plan (Note [Host pool size] in executor.cc).
+  uint64_t host_pool_bytes = 0;
   // Run the allocator's Validate() after every allocation and free (tests).
   bool validate_allocator = false;
   // Keep a copy of each parameter gradient as the optimizer reads it (tests).
