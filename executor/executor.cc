@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,24 +28,15 @@ AttentionShape AttentionShapeOf(bool scores, const Tensor& first, const Tensor& 
           .head_dim = Last(second) / heads};
 }
 
-// Note [Host pool size]
-// mimalloc serves an object of more than half a segment (16 MiB) from
-// segments of its own and packs smaller ones into shared segments, so the
-// copies live at once can need a whole segment each: a fixed 256 MiB pool
-// could not serve a 16 MiB copy with 128 MiB in use (an 8-layer, hidden-512
-// GPT's hybrid plan, on an H100 and on the CPU reference alike). Unless told
-// a capacity, the executor gives every offloaded tensor its size in whole
-// segments (with a 64 KiB slice for mimalloc's page header), plus one
-// segment: every host copy of the plan fits at once, whatever the order.
+// Unless told a capacity, the pool holds every host copy of the plan at once
+// (Note [Host pool size] in host_pool.h): a fixed 256 MiB failed an 8-layer,
+// hidden-512 GPT's hybrid plan, on an H100 and on the CPU reference alike.
 uint64_t PlanHostPoolBytes(const Graph& step, const Schedule& schedule) {
-  constexpr uint64_t kPageHeader = uint64_t{64} << 10;
-  uint64_t bytes = kHostPoolSegment;
+  std::vector<uint64_t> copies;
   for (const ScheduleEntry& e : schedule.entries) {
-    if (e.action != ScheduleAction::kOffload) continue;
-    const uint64_t copy = step.tensor(e.target).bytes() + kPageHeader;
-    bytes += (copy + kHostPoolSegment - 1) / kHostPoolSegment * kHostPoolSegment;
+    if (e.action == ScheduleAction::kOffload) copies.push_back(step.tensor(e.target).bytes());
   }
-  return bytes;
+  return HostPoolBytesFor(copies);
 }
 
 absl::Status Unsupported(const Op& op) {

@@ -47,6 +47,17 @@ std::vector<Region>& IdleRegions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(regions_mu) {
 
 std::unique_ptr<HostRegionSource> PageableHostMemory() { return std::make_unique<PageableSource>(); }
 
+uint64_t HostPoolBytesFor(std::span<const uint64_t> copies) {
+  constexpr uint64_t kPageHeader = uint64_t{64} << 10;
+  uint64_t bytes = kHostPoolSegment;
+  for (uint64_t copy : copies) {
+    if (copy > kMaxHostPoolBytes) return kMaxHostPoolBytes + 1;
+    bytes += (copy + kPageHeader + kHostPoolSegment - 1) / kHostPoolSegment * kHostPoolSegment;
+    if (bytes > kMaxHostPoolBytes) return kMaxHostPoolBytes + 1;
+  }
+  return bytes;
+}
+
 absl::StatusOr<std::unique_ptr<HostPool>> HostPool::Create(uint64_t capacity,
                                                            std::unique_ptr<HostRegionSource> source) {
   if (capacity == 0 || capacity > kMaxHostPoolBytes) {

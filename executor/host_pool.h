@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -65,6 +66,16 @@ std::unique_ptr<HostRegionSource> PageableHostMemory();
 inline constexpr uint64_t kHostPoolSegment = uint64_t{32} << 20;
 // Far beyond any host's memory; keeps the capacity's arithmetic exact.
 inline constexpr uint64_t kMaxHostPoolBytes = uint64_t{1} << 44;  // 16 TiB
+
+// Note [Host pool size]
+// mimalloc serves an object of more than half a segment (16 MiB) from
+// segments of its own and packs smaller ones into shared segments, so the
+// copies live at once can need a whole segment each: a 256 MiB pool could not
+// serve a 16 MiB copy with 128 MiB in use. A capacity that gives every copy
+// its size in whole segments (with a 64 KiB slice for mimalloc's page header)
+// plus one segment holds all of them at once, in any order of allocation.
+// (Saturates at kMaxHostPoolBytes + 1, which Create refuses.)
+uint64_t HostPoolBytesFor(std::span<const uint64_t> copies);
 
 struct HostPoolStats {
   uint64_t capacity_bytes = 0;  // the region mimalloc manages

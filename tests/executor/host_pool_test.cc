@@ -14,6 +14,35 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
+// Note [Host pool size]: a pool of HostPoolBytesFor(copies) holds every copy at once, allocated in an order that
+// interleaves copies above and below half a segment.
+TEST(HostPool, HoldsEveryCopyItWasSizedFor) {
+  const std::vector<uint64_t> copies = {16 * kMiB, 1 * kMiB,  16 * kMiB - 64,  20 * kMiB, 3 * kMiB,
+                                        16 * kMiB, 40 * kMiB, (kMiB / 2),      16 * kMiB, 12 * kMiB};
+  EXPECT_EQ(HostPoolBytesFor(copies), 12 * kHostPoolSegment);  // 40 MiB takes two segments, one more for slack
+  auto pool = HostPool::Create(HostPoolBytesFor(copies));
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<void*> held;
+  for (uint64_t bytes : copies) {
+    absl::StatusOr<void*> p = (*pool)->Allocate(bytes);
+    ASSERT_TRUE(p.ok()) << p.status();
+    held.push_back(*p);
+  }
+  for (void* p : held) EXPECT_TRUE((*pool)->Free(p).ok());
+
+  // Copies of 16 MiB take a segment each: nine of them (144 MiB) overflow 256 MiB, and fit as sized.
+  const std::vector<uint64_t> sixteens(9, 16 * kMiB);
+  auto small = HostPool::Create(256 * kMiB);
+  ASSERT_TRUE(small.ok()) << small.status();
+  bool failed = false;
+  for (uint64_t bytes : sixteens) failed = failed || !(*small)->Allocate(bytes).ok();
+  EXPECT_TRUE(failed);
+  auto sized = HostPool::Create(HostPoolBytesFor(sixteens));
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  for (uint64_t bytes : sixteens) EXPECT_TRUE((*sized)->Allocate(bytes).ok());
+  EXPECT_GT(HostPoolBytesFor(std::vector<uint64_t>{kMaxHostPoolBytes}), kMaxHostPoolBytes);
+}
+
 TEST(HostPool, ServesFromItsRegionAndCountsLikeTheDeviceAllocator) {
   auto pool = *HostPool::Create(64 * kMiB);
   EXPECT_EQ(pool->stats().capacity_bytes, 64 * kMiB);
