@@ -438,8 +438,10 @@ TensorId Builder::Loss(TensorId logits, int64_t rows, int64_t classes) {
 //
 // From transformers 4.49 ForCausalLMLoss shifts the labels instead (pad them
 // with ignore_index, then labels[..., 1:].contiguous()) and takes the loss
-// over all s positions of the logits, with no copy of them (PR #35646,
-// merged 2025-01-13, after 4.48.0). GPT-2 computes its loss through
+// over all s positions of the logits, with no copy of them (transformers PR
+// #35646, "Optimize ForCausalLMLoss by removing unnecessary contiguous()
+// call", merged 2025-01-13, after 4.48.0; the boundary is inferred from that
+// date, the behaviour measured on 5.17). GPT-2 computes its loss through
 // ForCausalLMLoss too by transformers 5, so it upcasts: the CUDA fixtures
 // (5.17) hold three full-length f32 logits-sized tensors at the loss's
 // backward, where 4.46.3 (the CPU fixtures) held none upcast.
