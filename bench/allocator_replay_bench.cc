@@ -18,7 +18,6 @@
 // boundaries the recorder wrote (NAME.steps.json).
 // HEADROOM_BENCH_CONFS='conf;conf;...' replaces the three policies (presets
 // or HEADROOM_ALLOC_CONF strings), to compare variants of a policy.
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>

@@ -11,7 +11,13 @@
 namespace headroom {
 namespace {
 
-constexpr std::string_view kTraceSuffixes[] = {".rmm.csv", ".snapshot.json"};
+// The suffix of a recorded run's trace that `path` ends with, or an empty view.
+std::string_view TraceSuffix(std::string_view path) {
+  for (std::string_view suffix : {".rmm.csv", ".snapshot.json"}) {
+    if (path.ends_with(suffix)) return suffix;
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -40,16 +46,15 @@ absl::StatusOr<std::vector<uint64_t>> ParseStepEnds(std::string_view text, std::
 }
 
 absl::StatusOr<RecordedRun> LoadRecordedRun(const std::string& trace_path) {
-  const auto suffix = std::find_if(std::begin(kTraceSuffixes), std::end(kTraceSuffixes),
-                                   [&](std::string_view s) { return trace_path.ends_with(s); });
-  if (suffix == std::end(kTraceSuffixes)) {
+  const std::string_view suffix = TraceSuffix(trace_path);
+  if (suffix.empty()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: a recorded run's trace is named NAME.rmm.csv or NAME.snapshot.json", trace_path));
   }
   HEADROOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(trace_path));
   RecordedRun run;
   HEADROOM_ASSIGN_OR_RETURN(run.trace, ParseAllocationTrace(text, trace_path));
-  const std::string steps_path = trace_path.substr(0, trace_path.size() - suffix->size()) + ".steps.json";
+  const std::string steps_path = trace_path.substr(0, trace_path.size() - suffix.size()) + ".steps.json";
   HEADROOM_ASSIGN_OR_RETURN(const std::string steps, ReadTextFile(steps_path));
   HEADROOM_ASSIGN_OR_RETURN(run.step_end_times, ParseStepEnds(steps, steps_path));
   return run;
@@ -60,10 +65,7 @@ absl::StatusOr<std::vector<std::string>> RecordedRunTraces(const std::string& di
   std::vector<std::string> traces;
   for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
     const std::string path = entry.path().string();
-    if (std::any_of(std::begin(kTraceSuffixes), std::end(kTraceSuffixes),
-                    [&](std::string_view s) { return path.ends_with(s); })) {
-      traces.push_back(path);
-    }
+    if (!TraceSuffix(path).empty()) traces.push_back(path);
   }
   if (error) return absl::NotFoundError(absl::StrFormat("%s: %s", directory, error.message()));
   std::sort(traces.begin(), traces.end());
