@@ -2,6 +2,7 @@
 // pages are mapped as it grows and unmapped when trimmed. See
 // Note [Expandable segments] in caching_allocator.h.
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "allocator/caching_allocator.h"
@@ -39,12 +40,13 @@ uint64_t CachingAllocator::PageBytes(bool small) const {
   return RoundUp(std::max(option, granularity_), granularity_);
 }
 
-absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, uint64_t count, const Block* hole) {
+absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, uint64_t count, const Block* hole,
+                                       bool needs_next) {
   const DeviceAddress start = segment->address + first_page * granularity_;
   // Note [Moving free pages]: pages cached elsewhere first, counted here from now on.
   std::vector<PhysicalHandle> moved;
   if (const uint64_t to_move = PagesToMove(count); to_move > 0) {
-    TakeFreePages(hole, to_move, moved);
+    TakeFreePages(hole, needs_next, to_move, moved);
     moved_bytes_ += moved.size() * granularity_;
     for (size_t i = 0; i < moved.size(); ++i) {
       stats_.reserved_bytes.Increase(StatOf(segment->pool), static_cast<int64_t>(granularity_));
@@ -118,20 +120,41 @@ uint64_t CachingAllocator::PagesToMove(uint64_t count) const {
   return std::min(count, (excess + granularity_ - 1) / granularity_);
 }
 
-void CachingAllocator::TakeFreePages(const Block* hole, uint64_t count, std::vector<PhysicalHandle>& taken) {
+uint64_t CachingAllocator::MovablePages(const Block* block, const Block* hole, bool needs_next) const {
+  if (!block->is_free() || !block->mapped) return 0;
+  // The request takes the free block below the hole, and the one above it when `needs_next`, so those stay as
+  // they are. Otherwise the free block above can give all its pages but its lowest: unmapping that one too would
+  // merge the block's range into the hole being mapped.
+  const bool above_hole = hole != nullptr && block == hole->next;
+  if (hole != nullptr && (block == hole->prev || (above_hole && needs_next))) return 0;
+  const DeviceAddress base = block->segment->address;
+  const uint64_t first = RoundUp(block->address - base, granularity_);
+  const uint64_t last = (block->address + block->size - base) / granularity_ * granularity_;
+  if (last <= first) return 0;
+  const uint64_t pages = (last - first) / granularity_;
+  return above_hole && base + first == block->address ? pages - 1 : pages;
+}
+
+uint64_t CachingAllocator::MoveShortfall(const Block* hole, bool needs_next, uint64_t count) const {
+  const uint64_t to_move = PagesToMove(count);
+  uint64_t movable = 0;
+  for (const auto& [key, segment] : expandable_) {
+    for (const Block* b = segment->first; b != nullptr && movable < to_move; b = b->next) {
+      movable += MovablePages(b, hole, needs_next);
+    }
+  }
+  return to_move > movable ? to_move - movable : 0;
+}
+
+void CachingAllocator::TakeFreePages(const Block* hole, bool needs_next, uint64_t count,
+                                     std::vector<PhysicalHandle>& taken) {
   while (taken.size() < count) {
-    // The cached block with the most whole pages, of any expandable segment; not the hole's neighbours, which
-    // the growth is about to join (and whose unmapping would merge the hole away).
+    // The cached block with the most whole pages it can give, of any expandable segment.
     Block* best = nullptr;
     uint64_t best_pages = 0;
     for (const auto& [key, segment] : expandable_) {
       for (Block* b = segment->first; b != nullptr; b = b->next) {
-        if (!b->is_free() || !b->mapped) continue;
-        if (hole != nullptr && (b == hole->prev || b == hole->next)) continue;
-        const uint64_t first = RoundUp(b->address - segment->address, granularity_);
-        const uint64_t last = (b->address + b->size - segment->address) / granularity_ * granularity_;
-        const uint64_t pages = last > first ? (last - first) / granularity_ : 0;
-        if (pages > best_pages) {
+        if (const uint64_t pages = MovablePages(b, hole, needs_next); pages > best_pages) {
           best = b;
           best_pages = pages;
         }
@@ -140,7 +163,8 @@ void CachingAllocator::TakeFreePages(const Block* hole, uint64_t count, std::vec
     if (best == nullptr) return;
     const size_t before = taken.size();
     // A failed unmap changes nothing (Note [Moving free pages]): the growth creates the rest.
-    if (!UnmapFreePages(best, /*synchronized=*/false, count - taken.size(), &taken).ok() || taken.size() == before) {
+    if (!UnmapFreePages(best, /*synchronized=*/false, std::min(best_pages, count - taken.size()), &taken).ok() ||
+        taken.size() == before) {
       return;
     }
   }
@@ -156,29 +180,44 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   // multiple of the device granularity; a hole is never overfilled. The
   // request's size picks the page, not the pool: in one pool (Note [One
   // pool]) a small request still maps a small page.
+  // When pages move (Note [Moving free pages]), the lowest such range whose
+  // growth the free pages can cover: the free blocks around a range are not
+  // moved, since the request joins them, and a range between two of them
+  // needs pages that a range elsewhere would find there.
   const uint64_t page = PageBytes(IsSmallRequest(rounded));
   Block* chosen = nullptr;
   uint64_t map_bytes = 0;
+  bool needs_next = false;  // the request spans the hole into the free block above it
+  uint64_t chosen_shortfall = std::numeric_limits<uint64_t>::max();
   for (Block* hole : segment->unmapped) {
     auto free_size = [&](const Block* b) { return b != nullptr && b->is_free() && b->stream == stream ? b->size : 0; };
     const uint64_t before = free_size(hole->prev);
     if (before >= rounded) continue;  // declined by the oversize rules; mapping more would not help
+    uint64_t bytes = 0;
+    bool spans = false;
     if (before + hole->size >= rounded) {
-      map_bytes = std::min(RoundUp(rounded - before, page), hole->size);
+      bytes = std::min(RoundUp(rounded - before, page), hole->size);
     } else if (before + hole->size + free_size(hole->next) >= rounded) {
-      map_bytes = hole->size;
+      bytes = hole->size;
+      spans = true;
     } else {
       continue;
     }
-    chosen = hole;
-    break;
+    const uint64_t shortfall = options_.move_free_pages ? MoveShortfall(hole, spans, bytes / granularity_) : 0;
+    if (shortfall < chosen_shortfall) {
+      chosen = hole;
+      map_bytes = bytes;
+      needs_next = spans;
+      chosen_shortfall = shortfall;
+    }
+    if (shortfall == 0) break;
   }
   if (chosen == nullptr) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "no unmapped range of the %s expandable segment can hold %s", FormatBytes(segment->size), FormatBytes(rounded)));
   }
   HEADROOM_RETURN_IF_ERROR(MapPages(segment, (chosen->address - segment->address) / granularity_,
-                                    map_bytes / granularity_, chosen));
+                                    map_bytes / granularity_, chosen, needs_next));
   segment->unmapped.erase(chosen);
   Block* mapped = chosen;
   if (map_bytes < chosen->size) {

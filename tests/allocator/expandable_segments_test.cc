@@ -340,6 +340,59 @@ TEST(ExpandableSegments, AtTheMemoryLimitPagesMoveWhateverTheThreshold) {
   for (DeviceAddress p : small) ASSERT_TRUE(a->Free(p).ok());
 }
 
+// [a0 4 | free 4 | hole 8 | free 8 | a4 2] MiB in one segment of 2 MiB pages that moves free pages: 18 MiB
+// reserved, with `limit_mib` allowed from now on. The layout a moved page leaves behind on a real run.
+struct Layout {
+  SimulatedAllocator a;
+  DeviceAddress base;  // a0, the segment's start
+};
+Layout HoleBetweenFreeBlocks(int limit_mib) {
+  auto a = MakeAllocator({.capacity_bytes = 32 * kMiB}, {.expandable_segments = true,
+                                                          .expandable_large_page_bytes = 2 * kMiB,
+                                                          .move_free_pages = true});
+  const DeviceAddress base = *a->Allocate(4 * kMiB);
+  const DeviceAddress a1 = *a->Allocate(4 * kMiB);
+  const DeviceAddress a2 = *a->Allocate(8 * kMiB);
+  const DeviceAddress a3 = *a->Allocate(8 * kMiB);
+  (void)*a->Allocate(2 * kMiB);
+  EXPECT_TRUE(a->Free(a2).ok());
+  EXPECT_TRUE(a->EmptyCache().ok());  // the hole
+  EXPECT_TRUE(a->Free(a1).ok());
+  EXPECT_TRUE(a->Free(a3).ok());
+  EXPECT_TRUE(a->SetMemoryFraction(limit_mib / 32.0).ok());
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(18 * kMiB));
+  return {std::move(a), base};
+}
+
+// Note [Moving free pages]: 12 MiB joins the free block below the hole, so the free block above it can give its
+// pages, all but the lowest, which borders the hole. Before, both neighbours were kept: the growth created
+// pages past the limit and needed an out-of-memory flush.
+TEST(ExpandableSegments, TheFreeBlockAboveAHoleGivesItsPages) {
+  auto [a, base] = HoleBetweenFreeBlocks(20);
+  const uint64_t created = a.device->CallCount(BackendCall::kCreatePhysical);
+  const DeviceAddress r = *a->Allocate(12 * kMiB);
+  EXPECT_EQ(r, base + 4 * kMiB);
+  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), created + 1);  // three pages moved, one created
+  const MemoryStats s = a->GetStats();
+  EXPECT_EQ(Reserved(s), static_cast<int64_t>(20 * kMiB));
+  EXPECT_EQ(s.num_alloc_retries, 0);
+  HEADROOM_EXPECT_VALID(a);
+}
+
+// 18 MiB would span the hole and both free blocks, which then cannot give pages: the growth goes past the end
+// instead, where their pages cover it.
+TEST(ExpandableSegments, GrowthGoesWhereFreePagesCoverIt) {
+  auto [a, base] = HoleBetweenFreeBlocks(24);
+  const uint64_t created = a.device->CallCount(BackendCall::kCreatePhysical);
+  const DeviceAddress r = *a->Allocate(18 * kMiB);
+  EXPECT_EQ(r, base + 26 * kMiB);
+  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), created + 3);  // six pages moved, three created
+  const MemoryStats s = a->GetStats();
+  EXPECT_EQ(Reserved(s), static_cast<int64_t>(24 * kMiB));
+  EXPECT_EQ(s.num_alloc_retries, 0);
+  HEADROOM_EXPECT_VALID(a);
+}
+
 // Note [One pool]: small requests take the large pool's free memory; no small-pool segment is made.
 TEST(ExpandableSegments, OnePoolServesSmallRequestsFromLargeFreeBlocks) {
   auto a = MakeAllocator({}, {.expandable_segments = true,
