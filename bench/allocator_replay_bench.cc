@@ -15,7 +15,8 @@
 // 2 MiB), and the device calls the allocator made (cudaMalloc or page
 // creations, and their frees; pages mapped and unmapped), over the run, in
 // the first two steps (warmup_maps) and per step after them, from the steps'
-// boundaries the recorder wrote (NAME.steps.json).
+// boundaries the recorder wrote (NAME.steps.json); and the same over a
+// longer loop of 42 steps (loop42_*: steps 3-6 played ten times over).
 // HEADROOM_BENCH_CONFS='conf;conf;...' replaces the three policies (presets
 // or HEADROOM_ALLOC_CONF strings), to compare variants of a policy.
 #include <cstdlib>
@@ -104,6 +105,17 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
     state.counters["steady_maps_per_step"] = per_step(a.num_pages_mapped, w.num_pages_mapped);
     state.counters["steady_unmaps_per_step"] = per_step(a.num_pages_unmapped, w.num_pages_unmapped);
     state.counters["steady_device_allocs_per_step"] = per_step(a.num_device_alloc, w.num_device_alloc);
+  }
+  // A longer loop: steps 3 to 6 played ten times over (RepeatSteps), 42 steps. Reserved over live, and pages
+  // mapped per step after the first two.
+  if (const absl::StatusOr<RecordedRun> longer = RepeatSteps(*run, kWarmUpSteps, 10); longer.ok()) {
+    options.step_end_times = longer->step_end_times;
+    const ReplayResult long_result = *ReplayTrace(longer->trace, options);
+    const std::vector<MemoryStats>& steps = long_result.step_stats;
+    state.counters["loop42_reserved_over_live"] = long_result.reserved_to_live;
+    state.counters["loop42_steady_maps_per_step"] =
+        static_cast<double>(steps.back().num_pages_mapped - steps[kWarmUpSteps - 1].num_pages_mapped) /
+        static_cast<double>(steps.size() - kWarmUpSteps);
   }
   state.counters["anomalies"] = static_cast<double>(result.anomalies);
 }

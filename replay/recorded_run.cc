@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "absl/strings/str_format.h"
 #include "common/json_fields.h"
 #include "common/status_macros.h"
@@ -70,6 +72,60 @@ absl::StatusOr<std::vector<std::string>> RecordedRunTraces(const std::string& di
   if (error) return absl::NotFoundError(absl::StrFormat("%s: %s", directory, error.message()));
   std::sort(traces.begin(), traces.end());
   return traces;
+}
+
+absl::StatusOr<RecordedRun> RepeatSteps(const RecordedRun& run, size_t first_step, int times) {
+  const std::vector<uint64_t>& ends = run.step_end_times;
+  if (first_step == 0 || first_step >= ends.size() || times < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: cannot repeat steps %d to %d of %d steps %d times", run.trace.source, first_step + 1, ends.size(),
+        ends.size(), times));
+  }
+  const uint64_t from = ends[first_step - 1];  // the repeated steps' events come after this time
+  const uint64_t period = ends.back() - from;
+  RecordedRun out;
+  out.trace.source = run.trace.source;
+  out.trace.format = run.trace.format;
+  out.step_end_times.assign(ends.begin(), ends.begin() + static_cast<std::ptrdiff_t>(first_step));
+  for (int r = 0; r < times; ++r) {
+    for (size_t k = first_step; k < ends.size(); ++k) out.step_end_times.push_back(ends[k] + r * period);
+  }
+  // Every allocation gets a name of its own, so that a repeat's blocks are new ones. A free refers to the
+  // pointer's latest allocation; in a repeat, one whose block was allocated before the repeated steps (and freed
+  // in the first pass) is dropped.
+  absl::flat_hash_map<uint64_t, uint64_t> live_name;
+  uint64_t next_name = uint64_t{1} << 63;
+  auto emit = [&](TraceEvent event, uint64_t shift, bool repeat) {
+    event.time_ns += shift;
+    if (event.pointer != 0) {  // null stays null (Note [Zero-byte allocations])
+      if (event.op == TraceOp::kAllocate) {
+        live_name[event.pointer] = next_name;
+        event.pointer = next_name++;
+      } else if (event.op == TraceOp::kFree) {
+        auto it = live_name.find(event.pointer);
+        if (it != live_name.end()) {
+          event.pointer = it->second;
+          live_name.erase(it);
+        } else if (repeat) {
+          return;
+        }
+      }
+    }
+    out.trace.events.push_back(event);
+  };
+  auto in_steps = [&](const TraceEvent& e) { return e.time_ns > from && e.time_ns <= ends.back(); };
+  for (const TraceEvent& e : run.trace.events) {
+    if (e.time_ns <= from) emit(e, 0, false);
+  }
+  for (int r = 0; r < times; ++r) {
+    for (const TraceEvent& e : run.trace.events) {
+      if (in_steps(e)) emit(e, r * period, r > 0);
+    }
+  }
+  for (const TraceEvent& e : run.trace.events) {
+    if (e.time_ns > ends.back()) emit(e, (times - 1) * period, false);
+  }
+  return out;
 }
 
 }  // namespace headroom

@@ -14,6 +14,7 @@
 #ifndef HEADROOM_REPLAY_RECORDED_RUN_H_
 #define HEADROOM_REPLAY_RECORDED_RUN_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -41,6 +42,13 @@ absl::StatusOr<RecordedRun> LoadRecordedRun(const std::string& trace_path);
 // The recorded runs' traces in `directory` (the files whose names end in
 // .rmm.csv or .snapshot.json), sorted; NotFound when it cannot be listed.
 absl::StatusOr<std::vector<std::string>> RecordedRunTraces(const std::string& directory);
+
+// The run with its steps from `first_step` (0-based) to the last played
+// `times` times over, then the rest: a longer training loop than was
+// recorded, with a step end for every step played. A repeat's allocations
+// are new blocks; its frees of blocks allocated before the repeated steps
+// are dropped (their first pass freed them).
+absl::StatusOr<RecordedRun> RepeatSteps(const RecordedRun& run, size_t first_step, int times);
 
 }  // namespace headroom
 

@@ -45,9 +45,12 @@ PolicyRun Replay(const AllocationTrace& trace, const std::vector<uint64_t>& step
 // [9]'s goals that a run does not meet yet (bench/RESULTS.md has the figures). Each must still miss one, so the
 // list cannot go stale; what every run must meet is checked for these too.
 const std::set<std::string> kKnownMisses = {
-    "lstm-fp32-adamw.cuda.6steps",     // 1.13x live, and pages move in every step
-    "mixtral-fp32-adamw.cuda.6steps",  // reserves what expandable segments do, not less
+    "lstm-fp32-adamw.cuda.6steps",  // pages move in every step; the smallest device is 1.022x live
+    "resnet50-fp32-sgd.6steps",     // the smallest device is 1.026x live
 };
+
+// "bench/traces/gpt2-fp32-adamw.6steps.rmm.csv" -> "gpt2-fp32-adamw.6steps".
+std::string RunName(const std::string& path) { return std::filesystem::path(path).stem().stem().string(); }
 
 TEST(RecordedRuns, HeadroomNeedsLessThanPyTorchAndSettles) {
   const absl::StatusOr<std::vector<std::string>> traces = RecordedRunTraces(HEADROOM_RECORDED_TRACES_DIR);
@@ -73,18 +76,18 @@ TEST(RecordedRuns, HeadroomNeedsLessThanPyTorchAndSettles) {
     EXPECT_LE(headroom.result.peak_reserved_bytes, expandable.result.peak_reserved_bytes);
     EXPECT_LT(headroom.smallest, pytorch.smallest);
     EXPECT_LE(headroom.smallest, expandable.smallest);
-    // The goals: within 1.05x the live peak, less than expandable segments, and a steady loop (the pages mapped
-    // by the end of the second step are all the run maps, and none is unmapped).
+    // Issue [9]'s goals: within 1.05x the live peak at 80 GiB, the smallest device within 1.02x of it and
+    // smaller than expandable segments need, and a steady loop (the pages mapped by the end of the second step
+    // are all the run maps, and none is unmapped).
+    const auto live = static_cast<double>(headroom.result.peak_live_bytes);
     const std::vector<std::pair<std::string, bool>> goals = {
         {"reserved within 1.05x live", headroom.result.reserved_to_live <= 1.05},
-        {"less reserved than expandable", headroom.result.peak_reserved_bytes < expandable.result.peak_reserved_bytes},
+        {"smallest device within 1.02x live", static_cast<double>(headroom.smallest) <= 1.02 * live},
         {"a smaller device than expandable", headroom.smallest < expandable.smallest},
-        {"smallest device within 1.05x live",
-         static_cast<double>(headroom.smallest) <= 1.05 * static_cast<double>(headroom.result.peak_live_bytes)},
         {"no page mapped after step 2", by_step.back().num_pages_mapped == by_step[1].num_pages_mapped},
         {"no page unmapped after step 2", by_step.back().num_pages_unmapped == by_step[1].num_pages_unmapped},
     };
-    const std::string name = std::filesystem::path(path).stem().stem().string();
+    const std::string name = RunName(path);
     if (unmatched.erase(name) > 0) {
       EXPECT_TRUE(std::any_of(goals.begin(), goals.end(), [](const auto& goal) { return !goal.second; }))
           << name << " meets every goal now: take it off kKnownMisses";
@@ -94,6 +97,70 @@ TEST(RecordedRuns, HeadroomNeedsLessThanPyTorchAndSettles) {
   }
   EXPECT_TRUE(unmatched.empty()) << "known misses with no trace: " << *unmatched.begin();
   EXPECT_GE(traces->size(), 8u);  // four runs on the CPU and four on a GPU; a missing directory must not pass
+}
+
+// A training loop runs far longer than six steps. With steps 3 to 6 played ten times over (42 steps), every run
+// stays within 1.05x its live peak, and those that settle map and unmap nothing after the second step.
+TEST(RecordedRuns, HeadroomKeepsItsBoundOverALongerLoop) {
+  const absl::StatusOr<std::vector<std::string>> traces = RecordedRunTraces(HEADROOM_RECORDED_TRACES_DIR);
+  ASSERT_TRUE(traces.ok()) << traces.status();
+  for (const std::string& path : *traces) {
+    SCOPED_TRACE(path);
+    const absl::StatusOr<RecordedRun> run = LoadRecordedRun(path);
+    ASSERT_TRUE(run.ok()) << run.status();
+    const absl::StatusOr<RecordedRun> longer = RepeatSteps(*run, 2, 10);
+    ASSERT_TRUE(longer.ok()) << longer.status();
+    ASSERT_EQ(longer->step_end_times.size(), 42u);
+    const absl::StatusOr<ReplayResult> result =
+        ReplayTrace(longer->trace, {.capacity_bytes = 80 * kGiB,
+                                    .allocator = *ParseAllocConf(ResolveAllocConfPreset("headroom")),
+                                    .step_end_times = longer->step_end_times});
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->anomalies, 0u);
+    EXPECT_EQ(result->ooms, 0);
+    EXPECT_LE(result->reserved_to_live, 1.05);
+    const std::vector<MemoryStats>& by_step = result->step_stats;
+    ASSERT_EQ(by_step.size(), 42u);
+    if (!kKnownMisses.contains(RunName(path))) {
+      EXPECT_EQ(by_step.back().num_pages_mapped, by_step[1].num_pages_mapped);
+      EXPECT_EQ(by_step.back().num_pages_unmapped, by_step[1].num_pages_unmapped);
+    }
+  }
+}
+
+// RepeatSteps on a run small enough to check by hand: a weight and a scratch block allocated while the model is
+// built, then two steps. Each allocates an activation and frees it; the first also frees the scratch block, the
+// second the first step's gradient.
+TEST(RepeatSteps, PlaysTheStepsOverWithNewBlocks) {
+  RecordedRun run;
+  run.trace.source = "tiny";
+  using enum TraceOp;
+  run.trace.events = {{kAllocate, 1, 100, 0, 1}, {kAllocate, 5, 1, 0, 1}, {kAllocate, 2, 10, 0, 2},
+                      {kAllocate, 3, 20, 0, 3},  {kFree, 2, 10, 0, 4},    {kFree, 5, 1, 0, 4},
+                      {kAllocate, 4, 10, 0, 5},  {kFree, 3, 20, 0, 6},    {kFree, 4, 10, 0, 7},
+                      {kFree, 1, 100, 0, 8}};
+  run.step_end_times = {1, 4, 7};  // the model built; step 1: times 2-4; step 2: times 5-7
+  const absl::StatusOr<RecordedRun> longer = RepeatSteps(run, 1, 3);
+  ASSERT_TRUE(longer.ok()) << longer.status();
+  EXPECT_EQ(longer->step_end_times, (std::vector<uint64_t>{1, 4, 7, 10, 13, 16, 19}));
+  // Each repeat frees its own blocks; the scratch block is freed once. Nothing is freed twice or left live.
+  std::set<uint64_t> live;
+  uint64_t frees = 0;
+  for (const TraceEvent& e : longer->trace.events) {
+    if (e.op == kAllocate) {
+      EXPECT_TRUE(live.insert(e.pointer).second) << e.time_ns;
+    } else {
+      EXPECT_EQ(live.erase(e.pointer), 1u) << e.time_ns;
+      ++frees;
+    }
+  }
+  EXPECT_TRUE(live.empty());
+  EXPECT_EQ(frees, 4u + 2 * 3 + 1);
+  EXPECT_EQ(longer->trace.events.size(), 2u + 7 + 2 * 6 + 1);
+  EXPECT_EQ(longer->trace.events.back().time_ns, 8u + 2 * 6);
+  for (const auto& [first, times] : std::vector<std::pair<size_t, int>>{{0, 1}, {3, 1}, {1, 0}}) {
+    EXPECT_EQ(RepeatSteps(run, first, times).status().code(), absl::StatusCode::kInvalidArgument);
+  }
 }
 
 }  // namespace
