@@ -5,7 +5,6 @@
 #include <system_error>
 
 #include "absl/container/flat_hash_map.h"
-
 #include "absl/strings/str_format.h"
 #include "common/json_fields.h"
 #include "common/status_macros.h"
