@@ -364,33 +364,35 @@ Layout HoleBetweenFreeBlocks(int limit_mib) {
   return {std::move(a), base};
 }
 
-// Note [Moving free pages]: 12 MiB joins the free block below the hole, so the free block above it can give its
-// pages, all but the lowest, which borders the hole. Before, both neighbours were kept: the growth created
-// pages past the limit and needed an out-of-memory flush.
-TEST(ExpandableSegments, TheFreeBlockAboveAHoleGivesItsPages) {
-  auto [a, base] = HoleBetweenFreeBlocks(20);
-  const uint64_t created = a.device->CallCount(BackendCall::kCreatePhysical);
-  const DeviceAddress r = *a->Allocate(12 * kMiB);
-  EXPECT_EQ(r, base + 4 * kMiB);
-  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), created + 1);  // three pages moved, one created
-  const MemoryStats s = a->GetStats();
-  EXPECT_EQ(Reserved(s), static_cast<int64_t>(20 * kMiB));
-  EXPECT_EQ(s.num_alloc_retries, 0);
-  HEADROOM_EXPECT_VALID(a);
-}
-
-// 18 MiB would span the hole and both free blocks, which then cannot give pages: the growth goes past the end
-// instead, where their pages cover it.
-TEST(ExpandableSegments, GrowthGoesWhereFreePagesCoverIt) {
-  auto [a, base] = HoleBetweenFreeBlocks(24);
-  const uint64_t created = a.device->CallCount(BackendCall::kCreatePhysical);
-  const DeviceAddress r = *a->Allocate(18 * kMiB);
-  EXPECT_EQ(r, base + 26 * kMiB);
-  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), created + 3);  // six pages moved, three created
-  const MemoryStats s = a->GetStats();
-  EXPECT_EQ(Reserved(s), static_cast<int64_t>(24 * kMiB));
-  EXPECT_EQ(s.num_alloc_retries, 0);
-  HEADROOM_EXPECT_VALID(a);
+// Note [Moving free pages]: the free blocks around the hole give pages when the request does not join them.
+// Before, both neighbours were kept whatever the request, so each case created pages past the limit and needed
+// an out-of-memory flush.
+TEST(ExpandableSegments, FreeBlocksTheRequestDoesNotJoinGiveTheirPages) {
+  struct Case {
+    const char* what;
+    int limit_mib;
+    uint64_t request, offset;  // where the request lands, from the segment's start
+    uint64_t created;
+    int64_t reserved;
+  };
+  for (const Case c : {
+           // 12 MiB joins the free block below the hole; the one above gives its pages but its lowest, which
+           // borders the hole: three moved, one created.
+           Case{"the free block above gives its pages", 20, 12 * kMiB, 4 * kMiB, 1, 20 * kMiB},
+           // 18 MiB would span the hole and both free blocks, which then could give nothing: the growth goes
+           // past the end instead, where their pages cover it: six moved, three created.
+           Case{"growth goes where free pages cover it", 24, 18 * kMiB, 26 * kMiB, 3, 24 * kMiB},
+       }) {
+    SCOPED_TRACE(c.what);
+    auto [a, base] = HoleBetweenFreeBlocks(c.limit_mib);
+    const uint64_t created = a.device->CallCount(BackendCall::kCreatePhysical);
+    EXPECT_EQ(*a->Allocate(c.request), base + c.offset);
+    EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), created + c.created);
+    const MemoryStats s = a->GetStats();
+    EXPECT_EQ(Reserved(s), c.reserved);
+    EXPECT_EQ(s.num_alloc_retries, 0);
+    HEADROOM_EXPECT_VALID(a);
+  }
 }
 
 // Note [One pool]: small requests take the large pool's free memory; no small-pool segment is made.
