@@ -66,6 +66,16 @@ void BM_Baseline_TraceWalk(benchmark::State& state) {
 }
 BENCHMARK(BM_Baseline_TraceWalk)->Unit(benchmark::kMillisecond);
 
+// Steady steps: the steps after the first two (the model built, the optimizer state created, and a step whose
+// layout still settles).
+constexpr size_t kWarmUpSteps = 2;
+
+// A counter's increase per steady step, from the statistics at each step's end (more than kWarmUpSteps).
+double PerSteadyStep(const std::vector<MemoryStats>& steps, int64_t MemoryStats::*counter) {
+  return static_cast<double>(steps.back().*counter - steps[kWarmUpSteps - 1].*counter) /
+         static_cast<double>(steps.size() - kWarmUpSteps);
+}
+
 void BM_RealTrace(benchmark::State& state, const std::string& path, const std::string& conf) {
   const absl::StatusOr<RecordedRun> run = LoadRecordedRun(path);
   if (!run.ok()) {
@@ -92,30 +102,20 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
   state.counters["device_frees"] = static_cast<double>(result.final_stats.num_device_free);
   state.counters["pages_mapped"] = static_cast<double>(result.final_stats.num_pages_mapped);
   state.counters["pages_unmapped"] = static_cast<double>(result.final_stats.num_pages_unmapped);
-  // Per steady step: the steps after the first two (the model built, the optimizer state created, and a step
-  // whose layout still settles).
-  constexpr size_t kWarmUpSteps = 2;
   if (const std::vector<MemoryStats>& steps = result.step_stats; steps.size() > kWarmUpSteps) {
-    const MemoryStats& w = steps[kWarmUpSteps - 1];
-    const MemoryStats& a = steps.back();
-    const auto per_step = [&](int64_t all, int64_t warm) {
-      return static_cast<double>(all - warm) / static_cast<double>(steps.size() - kWarmUpSteps);
-    };
-    state.counters["warmup_maps"] = static_cast<double>(w.num_pages_mapped);
-    state.counters["steady_maps_per_step"] = per_step(a.num_pages_mapped, w.num_pages_mapped);
-    state.counters["steady_unmaps_per_step"] = per_step(a.num_pages_unmapped, w.num_pages_unmapped);
-    state.counters["steady_device_allocs_per_step"] = per_step(a.num_device_alloc, w.num_device_alloc);
+    state.counters["warmup_maps"] = static_cast<double>(steps[kWarmUpSteps - 1].num_pages_mapped);
+    state.counters["steady_maps_per_step"] = PerSteadyStep(steps, &MemoryStats::num_pages_mapped);
+    state.counters["steady_unmaps_per_step"] = PerSteadyStep(steps, &MemoryStats::num_pages_unmapped);
+    state.counters["steady_device_allocs_per_step"] = PerSteadyStep(steps, &MemoryStats::num_device_alloc);
   }
   // A longer loop: steps 3 to 6 played ten times over (RepeatSteps), 42 steps. Reserved over live, and pages
   // mapped per step after the first two.
   if (const absl::StatusOr<RecordedRun> longer = RepeatSteps(*run, kWarmUpSteps, 10); longer.ok()) {
     options.step_end_times = longer->step_end_times;
     const ReplayResult long_result = *ReplayTrace(longer->trace, options);
-    const std::vector<MemoryStats>& steps = long_result.step_stats;
     state.counters["loop42_reserved_over_live"] = long_result.reserved_to_live;
     state.counters["loop42_steady_maps_per_step"] =
-        static_cast<double>(steps.back().num_pages_mapped - steps[kWarmUpSteps - 1].num_pages_mapped) /
-        static_cast<double>(steps.size() - kWarmUpSteps);
+        PerSteadyStep(long_result.step_stats, &MemoryStats::num_pages_mapped);
   }
   state.counters["anomalies"] = static_cast<double>(result.anomalies);
 }
