@@ -24,6 +24,8 @@
 //   move_threshold:R                Headroom: 1 <= R <= 100, growth's room
 //   move_threshold_max:R            Headroom: what moves may widen it to
 //   unified_pool:True|False         Headroom: Note [One pool]
+//   reuse_layout_mb:N               Headroom: N > 2; Note [Reusing a step's
+//                                   layout]
 // An unknown key, a repeated key or a bad value is an InvalidArgument error
 // naming the key and the value. The parser is a pure function: only the C ABI
 // and the CLI read the environment.

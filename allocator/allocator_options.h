@@ -19,6 +19,11 @@ namespace headroom {
 
 inline constexpr uint64_t kUnlimitedSplitSize = std::numeric_limits<uint64_t>::max();
 
+// AllocatorOptions::reuse_layout_min_bytes must exceed this: smaller free
+// blocks are kept in size bins, where the search for a remembered range does
+// not look (Note [Size bins] in block_pool.h).
+inline constexpr uint64_t kReuseLayoutAbove = uint64_t{2} << 20;
+
 struct AllocatorOptions {
   RoundingOptions rounding;
   // Cached blocks at least this large are never split, and serve only
@@ -63,6 +68,12 @@ struct AllocatorOptions {
   // memory serves any size without moving pages between pools (Note [One
   // pool] in caching_allocator.h). Off in PyTorch's policy.
   bool unified_pool = false;
+  // Requests of at least this many bytes (0: none; else above
+  // kReuseLayoutAbove) go where the request of the same name went last time,
+  // where that range is free, before best fit, so that the blocks of a
+  // training loop's steps keep one layout (Note [Reusing a step's layout] in
+  // caching_allocator.h). Off in PyTorch's policy.
+  uint64_t reuse_layout_min_bytes = 0;
   // Entries kept in the history ring buffer (0: not recorded).
   size_t history_entries = 0;
 };

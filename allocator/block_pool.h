@@ -116,6 +116,18 @@ class BlockPool {
     auto it = blocks->large.lower_bound(size, SizeAddressLess());
     return it == blocks->large.end() ? nullptr : &*it;
   }
+  // The block on `stream` that holds [address, address + size), for a size
+  // above kBinnedMax; else nullptr. Not removed. A linear scan of the
+  // stream's blocks of at least `size` bytes: a caller asks for the large
+  // sizes, of which few blocks are free at once.
+  Block* Holding(StreamHandle stream, DeviceAddress address, uint64_t size) {
+    StreamBlocks* blocks = FindBlocks(stream.value);
+    if (blocks == nullptr || size <= kBinnedMax) return nullptr;
+    for (auto it = blocks->large.lower_bound(size, SizeAddressLess()); it != blocks->large.end(); ++it) {
+      if (it->address <= address && address + size <= it->address + it->size) return &*it;
+    }
+    return nullptr;
+  }
   // BestFit, removed from the pool if `accept(block)`; else nullptr.
   template <typename Accept>
   Block* TakeBestFit(StreamHandle stream, uint64_t size, Accept&& accept) {

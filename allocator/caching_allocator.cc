@@ -66,6 +66,12 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
         absl::StrFormat("caching allocator: move_threshold %g is below 1 (reserved bytes never go below allocated "
                         "ones)", options.move_threshold));
   }
+  static_assert(kReuseLayoutAbove >= BlockPool::kBinnedMax, "a remembered range is searched among unbinned blocks");
+  if (options.reuse_layout_min_bytes != 0 && options.reuse_layout_min_bytes <= kReuseLayoutAbove) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "caching allocator: reuse_layout_min_bytes %s must be 0 or above %s",
+        FormatBytes(options.reuse_layout_min_bytes), FormatBytes(kReuseLayoutAbove)));
+  }
   if (options.expandable_segments && !props.supports_virtual_memory) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "caching allocator: expandable_segments needs the virtual memory API, which device '%s' lacks", props.name));
@@ -343,7 +349,8 @@ absl::StatusOr<DeviceAddress> CachingAllocator::Allocate(uint64_t size, StreamHa
   }
   const uint64_t rounded = RoundSize(size, options_.rounding);
   SetHint(stream);
-  if (StreamShard* shard = FindShard(stream)) {  // Note [Stream shards]: the fast path
+  // Note [Stream shards]: the fast path. Note [Reusing a step's layout]: not for the sizes it names.
+  if (StreamShard* shard = ReusesLayout(rounded) ? nullptr : FindShard(stream)) {
     DeviceAddress address = 0;
     {
       internal::SpinLockHolder lock(&shard->mu);
@@ -397,14 +404,39 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlock(uint64_
                                                                          StreamHandle stream) {
   if (!pending_frees_.empty()) HEADROOM_RETURN_IF_ERROR(ProcessPendingFrees());
   const PoolKind kind = PoolFor(rounded);
-  Block* block = PoolOf(kind, stream).BestFit(stream, rounded);
-  if (block != nullptr && OversizeRulesAccept(block, rounded)) {
-    PoolErase(block);
-  } else {
-    HEADROOM_ASSIGN_OR_RETURN(block, AllocateBlockSlow(kind, size, rounded, stream));
+  // Note [Reusing a step's layout]
+  std::optional<internal::LayoutMemory::Name> name;
+  Block* block = nullptr;
+  if (ReusesLayout(rounded)) {
+    name = layout_memory_.NameOf(stream, rounded);
+    if (std::optional<DeviceAddress> at = layout_memory_.Remembered(*name)) {
+      block = TakeCachedRange(kind, stream, *at, rounded);
+    }
+  }
+  if (block == nullptr) {
+    block = PoolOf(kind, stream).BestFit(stream, rounded);
+    if (block != nullptr && OversizeRulesAccept(block, rounded)) {
+      PoolErase(block);
+    } else {
+      HEADROOM_ASSIGN_OR_RETURN(block, AllocateBlockSlow(kind, size, rounded, stream));
+    }
   }
   HandOut(block, size, rounded);
+  if (name.has_value()) layout_memory_.Place(*name, block->address);
   return block;
+}
+
+CachingAllocator::Block* CachingAllocator::TakeCachedRange(PoolKind kind, StreamHandle stream, DeviceAddress address,
+                                                           uint64_t size) {
+  Block* block = PoolOf(kind, stream).Holding(stream, address, size);
+  if (block == nullptr || !OversizeRulesAccept(block, size)) return nullptr;
+  PoolErase(block);
+  if (block->address == address) return block;
+  Split(block, address - block->address);  // `block` keeps what lies below; the rest, from `address`, is cached
+  PoolInsert(block);
+  Block* taken = block->next;
+  PoolErase(taken);
+  return taken;
 }
 
 void CachingAllocator::HandOut(Block* block, uint64_t size, uint64_t rounded) {
@@ -656,7 +688,8 @@ absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_
       Block* block = shard->pointers.Find(address);
       if (block != nullptr && block->stream_uses.empty() && !block->segment->mixed_streams &&
           (!expected_size.has_value() || *expected_size == block->requested_size) &&
-          (!freeing_stream.has_value() || *freeing_stream == block->stream) && FreeWithinBudget(*shard, block)) {
+          (!freeing_stream.has_value() || *freeing_stream == block->stream) && !ReusesLayout(block->size) &&
+          FreeWithinBudget(*shard, block)) {
         shard->pointers.Remove(address);
         freed = FreeAllocatedBlock(block).ok();  // no stream to wait for: it cannot fail
       }
@@ -676,6 +709,9 @@ absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_
         block->requested_size));
   }
   ShardOf(block->stream).pointers.Remove(address);
+  if (const uint64_t rounded = RoundSize(block->requested_size, options_.rounding); ReusesLayout(rounded)) {
+    layout_memory_.End(block->stream, rounded);
+  }
   SetHint(block->stream);  // a thread that frees what another allocated looks there first next time
   if (freeing_stream.has_value()) AddStreamUse(block, *freeing_stream);
   return FreeAllocatedBlock(block);
