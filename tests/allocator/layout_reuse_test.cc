@@ -1,5 +1,6 @@
 // Note [Reusing a step's layout]: internal::LayoutMemory, and the allocator
 // placing large requests where the same request went in the step before.
+#include <optional>
 #include <random>
 #include <vector>
 
