@@ -883,7 +883,8 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
                        {"move_free_pages", options_.move_free_pages},
                        {"move_threshold", options_.move_threshold},
                        {"move_threshold_max", options_.move_threshold_max},
-                       {"unified_pool", options_.unified_pool}};
+                       {"unified_pool", options_.unified_pool},
+                       {"reuse_layout_min_bytes", options_.reuse_layout_min_bytes}};
   return snapshot;
 }
 
