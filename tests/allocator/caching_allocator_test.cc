@@ -20,6 +20,9 @@ TEST(CachingAllocator, RejectsBadOptions) {
   EXPECT_FALSE(CachingAllocator::Create(device.get(), {.max_split_size = 4 * kMiB}).ok());
   EXPECT_FALSE(CachingAllocator::Create(device.get(), {.garbage_collection_threshold = 1.5}).ok());
   EXPECT_FALSE(CachingAllocator::Create(device.get(), {.rounding = {.power2_divisions = 3}}).ok());
+  auto small_names = CachingAllocator::Create(device.get(), {.reuse_layout_min_bytes = 2 * kMiB});
+  EXPECT_EQ(small_names.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(small_names.status().message(), HasSubstr("reuse_layout_min_bytes 2.00 MiB"));
   auto no_vmm = *SimulatedBackend::Create({.supports_virtual_memory = false});
   auto r = CachingAllocator::Create(no_vmm.get(), {.expandable_segments = true});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
