@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 
 #include "absl/container/flat_hash_map.h"
@@ -82,6 +83,13 @@ absl::StatusOr<RecordedRun> RepeatSteps(const RecordedRun& run, size_t first_ste
   }
   const uint64_t from = ends[first_step - 1];  // the repeated steps' events come after this time
   const uint64_t period = ends.back() - from;
+  uint64_t last = ends.back();
+  for (const TraceEvent& e : run.trace.events) last = std::max(last, e.time_ns);
+  if (period != 0 && static_cast<uint64_t>(times - 1) > (std::numeric_limits<uint64_t>::max() - last) / period) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: repeating steps %d to %d %d times takes the times past 2^64 ns", run.trace.source, first_step + 1,
+        ends.size(), times));
+  }
   RecordedRun out;
   out.trace.source = run.trace.source;
   out.trace.format = run.trace.format;

@@ -7,9 +7,11 @@
 // need; and after the first two steps no page mapped or unmapped.
 // bench/RESULTS.md has the figures.
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -162,6 +164,14 @@ TEST(RepeatSteps, PlaysTheStepsOverWithNewBlocks) {
   for (const auto& [first, times] : std::vector<std::pair<size_t, int>>{{0, 1}, {3, 1}, {1, 0}}) {
     EXPECT_EQ(RepeatSteps(run, first, times).status().code(), absl::StatusCode::kInvalidArgument);
   }
+  // Times that would wrap past 2^64 ns.
+  RecordedRun long_steps = run;
+  long_steps.step_end_times = {1, 4, std::numeric_limits<uint64_t>::max() / 2};
+  const absl::StatusOr<RecordedRun> wrapped = RepeatSteps(long_steps, 1, 3);
+  EXPECT_EQ(wrapped.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrapped.status().message().find("tiny: repeating steps 2 to 3 3 times"), std::string_view::npos)
+      << wrapped.status();
+  EXPECT_TRUE(RepeatSteps(long_steps, 1, 2).ok());
 }
 
 }  // namespace
