@@ -82,18 +82,32 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
     state.SkipWithError(std::string(run.status().message()).c_str());
     return;
   }
+  // A conf from HEADROOM_BENCH_CONFS may be mistyped: its error, not a crash.
+  const absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(ResolveAllocConfPreset(conf));
+  if (!allocator.ok()) {
+    state.SkipWithError(std::string(allocator.status().message()).c_str());
+    return;
+  }
   const AllocationTrace& trace = run->trace;
   // The recorder's step boundaries, for the page moves of a steady step.
-  ReplayOptions options{.capacity_bytes = 80 * kGiB,
-                        .allocator = *ParseAllocConf(ResolveAllocConfPreset(conf)),
-                        .step_end_times = run->step_end_times};
+  ReplayOptions options{.capacity_bytes = 80 * kGiB, .allocator = *allocator, .step_end_times = run->step_end_times};
   ReplayResult result;
   for (auto _ : state) {
-    result = *ReplayTrace(trace, options);
+    absl::StatusOr<ReplayResult> replayed = ReplayTrace(trace, options);
+    if (!replayed.ok()) {
+      state.SkipWithError(std::string(replayed.status().message()).c_str());
+      return;
+    }
+    result = *std::move(replayed);
     benchmark::DoNotOptimize(result);
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * trace.events.size()));
-  const uint64_t smallest = *SmallestDevice(trace, options);
+  const absl::StatusOr<uint64_t> smallest_or = SmallestDevice(trace, options);
+  if (!smallest_or.ok()) {
+    state.SkipWithError(std::string(smallest_or.status().message()).c_str());
+    return;
+  }
+  const uint64_t smallest = *smallest_or;
   state.counters["live_MiB"] = static_cast<double>(result.peak_live_bytes) / static_cast<double>(kMiB);
   state.counters["reserved_over_live"] = result.reserved_to_live;
   state.counters["smallest_over_live"] =
@@ -112,10 +126,13 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
   // mapped per step after the first two.
   if (const absl::StatusOr<RecordedRun> longer = RepeatSteps(*run, kWarmUpSteps, 10); longer.ok()) {
     options.step_end_times = longer->step_end_times;
-    const ReplayResult long_result = *ReplayTrace(longer->trace, options);
-    state.counters["loop42_reserved_over_live"] = long_result.reserved_to_live;
-    state.counters["loop42_steady_maps_per_step"] =
-        PerSteadyStep(long_result.step_stats, &MemoryStats::num_pages_mapped);
+    if (const absl::StatusOr<ReplayResult> long_result = ReplayTrace(longer->trace, options); long_result.ok()) {
+      state.counters["loop42_reserved_over_live"] = long_result->reserved_to_live;
+      state.counters["loop42_steady_maps_per_step"] =
+          PerSteadyStep(long_result->step_stats, &MemoryStats::num_pages_mapped);
+    } else {
+      state.SkipWithError(std::string(long_result.status().message()).c_str());
+    }
   }
   state.counters["anomalies"] = static_cast<double>(result.anomalies);
 }
