@@ -244,7 +244,13 @@ TEST(CAbi, HeadroomsOwnPolicyIsTheDefaultAndTakenByItsPresetName) {
     // One pool: the small request was served from the large pool's segment.
     ASSERT_EQ(snap["segments"].size(), 1u) << snap["segments"];
     EXPECT_EQ(snap["segments"][0]["segment_type"], "large");
+    // Its one page is counted as mapped (stats version 2), and as unmapped
+    // once the cache is emptied.
+    EXPECT_EQ(Stats(device).num_pages_mapped, 1);
+    EXPECT_EQ(Stats(device).num_pages_unmapped, 0);
     headroom_free(small, 4096, device, nullptr);
+    ASSERT_EQ(headroom_empty_cache(device), 0) << headroom_last_error();
+    EXPECT_EQ(Stats(device).num_pages_unmapped, 1);
   }
 }
 
@@ -260,6 +266,7 @@ TEST(CAbi, WithoutVirtualMemoryTheDefaultIsPyTorchsPolicy) {
   EXPECT_EQ(settings["expandable_segments"], false) << settings;
   EXPECT_EQ(settings["move_free_pages"], false) << settings;
   EXPECT_EQ(Stats(11).num_device_alloc, 1);  // one cudaMalloc'ed segment
+  EXPECT_EQ(Stats(11).num_pages_mapped, 0);   // and no pages
   headroom_free(p, static_cast<ssize_t>(3 * kMiB), 11, nullptr);
 }
 
@@ -315,6 +322,17 @@ TEST(CAbi, StatsFillTheFieldsBothSidesKnow) {
   EXPECT_EQ(older.allocated_bytes, static_cast<int64_t>(3 * kMiB));
   EXPECT_EQ(older.allocated_bytes_peak, static_cast<int64_t>(3 * kMiB));
   EXPECT_EQ(older.reserved_bytes, -1);
+
+  // A version-1 caller's struct ends before the page counts: filled up to
+  // its last field (the free block left in the 20 MiB segment), not past it.
+  headroom_stats version1{};
+  version1.version = 1;
+  version1.struct_size = offsetof(headroom_stats, num_pages_mapped);
+  version1.num_pages_mapped = -1;
+  ASSERT_EQ(headroom_get_stats(1, &version1), 0) << headroom_last_error();
+  EXPECT_EQ(version1.allocated_bytes, static_cast<int64_t>(3 * kMiB));
+  EXPECT_EQ(version1.largest_free_block_bytes, 17 * kMiB);
+  EXPECT_EQ(version1.num_pages_mapped, -1);
 
   headroom_stats unset{};
   EXPECT_EQ(headroom_get_stats(1, &unset), -1);

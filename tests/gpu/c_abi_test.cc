@@ -43,6 +43,13 @@ TEST_F(CAbi, MallocFreeStatsSnapshot) {
   nlohmann::json snap = nlohmann::json::parse(json);
   EXPECT_FALSE(snap["segments"].empty());
   EXPECT_EQ(snap["device_traces"][0].back()["action"], "alloc");
+  // The library's default on a device with the virtual memory API maps
+  // pages, and counts them (stats version 2).
+  if (snap["allocator_settings"]["expandable_segments"] == true) {
+    EXPECT_GE(s.num_pages_mapped, 1);
+  } else {
+    EXPECT_EQ(s.num_pages_mapped, 0);
+  }
   char summary[8192];
   ASSERT_GT(headroom_memory_summary(0, summary, sizeof(summary)), 0);
   EXPECT_NE(std::string(summary).find("reserved memory"), std::string::npos);

@@ -55,7 +55,7 @@ HEADROOM_C_API void headroom_free(void* ptr, ssize_t size, int device, cudaStrea
  * `struct_size` bytes, up to the last field it knows, and leaves the rest
  * (fields of a newer header) and `version` and `struct_size` untouched.
  * Errors: NULL, version 0, or a struct_size with no field in it. */
-#define HEADROOM_STATS_VERSION 1
+#define HEADROOM_STATS_VERSION 2
 typedef struct headroom_stats {
   uint32_t version;     /* HEADROOM_STATS_VERSION */
   uint32_t struct_size; /* sizeof(headroom_stats) */
@@ -74,6 +74,13 @@ typedef struct headroom_stats {
   int64_t num_device_free;
   uint64_t largest_free_block_bytes;
   double external_fragmentation;
+  /* Version 2: expandable segments' pages (of the pool's page size) mapped
+   * and unmapped so far, new or moved between pools and streams (0 without
+   * expandable segments).
+   * Read after warm-up and again later, they show whether a training loop
+   * still maps pages in its steady steps. */
+  int64_t num_pages_mapped;
+  int64_t num_pages_unmapped;
 } headroom_stats;
 HEADROOM_C_API int headroom_get_stats(int device, headroom_stats* stats);
 
