@@ -18,40 +18,12 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
-from headroom_validation import configs, hook as hooks, workloads
-
-
-class LstmLanguageModel(torch.nn.Module):
-    def __init__(self, vocab=8192, hidden=512, layers=4):
-        super().__init__()
-        self.embed = torch.nn.Embedding(vocab, hidden)
-        self.lstm = torch.nn.LSTM(hidden, hidden, num_layers=layers, batch_first=True)
-        self.head = torch.nn.Linear(hidden, vocab)
-
-    def forward(self, ids):
-        out, _ = self.lstm(self.embed(ids))
-        return self.head(out)
+from headroom_validation import hook as hooks, workloads
 
 
-def _lstm_steps(steps, step_done, device):
-    torch.manual_seed(0)
-    model = LstmLanguageModel().to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    for _ in range(steps):
-        ids = torch.randint(0, 8192, (16, 129), device=device)
-        logits = model(ids[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        del logits, loss
-        step_done()
-
-
-def _config_steps(name, steps, step_done, device):
-    w = workloads.build(configs.by_name(name), device)
+def _steps(name, steps, step_done, device):
+    w = workloads.by_name(name, device)
     for _ in range(steps):
         w.step(lambda phase: None)
         step_done()
@@ -64,8 +36,10 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = parser.parse_args(argv)
-    if args.name != "lstm":
-        configs.by_name(args.name)  # an unknown name fails before anything runs
+    try:
+        workloads.check_name(args.name)  # an unknown name fails before anything runs
+    except ValueError as e:
+        parser.error(str(e))
     suffix = ".rmm.csv" if args.device == "cpu" else ".snapshot.json"
     if not args.out.endswith(suffix):
         parser.error(f"{args.out}: a {args.device} trace is written to a file named *{suffix}")
@@ -82,10 +56,7 @@ def main(argv=None):
             step_ends.setdefault("step_end_time_ns", []).append(entries[-1]["time_us"] * 1000 if entries else 0)
 
     with hook.log(args.out):
-        if args.name == "lstm":
-            _lstm_steps(args.steps, step_done, device)
-        else:
-            _config_steps(args.name, args.steps, step_done, device)
+        _steps(args.name, args.steps, step_done, device)
     steps_path = args.out.removesuffix(suffix) + ".steps.json"
     with open(steps_path, "w") as f:
         json.dump({"trace": os.path.basename(args.out), "device": args.device, **step_ends}, f)

@@ -4,12 +4,15 @@ Models come from Hugging Face transformers (built from a config with random weig
 peft for LoRA, and torchvision for CNNs. A configuration is a dict (see configs.py); build() turns it into a
 Workload whose step() runs one training step (forward, loss, backward, optimizer step, zero_grad) or one
 inference forward, calling phase() at each boundary so the harness can name where the peak happened.
+by_name() also knows `lstm`, a recurrent model that no configuration covers (only the allocator's traces use it).
 """
 import contextlib
 import functools
 
 import torch
 import torch.nn.functional as F
+
+from . import configs
 
 
 class Workload:
@@ -167,3 +170,54 @@ def build(cfg, device):
         return out
 
     return Workload(model, optimizer, batch, step, estimate_model, notes)
+
+
+class LstmLanguageModel(torch.nn.Module):
+    """A 4-layer LSTM language model: hidden 512, vocabulary 8192."""
+
+    def __init__(self, vocab=8192, hidden=512, layers=4):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, hidden)
+        self.lstm = torch.nn.LSTM(hidden, hidden, num_layers=layers, batch_first=True)
+        self.head = torch.nn.Linear(hidden, vocab)
+
+    def forward(self, ids):
+        out, _ = self.lstm(self.embed(ids))
+        return self.head(out)
+
+
+def build_lstm(device):
+    """The LSTM language model trained with AdamW on batches of 16 x 128 random tokens, a fresh batch each step."""
+    torch.manual_seed(0)
+    model = LstmLanguageModel().to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    vocab = model.head.out_features
+    batch = {}
+
+    def step(phase):
+        phase("forward")
+        # Rebinding frees the last step's batch once this one is drawn, as a loop's `ids = ...` does.
+        batch["ids"] = torch.randint(0, vocab, (16, 129), device=device)
+        ids = batch["ids"]
+        logits = model(ids[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+        phase("backward")
+        loss.backward()
+        phase("optimizer")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        del logits, loss, ids  # the logits live through the optimizer step, as in a loop that logs them
+        phase("done")
+
+    return Workload(model, optimizer, batch, step, None, "LSTM language model (not a configuration)")
+
+
+def by_name(name, device):
+    """build() for the configuration of that name (configs.py), or build_lstm() for `lstm`."""
+    return build_lstm(device) if name == "lstm" else build(configs.by_name(name), device)
+
+
+def check_name(name):
+    """Raises ValueError, naming it, if `name` is neither a configuration nor `lstm`."""
+    if name != "lstm" and name not in {c["name"] for c in configs.CONFIGS}:
+        raise ValueError(f"{name}: neither a configuration of configs.py nor lstm")
