@@ -50,6 +50,10 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
     return absl::InvalidArgumentError("caching allocator: unified_pool serves small requests from the large pool's "
                                       "expandable segment; set expandable_segments too");
   }
+  if (options.spare_growable_blocks && !options.expandable_segments) {
+    return absl::InvalidArgumentError("caching allocator: spare_growable_blocks spares free blocks that an "
+                                      "expandable segment's growth extends; set expandable_segments too");
+  }
   if (options.move_threshold != 1.0 && !options.move_free_pages) {
     return absl::InvalidArgumentError("caching allocator: move_threshold bounds move_free_pages; set it too");
   }
@@ -375,7 +379,7 @@ CachingAllocator::Block* CachingAllocator::AllocateCached(StreamShard& shard, ui
                                                           StreamHandle stream) {
   // Pending frees are polled, in order, by the exclusive path.
   if (!pending_frees_.empty()) return nullptr;
-  Block* block = shard.Pool(PoolFor(rounded)).BestFit(stream, rounded);
+  Block* block = BestFitSparingGrowable(shard.Pool(PoolFor(rounded)), stream, rounded);
   if (block == nullptr || !OversizeRulesAccept(block, rounded) || block->segment->mixed_streams ||
       !AllocationWithinBudget(shard, block, size, rounded)) {
     return nullptr;
@@ -383,6 +387,19 @@ CachingAllocator::Block* CachingAllocator::AllocateCached(StreamShard& shard, ui
   PoolErase(block);
   HandOut(block, size, rounded);
   return block;
+}
+
+CachingAllocator::Block* CachingAllocator::BestFitSparingGrowable(BlockPool& pool, StreamHandle stream,
+                                                                 uint64_t rounded) {
+  Block* fit = pool.BestFit(stream, rounded);
+  const bool growable = fit != nullptr && fit->next != nullptr && !fit->next->mapped;
+  if (!options_.spare_growable_blocks || !growable) return fit;
+  // The next best fit without it: one more lookup, on the few requests
+  // whose best fit is the block before unmapped space.
+  pool.Erase(fit);
+  Block* other = pool.BestFit(stream, rounded);
+  pool.Insert(fit);
+  return other != nullptr ? other : fit;
 }
 
 bool CachingAllocator::OversizeRulesAccept(const Block* fit, uint64_t size) const {
@@ -414,7 +431,10 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlock(uint64_
     }
   }
   if (block == nullptr) {
-    block = PoolOf(kind, stream).BestFit(stream, rounded);
+    // A named request keeps plain best fit: sparing growable blocks for it
+    // too made more random loops drift (Note [Sparing growable blocks]).
+    BlockPool& pool = PoolOf(kind, stream);
+    block = name.has_value() ? pool.BestFit(stream, rounded) : BestFitSparingGrowable(pool, stream, rounded);
     if (block != nullptr && OversizeRulesAccept(block, rounded)) {
       PoolErase(block);
     } else {
@@ -884,6 +904,7 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
                        {"move_threshold", options_.move_threshold},
                        {"move_threshold_max", options_.move_threshold_max},
                        {"unified_pool", options_.unified_pool},
+                       {"spare_growable_blocks", options_.spare_growable_blocks},
                        {"reuse_layout_min_bytes", options_.reuse_layout_min_bytes}};
   return snapshot;
 }

@@ -153,12 +153,35 @@
 // counted; a step makes few of them.
 //   What it does not promise: a loop whose misses displace other named
 // blocks can still drift (random loops in bench/RESULTS.md: 5 of 40 kept
-// moving pages, 7 of 40 by best fit alone). Small blocks keep best fit:
+// moving pages, 7 of 40 by best fit alone; see also Note [Sparing growable
+// blocks]). Small blocks keep best fit:
 // naming requests from 4 MiB up cost a larger smallest device on two of the
 // recorded runs, and any size from 6 MiB to 64 MiB gave the figures of 8.
 // Naming by the sizes named just before as well, which tells apart blocks
 // of one size never live together, settled the LSTM with 8 MiB but not with
 // 6, 16 or 64 MiB.
+//
+// Note [Sparing growable blocks]
+// In an expandable segment, the free block that unmapped address space
+// follows is the one growth extends: a request no cached block fits maps
+// pages right behind it. Best fit takes it like any other block when it is
+// the smallest that fits, and small blocks scattered over it leave the next
+// large request no free range, so it maps pages (or moves them). On a
+// recorded LoRA run (bench/RESULTS.md), the first step at the live peak grew
+// the segment by 32 MiB for two 16 MiB blocks; in the next step best fit put
+// the forward pass's 0.5 to 4 MiB blocks into that new range, now the
+// smallest free block that fit them, and the 16 MiB blocks mapped 8 pages
+// over the next two steps. With AllocatorOptions::spare_growable_blocks,
+// best fit takes such a block only when no other cached block fits: the
+// wilderness preservation heuristic of dlmalloc-style allocators (Wilson,
+// Johnstone, Neely and Boles, "Dynamic Storage Allocation: A Survey and
+// Critical Review", 1995). A request that layout reuse names keeps plain
+// best fit when its remembered range is taken: sparing for those too made
+// more random loops drift (21 of 40 instead of 8). Even so, on randomly made
+// loops sparing costs stability: 8 of 40 (44 of 200) keep moving pages,
+// against 5 (32) without it; on the recorded runs it is what settles LoRA
+// and brings the CPU ResNet-50 within 1.02x of its live peak, at one page
+// more for the GPU Mixtral run and the GPU LSTM's smallest device.
 //
 // Note [Stream shards]
 // PyTorch's allocator serializes every call on one lock per device, so two
@@ -399,6 +422,10 @@ class CachingAllocator {
   // The fast path: a cached block of `stream`'s own shard, handed out, or
   // nullptr when the call needs the exclusive lock. Shard lock held.
   Block* AllocateCached(StreamShard& shard, uint64_t size, uint64_t rounded, StreamHandle stream);
+  // BlockPool::BestFit, but with AllocatorOptions::spare_growable_blocks a
+  // free block that unmapped space follows only if no other block fits
+  // (Note [Sparing growable blocks]). Under the lock of `pool`'s shard.
+  Block* BestFitSparingGrowable(BlockPool& pool, StreamHandle stream, uint64_t rounded);
   // Splits off what `block` does not need and marks it allocated for `size`.
   void HandOut(Block* block, uint64_t size, uint64_t rounded);
   absl::StatusOr<Block*> AllocateBlock(uint64_t size, uint64_t rounded, StreamHandle stream)

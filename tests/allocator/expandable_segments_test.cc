@@ -427,9 +427,55 @@ TEST(ExpandableSegments, OnePoolGrowsBySmallPagesForSmallRequests) {
   HEADROOM_EXPECT_VALID(a);
 }
 
+// Note [Sparing growable blocks]. The segment's pages hold a free block of `hole` MiB at its start, a live 2 MiB
+// fence, then a free block of `tail` MiB that unmapped space follows. Returns where a request of `request` MiB
+// goes, in MiB from the start, and how many pages it created.
+struct Placed {
+  uint64_t offset_mib = 0;
+  uint64_t new_pages = 0;
+};
+Placed PlaceBesideAGrowableBlock(const AllocatorOptions& options, uint64_t hole, uint64_t tail, uint64_t request) {
+  auto a = MakeAllocator({}, options);
+  const DeviceAddress start = *a->Allocate(hole * kMiB);
+  EXPECT_TRUE(a->Allocate(2 * kMiB).ok());
+  const DeviceAddress last = *a->Allocate(tail * kMiB);
+  EXPECT_EQ(Reserved(a->GetStats()), static_cast<int64_t>((hole + 2 + tail) * kMiB));  // no free page past it
+  EXPECT_TRUE(a->Free(last).ok());
+  EXPECT_TRUE(a->Free(start).ok());
+  const uint64_t pages = a.device->CallCount(BackendCall::kCreatePhysical);
+  const DeviceAddress placed = *a->Allocate(request * kMiB);
+  const absl::Status valid = a->Validate();
+  EXPECT_TRUE(valid.ok()) << valid;
+  return {(placed - start) / kMiB, a.device->CallCount(BackendCall::kCreatePhysical) - pages};
+}
+
+constexpr AllocatorOptions kSparing{.expandable_segments = true,
+                                    .expandable_large_page_bytes = 2 * kMiB,
+                                    .spare_growable_blocks = true};
+
+TEST(ExpandableSegments, ARequestSparesTheBlockThatGrowthWouldExtend) {
+  // Best fit takes the smaller block, the one before unmapped space; sparing it, the request takes the hole.
+  EXPECT_EQ(PlaceBesideAGrowableBlock(kTwoMiBPages, 5, 3, 2).offset_mib, 7u);
+  EXPECT_EQ(PlaceBesideAGrowableBlock(kSparing, 5, 3, 2).offset_mib, 0u);
+  // Where nothing else fits it is taken all the same, and no page is created.
+  const Placed only_fit = PlaceBesideAGrowableBlock(kSparing, 2, 4, 3);
+  EXPECT_EQ(only_fit.offset_mib, 4u);
+  EXPECT_EQ(only_fit.new_pages, 0u);
+}
+
+// A request that reuse_layout_min_bytes names keeps plain best fit when its remembered range is not free.
+TEST(ExpandableSegments, ANamedRequestKeepsBestFit) {
+  AllocatorOptions named = kSparing;
+  named.reuse_layout_min_bytes = 4 * kMiB;
+  EXPECT_EQ(PlaceBesideAGrowableBlock(named, 7, 5, 4).offset_mib, 9u);
+  EXPECT_EQ(PlaceBesideAGrowableBlock(named, 7, 5, 3).offset_mib, 0u);  // below the names' 4 MiB
+}
+
 TEST(ExpandableSegments, NewPolicyOptionsAreCheckedAtCreation) {
   auto device = *SimulatedBackend::Create({});
   EXPECT_EQ(CachingAllocator::Create(device.get(), {.unified_pool = true}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CachingAllocator::Create(device.get(), {.spare_growable_blocks = true}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CachingAllocator::Create(device.get(), {.expandable_segments = true, .move_threshold = 1.5})
                 .status()
