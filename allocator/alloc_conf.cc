@@ -149,8 +149,6 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     options.move_threshold_max = t;
   } else if (key == "unified_pool") {
     HEADROOM_ASSIGN_OR_RETURN(options.unified_pool, ParseBool(key, value));
-  } else if (key == "spare_growable") {
-    HEADROOM_ASSIGN_OR_RETURN(options.spare_growable_blocks, ParseBool(key, value));
   } else if (key == "reuse_layout_mb") {
     HEADROOM_ASSIGN_OR_RETURN(uint64_t mib, ParseUint(key, value));
     if (mib <= kReuseLayoutAbove / kMiB || mib > (uint64_t{1} << 20)) {
@@ -166,7 +164,7 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
         "HEADROOM_ALLOC_CONF: unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
         "garbage_collection_threshold, expandable_segments, backend, memory_fraction, hard_limit_mb, "
         "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages, move_threshold, "
-        "move_threshold_max, unified_pool, reuse_layout_mb, spare_growable)",
+        "move_threshold_max, unified_pool, reuse_layout_mb)",
         key));
   }
   return absl::OkStatus();
@@ -262,7 +260,6 @@ std::string FormatAllocConf(const AllocatorOptions& options) {
   if (options.reuse_layout_min_bytes != 0) {
     parts.push_back(absl::StrFormat("reuse_layout_mb:%d", options.reuse_layout_min_bytes / kMiB));
   }
-  if (options.spare_growable_blocks) parts.push_back("spare_growable:True");
   return absl::StrJoin(parts, ",");
 }
 
@@ -273,11 +270,11 @@ const std::vector<AllocConfPreset>& AllocConfPresets() {
       {"max-split-512", "max_split_size_mb:512"},
       {"power2-4", "roundup_power2_divisions:4"},
       {"gc-0.8", "garbage_collection_threshold:0.8"},
-      // Headroom's own policy (Notes [One pool], [Moving free pages], [Reusing a step's layout] and
-      // [Sparing growable blocks] in caching_allocator.h).
+      // Headroom's own policy (Notes [One pool], [Moving free pages] and [Reusing a step's layout] in
+      // caching_allocator.h).
       {"headroom",
        "expandable_segments:True,expandable_page_mb:2,unified_pool:True,cross_stream_reuse:True,move_free_pages:True,"
-       "move_threshold:1.03,move_threshold_max:1.05,reuse_layout_mb:8,spare_growable:True"},
+       "move_threshold:1.03,move_threshold_max:1.05,reuse_layout_mb:8"},
   };
   return *presets;
 }

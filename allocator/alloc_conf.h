@@ -26,7 +26,6 @@
 //   unified_pool:True|False         Headroom: Note [One pool]
 //   reuse_layout_mb:N               Headroom: N > 2; Note [Reusing a step's
 //                                   layout]
-//   spare_growable:True|False       Headroom: Note [Sparing growable blocks]
 // An unknown key, a repeated key or a bad value is an InvalidArgument error
 // naming the key and the value. The parser is a pure function: only the C ABI
 // and the CLI read the environment.

@@ -74,12 +74,6 @@ struct AllocatorOptions {
   // training loop's steps keep one layout (Note [Reusing a step's layout] in
   // caching_allocator.h). Off in PyTorch's policy.
   uint64_t reuse_layout_min_bytes = 0;
-  // Expandable segments only: best fit takes a free block that unmapped
-  // address space follows (one that growth would extend) only when no other
-  // cached block fits, for requests that reuse_layout_min_bytes does not
-  // name (Note [Sparing growable blocks] in caching_allocator.h). Off in
-  // PyTorch's policy.
-  bool spare_growable_blocks = false;
   // Entries kept in the history ring buffer (0: not recorded).
   size_t history_entries = 0;
 };

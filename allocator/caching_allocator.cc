@@ -6,6 +6,7 @@
 #include "allocator/caching_allocator.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
@@ -49,10 +50,6 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
   if (options.unified_pool && !options.expandable_segments) {
     return absl::InvalidArgumentError("caching allocator: unified_pool serves small requests from the large pool's "
                                       "expandable segment; set expandable_segments too");
-  }
-  if (options.spare_growable_blocks && !options.expandable_segments) {
-    return absl::InvalidArgumentError("caching allocator: spare_growable_blocks spares free blocks that an "
-                                      "expandable segment's growth extends; set expandable_segments too");
   }
   if (options.move_threshold != 1.0 && !options.move_free_pages) {
     return absl::InvalidArgumentError("caching allocator: move_threshold bounds move_free_pages; set it too");
@@ -101,6 +98,12 @@ thread_local ShardHint shard_hint;
 // Whether the free `block` and its neighbour `n` coalesce.
 bool MergesWith(const internal::Block* block, const internal::Block* n) {
   return n != nullptr && n->is_free() && n->stream == block->stream;
+}
+
+// Note [Growable blocks]: a block's size, and the unmapped range after it
+// that growth would map.
+uint64_t GrowableSize(const internal::Block* block) {
+  return block->size + (block->next != nullptr && !block->next->mapped ? block->next->size : 0);
 }
 
 }  // namespace
@@ -379,7 +382,7 @@ CachingAllocator::Block* CachingAllocator::AllocateCached(StreamShard& shard, ui
                                                           StreamHandle stream) {
   // Pending frees are polled, in order, by the exclusive path.
   if (!pending_frees_.empty()) return nullptr;
-  Block* block = BestFitSparingGrowable(shard.Pool(PoolFor(rounded)), stream, rounded);
+  Block* block = BestFit(shard.Pool(PoolFor(rounded)), stream, rounded);
   if (block == nullptr || !OversizeRulesAccept(block, rounded) || block->segment->mixed_streams ||
       !AllocationWithinBudget(shard, block, size, rounded)) {
     return nullptr;
@@ -389,17 +392,30 @@ CachingAllocator::Block* CachingAllocator::AllocateCached(StreamShard& shard, ui
   return block;
 }
 
-CachingAllocator::Block* CachingAllocator::BestFitSparingGrowable(BlockPool& pool, StreamHandle stream,
-                                                                 uint64_t rounded) {
+CachingAllocator::Block* CachingAllocator::BestFit(BlockPool& pool, StreamHandle stream, uint64_t rounded) {
   Block* fit = pool.BestFit(stream, rounded);
-  const bool growable = fit != nullptr && fit->next != nullptr && !fit->next->mapped;
-  if (!options_.spare_growable_blocks || !growable) return fit;
-  // The next best fit without it: one more lookup, on the few requests
-  // whose best fit is the block before unmapped space.
-  pool.Erase(fit);
-  Block* other = pool.BestFit(stream, rounded);
-  pool.Insert(fit);
-  return other != nullptr ? other : fit;
+  if (fit == nullptr || GrowableSize(fit) == fit->size) return fit;
+  // Walk on through the blocks of at least `rounded` bytes in (size,
+  // address) order while the next one's growable size is smaller: each
+  // block passed is taken out of the pool so that BestFit finds its
+  // successor, and put back at the end. The walk passes at most
+  // kMaxPassed blocks (PyTorch's has no bound; a block passed borders
+  // unmapped space, so passing many takes as many holes).
+  constexpr size_t kMaxPassed = 16;
+  std::array<Block*, kMaxPassed> passed;
+  size_t count = 0;
+  while (count < kMaxPassed) {
+    pool.Erase(fit);
+    Block* next = pool.BestFit(stream, rounded);
+    if (next == nullptr || GrowableSize(next) >= GrowableSize(fit)) {
+      pool.Insert(fit);
+      break;
+    }
+    passed[count++] = fit;
+    fit = next;
+  }
+  for (size_t i = 0; i < count; ++i) pool.Insert(passed[i]);
+  return fit;
 }
 
 bool CachingAllocator::OversizeRulesAccept(const Block* fit, uint64_t size) const {
@@ -431,10 +447,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlock(uint64_
     }
   }
   if (block == nullptr) {
-    // A named request keeps plain best fit: sparing growable blocks for it
-    // too made more random loops drift (Note [Sparing growable blocks]).
-    BlockPool& pool = PoolOf(kind, stream);
-    block = name.has_value() ? pool.BestFit(stream, rounded) : BestFitSparingGrowable(pool, stream, rounded);
+    block = BestFit(PoolOf(kind, stream), stream, rounded);
     if (block != nullptr && OversizeRulesAccept(block, rounded)) {
       PoolErase(block);
     } else {
@@ -904,7 +917,6 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
                        {"move_threshold", options_.move_threshold},
                        {"move_threshold_max", options_.move_threshold_max},
                        {"unified_pool", options_.unified_pool},
-                       {"spare_growable_blocks", options_.spare_growable_blocks},
                        {"reuse_layout_min_bytes", options_.reuse_layout_min_bytes}};
   return snapshot;
 }

@@ -152,8 +152,8 @@
 // this large, and their frees, take the exclusive lock, where names are
 // counted; a step makes few of them.
 //   What it does not promise: a loop whose misses displace other named
-// blocks can still drift (random loops in bench/RESULTS.md: 5 of 40 kept
-// moving pages, 7 of 40 by best fit alone; see also Note [Sparing growable
+// blocks can still drift (random loops in bench/RESULTS.md: 2 of 40 keep
+// moving pages, 14 of 40 by best fit alone; 5 and 7 before Note [Growable
 // blocks]). Small blocks keep best fit:
 // naming requests from 4 MiB up cost a larger smallest device on two of the
 // recorded runs, and any size from 6 MiB to 64 MiB gave the figures of 8.
@@ -161,27 +161,26 @@
 // of one size never live together, settled the LSTM with 8 MiB but not with
 // 6, 16 or 64 MiB.
 //
-// Note [Sparing growable blocks]
-// In an expandable segment, the free block that unmapped address space
-// follows is the one growth extends: a request no cached block fits maps
-// pages right behind it. Best fit takes it like any other block when it is
-// the smallest that fits, and small blocks scattered over it leave the next
-// large request no free range, so it maps pages (or moves them). On a
-// recorded LoRA run (bench/RESULTS.md), the first step at the live peak grew
-// the segment by 32 MiB for two 16 MiB blocks; in the next step best fit put
-// the forward pass's 0.5 to 4 MiB blocks into that new range, now the
-// smallest free block that fit them, and the 16 MiB blocks mapped 8 pages
-// over the next two steps. With AllocatorOptions::spare_growable_blocks,
-// best fit takes such a block only when no other cached block fits: the
-// wilderness preservation heuristic of dlmalloc-style allocators (Wilson,
-// Johnstone, Neely and Boles, "Dynamic Storage Allocation: A Survey and
-// Critical Review", 1995). A request that layout reuse names keeps plain
-// best fit when its remembered range is taken: sparing for those too made
-// more random loops drift (21 of 40 instead of 8). Even so, on randomly made
-// loops sparing costs stability: 8 of 40 (44 of 200) keep moving pages,
-// against 5 (32) without it; on the recorded runs it is what settles LoRA
-// and brings the CPU ResNet-50 within 1.02x of its live peak, at one page
-// more for the GPU Mixtral run and the GPU LSTM's smallest device.
+// Note [Growable blocks]
+// In an expandable segment, a free block that unmapped address space follows
+// can grow: a request that no cached block fits maps pages right behind it.
+// PyTorch's best fit (get_free_block in c10/cuda/CUDACachingAllocator.cpp,
+// with expandable segments) counts such a block by the size it can grow to,
+// its own plus the unmapped range after it: from the best fit by size it
+// walks on, in (size, address) order, while the next block's growable size
+// is smaller. So the block at the end of the mapped pages is taken only when
+// no other block fits, the wilderness preservation of dlmalloc-style
+// allocators (Wilson, Johnstone, Neely and Boles, "Dynamic Storage
+// Allocation: A Survey and Critical Review", 1995). Expandable segments here
+// do the same, for every policy. Without it, replaying two H100 runs that
+// PyTorch ran with expandable_segments:True reserved 264 and 782 MiB where
+// PyTorch reserved 284 and 842 (bench/traces/expandable); with it, the
+// replay reserves what PyTorch did, to the byte (recorded_runs_test). It is
+// also what settled a recorded LoRA run under Headroom's policy: without it
+// best fit put a step's small blocks into the range the segment had just
+// grown by for two 16 MiB blocks, which then mapped 8 pages over the next
+// two steps (bench/RESULTS.md). The walk takes each block it passes out of
+// the pool to find the next, and passes at most 16.
 //
 // Note [Stream shards]
 // PyTorch's allocator serializes every call on one lock per device, so two
@@ -422,10 +421,10 @@ class CachingAllocator {
   // The fast path: a cached block of `stream`'s own shard, handed out, or
   // nullptr when the call needs the exclusive lock. Shard lock held.
   Block* AllocateCached(StreamShard& shard, uint64_t size, uint64_t rounded, StreamHandle stream);
-  // BlockPool::BestFit, but with AllocatorOptions::spare_growable_blocks a
-  // free block that unmapped space follows only if no other block fits
-  // (Note [Sparing growable blocks]). Under the lock of `pool`'s shard.
-  Block* BestFitSparingGrowable(BlockPool& pool, StreamHandle stream, uint64_t rounded);
+  // BlockPool::BestFit, but in an expandable segment past a free block that
+  // growth would extend while the next block can grow less (Note [Growable
+  // blocks]). Under the lock of `pool`'s shard.
+  Block* BestFit(BlockPool& pool, StreamHandle stream, uint64_t rounded);
   // Splits off what `block` does not need and marks it allocated for `size`.
   void HandOut(Block* block, uint64_t size, uint64_t rounded);
   absl::StatusOr<Block*> AllocateBlock(uint64_t size, uint64_t rounded, StreamHandle stream)

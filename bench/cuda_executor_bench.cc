@@ -5,8 +5,9 @@
 //                            hidden 512, 8 heads, batch 8 x 256 tokens) under
 //                            strategy S's plan for 60% of the store-all peak;
 //                            S = store-all is the baseline. Counters: the
-//                            planner's predicted overhead and whether the
-//                            allocator's peaks equal the prediction.
+//                            planner's predicted overhead, the reserved peak
+//                            and the replay's prediction of it, and whether
+//                            the allocator's peaks equal the prediction.
 //   BM_PinnedPool            the host pool over one cudaHostAlloc region, on
 //                            an offload plan's host-copy pattern (48 copies of
 //                            256 KiB..16 MiB, freed in reverse), against
@@ -69,6 +70,7 @@ void BM_GpuStep(benchmark::State& state) {
   state.counters["predicted_overhead_pct"] = (plan->evaluation.step_cost / store_all.step_cost - 1) * 100;
   state.counters["planned_peak_MiB"] = static_cast<double>(plan->evaluation.peak_bytes) / (1 << 20);
   state.counters["reserved_MiB"] = static_cast<double>(settled.peak_reserved_bytes) / (1 << 20);
+  state.counters["predicted_reserved_MiB"] = static_cast<double>(predicted.allocator.peak_reserved_bytes) / (1 << 20);
   state.counters["allocated_equal"] = settled.peak_allocated_bytes == predicted.allocator.peak_allocated_bytes;
   state.counters["reserved_equal"] = settled.peak_reserved_bytes == predicted.allocator.peak_reserved_bytes;
 }

@@ -427,9 +427,9 @@ TEST(ExpandableSegments, OnePoolGrowsBySmallPagesForSmallRequests) {
   HEADROOM_EXPECT_VALID(a);
 }
 
-// Note [Sparing growable blocks]. The segment's pages hold a free block of `hole` MiB at its start, a live 2 MiB
-// fence, then a free block of `tail` MiB that unmapped space follows. Returns where a request of `request` MiB
-// goes, in MiB from the start, and how many pages it created.
+// Note [Growable blocks]. The segment's pages hold a free block of `hole` MiB at its start, a live 2 MiB fence,
+// then a free block of `tail` MiB that unmapped space follows. Returns where a request of `request` MiB goes, in
+// MiB from the start, and how many pages it created.
 struct Placed {
   uint64_t offset_mib = 0;
   uint64_t new_pages = 0;
@@ -449,33 +449,38 @@ Placed PlaceBesideAGrowableBlock(const AllocatorOptions& options, uint64_t hole,
   return {(placed - start) / kMiB, a.device->CallCount(BackendCall::kCreatePhysical) - pages};
 }
 
-constexpr AllocatorOptions kSparing{.expandable_segments = true,
-                                    .expandable_large_page_bytes = 2 * kMiB,
-                                    .spare_growable_blocks = true};
-
-TEST(ExpandableSegments, ARequestSparesTheBlockThatGrowthWouldExtend) {
-  // Best fit takes the smaller block, the one before unmapped space; sparing it, the request takes the hole.
-  EXPECT_EQ(PlaceBesideAGrowableBlock(kTwoMiBPages, 5, 3, 2).offset_mib, 7u);
-  EXPECT_EQ(PlaceBesideAGrowableBlock(kSparing, 5, 3, 2).offset_mib, 0u);
+TEST(ExpandableSegments, ARequestPassesOverTheBlockThatGrowthWouldExtend) {
+  // The smaller block is the one before unmapped space: the request takes the other, as PyTorch's does.
+  EXPECT_EQ(PlaceBesideAGrowableBlock(kTwoMiBPages, 5, 3, 2).offset_mib, 0u);
   // Where nothing else fits it is taken all the same, and no page is created.
-  const Placed only_fit = PlaceBesideAGrowableBlock(kSparing, 2, 4, 3);
+  const Placed only_fit = PlaceBesideAGrowableBlock(kTwoMiBPages, 2, 4, 3);
   EXPECT_EQ(only_fit.offset_mib, 4u);
   EXPECT_EQ(only_fit.new_pages, 0u);
 }
 
-// A request that reuse_layout_min_bytes names keeps plain best fit when its remembered range is not free.
-TEST(ExpandableSegments, ANamedRequestKeepsBestFit) {
-  AllocatorOptions named = kSparing;
-  named.reuse_layout_min_bytes = 4 * kMiB;
-  EXPECT_EQ(PlaceBesideAGrowableBlock(named, 7, 5, 4).offset_mib, 9u);
-  EXPECT_EQ(PlaceBesideAGrowableBlock(named, 7, 5, 3).offset_mib, 0u);  // below the names' 4 MiB
+// PyTorch's walk compares each block with the next one of at least the request's size: from the tail (3 MiB,
+// unmapped space after it) to the block before a hole (6 MiB and a 2 MiB hole: 8) to a block of 7 MiB.
+TEST(ExpandableSegments, TheWalkGoesOnWhileTheNextBlockCanGrowLess) {
+  auto a = MakeAllocator({}, kTwoMiBPages);
+  const DeviceAddress start = *a->Allocate(5 * kMiB);   // [0, 5)
+  const DeviceAddress to_hole = *a->Allocate(3 * kMiB);  // [5, 8): its whole page [6, 8) becomes the hole
+  const DeviceAddress seven = *a->Allocate(7 * kMiB);    // [8, 15)
+  ASSERT_TRUE(a->Allocate(2 * kMiB).ok());               // [15, 17), live
+  const DeviceAddress tail = *a->Allocate(3 * kMiB);     // [17, 20)
+  ASSERT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(20 * kMiB));
+  ASSERT_TRUE(a->Free(to_hole).ok());
+  ASSERT_TRUE(a->EmptyCache().ok());
+  ASSERT_EQ(Reserved(a->GetStats()), static_cast<int64_t>(18 * kMiB));  // [6, 8) unmapped
+  ASSERT_TRUE(a->Free(start).ok());  // [0, 6), then the hole
+  ASSERT_TRUE(a->Free(seven).ok());
+  ASSERT_TRUE(a->Free(tail).ok());
+  EXPECT_EQ(*a->Allocate(3 * kMiB), start + 8 * kMiB);
+  HEADROOM_EXPECT_VALID(a);
 }
 
 TEST(ExpandableSegments, NewPolicyOptionsAreCheckedAtCreation) {
   auto device = *SimulatedBackend::Create({});
   EXPECT_EQ(CachingAllocator::Create(device.get(), {.unified_pool = true}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CachingAllocator::Create(device.get(), {.spare_growable_blocks = true}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CachingAllocator::Create(device.get(), {.expandable_segments = true, .move_threshold = 1.5})
                 .status()

@@ -193,9 +193,9 @@ TEST(ReuseLayout, ARangeInUseFallsBackToBestFitAndIsRememberedAnew) {
 // moved between streams) and with names over PyTorch's segments (oversize
 // blocks kept whole): Validate after every operation, every block's bytes
 // intact until it is freed, and all memory back on the device at the end.
-// Whether such a loop settles is not asserted: on one stream, 8 of 40 such
-// loops keep moving pages under the preset, 5 of 40 without sparing growable
-// blocks, 7 of 40 without names either (bench/RESULTS.md).
+// Whether such a loop settles is not asserted: on one stream, 2 of 40 such
+// loops keep moving pages under the preset, 14 of 40 without names
+// (bench/RESULTS.md).
 class RepeatedRandomSteps : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(RepeatedRandomSteps, KeepEveryBlockIntact) {
