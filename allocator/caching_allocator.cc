@@ -427,9 +427,9 @@ bool CachingAllocator::OversizeRulesAccept(const Block* fit, uint64_t size) cons
 }
 
 CachingAllocator::Block* CachingAllocator::TakeCachedBlock(PoolKind kind, StreamHandle stream, uint64_t size) {
-  Block* block =
-      PoolOf(kind, stream).TakeBestFit(stream, size, [&](const Block* fit) { return OversizeRulesAccept(fit, size); });
-  if (block != nullptr) UncountInactiveSplit(block);
+  Block* block = BestFit(PoolOf(kind, stream), stream, size);
+  if (block == nullptr || !OversizeRulesAccept(block, size)) return nullptr;
+  PoolErase(block);
   return block;
 }
 
@@ -531,7 +531,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::TakeOtherStreamBlock(
   Block* best = nullptr;
   for (StreamHandle other : CachedStreams(kind)) {
     if (other == stream) continue;
-    Block* fit = PoolOf(kind, other).BestFit(other, size);
+    Block* fit = BestFit(PoolOf(kind, other), other, size);
     if (fit != nullptr && OversizeRulesAccept(fit, size) && (best == nullptr || fit->size < best->size)) best = fit;
   }
   if (best == nullptr) return nullptr;
