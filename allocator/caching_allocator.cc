@@ -446,13 +446,9 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlock(uint64_
       block = TakeCachedRange(kind, stream, *at, rounded);
     }
   }
+  if (block == nullptr) block = TakeCachedBlock(kind, stream, rounded);
   if (block == nullptr) {
-    block = BestFit(PoolOf(kind, stream), stream, rounded);
-    if (block != nullptr && OversizeRulesAccept(block, rounded)) {
-      PoolErase(block);
-    } else {
-      HEADROOM_ASSIGN_OR_RETURN(block, AllocateBlockSlow(kind, size, rounded, stream));
-    }
+    HEADROOM_ASSIGN_OR_RETURN(block, AllocateBlockSlow(kind, size, rounded, stream));
   }
   HandOut(block, size, rounded);
   if (name.has_value()) layout_memory_.Place(*name, block->address);

@@ -431,6 +431,8 @@ class CachingAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> AllocateBlockSlow(PoolKind kind, uint64_t size, uint64_t rounded, StreamHandle stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The cached block of `stream` that BestFit gives and the oversize rules
+  // accept, removed from its pool; nullptr if there is none.
   Block* TakeCachedBlock(PoolKind kind, StreamHandle stream, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Reusing a step's layout]: whether requests of `rounded` bytes are
   // named and placed where they went last time (under the exclusive lock).
