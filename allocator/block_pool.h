@@ -128,14 +128,6 @@ class BlockPool {
     }
     return nullptr;
   }
-  // BestFit, removed from the pool if `accept(block)`; else nullptr.
-  template <typename Accept>
-  Block* TakeBestFit(StreamHandle stream, uint64_t size, Accept&& accept) {
-    Block* block = BestFit(stream, size);
-    if (block == nullptr || !accept(block)) return nullptr;
-    Erase(block);
-    return block;
-  }
 
   // The streams that have cached blocks, ascending.
   std::vector<StreamHandle> Streams() const;
