@@ -184,10 +184,13 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   // growth the free pages can cover: the free blocks around a range are not
   // moved, since the request joins them, and a range between two of them
   // needs pages that a range elsewhere would find there.
+  // Note [Page-aligned growth]: a large request may start at the free
+  // block's first page boundary instead of at the block.
   const uint64_t page = PageBytes(IsSmallRequest(rounded));
   Block* chosen = nullptr;
   uint64_t map_bytes = 0;
   bool needs_next = false;  // the request spans the hole into the free block above it
+  uint64_t joined = 0;       // the bytes of the free block below that the request takes
   uint64_t chosen_shortfall = std::numeric_limits<uint64_t>::max();
   for (Block* hole : segment->unmapped) {
     auto free_size = [&](const Block* b) { return b != nullptr && b->is_free() && b->stream == stream ? b->size : 0; };
@@ -195,8 +198,14 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
     if (before >= rounded) continue;  // declined by the oversize rules; mapping more would not help
     uint64_t bytes = 0;
     bool spans = false;
+    uint64_t takes = before;
     if (before + hole->size >= rounded) {
       bytes = std::min(RoundUp(rounded - before, page), hole->size);
+      const uint64_t whole = before - before % granularity_;  // the free block's whole pages
+      if (AlignsGrowth(rounded) && whole + hole->size >= rounded &&
+          std::min(RoundUp(rounded - whole, page), hole->size) == bytes) {
+        takes = whole;
+      }
     } else if (before + hole->size + free_size(hole->next) >= rounded) {
       bytes = hole->size;
       spans = true;
@@ -208,6 +217,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
       chosen = hole;
       map_bytes = bytes;
       needs_next = spans;
+      joined = takes;
       chosen_shortfall = shortfall;
     }
     if (shortfall == 0) break;
@@ -241,9 +251,15 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   }
   mapped->mapped = true;
   mapped->stream = stream;
+  const DeviceAddress start = mapped->address - joined;
   Block* block = CacheFreeBlock(mapped);
   PoolErase(block);
-  return block;
+  if (block->address == start) return block;
+  Split(block, start - block->address);  // the part of the shared page below `start` stays cached
+  PoolInsert(block);
+  Block* taken = block->next;
+  PoolErase(taken);
+  return taken;
 }
 
 absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool synchronized, uint64_t max_pages,

@@ -478,6 +478,65 @@ TEST(ExpandableSegments, TheWalkGoesOnWhileTheNextBlockCanGrowLess) {
   HEADROOM_EXPECT_VALID(a);
 }
 
+// Note [Page-aligned growth]. A live block of `first` MiB at the segment's start leaves the rest of its page free at
+// the end of the mapped pages; a request of `request` MiB then grows the segment. Returns where it went, in MiB from
+// the start, the pages reserved then, and those reserved once the first block is freed and the cache emptied.
+struct Grown {
+  double offset_mib = 0;
+  uint64_t reserved_mib = 0;
+  uint64_t reserved_after_free_mib = 0;
+};
+Grown GrowAfterAPartlyUsedPage(uint64_t align_min_mib, double first, double request) {
+  AllocatorOptions options = kTwoMiBPages;
+  options.unified_pool = true;  // small and large blocks share pages
+  options.align_growth_min_bytes = align_min_mib * kMiB;
+  auto a = MakeAllocator({}, options);
+  const DeviceAddress start = *a->Allocate(static_cast<uint64_t>(first * kMiB));
+  const DeviceAddress placed = *a->Allocate(static_cast<uint64_t>(request * kMiB));
+  Grown grown{.offset_mib = static_cast<double>(placed - start) / kMiB,
+              .reserved_mib = static_cast<uint64_t>(Reserved(a->GetStats())) / kMiB};
+  EXPECT_TRUE(a->Free(start).ok());
+  EXPECT_TRUE(a->EmptyCache().ok());
+  grown.reserved_after_free_mib = static_cast<uint64_t>(Reserved(a->GetStats())) / kMiB;
+  const absl::Status valid = a->Validate();
+  EXPECT_TRUE(valid.ok()) << valid;
+  return grown;
+}
+
+TEST(ExpandableSegments, AlignedGrowthLeavesTheSharedPageToSmallBlocks) {
+  // Joining the 1.5 MiB left in the first page, 4 MiB straddle three pages, and the first stays mapped beside it
+  // once the small block is gone.
+  const Grown joined = GrowAfterAPartlyUsedPage(0, 0.5, 4);
+  EXPECT_EQ(joined.offset_mib, 0.5);
+  EXPECT_EQ(joined.reserved_mib, 6u);
+  EXPECT_EQ(joined.reserved_after_free_mib, 6u);
+  // From the next page boundary it maps as many pages, and the first page empties with the small block.
+  const Grown aligned = GrowAfterAPartlyUsedPage(4, 0.5, 4);
+  EXPECT_EQ(aligned.offset_mib, 2.0);
+  EXPECT_EQ(aligned.reserved_mib, 6u);
+  EXPECT_EQ(aligned.reserved_after_free_mib, 4u);
+  // Below the option's size, growth joins the free block as before.
+  EXPECT_EQ(GrowAfterAPartlyUsedPage(8, 0.5, 4).offset_mib, 0.5);
+  // Where starting at the boundary would map one page more (0.5 MiB free in the first page, 4.5 MiB asked), it
+  // does not.
+  const Grown costly = GrowAfterAPartlyUsedPage(4, 1.5, 4.5);
+  EXPECT_EQ(costly.offset_mib, 1.5);
+  EXPECT_EQ(costly.reserved_mib, 6u);
+}
+
+TEST(ExpandableSegments, AlignedGrowthKeepsTheFreeTailOfTheSharedPage) {
+  AllocatorOptions options = kTwoMiBPages;
+  options.unified_pool = true;  // small and large blocks share pages
+  options.align_growth_min_bytes = 4 * kMiB;
+  auto a = MakeAllocator({}, options);
+  const DeviceAddress start = *a->Allocate(kMiB / 2);
+  ASSERT_EQ(*a->Allocate(4 * kMiB), start + 2 * kMiB);
+  const uint64_t pages = a.device->CallCount(BackendCall::kCreatePhysical);
+  EXPECT_EQ(*a->Allocate(kMiB), start + kMiB / 2);  // the first page's free tail, no new page
+  EXPECT_EQ(a.device->CallCount(BackendCall::kCreatePhysical), pages);
+  HEADROOM_EXPECT_VALID(a);
+}
+
 TEST(ExpandableSegments, NewPolicyOptionsAreCheckedAtCreation) {
   auto device = *SimulatedBackend::Create({});
   EXPECT_EQ(CachingAllocator::Create(device.get(), {.unified_pool = true}).status().code(),
