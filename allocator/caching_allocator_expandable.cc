@@ -254,7 +254,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   const DeviceAddress start = mapped->address - joined;
   Block* block = CacheFreeBlock(mapped);
   PoolErase(block);
-  if (block->address == start) return block;
+  if (block->address >= start) return block;  // unaligned, or the free block below was not joined after all
   Split(block, start - block->address);  // the part of the shared page below `start` stays cached
   PoolInsert(block);
   Block* taken = block->next;
