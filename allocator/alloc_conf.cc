@@ -155,10 +155,8 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
       return Bad(key, value, absl::StrFormat("more than %d (MiB)", kReuseLayoutAbove / kMiB));
     }
     options.reuse_layout_min_bytes = mib * kMiB;
-  } else if (key == "align_growth_mb") {
-    HEADROOM_ASSIGN_OR_RETURN(uint64_t mib, ParseUint(key, value));
-    if (mib == 0 || mib > (uint64_t{1} << 20)) return Bad(key, value, "a positive number of MiB");
-    options.align_growth_min_bytes = mib * kMiB;
+  } else if (key == "align_growth") {
+    HEADROOM_ASSIGN_OR_RETURN(options.align_growth, ParseBool(key, value));
   } else if (key == "release_lock_on_cudamalloc" || key.starts_with("pinned_")) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "HEADROOM_ALLOC_CONF: key '%s' tunes a part of PyTorch's allocator that Headroom does not have "
@@ -168,7 +166,7 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
         "HEADROOM_ALLOC_CONF: unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
         "garbage_collection_threshold, expandable_segments, backend, memory_fraction, hard_limit_mb, "
         "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages, move_threshold, "
-        "move_threshold_max, unified_pool, reuse_layout_mb, align_growth_mb)",
+        "move_threshold_max, unified_pool, reuse_layout_mb, align_growth)",
         key));
   }
   return absl::OkStatus();
@@ -264,9 +262,7 @@ std::string FormatAllocConf(const AllocatorOptions& options) {
   if (options.reuse_layout_min_bytes != 0) {
     parts.push_back(absl::StrFormat("reuse_layout_mb:%d", options.reuse_layout_min_bytes / kMiB));
   }
-  if (options.align_growth_min_bytes != 0) {
-    parts.push_back(absl::StrFormat("align_growth_mb:%d", options.align_growth_min_bytes / kMiB));
-  }
+  if (options.align_growth) parts.push_back("align_growth:True");
   return absl::StrJoin(parts, ",");
 }
 
@@ -281,7 +277,7 @@ const std::vector<AllocConfPreset>& AllocConfPresets() {
       // growth] in caching_allocator.h).
       {"headroom",
        "expandable_segments:True,expandable_page_mb:2,unified_pool:True,cross_stream_reuse:True,move_free_pages:True,"
-       "move_threshold:1.03,move_threshold_max:1.05,reuse_layout_mb:8,align_growth_mb:16"},
+       "move_threshold:1.03,move_threshold_max:1.05,reuse_layout_mb:8,align_growth:True"},
   };
   return *presets;
 }

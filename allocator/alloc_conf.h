@@ -26,8 +26,7 @@
 //   unified_pool:True|False         Headroom: Note [One pool]
 //   reuse_layout_mb:N               Headroom: N > 2; Note [Reusing a step's
 //                                   layout]
-//   align_growth_mb:N               Headroom: N > 0; Note [Page-aligned
-//                                   growth]
+//   align_growth:True|False         Headroom: Note [Page-aligned growth]
 // An unknown key, a repeated key or a bad value is an InvalidArgument error
 // naming the key and the value. The parser is a pure function: only the C ABI
 // and the CLI read the environment.

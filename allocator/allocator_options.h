@@ -74,11 +74,12 @@ struct AllocatorOptions {
   // training loop's steps keep one layout (Note [Reusing a step's layout] in
   // caching_allocator.h). Off in PyTorch's policy.
   uint64_t reuse_layout_min_bytes = 0;
-  // Expandable segments only: a request of at least this many bytes (0:
-  // none) that grows a segment starts at a page boundary rather than in the
-  // free tail of a partly used page, where that maps no more pages (Note
-  // [Page-aligned growth] in caching_allocator.h). Off in PyTorch's policy.
-  uint64_t align_growth_min_bytes = 0;
+  // Expandable segments only: a request of a page or more (the device's map
+  // granularity) that grows a segment starts at a page boundary rather than
+  // in the free tail of a partly used page, where that maps no more pages
+  // (Note [Page-aligned growth] in caching_allocator.h). Off in PyTorch's
+  // policy.
+  bool align_growth = false;
   // Entries kept in the history ring buffer (0: not recorded).
   size_t history_entries = 0;
 };

@@ -73,9 +73,9 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
         "caching allocator: reuse_layout_min_bytes %s must be 0 or above %s",
         FormatBytes(options.reuse_layout_min_bytes), FormatBytes(kReuseLayoutAbove)));
   }
-  if (options.align_growth_min_bytes != 0 && !options.expandable_segments) {
-    return absl::InvalidArgumentError("caching allocator: align_growth_min_bytes aligns the growth of expandable "
-                                      "segments; set expandable_segments too");
+  if (options.align_growth && !options.expandable_segments) {
+    return absl::InvalidArgumentError("caching allocator: align_growth aligns the growth of expandable segments; "
+                                      "set expandable_segments too");
   }
   if (options.expandable_segments && !props.supports_virtual_memory) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -918,7 +918,7 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
                        {"move_threshold_max", options_.move_threshold_max},
                        {"unified_pool", options_.unified_pool},
                        {"reuse_layout_min_bytes", options_.reuse_layout_min_bytes},
-                       {"align_growth_min_bytes", options_.align_growth_min_bytes}};
+                       {"align_growth", options_.align_growth}};
   return snapshot;
 }
 

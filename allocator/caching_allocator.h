@@ -190,15 +190,17 @@
 // long as it lives, too small for anything large: on a recorded GPU LSTM
 // whose cuDNN buffers of 64 to 128 MiB each started mid-page, such pieces
 // held 15 MiB at the live peak, and the smallest device that ran it was
-// 1.025x the peak. With AllocatorOptions::align_growth_min_bytes, a request
-// of at least that size starts at the free block's first page boundary
-// instead, whenever that maps no more pages (always for a request of whole
-// pages), and the tail of the shared page stays cached for small blocks. On
-// the recorded runs (bench/RESULTS.md) it took the GPU LSTM's smallest
-// device to 1.015x and changed no figure for the worse; the GPU LSTM gained
-// with any size from 2 to 32 MiB. Aligning also where it maps a page more
-// took the CPU ResNet-50 to 1.020x with 6 or 8 MiB only, and there cost two
-// other runs memory and left more random loops moving pages: not done.
+// 1.025x the peak. With AllocatorOptions::align_growth, a request of a page
+// or more starts at the free block's first page boundary instead, whenever
+// that maps no more pages (always for a request of whole pages), and the
+// tail of the shared page stays cached for small blocks. On the recorded
+// runs (bench/RESULTS.md) it took the GPU LSTM's smallest device to 1.019x,
+// and a recorded T5 stopped mapping a page after its second step; applied
+// only from 8 to 32 MiB up, it gained the LSTM a little more but left T5
+// mapping or other runs worse (sizes tried in RESULTS). Aligning also where
+// it maps a page more met the 1.02x goal on the CPU ResNet-50
+// only when applied from 6 or 8 MiB, cost two other runs memory and left
+// more random loops moving pages: not done.
 //
 // Note [Stream shards]
 // PyTorch's allocator serializes every call on one lock per device, so two
@@ -459,9 +461,7 @@ class CachingAllocator {
   }
   // Note [Page-aligned growth]: whether growth for `rounded` bytes may start
   // at a page boundary of the free block it joins.
-  bool AlignsGrowth(uint64_t rounded) const {
-    return options_.align_growth_min_bytes != 0 && rounded >= options_.align_growth_min_bytes;
-  }
+  bool AlignsGrowth(uint64_t rounded) const { return options_.align_growth && rounded >= granularity_; }
   // The cached block of `stream` that holds [address, address + size),
   // carved out and removed from its pool; nullptr if there is none.
   Block* TakeCachedRange(PoolKind kind, StreamHandle stream, DeviceAddress address, uint64_t size)

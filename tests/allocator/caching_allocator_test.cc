@@ -23,9 +23,9 @@ TEST(CachingAllocator, RejectsBadOptions) {
   auto small_names = CachingAllocator::Create(device.get(), {.reuse_layout_min_bytes = 2 * kMiB});
   EXPECT_EQ(small_names.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(small_names.status().message(), HasSubstr("reuse_layout_min_bytes 2.00 MiB"));
-  auto align_fixed = CachingAllocator::Create(device.get(), {.align_growth_min_bytes = 16 * kMiB});
+  auto align_fixed = CachingAllocator::Create(device.get(), {.align_growth = true});
   EXPECT_EQ(align_fixed.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(align_fixed.status().message(), HasSubstr("align_growth_min_bytes aligns the growth of expandable"));
+  EXPECT_THAT(align_fixed.status().message(), HasSubstr("align_growth aligns the growth of expandable segments"));
   auto no_vmm = *SimulatedBackend::Create({.supports_virtual_memory = false});
   auto r = CachingAllocator::Create(no_vmm.get(), {.expandable_segments = true});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);

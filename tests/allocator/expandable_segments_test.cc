@@ -486,10 +486,10 @@ struct Grown {
   uint64_t reserved_mib = 0;
   uint64_t reserved_after_free_mib = 0;
 };
-Grown GrowAfterAPartlyUsedPage(uint64_t align_min_mib, double first, double request) {
+Grown GrowAfterAPartlyUsedPage(bool align, double first, double request) {
   AllocatorOptions options = kTwoMiBPages;
   options.unified_pool = true;  // small and large blocks share pages
-  options.align_growth_min_bytes = align_min_mib * kMiB;
+  options.align_growth = align;
   auto a = MakeAllocator({}, options);
   const DeviceAddress start = *a->Allocate(static_cast<uint64_t>(first * kMiB));
   const DeviceAddress placed = *a->Allocate(static_cast<uint64_t>(request * kMiB));
@@ -506,20 +506,20 @@ Grown GrowAfterAPartlyUsedPage(uint64_t align_min_mib, double first, double requ
 TEST(ExpandableSegments, AlignedGrowthLeavesTheSharedPageToSmallBlocks) {
   // Joining the 1.5 MiB left in the first page, 4 MiB straddle three pages, and the first stays mapped beside it
   // once the small block is gone.
-  const Grown joined = GrowAfterAPartlyUsedPage(0, 0.5, 4);
+  const Grown joined = GrowAfterAPartlyUsedPage(false, 0.5, 4);
   EXPECT_EQ(joined.offset_mib, 0.5);
   EXPECT_EQ(joined.reserved_mib, 6u);
   EXPECT_EQ(joined.reserved_after_free_mib, 6u);
   // From the next page boundary it maps as many pages, and the first page empties with the small block.
-  const Grown aligned = GrowAfterAPartlyUsedPage(4, 0.5, 4);
+  const Grown aligned = GrowAfterAPartlyUsedPage(true, 0.5, 4);
   EXPECT_EQ(aligned.offset_mib, 2.0);
   EXPECT_EQ(aligned.reserved_mib, 6u);
   EXPECT_EQ(aligned.reserved_after_free_mib, 4u);
-  // Below the option's size, growth joins the free block as before.
-  EXPECT_EQ(GrowAfterAPartlyUsedPage(8, 0.5, 4).offset_mib, 0.5);
+  // A request under a page joins the free block as before.
+  EXPECT_EQ(GrowAfterAPartlyUsedPage(true, 0.5, 1.75).offset_mib, 0.5);
   // Where starting at the boundary would map one page more (0.5 MiB free in the first page, 4.5 MiB asked), it
   // does not.
-  const Grown costly = GrowAfterAPartlyUsedPage(4, 1.5, 4.5);
+  const Grown costly = GrowAfterAPartlyUsedPage(true, 1.5, 4.5);
   EXPECT_EQ(costly.offset_mib, 1.5);
   EXPECT_EQ(costly.reserved_mib, 6u);
 }
@@ -527,7 +527,7 @@ TEST(ExpandableSegments, AlignedGrowthLeavesTheSharedPageToSmallBlocks) {
 TEST(ExpandableSegments, AlignedGrowthKeepsTheFreeTailOfTheSharedPage) {
   AllocatorOptions options = kTwoMiBPages;
   options.unified_pool = true;  // small and large blocks share pages
-  options.align_growth_min_bytes = 4 * kMiB;
+  options.align_growth = true;
   auto a = MakeAllocator({}, options);
   const DeviceAddress start = *a->Allocate(kMiB / 2);
   ASSERT_EQ(*a->Allocate(4 * kMiB), start + 2 * kMiB);
