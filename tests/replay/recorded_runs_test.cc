@@ -54,7 +54,9 @@ constexpr char kNoMoreThanExpandable[] = "no more reserved than expandable segme
 // [9]'s goals that a run does not meet yet, by run (bench/RESULTS.md has the figures). A run must miss exactly
 // the goals named here and meet the others, so the list cannot go stale.
 const std::map<std::string, std::set<std::string>> kKnownMisses = {
-    {"resnet50-fp32-sgd.6steps", {kSmallestGoal}},  // 1.026x live
+    {"llama-mha-fp32-adamw-loop.6steps", {kSmallestGoal}},  // 1.021x live
+    {"resnet50-fp32-sgd.6steps", {kSmallestGoal}},          // 1.026x live
+    {"t5-fp32-adamw.6steps", {kSmallestGoal}},              // 1.030x live
 };
 
 // "bench/traces/gpt2-fp32-adamw.6steps.rmm.csv" -> "gpt2-fp32-adamw.6steps".
@@ -104,7 +106,7 @@ TEST(RecordedRuns, HeadroomNeedsLessThanPyTorchAndSettles) {
     }
   }
   EXPECT_TRUE(unmatched.empty()) << "known misses with no trace: " << *unmatched.begin();
-  EXPECT_GE(traces->size(), 9u);  // four runs on the CPU and five on a GPU; a missing directory must not pass
+  EXPECT_GE(traces->size(), 13u);  // eight runs on the CPU and five on a GPU; a missing directory must not pass
 }
 
 // PyTorch's own figure, from each GPU run's snapshot: the segments it holds at the end. No run released memory
