@@ -198,9 +198,9 @@
 // and a recorded T5 stopped mapping a page after its second step; applied
 // only from 8 to 32 MiB up, it gained the LSTM a little more but left T5
 // mapping or other runs worse (sizes tried in RESULTS). Aligning also where
-// it maps a page more met the 1.02x goal on the CPU ResNet-50
-// only when applied from 6 or 8 MiB, cost two other runs memory and left
-// more random loops moving pages: not done.
+// it maps a page more met the 1.02x goal on the CPU ResNet-50 only when
+// applied from 6 or 8 MiB, cost two other runs memory and left more random
+// loops moving pages: not done.
 //
 // Note [Stream shards]
 // PyTorch's allocator serializes every call on one lock per device, so two

@@ -184,13 +184,13 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   // growth the free pages can cover: the free blocks around a range are not
   // moved, since the request joins them, and a range between two of them
   // needs pages that a range elsewhere would find there.
-  // Note [Page-aligned growth]: a large request may start at the free
-  // block's first page boundary instead of at the block.
+  // Note [Page-aligned growth]: a request of a page or more may start at
+  // the free block's first page boundary instead of at the block.
   const uint64_t page = PageBytes(IsSmallRequest(rounded));
   Block* chosen = nullptr;
   uint64_t map_bytes = 0;
   bool needs_next = false;  // the request spans the hole into the free block above it
-  uint64_t joined = 0;       // the bytes of the free block below that the request takes
+  uint64_t joined = 0;  // the bytes of the free block below that the request takes
   uint64_t chosen_shortfall = std::numeric_limits<uint64_t>::max();
   for (Block* hole : segment->unmapped) {
     auto free_size = [&](const Block* b) { return b != nullptr && b->is_free() && b->stream == stream ? b->size : 0; };
