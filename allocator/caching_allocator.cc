@@ -464,6 +464,10 @@ CachingAllocator::Block* CachingAllocator::TakeCachedRange(PoolKind kind, Stream
   Block* block = PoolOf(kind, stream).Holding(stream, address, size);
   if (block == nullptr || !OversizeRulesAccept(block, size)) return nullptr;
   PoolErase(block);
+  return CarveAt(block, address);
+}
+
+CachingAllocator::Block* CachingAllocator::CarveAt(Block* block, DeviceAddress address) {
   if (block->address == address) return block;
   Split(block, address - block->address);  // `block` keeps what lies below; the rest, from `address`, is cached
   PoolInsert(block);

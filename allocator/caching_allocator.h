@@ -466,6 +466,9 @@ class CachingAllocator {
   // carved out and removed from its pool; nullptr if there is none.
   Block* TakeCachedRange(PoolKind kind, StreamHandle stream, DeviceAddress address, uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The part of free `block` (out of its pool) from `address` on, which it
+  // holds; what lies below is cached as a block of its own.
+  Block* CarveAt(Block* block, DeviceAddress address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> TakeOtherStreamBlock(PoolKind kind, StreamHandle stream, uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Cross-stream reuse]: completes the free of the smallest pending

@@ -254,12 +254,8 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   const DeviceAddress start = mapped->address - joined;
   Block* block = CacheFreeBlock(mapped);
   PoolErase(block);
-  if (block->address >= start) return block;  // unaligned, or the free block below was not joined after all
-  Split(block, start - block->address);  // the part of the shared page below `start` stays cached
-  PoolInsert(block);
-  Block* taken = block->next;
-  PoolErase(taken);
-  return taken;
+  // The part of the shared page below `start` stays cached (if the free block below was joined after all).
+  return CarveAt(block, std::max(start, block->address));
 }
 
 absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool synchronized, uint64_t max_pages,
