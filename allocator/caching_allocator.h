@@ -152,11 +152,12 @@
 // this large, and their frees, take the exclusive lock, where names are
 // counted; a step makes few of them.
 //   What it does not promise: a loop whose misses displace other named
-// blocks can still drift (random loops in bench/RESULTS.md: 2 of 40 keep
-// moving pages, 14 of 40 by best fit alone; 5 and 7 before Note [Growable
-// blocks]). Small blocks keep best fit:
-// naming requests from 4 MiB up cost a larger smallest device on two of the
-// recorded runs, and any size from 6 MiB to 64 MiB gave the figures of 8.
+// blocks can still drift (random loops in bench/RESULTS.md: 5 of 40 keep
+// moving pages, 11 of 40 by best fit alone; 2 and 14 before Note
+// [Page-aligned growth], 5 and 7 before Note [Growable blocks]). Small
+// blocks keep best fit: naming requests from 4 MiB up cost a larger
+// smallest device on two of the recorded runs, and any size from 6 MiB to
+// 64 MiB gave the figures of 8.
 // Naming by the sizes named just before as well, which tells apart blocks
 // of one size never live together, settled the LSTM with 8 MiB but not with
 // 6, 16 or 64 MiB.

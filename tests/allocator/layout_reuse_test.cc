@@ -193,8 +193,8 @@ TEST(ReuseLayout, ARangeInUseFallsBackToBestFitAndIsRememberedAnew) {
 // moved between streams) and with names over PyTorch's segments (oversize
 // blocks kept whole): Validate after every operation, every block's bytes
 // intact until it is freed, and all memory back on the device at the end.
-// Whether such a loop settles is not asserted: on one stream, 2 of 40 such
-// loops keep moving pages under the preset, 14 of 40 without names
+// Whether such a loop settles is not asserted: on one stream, 5 of 40 such
+// loops keep moving pages under the preset, 11 of 40 without names
 // (bench/RESULTS.md).
 class RepeatedRandomSteps : public ::testing::TestWithParam<const char*> {};
 
