@@ -90,6 +90,13 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
       absl::StatusOr<uint64_t> smallest = SmallestDevice(trace, replay);
       if (!smallest.ok() && !absl::IsNotFound(smallest.status())) return smallest.status();
       runs.back().smallest_device_bytes = smallest.value_or(0);
+      if (smallest.ok() && *smallest > kSmallestDeviceStep) {
+        ReplayOptions below = replay;
+        below.capacity_bytes = *smallest - kSmallestDeviceStep;
+        below.stop_at_first_oom = true;
+        HEADROOM_ASSIGN_OR_RETURN(const ReplayResult failed, ReplayTrace(trace, below));
+        runs.back().below_smallest = failed.first_oom;
+      }
     }
   }
 

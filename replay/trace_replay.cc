@@ -94,6 +94,17 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
                                 absl::StrFormat("%s: allocation of %d bytes: %s", location(event), event.size,
                                                 address.status().message()));
           }
+          if (!result.first_oom.has_value()) {
+            const MemoryStats stats = allocator->GetStats();
+            result.first_oom = ReplayOutOfMemory{
+                .location = location(event),
+                .capacity_bytes = options.capacity_bytes,
+                .requested_bytes = event.size,
+                .live_bytes = live_bytes - event.size,
+                .reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[kAllPools].current),
+                .free_cached_bytes = stats.total_free_bytes,
+                .largest_free_block_bytes = stats.largest_free_block_bytes};
+          }
           failed[event.pointer] = event.size;
           if (options.stop_at_first_oom) stopped = true;
           break;

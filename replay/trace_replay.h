@@ -28,6 +28,7 @@
 #define HEADROOM_REPLAY_TRACE_REPLAY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,20 @@ struct ReplayOptions {
   std::vector<uint64_t> step_end_times;
 };
 
+// The first allocation a replay could not serve, and what the allocator held
+// then (after its out-of-memory path had flushed what it could): free bytes
+// it could not use are fragmentation; without them, the live bytes alone did
+// not fit.
+struct ReplayOutOfMemory {
+  std::string location;         // "trace.csv:12" or "snapshot.json:device_traces entry 12"
+  uint64_t capacity_bytes = 0;  // the simulated device's
+  uint64_t requested_bytes = 0;
+  uint64_t live_bytes = 0;      // the trace's live bytes before the request
+  uint64_t reserved_bytes = 0;
+  uint64_t free_cached_bytes = 0;         // reserved and neither allocated nor waiting for a stream
+  uint64_t largest_free_block_bytes = 0;  // the largest of those free blocks
+};
+
 struct ReplayResult {
   uint64_t allocations = 0;
   uint64_t frees = 0;
@@ -70,6 +85,7 @@ struct ReplayResult {
   int64_t ooms = 0;
   uint64_t anomalies = 0;
   std::vector<std::string> anomaly_examples;
+  std::optional<ReplayOutOfMemory> first_oom;
   MemoryStats final_stats;
   // The statistics after the last event of each step of
   // ReplayOptions::step_end_times (the final ones for steps the replay did
@@ -79,13 +95,15 @@ struct ReplayResult {
 
 absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const ReplayOptions& options);
 
+inline constexpr uint64_t kSmallestDeviceStep = uint64_t{2} << 20;
+
 // The smallest simulated device, in whole steps of `step` bytes, on which
 // the trace runs under `options.allocator` with no out-of-memory error: a
 // bisection from the trace's live peak up to `options.capacity_bytes` (the
 // other fields of `options` are kept), which first tries what the trace
 // reserves there. NotFound if it does not run on that device either.
 absl::StatusOr<uint64_t> SmallestDevice(const AllocationTrace& trace, ReplayOptions options,
-                                        uint64_t step = uint64_t{2} << 20);
+                                        uint64_t step = kSmallestDeviceStep);
 
 }  // namespace headroom
 

@@ -8,6 +8,31 @@
 #include "common/units.h"
 
 namespace headroom {
+namespace {
+
+nlohmann::json OutOfMemoryToJson(const ReplayOutOfMemory& oom) {
+  return {{"location", oom.location},
+          {"capacity_bytes", oom.capacity_bytes},
+          {"requested_bytes", oom.requested_bytes},
+          {"live_bytes", oom.live_bytes},
+          {"reserved_bytes", oom.reserved_bytes},
+          {"free_cached_bytes", oom.free_cached_bytes},
+          {"largest_free_block_bytes", oom.largest_free_block_bytes}};
+}
+
+}  // namespace
+
+std::string DescribeOutOfMemory(const ReplayOutOfMemory& oom) {
+  std::string out = absl::StrFormat("%s: %s requested with %s live on a %s device; the allocator held %s",
+                                    oom.location, FormatBytes(oom.requested_bytes), FormatBytes(oom.live_bytes),
+                                    FormatBytes(oom.capacity_bytes), FormatBytes(oom.reserved_bytes));
+  if (oom.free_cached_bytes > 0) {
+    absl::StrAppendFormat(&out, ", %s of it free in blocks of at most %s", FormatBytes(oom.free_cached_bytes),
+                          FormatBytes(oom.largest_free_block_bytes));
+  }
+  if (oom.live_bytes + oom.requested_bytes > oom.capacity_bytes) out += " (the live bytes alone do not fit)";
+  return out;
+}
 
 nlohmann::json ReplayRunToJson(const ReplayRun& run) {
   const ReplayResult& r = run.result;
@@ -30,10 +55,12 @@ nlohmann::json ReplayRunToJson(const ReplayRun& run) {
                         {"anomaly_examples", anomalies},
                         {"replay_seconds", run.seconds},
                         {"memory_stats", MemoryStatsToJson(r.final_stats)}};
+  if (r.first_oom.has_value()) out["first_oom"] = OutOfMemoryToJson(*r.first_oom);
   if (run.smallest_device_bytes.has_value()) {
     out["smallest_device_bytes"] =
         *run.smallest_device_bytes == 0 ? nlohmann::json(nullptr) : nlohmann::json(*run.smallest_device_bytes);
   }
+  if (run.below_smallest.has_value()) out["below_smallest"] = OutOfMemoryToJson(*run.below_smallest);
   return out;
 }
 
@@ -86,6 +113,15 @@ std::string RenderReplayReport(const AllocationTrace& trace, uint64_t capacity_b
   if (smallest) {
     out << "smallest device: the least device memory (in 2 MiB steps) that runs the whole trace with no out-of-memory "
            "error.\n";
+  }
+  for (const ReplayRun& run : runs) {
+    if (run.result.first_oom.has_value()) {
+      out << run.label << ", first out of memory: " << DescribeOutOfMemory(*run.result.first_oom) << "\n";
+    }
+    if (run.below_smallest.has_value()) {
+      out << run.label << ", 2 MiB less than its smallest device: " << DescribeOutOfMemory(*run.below_smallest)
+          << "\n";
+    }
   }
   if (first.trace_failures > 0) {
     out << absl::StrFormat("the trace itself records %d failed allocations (not replayed)\n", first.trace_failures);

@@ -38,6 +38,8 @@ struct ReplayRun {
   // that runs the trace without running out of memory (SmallestDevice); 0 if
   // not even the device replayed on does.
   std::optional<uint64_t> smallest_device_bytes;
+  // And why one step (2 MiB) less does not: the first allocation that fails there.
+  std::optional<ReplayOutOfMemory> below_smallest;
 };
 
 struct ReplayReportOptions {
@@ -45,7 +47,10 @@ struct ReplayReportOptions {
   bool summary = false;
 };
 
-// {"label", "conf", "peak_allocated_bytes", ..., "memory_stats"}.
+// "trace.csv:12: 2.25 MiB requested with 309.60 MiB live on a 318.00 MiB device; the allocator held 316.00 MiB,
+// 6.29 MiB of it free in blocks of at most 1.50 MiB".
+std::string DescribeOutOfMemory(const ReplayOutOfMemory& oom);
+// {"label", "conf", "peak_allocated_bytes", ..., "memory_stats"}, and "first_oom" and "below_smallest" when set.
 nlohmann::json ReplayRunToJson(const ReplayRun& run);
 // {"schema_version": 1, "trace", "format", "events", "capacity_bytes", "runs"}.
 nlohmann::json ReplayReportToJson(const AllocationTrace& trace, uint64_t capacity_bytes,

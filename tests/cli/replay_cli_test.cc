@@ -105,6 +105,17 @@ TEST(ReplayCli, SmallestFindsTheSmallestDeviceOfEachRun) {
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["runs"][0]["smallest_device_bytes"], 60u << 20);
   EXPECT_EQ(j["runs"][1]["smallest_device_bytes"], 44u << 20);
+  // Why 2 MiB less fails: PyTorch's policy holds 16 MiB free in the 20 MiB segment of the 4 MiB block when the
+  // 40 MB block needs a segment of its own; with 2 MiB pages the two blocks need more than 42 MiB.
+  const nlohmann::json& pytorch_below = j["runs"][0]["below_smallest"];
+  EXPECT_EQ(pytorch_below["capacity_bytes"], 58u << 20);
+  EXPECT_EQ(pytorch_below["location"], path + ":3");
+  EXPECT_EQ(pytorch_below["requested_bytes"], 40000000u);
+  EXPECT_EQ(pytorch_below["live_bytes"], 4u << 20);
+  EXPECT_EQ(pytorch_below["free_cached_bytes"], 16u << 20);
+  EXPECT_EQ(pytorch_below["largest_free_block_bytes"], 16u << 20);
+  EXPECT_EQ(j["runs"][1]["below_smallest"]["capacity_bytes"], 42u << 20);
+  EXPECT_FALSE(j["runs"][0].contains("first_oom"));  // 80 GiB is enough
   std::vector<std::string> text = {"replay", path, "--capacity", "50MiB"};
   text.insert(text.end(), runs.begin(), runs.end());
   r = RunHeadroom(text);
@@ -112,6 +123,12 @@ TEST(ReplayCli, SmallestFindsTheSmallestDeviceOfEachRun) {
   EXPECT_THAT(r.out, HasSubstr("smallest device"));
   EXPECT_THAT(r.out, HasSubstr("over 50.00 MiB"));  // PyTorch's policy does not fit on the device replayed on
   EXPECT_THAT(r.out, HasSubstr("       44.00 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("pytorch-default, first out of memory: " + path + ":3: 38.15 MiB requested with 4.00 MiB "
+                               "live on a 50.00 MiB device; the allocator held 20.00 MiB, 16.00 MiB of it free in "
+                               "blocks of at most 16.00 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr(", 2 MiB less than its smallest device: " + path + ":3: 38.15 MiB requested with "
+                               "4.00 MiB live on a 42.00 MiB device; the allocator held 4.00 MiB (the live bytes "
+                               "alone do not fit)\n"));
   r = RunHeadroom({"replay", path, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(nlohmann::json::parse(r.out)["runs"][0].contains("smallest_device_bytes"));  // only when asked

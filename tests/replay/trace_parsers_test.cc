@@ -286,6 +286,49 @@ AllocationTrace TwoBlocks() {
                      {.op = TraceOp::kFree, .pointer = 0x20, .size = 5 * kMiB, .time_ns = 4}}};
 }
 
+// Four 1 MiB blocks fill two 2 MiB pages; with one freed in each page, 2 MiB
+// are free but no 2 MiB block is: the next 2 MiB request fails on a 4 MiB
+// device although the live bytes would fit. Then a request the live bytes
+// alone leave no room for. The replay reports the first failure of each.
+TEST(TraceReplay, FirstOutOfMemoryTellsFragmentationFromLiveBytes) {
+  auto event = [](TraceOp op, uint64_t pointer, uint64_t size, size_t line) {
+    return TraceEvent{.op = op, .pointer = pointer, .size = size, .time_ns = line, .line = line};
+  };
+  AllocationTrace trace{.source = "pieces.csv", .format = "rmm-csv"};
+  for (uint64_t p = 1; p <= 4; ++p) trace.events.push_back(event(TraceOp::kAllocate, p, kMiB, p + 1));
+  trace.events.push_back(event(TraceOp::kFree, 1, kMiB, 6));
+  trace.events.push_back(event(TraceOp::kFree, 3, kMiB, 7));
+  trace.events.push_back(event(TraceOp::kAllocate, 5, 2 * kMiB, 8));
+  trace.events.push_back(event(TraceOp::kAllocate, 6, 3 * kMiB, 9));
+  const ReplayOptions options{.capacity_bytes = 4 * kMiB,
+                              .allocator = *ParseAllocConf("expandable_segments:True,expandable_page_mb:2")};
+  auto r = ReplayTrace(trace, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ooms, 2);
+  ASSERT_TRUE(r->first_oom.has_value());
+  EXPECT_EQ(r->first_oom->location, "pieces.csv:8");
+  EXPECT_EQ(r->first_oom->capacity_bytes, 4 * kMiB);
+  EXPECT_EQ(r->first_oom->requested_bytes, 2 * kMiB);
+  EXPECT_EQ(r->first_oom->live_bytes, 2 * kMiB);
+  EXPECT_EQ(r->first_oom->reserved_bytes, 4 * kMiB);
+  EXPECT_EQ(r->first_oom->free_cached_bytes, 2 * kMiB);
+  EXPECT_EQ(r->first_oom->largest_free_block_bytes, kMiB);
+
+  auto stopped = ReplayTrace(trace, {.capacity_bytes = 4 * kMiB,
+                                     .allocator = options.allocator,
+                                     .stop_at_first_oom = true});
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->ooms, 1);
+  trace.events.erase(trace.events.end() - 2);  // now the 3 MiB request fails first: 2 MiB live
+  r = ReplayTrace(trace, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->first_oom.has_value());
+  EXPECT_EQ(r->first_oom->location, "pieces.csv:9");
+  EXPECT_EQ(r->first_oom->live_bytes, 2 * kMiB);
+  EXPECT_EQ(r->first_oom->requested_bytes, 3 * kMiB);
+  EXPECT_FALSE(ReplayTrace(TwoBlocks(), {})->first_oom.has_value());
+}
+
 TEST(TraceReplay, StatisticsAreKeptAtEachStepsEnd) {
   auto r = ReplayTrace(TwoBlocks(), {.step_end_times = {2, 3, 100}});
   ASSERT_TRUE(r.ok()) << r.status();
