@@ -157,6 +157,8 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     options.reuse_layout_min_bytes = mib * kMiB;
   } else if (key == "align_growth") {
     HEADROOM_ASSIGN_OR_RETURN(options.align_growth, ParseBool(key, value));
+  } else if (key == "stitch_pages") {
+    HEADROOM_ASSIGN_OR_RETURN(options.stitch_pages, ParseBool(key, value));
   } else if (key == "release_lock_on_cudamalloc" || key.starts_with("pinned_")) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "HEADROOM_ALLOC_CONF: key '%s' tunes a part of PyTorch's allocator that Headroom does not have "
@@ -166,7 +168,7 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
         "HEADROOM_ALLOC_CONF: unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
         "garbage_collection_threshold, expandable_segments, backend, memory_fraction, hard_limit_mb, "
         "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages, move_threshold, "
-        "move_threshold_max, unified_pool, reuse_layout_mb, align_growth)",
+        "move_threshold_max, unified_pool, reuse_layout_mb, align_growth, stitch_pages)",
         key));
   }
   return absl::OkStatus();
@@ -263,6 +265,7 @@ std::string FormatAllocConf(const AllocatorOptions& options) {
     parts.push_back(absl::StrFormat("reuse_layout_mb:%d", options.reuse_layout_min_bytes / kMiB));
   }
   if (options.align_growth) parts.push_back("align_growth:True");
+  if (options.stitch_pages) parts.push_back("stitch_pages:True");
   return absl::StrJoin(parts, ",");
 }
 
@@ -273,11 +276,11 @@ const std::vector<AllocConfPreset>& AllocConfPresets() {
       {"max-split-512", "max_split_size_mb:512"},
       {"power2-4", "roundup_power2_divisions:4"},
       {"gc-0.8", "garbage_collection_threshold:0.8"},
-      // Headroom's own policy (Notes [One pool], [Moving free pages], [Reusing a step's layout] and [Page-aligned
-      // growth] in caching_allocator.h).
+      // Headroom's own policy (Notes [One pool], [Moving free pages], [Reusing a step's layout], [Page-aligned
+      // growth] and [Stitched blocks] in caching_allocator.h).
       {"headroom",
        "expandable_segments:True,expandable_page_mb:2,unified_pool:True,cross_stream_reuse:True,move_free_pages:True,"
-       "move_threshold:1.03,move_threshold_max:1.05,reuse_layout_mb:8,align_growth:True"},
+       "move_threshold:1.03,move_threshold_max:1.05,reuse_layout_mb:8,align_growth:True,stitch_pages:True"},
   };
   return *presets;
 }

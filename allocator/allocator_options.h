@@ -80,6 +80,12 @@ struct AllocatorOptions {
   // (Note [Page-aligned growth] in caching_allocator.h). Off in PyTorch's
   // policy.
   bool align_growth = false;
+  // Expandable segments only: a request that would run out of memory only
+  // because the free bytes lie in pieces of pages that hold live blocks is
+  // served from pieces that end and start at page boundaries (and new pages
+  // between them), mapped once more, side by side, at a new address (Note
+  // [Stitched blocks] in caching_allocator.h). Off in PyTorch's policy.
+  bool stitch_pages = false;
   // Entries kept in the history ring buffer (0: not recorded).
   size_t history_entries = 0;
 };

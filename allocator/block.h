@@ -53,6 +53,9 @@ struct Block {
   // that used it are done: kept out of use for good (counted active), since
   // a kernel may still write it (CachingAllocator::FreeAllocatedBlock).
   bool quarantined = false;
+  // Allocated as a piece of a stitched block (Note [Stitched blocks]): the
+  // caller holds the stitched block, which the statistics count instead.
+  bool stitched_part = false;
   Block* prev = nullptr;
   Block* next = nullptr;
   Segment* segment = nullptr;
@@ -86,6 +89,10 @@ struct Segment {
   // its blocks are allocated and freed under the exclusive lock only
   // (Note [Stream shards]).
   bool mixed_streams = false;
+  // The range of a stitched block (Note [Stitched blocks]), whose one block
+  // maps pieces of other segments' pages: not in the segment map, no memory
+  // of its own.
+  bool stitched = false;
   StreamShard* shard = nullptr;  // of `stream`
   Block* first = nullptr;
   // Expandable segments only (Note [Expandable segments]): one physical

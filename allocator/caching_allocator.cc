@@ -77,6 +77,10 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
     return absl::InvalidArgumentError("caching allocator: align_growth aligns the growth of expandable segments; "
                                       "set expandable_segments too");
   }
+  if (options.stitch_pages && !options.expandable_segments) {
+    return absl::InvalidArgumentError("caching allocator: stitch_pages maps pages of expandable segments again; "
+                                      "set expandable_segments too");
+  }
   if (options.expandable_segments && !props.supports_virtual_memory) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "caching allocator: expandable_segments needs the virtual memory API, which device '%s' lacks", props.name));
@@ -127,7 +131,8 @@ CachingAllocator::~CachingAllocator() {
     shard->small_pool.Clear();  // the pools link blocks deleted below
     shard->large_pool.Clear();
   }
-  // Teardown: best effort, errors have nowhere to go.
+  // Teardown: best effort, errors have nowhere to go. Second mappings first, so that their pages can be released.
+  UnmapAllStitched();
   for (const PendingFree& pending : pending_frees_) free_events_.push_back(pending.event);
   for (EventHandle event : free_events_) (void)backend_->DestroyEvent(event);
   for (const UnreleasedPage& page : unreleased_pages_) (void)backend_->ReleasePhysical(page.handle);
@@ -526,6 +531,10 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlockSlow(Poo
   HEADROOM_RETURN_IF_ERROR(ReleaseAllCache());
   grown = GrowPool(kind, stream, rounded);
   if (grown.ok() || !absl::IsResourceExhausted(grown.status())) return grown;
+  if (options_.stitch_pages) {  // Note [Stitched blocks]
+    HEADROOM_ASSIGN_OR_RETURN(Block * stitched, AllocateStitched(kind, rounded, stream));
+    if (stitched != nullptr) return stitched;
+  }
   return OutOfMemory(size, rounded, stream, grown.status());
 }
 
@@ -554,7 +563,7 @@ absl::StatusOr<bool> CachingAllocator::WaitForPendingBlock(PoolKind kind, Stream
   Block* best = nullptr;
   for (const PendingFree& pending : pending_frees_) {
     Block* b = pending.block;
-    if (b->pool == kind && b->size >= size && OversizeRulesAccept(b, size) &&
+    if (b->pool == kind && b->size >= size && !b->segment->stitched && OversizeRulesAccept(b, size) &&
         (best == nullptr || b->size < best->size)) {
       best = b;
     }
@@ -584,6 +593,7 @@ absl::StatusOr<bool> CachingAllocator::WaitForPendingBlock(PoolKind kind, Stream
 
 bool CachingAllocator::ShouldSplit(const Block* block, uint64_t size) const {
   const uint64_t remaining = block->size - size;
+  if (block->segment->stitched) return false;
   if (block->pool == PoolKind::kSmall || block->segment->expandable) return remaining >= kMinBlockSize;
   return size < options_.max_split_size && remaining > kSmallSize;
 }
@@ -626,10 +636,19 @@ CachingAllocator::Block* CachingAllocator::CacheFreeBlock(Block* block) {
 }
 
 void CachingAllocator::CompleteFree(Block* block) {
+  // Note [Stitched blocks]: its second mapping goes first; if the device refuses, it stays out of use.
+  if (block->segment->stitched && !UnmapStitched(block)) {
+    block->quarantined = true;
+    return;
+  }
   CountStat(block, BlockStat::kActive, -1);
   CountStat(block, BlockStat::kActiveBytes, -static_cast<int64_t>(block->size));
   Record(TraceAction::kFreeCompleted, block->address, block->size, block->stream);
-  CacheFreeBlock(block);
+  if (block->segment->stitched) {
+    CacheStitchedParts(block);
+  } else {
+    CacheFreeBlock(block);
+  }
 }
 
 absl::Status CachingAllocator::FreeAllocatedBlock(Block* block) {
@@ -640,6 +659,8 @@ absl::Status CachingAllocator::FreeAllocatedBlock(Block* block) {
   Record(TraceAction::kFreeRequested, block->address, block->size, block->stream);
   block->allocated = false;
   block->requested_size = 0;
+  // Note [Stitched blocks]: its range is unmapped once its own stream is done with it too.
+  if (block->segment->stitched) block->stream_uses.push_back(block->stream);
   if (block->stream_uses.empty()) {
     CompleteFree(block);
     return absl::OkStatus();
@@ -724,6 +745,7 @@ absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_
       internal::SpinLockHolder lock(&shard->mu);
       Block* block = shard->pointers.Find(address);
       if (block != nullptr && block->stream_uses.empty() && !block->segment->mixed_streams &&
+          !block->segment->stitched &&
           (!expected_size.has_value() || *expected_size == block->requested_size) &&
           (!freeing_stream.has_value() || *freeing_stream == block->stream) && !ReusesLayout(block->size) &&
           FreeWithinBudget(*shard, block)) {
@@ -762,6 +784,10 @@ void CachingAllocator::AddStreamUse(Block* block, StreamHandle stream) {
 }
 
 std::string CachingAllocator::DescribeBadFree(DeviceAddress address) {
+  if (stitched_.contains(address)) {
+    return absl::StrFormat("double free of 0x%x: the stitched block was already freed (and still waits for its "
+                           "streams)", address);
+  }
   auto it = segments_.upper_bound(address);
   if (it != segments_.begin()) {
     const Segment* segment = std::prev(it)->second;
@@ -922,7 +948,8 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
                        {"move_threshold_max", options_.move_threshold_max},
                        {"unified_pool", options_.unified_pool},
                        {"reuse_layout_min_bytes", options_.reuse_layout_min_bytes},
-                       {"align_growth", options_.align_growth}};
+                       {"align_growth", options_.align_growth},
+                       {"stitch_pages", options_.stitch_pages}};
   return snapshot;
 }
 

@@ -228,34 +228,39 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
   }
   HEADROOM_RETURN_IF_ERROR(MapPages(segment, (chosen->address - segment->address) / granularity_,
                                     map_bytes / granularity_, chosen, needs_next));
-  segment->unmapped.erase(chosen);
-  Block* mapped = chosen;
-  if (map_bytes < chosen->size) {
-    mapped = NewBlock(stream);
-    mapped->address = chosen->address;
-    mapped->size = map_bytes;
-    mapped->stream = stream;
-    mapped->pool = kind;
-    mapped->segment = segment;
-    mapped->prev = chosen->prev;
-    mapped->next = chosen;
-    if (chosen->prev != nullptr) {
-      chosen->prev->next = mapped;
-    } else {
-      segment->first = mapped;
-    }
-    chosen->prev = mapped;
-    chosen->address += map_bytes;
-    chosen->size -= map_bytes;
-    segment->unmapped.insert(chosen);
-  }
-  mapped->mapped = true;
-  mapped->stream = stream;
+  Block* mapped = TakeMappedRange(segment, chosen, map_bytes, stream);
   const DeviceAddress start = mapped->address - joined;
   Block* block = CacheFreeBlock(mapped);
   PoolErase(block);
   // The part of the shared page below `start` stays cached (if the free block below was joined after all).
   return CarveAt(block, std::max(start, block->address));
+}
+
+CachingAllocator::Block* CachingAllocator::TakeMappedRange(Segment* segment, Block* hole, uint64_t bytes,
+                                                          StreamHandle stream) {
+  segment->unmapped.erase(hole);
+  Block* mapped = hole;
+  if (bytes < hole->size) {
+    mapped = NewBlock(stream);
+    mapped->address = hole->address;
+    mapped->size = bytes;
+    mapped->pool = hole->pool;
+    mapped->segment = segment;
+    mapped->prev = hole->prev;
+    mapped->next = hole;
+    if (hole->prev != nullptr) {
+      hole->prev->next = mapped;
+    } else {
+      segment->first = mapped;
+    }
+    hole->prev = mapped;
+    hole->address += bytes;
+    hole->size -= bytes;
+    segment->unmapped.insert(hole);
+  }
+  mapped->mapped = true;
+  mapped->stream = stream;
+  return mapped;
 }
 
 absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool synchronized, uint64_t max_pages,

@@ -30,6 +30,7 @@ struct CachingAllocator::Recount {
       inactive_split{}, inactive_split_bytes{};
   size_t free_blocks = 0;
   size_t pending_events = 0;  // summed over blocks
+  size_t stitched_parts = 0;  // blocks flagged Block::stitched_part
 };
 
 absl::Status CachingAllocator::Validate() const {
@@ -51,6 +52,7 @@ absl::Status CachingAllocator::ValidateLocked() const {
     HEADROOM_RETURN_IF_ERROR(ValidateSegmentTiling(*segment, recount));
     if (segment->expandable) HEADROOM_RETURN_IF_ERROR(ValidateExpandablePages(*segment));
   }
+  HEADROOM_RETURN_IF_ERROR(ValidateStitched(recount));
   HEADROOM_RETURN_IF_ERROR(ValidatePools(recount.free_blocks));
   if (recount.pending_events != pending_frees_.size()) {
     return HEADROOM_INVARIANT_ERROR("%d pending events recorded on blocks, %d in the queue", recount.pending_events,
@@ -58,6 +60,60 @@ absl::Status CachingAllocator::ValidateLocked() const {
   }
   HEADROOM_RETURN_IF_ERROR(ValidatePointerTables(recount.allocation[kAllPools].current));
   return ValidateStatistics(recount);
+}
+
+void CachingAllocator::CountActive(const Block& b, size_t pool_stat, Recount& recount) {
+  if (b.allocated) {
+    for (size_t i : {size_t{kAllPools}, pool_stat}) {
+      recount.allocation[i].current += 1;
+      recount.allocated_bytes[i].current += static_cast<int64_t>(b.size);
+      recount.requested[i].current += static_cast<int64_t>(b.requested_size);
+    }
+  }
+  if (b.is_active()) {
+    for (size_t i : {size_t{kAllPools}, pool_stat}) {
+      recount.active[i].current += 1;
+      recount.active_bytes[i].current += static_cast<int64_t>(b.size);
+    }
+  }
+  recount.pending_events += static_cast<size_t>(b.pending_events);
+}
+
+// Note [Stitched blocks]: each stitched block is counted, its pieces are
+// allocated in their segment, sum to its size and lie where its range maps.
+absl::Status CachingAllocator::ValidateStitched(Recount& recount) const {
+  size_t parts = 0;
+  for (const auto& [address, stitched] : stitched_) {
+    const Block* block = stitched.segment->first;
+    if (block == nullptr || block->address != address || block->segment != stitched.segment.get() ||
+        block->prev != nullptr || block->next != nullptr || !stitched.segment->stitched) {
+      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: not the one block of its segment", address);
+    }
+    if (!block->is_active()) {
+      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: neither allocated nor pending", address);
+    }
+    uint64_t bytes = 0;
+    for (const Block* part : stitched.parts) {
+      if (!part->stitched_part || part->segment->stitched) {
+        return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: piece 0x%x is not marked as one", address, part->address);
+      }
+      bytes += part->size;
+    }
+    if (bytes != block->size) {
+      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: pieces of %d bytes for a block of %d", address, bytes,
+                                      block->size);
+    }
+    if (address < stitched.range || address + block->size > stitched.range + stitched.range_bytes) {
+      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: outside its mapped range", address);
+    }
+    parts += stitched.parts.size();
+    CountActive(*block, StatOf(block->pool), recount);
+  }
+  if (parts != recount.stitched_parts) {
+    return HEADROOM_INVARIANT_ERROR("%d stitched pieces in segments, %d held by stitched blocks",
+                                    recount.stitched_parts, parts);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CachingAllocator::ValidateSegmentTiling(const Segment& segment, Recount& recount) const {
@@ -115,20 +171,15 @@ absl::Status CachingAllocator::ValidateSegmentTiling(const Segment& segment, Rec
         }
       }
     }
-    if (b->allocated) {
-      for (size_t i : {size_t{kAllPools}, pool_stat}) {
-        recount.allocation[i].current += 1;
-        recount.allocated_bytes[i].current += static_cast<int64_t>(b->size);
-        recount.requested[i].current += static_cast<int64_t>(b->requested_size);
+    if (b->stitched_part) {
+      ++recount.stitched_parts;
+      // Counted as the stitched block that holds it (ValidateStitched).
+      if (!b->allocated || b->stream_uses.size() > 0 || b->pending_events > 0) {
+        return HEADROOM_INVARIANT_ERROR("block 0x%x: a stitched piece that is not simply allocated", b->address);
       }
+    } else {
+      CountActive(*b, pool_stat, recount);
     }
-    if (b->is_active()) {
-      for (size_t i : {size_t{kAllPools}, pool_stat}) {
-        recount.active[i].current += 1;
-        recount.active_bytes[i].current += static_cast<int64_t>(b->size);
-      }
-    }
-    recount.pending_events += static_cast<size_t>(b->pending_events);
     expected += b->size;
     prev = b;
   }

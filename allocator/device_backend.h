@@ -17,6 +17,8 @@
 //    allocator frees cached memory and retries only on that code.
 //  - Map/Unmap/Reserve sizes and addresses are multiples of
 //    properties().map_granularity; one Map maps one whole physical handle.
+//    A handle may be mapped at several addresses at once, each showing the
+//    same bytes (as cuMemMap allows; Note [Stitched blocks]).
 //  - Streams and events are opaque handles; StreamHandle{0} is the default
 //    stream and always exists. An event recorded on a stream completes when
 //    the work queued before it on that stream has completed.

@@ -70,6 +70,7 @@ void PoolStats::ResetAccumulated() {
   num_device_free = 0;
   num_pages_mapped = 0;
   num_pages_unmapped = 0;
+  num_stitched_blocks = 0;
 }
 
 MemoryStats PoolStats::ToMemoryStats() const {
@@ -91,6 +92,7 @@ MemoryStats PoolStats::ToMemoryStats() const {
                      .num_device_free = num_device_free,
                      .num_pages_mapped = num_pages_mapped,
                      .num_pages_unmapped = num_pages_unmapped,
+                     .num_stitched_blocks = num_stitched_blocks,
                      .reserved_bytes_at_peak_allocated = reserved_bytes_at_peak_allocated};
 }
 

@@ -66,7 +66,7 @@ TEST(AllocConf, RoundTrip) {
       "max_split_size_mb:256,roundup_power2_divisions:8,garbage_collection_threshold:0.75,expandable_segments:True,"
       "memory_fraction:0.9,hard_limit_mb:2048,cross_stream_reuse:True,history_entries:10,expandable_page_mb:64,"
       "move_free_pages:True,move_threshold:1.25,move_threshold_max:1.5,unified_pool:True,reuse_layout_mb:8,"
-      "align_growth:True";
+      "align_growth:True,stitch_pages:True";
   auto o = ParseAllocConf(conf);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(FormatAllocConf(*o), conf);
@@ -112,6 +112,7 @@ TEST(AllocConf, ErrorsNameKeyAndValue) {
   EXPECT_THAT(Error("reuse_layout_mb:0"), HasSubstr("more than 2"));
   EXPECT_THAT(Error("reuse_layout_mb:-8"), HasSubstr("non-negative integer"));
   EXPECT_THAT(Error("align_growth:16"), HasSubstr("align_growth:16: expected True or False"));
+  EXPECT_THAT(Error("stitch_pages:on"), HasSubstr("stitch_pages:on: expected True or False"));
 }
 
 TEST(AllocConf, Presets) {
@@ -119,7 +120,8 @@ TEST(AllocConf, Presets) {
   EXPECT_EQ(ResolveAllocConfPreset("pytorch-default"), "");
   EXPECT_EQ(ResolveAllocConfPreset("headroom"),
             "expandable_segments:True,expandable_page_mb:2,unified_pool:True,cross_stream_reuse:True,"
-            "move_free_pages:True,move_threshold:1.03,move_threshold_max:1.05,reuse_layout_mb:8,align_growth:True");
+            "move_free_pages:True,move_threshold:1.03,move_threshold_max:1.05,reuse_layout_mb:8,align_growth:True,"
+            "stitch_pages:True");
   EXPECT_EQ(ResolveAllocConfPreset("max_split_size_mb:100"), "max_split_size_mb:100");
   for (const AllocConfPreset& preset : AllocConfPresets()) {
     EXPECT_TRUE(ParseAllocConf(preset.conf).ok()) << preset.name;

@@ -112,6 +112,30 @@ TYPED_TEST_P(BackendConformance, VirtualMemoryReserveMapAccessUnmapRelease) {
   EXPECT_TRUE(this->backend().ReleaseAddressRange(*range, 8 * page).ok());
 }
 
+// One page mapped at two addresses at once (Note [Stitched blocks]), each
+// unmapped on its own, the page charged once.
+TYPED_TEST_P(BackendConformance, APageMapsAtTwoAddresses) {
+  if (!this->backend().properties().supports_virtual_memory) GTEST_SKIP() << "no VMM";
+  const uint64_t page = this->page();
+  auto first = this->backend().ReserveAddressRange(2 * page);
+  auto second = this->backend().ReserveAddressRange(page);
+  ASSERT_TRUE(first.ok() && second.ok());
+  auto before = this->backend().GetMemoryInfo();
+  auto h = this->backend().CreatePhysical(page);
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_TRUE(this->backend().Map(*first + page, page, *h).ok());
+  ASSERT_TRUE(this->backend().Map(*second, page, *h).ok());
+  EXPECT_TRUE(this->backend().SetAccess(*first + page, page).ok());
+  EXPECT_TRUE(this->backend().SetAccess(*second, page).ok());
+  auto during = this->backend().GetMemoryInfo();
+  EXPECT_LE(before->free_bytes - during->free_bytes, 2 * page);  // charged once (the driver may round)
+  EXPECT_TRUE(this->backend().Unmap(*second, page).ok());
+  EXPECT_TRUE(this->backend().Unmap(*first + page, page).ok());
+  EXPECT_TRUE(this->backend().ReleasePhysical(*h).ok());
+  EXPECT_TRUE(this->backend().ReleaseAddressRange(*second, page).ok());
+  EXPECT_TRUE(this->backend().ReleaseAddressRange(*first, 2 * page).ok());
+}
+
 TYPED_TEST_P(BackendConformance, PhysicalMemoryIsCharged) {
   if (!this->backend().properties().supports_virtual_memory) GTEST_SKIP() << "no VMM";
   auto before = this->backend().GetMemoryInfo();
@@ -160,7 +184,8 @@ TYPED_TEST_P(BackendConformance, ClockIsMonotonic) {
 REGISTER_TYPED_TEST_SUITE_P(BackendConformance, PropertiesAreSane, MallocGivesDistinctAlignedRanges,
                             MallocBeyondCapacityIsResourceExhausted, FreeOfUnknownAddressFails,
                             MallocChargesMemoryInfo, VirtualMemoryReserveMapAccessUnmapRelease,
-                            PhysicalMemoryIsCharged, EventsFollowStreams, ClockIsMonotonic);
+                            APageMapsAtTwoAddresses, PhysicalMemoryIsCharged, EventsFollowStreams,
+                            ClockIsMonotonic);
 
 }  // namespace headroom::testing
 

@@ -242,6 +242,7 @@ TEST(CAbi, HeadroomsOwnPolicyIsTheDefaultAndTakenByItsPresetName) {
     EXPECT_EQ(settings["unified_pool"], true) << settings;
     EXPECT_EQ(settings["reuse_layout_min_bytes"], 8 * kMiB) << settings;
     EXPECT_EQ(settings["align_growth"], true) << settings;
+    EXPECT_EQ(settings["stitch_pages"], true) << settings;
     // One pool: the small request was served from the large pool's segment.
     ASSERT_EQ(snap["segments"].size(), 1u) << snap["segments"];
     EXPECT_EQ(snap["segments"][0]["segment_type"], "large");

@@ -26,6 +26,9 @@ TEST(CachingAllocator, RejectsBadOptions) {
   auto align_fixed = CachingAllocator::Create(device.get(), {.align_growth = true});
   EXPECT_EQ(align_fixed.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(align_fixed.status().message(), HasSubstr("align_growth aligns the growth of expandable segments"));
+  auto stitch_fixed = CachingAllocator::Create(device.get(), {.stitch_pages = true});
+  EXPECT_EQ(stitch_fixed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(stitch_fixed.status().message(), HasSubstr("stitch_pages maps pages of expandable segments again"));
   auto no_vmm = *SimulatedBackend::Create({.supports_virtual_memory = false});
   auto r = CachingAllocator::Create(no_vmm.get(), {.expandable_segments = true});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);

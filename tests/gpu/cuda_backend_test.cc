@@ -89,5 +89,45 @@ TEST_P(CudaAllocator, OutOfMemoryIsResourceExhausted) {
 INSTANTIATE_TEST_SUITE_P(Segments, CudaAllocator, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "expandable" : "plain"; });
 
+// Note [Stitched blocks] on the GPU: under a 6 MiB limit, four 1 MiB blocks
+// and a 2 MiB one fill three pages; with the first and the fourth freed, a
+// 2 MiB request is stitched from the tail of page 1 and the head of page 0,
+// and what a kernel writes through it shows at the pieces' own addresses.
+TEST(CudaStitchedBlocks, ShowTheBytesOfTheirPieces) {
+  if (cuda::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  auto backend = cuda::CudaBackend::Create(0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  if (!(*backend)->properties().supports_virtual_memory) GTEST_SKIP() << "no VMM support";
+  if ((*backend)->properties().map_granularity != 2 * kMiB) GTEST_SKIP() << "the layout assumes 2 MiB pages";
+  auto allocator = CachingAllocator::Create(backend->get(), {.expandable_segments = true,
+                                                             .expandable_large_page_bytes = 2 * kMiB,
+                                                             .hard_limit_bytes = 6 * kMiB,
+                                                             .unified_pool = true,
+                                                             .stitch_pages = true});
+  ASSERT_TRUE(allocator.ok()) << allocator.status();
+  CachingAllocator& a = **allocator;
+  std::vector<DeviceAddress> blocks;
+  for (uint64_t size : {kMiB, kMiB, kMiB, kMiB, 2 * kMiB}) blocks.push_back(*a.Allocate(size));
+  ASSERT_TRUE(a.Free(blocks[0]).ok());
+  ASSERT_TRUE(a.Free(blocks[3]).ok());
+  auto stitched = a.Allocate(2 * kMiB);
+  ASSERT_TRUE(stitched.ok()) << stitched.status();
+  EXPECT_EQ(a.GetStats().num_stitched_blocks, 1);
+  auto ptr = [](DeviceAddress address) { return reinterpret_cast<void*>(static_cast<uintptr_t>(address)); };
+  ASSERT_EQ(cudaMemset(ptr(*stitched), 0x71, kMiB), cudaSuccess);
+  ASSERT_EQ(cudaMemset(ptr(*stitched + kMiB), 0x72, kMiB), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<unsigned char> tail(kMiB), head(kMiB);
+  ASSERT_EQ(cudaMemcpy(tail.data(), ptr(blocks[3]), kMiB, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(head.data(), ptr(blocks[0]), kMiB, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(tail, std::vector<unsigned char>(kMiB, 0x71));
+  EXPECT_EQ(head, std::vector<unsigned char>(kMiB, 0x72));
+  ASSERT_TRUE(a.Free(*stitched).ok());
+  for (size_t i : {1, 2, 4}) ASSERT_TRUE(a.Free(blocks[i]).ok());
+  ASSERT_TRUE(a.EmptyCache().ok());
+  ASSERT_TRUE(a.Validate().ok());
+  EXPECT_EQ(a.GetStats().reserved_bytes[kAllPools].current, 0);
+}
+
 }  // namespace
 }  // namespace headroom::testing
