@@ -216,8 +216,8 @@
 // (a head), all of its stream's segment, and maps their pages once more,
 // side by side, in an address range of their own:
 //
-//   segment   | live | tail ] ... [ head | live |        new pages at the end: [ new ]
-//   stitched         [ tail | new | head ]   <- the caller's block
+//   segment's pages   | live  tail | ... | head  live | ... | new |
+//   stitched range    |       tail | new | head       |   (the caller's block: tail, new, head)
 //
 // The pieces are carved out as allocated blocks of their segment (flagged
 // Block::stitched_part, uncounted) so that nothing else gets them and their
@@ -231,7 +231,10 @@
 // of one page cannot (on the recorded Llama and T5 runs most are of that
 // kind). Stitching happens only where the request would fail, so on a
 // device with room nothing changes; it costs a map of each page of the
-// range at the allocation and an unmap at the free.
+// range at the allocation and an unmap at the free. On the recorded runs it
+// took the smallest device that runs the CPU ResNet-50 from 1.026x its live
+// peak to 1.020x and T5's from 1.030x to 1.026x, with one block stitched in
+// the whole run (bench/RESULTS.md).
 //
 // Note [Stream shards]
 // PyTorch's allocator serializes every call on one lock per device, so two
