@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "allocator/cuda/c_abi/c_abi_internal.h"
 #include "allocator/cuda/c_abi/headroom_alloc.h"
@@ -19,15 +20,17 @@
 
 // Devices 0-8 and 10-11 are simulated 1 GiB devices whose stream events wait
 // for the test (device 11 without the virtual memory API); device 9 cannot be
-// set up.
+// set up; device 12 has 6 MiB, whose events complete at once.
 namespace headroom::c_abi {
 
-SimulatedBackend* simulated[12] = {};
+SimulatedBackend* simulated[13] = {};
 
 absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateDeviceBackend(int device) {
-  if (device == 9 || device >= 12) return absl::NotFoundError("no such simulated device");
-  absl::StatusOr<std::unique_ptr<SimulatedBackend>> backend = SimulatedBackend::Create(
-      {.capacity_bytes = kGiB, .supports_virtual_memory = device != 11, .auto_complete_events = false});
+  if (device == 9 || device >= 13) return absl::NotFoundError("no such simulated device");
+  absl::StatusOr<std::unique_ptr<SimulatedBackend>> backend =
+      SimulatedBackend::Create({.capacity_bytes = device == 12 ? 6 * kMiB : kGiB,
+                                .supports_virtual_memory = device != 11,
+                                .auto_complete_events = device == 12});
   if (!backend.ok()) return backend.status();
   simulated[device] = backend->get();
   return std::unique_ptr<DeviceBackend>(*std::move(backend));
@@ -256,6 +259,30 @@ TEST(CAbi, HeadroomsOwnPolicyIsTheDefaultAndTakenByItsPresetName) {
   }
 }
 
+// The default policy stitches a block from free pieces of pages when the device is full (Note [Stitched
+// blocks]): on 6 MiB, four 1 MiB blocks and a 2 MiB one, the first and the fourth freed, then 2 MiB.
+TEST(CAbi, TheDefaultPolicyStitchesPiecesOfPages) {
+  std::vector<void*> blocks;
+  {
+    ScopedAllocConf unset(nullptr);
+    for (size_t size : {kMiB, kMiB, kMiB, kMiB, 2 * kMiB}) {
+      blocks.push_back(headroom_malloc(static_cast<ssize_t>(size), 12, nullptr));
+      ASSERT_NE(blocks.back(), nullptr) << headroom_last_error();
+    }
+  }
+  headroom_free(blocks[0], static_cast<ssize_t>(kMiB), 12, nullptr);
+  headroom_free(blocks[3], static_cast<ssize_t>(kMiB), 12, nullptr);
+  EXPECT_EQ(Stats(12).num_stitched_blocks, 0);
+  void* stitched = headroom_malloc(static_cast<ssize_t>(2 * kMiB), 12, nullptr);
+  ASSERT_NE(stitched, nullptr) << headroom_last_error();
+  EXPECT_EQ(Stats(12).num_stitched_blocks, 1);
+  EXPECT_EQ(Stats(12).reserved_bytes, static_cast<int64_t>(6 * kMiB));
+  headroom_free(stitched, static_cast<ssize_t>(2 * kMiB), 12, nullptr);
+  for (size_t i : {1, 2, 4}) headroom_free(blocks[i], static_cast<ssize_t>(i == 4 ? 2 * kMiB : kMiB), 12, nullptr);
+  ASSERT_EQ(headroom_empty_cache(12), 0) << headroom_last_error();
+  EXPECT_EQ(Stats(12).reserved_bytes, 0);
+}
+
 // Expandable segments need the virtual memory API: without it the default is PyTorch's policy.
 TEST(CAbi, WithoutVirtualMemoryTheDefaultIsPyTorchsPolicy) {
   void* p = nullptr;
@@ -324,6 +351,15 @@ TEST(CAbi, StatsFillTheFieldsBothSidesKnow) {
   EXPECT_EQ(older.allocated_bytes, static_cast<int64_t>(3 * kMiB));
   EXPECT_EQ(older.allocated_bytes_peak, static_cast<int64_t>(3 * kMiB));
   EXPECT_EQ(older.reserved_bytes, -1);
+
+  // A version-2 caller's struct ends before the stitched blocks' count.
+  headroom_stats version2{};
+  version2.version = 2;
+  version2.struct_size = offsetof(headroom_stats, num_stitched_blocks);
+  version2.num_stitched_blocks = -1;
+  ASSERT_EQ(headroom_get_stats(1, &version2), 0) << headroom_last_error();
+  EXPECT_EQ(version2.allocated_bytes, static_cast<int64_t>(3 * kMiB));
+  EXPECT_EQ(version2.num_stitched_blocks, -1);
 
   // A version-1 caller's struct ends before the page counts: filled up to
   // its last field (the free block left in the 20 MiB segment), not past it.

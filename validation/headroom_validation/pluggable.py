@@ -29,18 +29,19 @@ from . import configs, workloads
 WARM_UP_STEPS = 2  # steps before the steady ones, as bench/allocator_replay_bench counts them
 
 
-class HeadroomStats(ctypes.Structure):  # allocator/cuda/c_abi/headroom_alloc.h, HEADROOM_STATS_VERSION 2
+class HeadroomStats(ctypes.Structure):  # allocator/cuda/c_abi/headroom_alloc.h, HEADROOM_STATS_VERSION 3
     _fields_ = [("version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32)] + [
         (name, ctypes.c_int64)
         for name in ("allocated_bytes", "allocated_bytes_peak", "reserved_bytes", "reserved_bytes_peak",
                      "active_bytes", "requested_bytes", "inactive_split_bytes", "allocations", "segments",
                      "num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")
     ] + [("largest_free_block_bytes", ctypes.c_uint64), ("external_fragmentation", ctypes.c_double),
-         ("num_pages_mapped", ctypes.c_int64), ("num_pages_unmapped", ctypes.c_int64)]
+         ("num_pages_mapped", ctypes.c_int64), ("num_pages_unmapped", ctypes.c_int64),
+         ("num_stitched_blocks", ctypes.c_int64)]
 
 
 def _headroom_stats(lib, device):
-    stats = HeadroomStats(version=2, struct_size=ctypes.sizeof(HeadroomStats))
+    stats = HeadroomStats(version=3, struct_size=ctypes.sizeof(HeadroomStats))
     if lib.headroom_get_stats(device, ctypes.byref(stats)) != 0:
         lib.headroom_last_error.restype = ctypes.c_char_p
         raise RuntimeError(f"headroom_get_stats failed: {lib.headroom_last_error().decode()}")
@@ -72,7 +73,7 @@ def _run(name, library, conf, torch_conf, steps, queue):
             stats = _headroom_stats(lib, torch.cuda.current_device())
             result = {"allocated_peak": stats.allocated_bytes_peak, "reserved_peak": stats.reserved_bytes_peak,
                       "retries": stats.num_alloc_retries, "pages_mapped": stats.num_pages_mapped,
-                      "pages_unmapped": stats.num_pages_unmapped}
+                      "pages_unmapped": stats.num_pages_unmapped, "stitched": stats.num_stitched_blocks}
             steady = 1 + steps - WARM_UP_STEPS
             if warm is not None and steady > 0:
                 result["steady_maps_per_step"] = (stats.num_pages_mapped - warm.num_pages_mapped) / steady
