@@ -532,8 +532,9 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlockSlow(Poo
   grown = GrowPool(kind, stream, rounded);
   if (grown.ok() || !absl::IsResourceExhausted(grown.status())) return grown;
   if (options_.stitch_pages) {  // Note [Stitched blocks]
-    HEADROOM_ASSIGN_OR_RETURN(Block * stitched, AllocateStitched(kind, rounded, stream));
-    if (stitched != nullptr) return stitched;
+    // A last resort: where it fails, even by a device error, the request is out of memory as without it.
+    absl::StatusOr<Block*> stitched = AllocateStitched(kind, rounded, stream);
+    if (stitched.ok() && *stitched != nullptr) return *stitched;
   }
   return OutOfMemory(size, rounded, stream, grown.status());
 }

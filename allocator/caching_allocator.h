@@ -555,7 +555,8 @@ class CachingAllocator {
   // --- Stitched blocks (caching_allocator_stitched.cc, Note [Stitched blocks]) ---
   // A block of `rounded` bytes stitched from free pieces of `stream`'s
   // segment and new pages; nullptr where the pieces save no page or the
-  // device refuses, so that the caller reports the out-of-memory error.
+  // device is out of memory, an error where it fails otherwise (either way
+  // the pieces are free again).
   absl::StatusOr<Block*> AllocateStitched(PoolKind kind, uint64_t rounded, StreamHandle stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When the free of a stitched block completes: unmaps its range (false,
