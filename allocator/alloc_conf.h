@@ -27,6 +27,7 @@
 //   reuse_layout_mb:N               Headroom: N > 2; Note [Reusing a step's
 //                                   layout]
 //   align_growth:True|False         Headroom: Note [Page-aligned growth]
+//   stitch_pages:True|False         Headroom: Note [Stitched blocks]
 // An unknown key, a repeated key or a bad value is an InvalidArgument error
 // naming the key and the value. The parser is a pure function: only the C ABI
 // and the CLI read the environment.

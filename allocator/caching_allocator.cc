@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -43,13 +44,17 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
     return absl::InvalidArgumentError("caching allocator: expandable segment pages must not be empty");
   }
   const DeviceProperties& props = backend->properties();
-  if (options.move_free_pages && !options.expandable_segments) {
-    return absl::InvalidArgumentError("caching allocator: move_free_pages moves pages of expandable segments; "
-                                      "set expandable_segments too");
-  }
-  if (options.unified_pool && !options.expandable_segments) {
-    return absl::InvalidArgumentError("caching allocator: unified_pool serves small requests from the large pool's "
-                                      "expandable segment; set expandable_segments too");
+  // The options that act on expandable segments, and what each does there.
+  for (const auto& [set, name, what] :
+       {std::tuple{options.move_free_pages, "move_free_pages", "moves pages of expandable segments"},
+        std::tuple{options.unified_pool, "unified_pool", "serves small requests from the large pool's expandable "
+                                                         "segment"},
+        std::tuple{options.align_growth, "align_growth", "aligns the growth of expandable segments"},
+        std::tuple{options.stitch_pages, "stitch_pages", "maps pages of expandable segments again"}}) {
+    if (set && !options.expandable_segments) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("caching allocator: %s %s; set expandable_segments too", name, what));
+    }
   }
   if (options.move_threshold != 1.0 && !options.move_free_pages) {
     return absl::InvalidArgumentError("caching allocator: move_threshold bounds move_free_pages; set it too");
@@ -72,14 +77,6 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
     return absl::InvalidArgumentError(absl::StrFormat(
         "caching allocator: reuse_layout_min_bytes %s must be 0 or above %s",
         FormatBytes(options.reuse_layout_min_bytes), FormatBytes(kReuseLayoutAbove)));
-  }
-  if (options.align_growth && !options.expandable_segments) {
-    return absl::InvalidArgumentError("caching allocator: align_growth aligns the growth of expandable segments; "
-                                      "set expandable_segments too");
-  }
-  if (options.stitch_pages && !options.expandable_segments) {
-    return absl::InvalidArgumentError("caching allocator: stitch_pages maps pages of expandable segments again; "
-                                      "set expandable_segments too");
   }
   if (options.expandable_segments && !props.supports_virtual_memory) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -646,7 +643,7 @@ void CachingAllocator::CompleteFree(Block* block) {
   CountStat(block, BlockStat::kActiveBytes, -static_cast<int64_t>(block->size));
   Record(TraceAction::kFreeCompleted, block->address, block->size, block->stream);
   if (block->segment->stitched) {
-    CacheStitchedParts(block);
+    DropStitched(block);
   } else {
     CacheFreeBlock(block);
   }

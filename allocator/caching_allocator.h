@@ -563,7 +563,9 @@ class CachingAllocator {
   // with nothing changed, if the device refuses), then caches its pieces and
   // drops the block.
   bool UnmapStitched(const Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CacheStitchedParts(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropStitched(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes pieces carved for a stitched block free and cached again.
+  void CacheStitchedParts(const std::vector<Block*>& parts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps every stitched range (teardown, before the pages are released).
   void UnmapAllStitched() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdatePeakTracking() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

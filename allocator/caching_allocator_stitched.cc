@@ -94,13 +94,11 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateStitched(Pool
     part->requested_size = part->size;
   };
   auto give_back = [&] {
+    std::vector<Block*> taken;
     for (Block* part : {tail_part, added, head_part}) {
-      if (part == nullptr) continue;
-      part->stitched_part = false;
-      part->allocated = false;
-      part->requested_size = 0;
-      CacheFreeBlock(part);
+      if (part != nullptr) taken.push_back(part);
     }
+    CacheStitchedParts(taken);
   };
   if (tail.block != nullptr) {
     tail_part = tail.block;
@@ -192,14 +190,18 @@ bool CachingAllocator::UnmapStitched(const Block* block) {
   return true;
 }
 
-void CachingAllocator::CacheStitchedParts(Block* block) {
-  auto it = stitched_.find(block->address);
-  for (Block* part : it->second.parts) {
+void CachingAllocator::CacheStitchedParts(const std::vector<Block*>& parts) {
+  for (Block* part : parts) {
     part->stitched_part = false;
     part->allocated = false;
     part->requested_size = 0;
     CacheFreeBlock(part);
   }
+}
+
+void CachingAllocator::DropStitched(Block* block) {
+  auto it = stitched_.find(block->address);
+  CacheStitchedParts(it->second.parts);
   DeleteBlock(block);
   stitched_.erase(it);
 }
