@@ -343,9 +343,14 @@ TEST(CAbi, StatsFillTheFieldsBothSidesKnow) {
   EXPECT_EQ(newer.known.struct_size, sizeof(NewerStats));
 
   // An older layout that ends after allocated_bytes_peak.
-  headroom_stats older{};
-  older.version = HEADROOM_STATS_VERSION;
-  older.struct_size = offsetof(headroom_stats, reserved_bytes);
+  // A caller's struct of `version`, whose fields end at byte `struct_size`.
+  auto caller = [](uint32_t version, size_t struct_size) {
+    headroom_stats stats{};
+    stats.version = version;
+    stats.struct_size = static_cast<uint32_t>(struct_size);
+    return stats;
+  };
+  headroom_stats older = caller(HEADROOM_STATS_VERSION, offsetof(headroom_stats, reserved_bytes));
   older.reserved_bytes = -1;  // past the caller's struct: must stay as it is
   ASSERT_EQ(headroom_get_stats(1, &older), 0) << headroom_last_error();
   EXPECT_EQ(older.allocated_bytes, static_cast<int64_t>(3 * kMiB));
@@ -353,9 +358,7 @@ TEST(CAbi, StatsFillTheFieldsBothSidesKnow) {
   EXPECT_EQ(older.reserved_bytes, -1);
 
   // A version-2 caller's struct ends before the stitched blocks' count.
-  headroom_stats version2{};
-  version2.version = 2;
-  version2.struct_size = offsetof(headroom_stats, num_stitched_blocks);
+  headroom_stats version2 = caller(2, offsetof(headroom_stats, num_stitched_blocks));
   version2.num_stitched_blocks = -1;
   ASSERT_EQ(headroom_get_stats(1, &version2), 0) << headroom_last_error();
   EXPECT_EQ(version2.allocated_bytes, static_cast<int64_t>(3 * kMiB));
@@ -363,9 +366,7 @@ TEST(CAbi, StatsFillTheFieldsBothSidesKnow) {
 
   // A version-1 caller's struct ends before the page counts: filled up to
   // its last field (the free block left in the 20 MiB segment), not past it.
-  headroom_stats version1{};
-  version1.version = 1;
-  version1.struct_size = offsetof(headroom_stats, num_pages_mapped);
+  headroom_stats version1 = caller(1, offsetof(headroom_stats, num_pages_mapped));
   version1.num_pages_mapped = -1;
   ASSERT_EQ(headroom_get_stats(1, &version1), 0) << headroom_last_error();
   EXPECT_EQ(version1.allocated_bytes, static_cast<int64_t>(3 * kMiB));
