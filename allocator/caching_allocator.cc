@@ -900,25 +900,28 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
   ExclusiveLock lock(this);
   AllocatorSnapshot snapshot;
   snapshot.device = backend_->properties().ordinal;
-  for (const auto& [address, segment] : segments_) {
+  auto add = [&snapshot](const Segment& segment) {
     SegmentSnapshot current;
     auto flush = [&] {
       if (!current.blocks.empty()) snapshot.segments.push_back(std::move(current));
       current = SegmentSnapshot();
     };
-    for (const Block* b = segment->first; b != nullptr; b = b->next) {
+    for (const Block* b = segment.first; b != nullptr; b = b->next) {
       if (!b->mapped) {  // expandable: one snapshot segment per mapped run
         flush();
         continue;
       }
       if (current.blocks.empty()) {
         current.address = b->address;
-        current.stream = segment->stream;
-        current.small_pool = segment->pool == PoolKind::kSmall;
-        current.expandable = segment->expandable;
+        current.stream = segment.stream;
+        current.small_pool = segment.pool == PoolKind::kSmall;
+        current.expandable = segment.expandable || segment.stitched;
+        current.stitched = segment.stitched;
       }
       BlockSnapshot block{.address = b->address, .size = b->size, .requested_size = b->requested_size};
-      if (b->allocated) {
+      if (b->stitched_part) {
+        block.state = BlockState::kStitchedPart;
+      } else if (b->allocated) {
         block.state = BlockState::kActiveAllocated;
         current.allocated_size += b->size;
         current.active_size += b->size;
@@ -931,7 +934,14 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
       current.blocks.push_back(block);
     }
     flush();
-  }
+  };
+  for (const auto& [address, segment] : segments_) add(*segment);
+  // Note [Stitched blocks]: each in a segment of its own, in address order.
+  std::vector<const Segment*> stitched;
+  for (const auto& [address, block] : stitched_) stitched.push_back(block.segment.get());
+  std::sort(stitched.begin(), stitched.end(),
+            [](const Segment* a, const Segment* b) { return a->address < b->address; });
+  for (const Segment* segment : stitched) add(*segment);
   snapshot.trace = history_.Entries();
   snapshot.settings = {{"max_split_size", ReportedMaxSplitSize()},
                        {"expandable_segments", options_.expandable_segments},

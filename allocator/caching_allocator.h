@@ -231,10 +231,11 @@
 // of one page cannot (on the recorded Llama and T5 runs most are of that
 // kind). Stitching happens only where the request would fail, so on a
 // device with room nothing changes; it costs a map of each page of the
-// range at the allocation and an unmap at the free. On the recorded runs it
-// took the smallest device that runs the CPU ResNet-50 from 1.026x its live
-// peak to 1.020x and T5's from 1.030x to 1.026x, with one block stitched in
-// the whole run (bench/RESULTS.md).
+// range at the allocation and an unmap at the free. Snapshots show the
+// caller's block as a segment of its own (allocator/snapshot.h). On the
+// recorded runs it took the smallest device that runs the CPU ResNet-50 from
+// 1.026x its live peak to 1.020x and T5's from 1.030x to 1.026x, with one
+// block stitched in the whole run (bench/RESULTS.md).
 //
 // Note [Stream shards]
 // PyTorch's allocator serializes every call on one lock per device, so two

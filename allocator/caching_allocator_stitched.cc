@@ -178,6 +178,8 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateStitched(Pool
   view->first = block;
   stitched_[block->address] = {.range = *range, .range_bytes = range_bytes, .segment = std::move(view),
                                .parts = std::move(parts)};
+  // For snapshots, the caller's block is a segment mapped before its alloc (memory_viz draws blocks in segments).
+  Record(TraceAction::kSegmentMap, block->address, block->size, stream);
   return block;
 }
 
@@ -200,6 +202,7 @@ void CachingAllocator::CacheStitchedParts(const std::vector<Block*>& parts) {
 }
 
 void CachingAllocator::DropStitched(Block* block) {
+  Record(TraceAction::kSegmentUnmap, block->address, block->size, block->stream);
   auto it = stitched_.find(block->address);
   CacheStitchedParts(it->second.parts);
   DeleteBlock(block);

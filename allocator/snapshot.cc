@@ -8,6 +8,7 @@ const char* StateName(BlockState state) {
     case BlockState::kActiveAllocated: return "active_allocated";
     case BlockState::kActivePendingFree: return "active_pending_free";
     case BlockState::kInactive: return "inactive";
+    case BlockState::kStitchedPart: return "stitched_part";
   }
   return "inactive";
 }
@@ -38,6 +39,7 @@ nlohmann::json SnapshotToJson(const AllocatorSnapshot& snapshot) {
                         {"is_expandable", segment.expandable},
                         {"frames", json::array()},
                         {"blocks", blocks}});
+    if (segment.stitched) segments.back()["is_stitched"] = true;
   }
   json trace = json::array();
   for (const TraceEntry& entry : snapshot.trace) {

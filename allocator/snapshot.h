@@ -7,7 +7,13 @@
 //   //  "device_traces": [[{"action": "alloc", "addr": ..., ...}]], ...}
 //
 // Expandable segments appear as one segment per run of mapped pages (PyTorch
-// shows them the same way), flagged "is_expandable".
+// shows them the same way), flagged "is_expandable". A stitched block (Note
+// [Stitched blocks] in caching_allocator.h) is a segment of its own, flagged
+// "is_stitched", mapped ("segment_map") before its alloc and unmapped
+// ("segment_unmap") after its free completes, as memory_viz expects of any
+// block; its pieces stay allocated blocks of their segments, flagged
+// "stitched_part" (their bytes are mapped twice, so they appear twice), and
+// have no events of their own.
 #ifndef HEADROOM_ALLOCATOR_SNAPSHOT_H_
 #define HEADROOM_ALLOCATOR_SNAPSHOT_H_
 
@@ -21,7 +27,7 @@
 
 namespace headroom {
 
-enum class BlockState { kActiveAllocated, kActivePendingFree, kInactive };
+enum class BlockState { kActiveAllocated, kActivePendingFree, kInactive, kStitchedPart };
 
 struct BlockSnapshot {
   DeviceAddress address = 0;
@@ -39,6 +45,7 @@ struct SegmentSnapshot {
   StreamHandle stream;
   bool small_pool = false;
   bool expandable = false;
+  bool stitched = false;
   std::vector<BlockSnapshot> blocks;
 };
 

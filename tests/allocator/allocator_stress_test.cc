@@ -9,6 +9,7 @@
 #include "common/units.h"
 #include "gtest/gtest.h"
 #include "tests/allocator/allocator_test_util.h"
+#include "tests/allocator/memory_viz_model.h"
 
 namespace headroom {
 namespace {
@@ -75,6 +76,7 @@ TEST_P(AllocatorStress, InvariantsHoldAfterEveryOperation) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     auto a = MakeAllocator({.capacity_bytes = 256 * kMiB, .auto_complete_events = false, .host_backing = true},
                            GetParam().options);
+    a->SetHistoryCapacity(1 << 20);  // the whole run: memory_viz must draw it at every event
     std::mt19937_64 rng(seed);
     std::vector<StreamHandle> streams = {kDefaultStream, *a.device->CreateStream(), *a.device->CreateStream()};
     std::vector<Live> live;
@@ -122,7 +124,11 @@ TEST_P(AllocatorStress, InvariantsHoldAfterEveryOperation) {
       ASSERT_TRUE(valid.ok()) << "step " << step << ": " << valid;
     }
     stitched += a->GetStats().num_stitched_blocks;
+    EXPECT_EQ(testing::DrawableByMemoryViz(SnapshotToJson(a->TakeSnapshot()), /*history_from_start=*/true),
+              absl::OkStatus());
     ASSERT_NO_FATAL_FAILURE(Drain(a, live));
+    EXPECT_EQ(testing::DrawableByMemoryViz(SnapshotToJson(a->TakeSnapshot()), /*history_from_start=*/true),
+              absl::OkStatus());
     if (a->GetStats().reserved_bytes[kAllPools].current != 0) {
       ADD_FAILURE() << SnapshotToJson(a->TakeSnapshot())["segments"].dump();
     }

@@ -4,6 +4,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/allocator/allocator_test_util.h"
+#include "tests/allocator/memory_viz_model.h"
 
 namespace headroom {
 namespace {
@@ -458,6 +459,29 @@ TEST(CachingAllocator, HistoryAndSnapshot) {
   EXPECT_EQ(j["device_traces"][0][1]["action"], "alloc");
   EXPECT_EQ(j["device_traces"][0][1]["addr"], p);
   EXPECT_EQ(j["device_traces"][0][1]["size"], 4 * kMiB);
+}
+
+// The model the snapshot tests check against (memory_viz_model.h) finds what
+// would break memory_viz: a block that returns outside every segment, a
+// mapped range in no segment.
+TEST(MemoryVizModel, FindsBlocksAndRangesOutsideEverySegment) {
+  auto event = [](const char* action, uint64_t address, uint64_t size) {
+    return nlohmann::json{{"action", action}, {"addr", address}, {"size", size}, {"stream", 0}};
+  };
+  nlohmann::json snapshot = {
+      {"segments", {{{"device", 0}, {"address", 0x100000}, {"total_size", 0x100000}, {"stream", 0},
+                     {"blocks", {{{"address", 0x100000}, {"size", 0x100000}, {"state", "inactive"}}}}}}},
+      {"device_traces", {{event("segment_alloc", 0x100000, 0x100000), event("alloc", 0x100000, 0x1000),
+                          event("free_requested", 0x100000, 0x1000), event("free_completed", 0x100000, 0x1000)}}}};
+  EXPECT_EQ(testing::DrawableByMemoryViz(snapshot), absl::OkStatus());
+  nlohmann::json outside = snapshot;
+  outside["device_traces"][0].push_back(event("alloc", 0x300000, 0x1000));
+  outside["device_traces"][0].push_back(event("free_requested", 0x300000, 0x1000));
+  outside["device_traces"][0].push_back(event("free_completed", 0x300000, 0x1000));
+  EXPECT_THAT(std::string(testing::DrawableByMemoryViz(outside).message()), HasSubstr("lies in no segment"));
+  nlohmann::json unmapped = snapshot;
+  unmapped["device_traces"][0].push_back(event("segment_map", 0x300000, 0x200000));
+  EXPECT_THAT(std::string(testing::DrawableByMemoryViz(unmapped).message()), HasSubstr("no segment holds"));
 }
 
 TEST(HistoryRing, KeepsTheNewestEntries) {

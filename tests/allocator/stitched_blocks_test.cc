@@ -2,18 +2,22 @@
 // physical page's bytes wherever the page is mapped, as the CUDA driver does.
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "allocator/caching_allocator.h"
 #include "common/units.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/allocator/allocator_test_util.h"
+#include "tests/allocator/memory_viz_model.h"
 
 namespace headroom {
 namespace {
 
 using ::headroom::testing::MakeAllocator;
 using ::headroom::testing::SimulatedAllocator;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 AllocatorOptions Options(bool stitch) {
@@ -128,6 +132,56 @@ TEST(StitchedBlocks, TakeATailAndNewPages) {
   ASSERT_TRUE(a->EmptyCache().ok());
   HEADROOM_EXPECT_VALID(a);
   EXPECT_EQ(a->GetStats().reserved_bytes[kAllPools].current, static_cast<int64_t>(4 * kMiB));
+}
+
+// In a snapshot the caller's block is a segment of its own, mapped before its
+// alloc and unmapped after its free; its pieces are neither free nor counted
+// as allocations of their segments, so memory_viz draws every event.
+TEST(StitchedBlocks, ShowInSnapshotsAsASegmentOfTheirOwn) {
+  auto a = Device(/*stitch=*/true);
+  a->SetHistoryCapacity(100);
+  ASSERT_TRUE(a->Allocate(kMiB).ok());
+  const DeviceAddress tail = *a->Allocate(kMiB);
+  ASSERT_TRUE(a->Allocate(2 * kMiB).ok());
+  ASSERT_TRUE(a->Free(tail).ok());
+  const DeviceAddress stitched = *a->Allocate(5 * kMiB / 2);
+
+  nlohmann::json snapshot = SnapshotToJson(a->TakeSnapshot());
+  EXPECT_EQ(testing::DrawableByMemoryViz(snapshot, /*history_from_start=*/true), absl::OkStatus());
+  uint64_t allocated = 0;
+  uint64_t pieces = 0;
+  int stitched_segments = 0;
+  for (const nlohmann::json& segment : snapshot["segments"]) {
+    if (segment.value("is_stitched", false)) {
+      ++stitched_segments;
+      EXPECT_EQ(segment["address"], stitched);
+      EXPECT_EQ(segment["total_size"], 5 * kMiB / 2);
+      ASSERT_EQ(segment["blocks"].size(), 1u);
+      EXPECT_EQ(segment["blocks"][0]["state"], "active_allocated");
+      continue;
+    }
+    allocated += segment["allocated_size"].get<uint64_t>();
+    for (const nlohmann::json& block : segment["blocks"]) {
+      if (block["state"] == "stitched_part") pieces += block["size"].get<uint64_t>();
+    }
+  }
+  EXPECT_EQ(stitched_segments, 1);
+  EXPECT_EQ(allocated, 3 * kMiB);  // the blocks of 1 and 2 MiB
+  EXPECT_EQ(pieces, 5 * kMiB / 2);  // the tail and 1.5 MiB of a new page
+
+  // Freed, it waits for its stream (an event), then its range goes; memory_viz draws both states.
+  ASSERT_TRUE(a->Free(stitched).ok());
+  snapshot = SnapshotToJson(a->TakeSnapshot());
+  EXPECT_EQ(testing::DrawableByMemoryViz(snapshot, /*history_from_start=*/true), absl::OkStatus());
+  ASSERT_TRUE(a->EmptyCache().ok());
+  snapshot = SnapshotToJson(a->TakeSnapshot());
+  EXPECT_EQ(testing::DrawableByMemoryViz(snapshot, /*history_from_start=*/true), absl::OkStatus());
+  for (const nlohmann::json& segment : snapshot["segments"]) EXPECT_FALSE(segment.contains("is_stitched"));
+  std::vector<std::string> actions;
+  for (const nlohmann::json& e : snapshot["device_traces"][0]) {
+    if (e["addr"] == stitched) actions.push_back(e["action"]);
+  }
+  EXPECT_THAT(actions, ElementsAre("segment_map", "alloc", "free_requested", "free_completed", "segment_unmap"));
 }
 
 // With the two pieces, 4 MiB need two new pages more, and the device has

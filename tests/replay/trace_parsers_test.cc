@@ -207,6 +207,32 @@ TEST(TraceReplay, OwnSnapshotReplaysToTheSamePeaks) {
   EXPECT_EQ(r->anomalies, 0u);
 }
 
+// A stitched block's pieces stay in their segments with no event of their
+// own: a replay of a history that begins after they were freed counts the
+// stitched block, and not its pieces again as blocks allocated before it.
+TEST(TraceReplay, OwnSnapshotCountsAStitchedBlockOnce) {
+  auto device = *SimulatedBackend::Create({.capacity_bytes = 6 * kMiB, .map_granularity = 2 * kMiB});
+  auto allocator = *CachingAllocator::Create(device.get(), {.expandable_segments = true,
+                                                            .expandable_large_page_bytes = 2 * kMiB,
+                                                            .unified_pool = true,
+                                                            .stitch_pages = true,
+                                                            .history_entries = 2});
+  std::vector<DeviceAddress> blocks;
+  for (uint64_t size : {kMiB, kMiB, kMiB, kMiB, 2 * kMiB}) blocks.push_back(*allocator->Allocate(size));
+  ASSERT_TRUE(allocator->Free(blocks[0]).ok());
+  ASSERT_TRUE(allocator->Free(blocks[3]).ok());
+  // A head of page 0 and a tail of page 1; the history keeps its segment_map and alloc only.
+  const DeviceAddress stitched = *allocator->Allocate(2 * kMiB);
+  ASSERT_EQ(allocator->GetStats().num_stitched_blocks, 1);
+  auto trace = ParsePyTorchSnapshot(SnapshotToJson(allocator->TakeSnapshot()).dump(), "own.json");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->events.size(), 4u);  // the three live blocks before the history, then the stitched one
+  EXPECT_EQ(trace->events.back().pointer, stitched);
+  auto r = ReplayTrace(*trace, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->peak_live_bytes, 6 * kMiB);
+}
+
 TEST(TraceReplay, ExpandableSegmentsReduceOverhead) {
   // A transformer-like step: growing activations, then freed in reverse.
   AllocationTrace trace{.source = "synthetic", .format = "rmm-csv", .events = {}};
