@@ -215,6 +215,8 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
                          : model.config->family == ModelFamily::kVisionLanguage
                              ? static_cast<int>(model.config->text_tower().num_layers)
                              : static_cast<int>(model.config->num_layers),
+      // Note [KV cache in the forward]: transformers' DynamicCache; a decoder's layers only.
+      .kv_cache_in_forward = job.kv_block_size == 0 && model.config && model.config->family == ModelFamily::kDecoder,
       .recurrent_state = RecurrentStateFor(model, job, setup),
       .cublas_workspace = machine.gpu != nullptr ? machine.gpu->cublas_workspace_bytes : 0,
       .streams = job.overheads.streams,

@@ -9,6 +9,7 @@
 #include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "estimators/optimizer_state.h"
+#include "graph/autograd.h"
 #include "replay/graph_trace.h"
 #include "replay/trace_replay.h"
 
@@ -177,6 +178,21 @@ struct HeldBlock {
   BudgetCategory category;
 };
 
+// The first attention op (eager attention's core, or a fused attention
+// kernel) of each layer that has one, in op order.
+std::vector<OpId> FirstAttentionOps(const Graph& step) {
+  std::vector<OpId> first;
+  std::vector<int> seen;
+  for (const Op& op : step.ops()) {
+    if (op.phase != Phase::kForward || op.recompute || op.layer < 0) continue;
+    if (!op.attention_core && BackwardRuleFor(step, op) != BackwardRule::kFlashAttention) continue;
+    if (std::find(seen.begin(), seen.end(), op.layer) != seen.end()) continue;
+    seen.push_back(op.layer);
+    first.push_back(op.id);
+  }
+  return first;
+}
+
 }  // namespace
 
 std::vector<ResidentBlock> ResidentBlocks(const Graph& forward, const ModelStates& states, const JobSpec& job,
@@ -214,7 +230,14 @@ std::vector<ResidentBlock> ResidentBlocks(const Graph& forward, const ModelState
   AppendSplit(states.gathered_parameters, {}, BudgetCategory::kGatheredParameters, true, 1, out);
   if (extras.kv_cache > 0) {
     const auto layers = static_cast<uint64_t>(std::max(1, extras.kv_cache_layers));
-    AppendChunks(extras.kv_cache, CeilDiv(extras.kv_cache, layers), BudgetCategory::kKvCache, out);
+    if (extras.kv_cache_in_forward) {
+      // Note [KV cache in the forward]: each layer's keys and values, two tensors.
+      const size_t first_kv = out.size();
+      AppendChunks(extras.kv_cache, CeilDiv(extras.kv_cache, 2 * layers), BudgetCategory::kKvCache, out);
+      for (size_t i = first_kv; i < out.size(); ++i) out[i].attention_layer = static_cast<int>((i - first_kv) / 2);
+    } else {
+      AppendChunks(extras.kv_cache, CeilDiv(extras.kv_cache, layers), BudgetCategory::kKvCache, out);
+    }
   }
   for (uint64_t bytes : extras.recurrent_state) {
     out.push_back({.bytes = bytes, .category = BudgetCategory::kRecurrentState});
@@ -261,11 +284,20 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
   out.trace.events.reserve(resident_events + 2 * order.num_allocations() * static_cast<size_t>(in_flight) +
                            2 * options.optimizer_temporaries.size());
 
+  // Note [KV cache in the forward]: blocks the forward fills, where it has an attention layer for each.
+  const std::vector<OpId> attention_ops = FirstAttentionOps(step);
+  std::vector<std::vector<ResidentBlock>> filled_at(step.num_ops());
+  int filled_layers = 0;
+  for (const ResidentBlock& block : resident) filled_layers = std::max(filled_layers, block.attention_layer + 1);
+  const bool fill_in_forward = filled_layers > 0 && static_cast<size_t>(filled_layers) == attention_ops.size();
+
   SequenceWriter writer(out);
   std::vector<ResidentBlock> from_first_step;
   for (const ResidentBlock& block : resident) {
     if (block.from_first_step) {
       from_first_step.push_back(block);
+    } else if (fill_in_forward && block.attention_layer >= 0) {
+      filled_at[static_cast<size_t>(attention_ops[static_cast<size_t>(block.attention_layer)])].push_back(block);
     } else {
       writer.Allocate(block.bytes, block.category, block.stream, 0, Site::kResident, kNone);
     }
@@ -303,6 +335,11 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
     for (OpId op = 0; op < num_ops; ++op) {
       const uint64_t now = time + static_cast<uint64_t>(op);
       if (op == first_optimizer_op) optimizer_step(op);
+      // Resident from then on: the first step fills the cache, later ones find it.
+      for (const ResidentBlock& block : filled_at[static_cast<size_t>(op)]) {
+        writer.Allocate(block.bytes, block.category, block.stream, now, Site::kStep, op);
+      }
+      filled_at[static_cast<size_t>(op)].clear();
       for (TensorId id : order.Beginning(op)) {
         pointer[static_cast<size_t>(id)] =
             writer.Allocate(step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now, Site::kStep, op);

@@ -56,7 +56,21 @@
 // DDP's gradient buckets are blocks of 25 MiB (bucket_cap_mb); the gathered
 // ZeRO-3/FSDP units one block (each unit's gather reuses the block the
 // previous one freed); the KV cache one block per layer (vLLM keeps one
-// cache tensor per layer). Buffers are one block per buffer tensor.
+// cache tensor per layer; Note [KV cache in the forward]). Buffers are one
+// block per buffer tensor.
+//
+// Note [KV cache in the forward]
+// A paged server (vLLM) allocates its cache before it serves, so a paged KV
+// cache is resident from the start. transformers' DynamicCache has no
+// storage of its own: each attention layer's update() keeps the keys and
+// values that layer just computed (cache_utils.py, DynamicLayer.update), so
+// during a prefill the cache grows layer by layer as the forward runs. With
+// a contiguous cache (--kv-block-size 0) each layer's block is therefore
+// allocated at that layer's first attention op, when the forward has one
+// per cached layer (else before the step, as paged). Seen on an H100: the
+// GPT-2 prefill fixture (validation/fixtures/cuda) reserved 146 MiB, and
+// its replay 158 MiB with the cache allocated before the step, 146 with it
+// allocated in the forward.
 //
 // Note [cuBLAS workspace in the replay]
 // PyTorch allocates each cuBLAS handle's workspace through the caching
@@ -183,12 +197,17 @@ struct ResidentBlock {
   // Created by the first optimizer step rather than before the first step
   // (Note [The first step in the replay]).
   bool from_first_step = false;
+  // A KV cache block that the forward fills (Note [KV cache in the forward]):
+  // allocated at the first attention op of the step's n-th attention layer,
+  // this n (counted from 0); -1: before the step.
+  int attention_layer = -1;
 };
 
 // The resident state beyond the model states.
 struct ResidentExtras {
   uint64_t kv_cache = 0;
   int kv_cache_layers = 1;        // one block each
+  bool kv_cache_in_forward = false;  // contiguous (DynamicCache): Note [KV cache in the forward]
   std::vector<uint64_t> recurrent_state;  // one block each (MambaCache's conv_states, ssm_states)
   uint64_t cublas_workspace = 0;  // per cuBLAS handle and stream; 0 without a GPU
   int streams = 1;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "allocator/alloc_conf.h"
 #include "common/units.h"
 #include "estimators/memory_estimate.h"
@@ -259,6 +260,42 @@ TEST(StepAllocations, InFlightMicroBatchesHoldTheirSavedTensors) {
   ASSERT_TRUE(replay.ok()) << replay.status();
   EXPECT_EQ(replay->allocations, replay->frees);
   EXPECT_EQ(replay->peak_live_bytes, three->peak_bytes);
+}
+
+// Note [KV cache in the forward]: a contiguous cache's keys and values are
+// allocated at each layer's first attention op, in layer order; a paged one,
+// or one whose layers the forward's attention does not match, before the step.
+TEST(StepAllocations, AContiguousKvCacheFillsAsTheForwardRuns) {
+  const LoadedModel gpt2 = Gpt2();  // 12 layers
+  const JobSpec job{.training = false, .seq_len = 128, .context = 128, .kv_block_size = 0};
+  const EstimateSetup setup = ResolveSetup(gpt2, job);
+  absl::StatusOr<Graph> forward = BuildForwardGraph(gpt2, job, setup);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  absl::StatusOr<Graph> step = BuildStep(*forward, job, setup);
+  ASSERT_TRUE(step.ok()) << step.status();
+  constexpr uint64_t kTensor = 777777;  // a size no step tensor has
+  // The allocation times (op indices; 0 before the step) of the cache's blocks.
+  auto cache_times = [&](bool in_forward, int layers) {
+    const std::vector<ResidentBlock> resident =
+        ResidentBlocks(*forward, ModelStates{}, job, setup,
+                       {.kv_cache = 2 * 12 * kTensor, .kv_cache_layers = layers, .kv_cache_in_forward = in_forward});
+    absl::StatusOr<StepAllocations> sequence = BuildStepAllocations(*step, resident, {});
+    EXPECT_TRUE(sequence.ok()) << sequence.status();
+    std::vector<uint64_t> times;
+    for (const TraceEvent& e : sequence->trace.events) {
+      if (e.op == TraceOp::kAllocate && e.size == kTensor) times.push_back(e.time_ns);
+    }
+    return times;
+  };
+  const std::vector<uint64_t> filled = cache_times(/*in_forward=*/true, 12);
+  ASSERT_EQ(filled.size(), 24u);  // keys and values of each layer
+  for (size_t layer = 0; layer < 12; ++layer) {
+    EXPECT_EQ(filled[2 * layer + 1], filled[2 * layer]);
+    EXPECT_EQ(step->op(static_cast<OpId>(filled[2 * layer])).name,
+              absl::StrFormat("transformer.h.%d.attn_core.sdpa", layer));  // flash attention, the default
+  }
+  EXPECT_THAT(cache_times(/*in_forward=*/false, 12), ::testing::Each(0u));  // paged: 12 blocks of twice the size
+  EXPECT_THAT(cache_times(/*in_forward=*/true, 5), ::testing::Each(0u));    // 5 cached layers, 12 in the forward
 }
 
 // Note [Optimizer step transients]: at a short sequence GPT-2's foreach

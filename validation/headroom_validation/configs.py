@@ -156,7 +156,8 @@ def estimate_args(c, device, versions):
     if c.get("seq"):
         args += ["--seq", str(c["seq"])]
     if c.get("inference"):
-        args += ["--inference", "--context", str(c["seq"]), "--precision", c["precision"]]
+        # transformers' DynamicCache: contiguous, filled as the forward runs (--kv-block-size 0).
+        args += ["--inference", "--context", str(c["seq"]), "--kv-block-size", "0", "--precision", c["precision"]]
     else:
         args += ["--precision", c["precision"], "--optimizer", c["optimizer"]]
         if c.get("optimizer_impl"):
