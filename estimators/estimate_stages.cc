@@ -290,6 +290,7 @@ absl::StatusOr<Graph> BuildStep(const Graph& forward, const JobSpec& job, const 
                       .optimizer_step = job.training,
                       .hold_model_outputs = job.training && job.loop == TrainingLoop::kHand,
                       .autocast_weight_cache = job.training && setup.autocast,
+                      .softmax_backward_holds_product = job.runtime.SoftmaxBackwardHoldsProduct(),
                       .optimizer_state_bytes_per_element =
                           static_cast<uint32_t>(OptimizerStateBytesPerParam(job.optimizer))};
   if (!setup.autocast && job.training) options.parameter_gradient_dtype = setup.precision.grad_dtype;

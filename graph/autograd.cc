@@ -69,7 +69,7 @@ BackwardRule BackwardRuleFor(const Graph& graph, const Op& op) {
   if (IsFlashAttentionKind(kind)) return BackwardRule::kFlashAttention;
   if (kind.starts_with("embedding")) return BackwardRule::kEmbedding;
   // contiguous()/clone() hand the output gradient back (CloneBackward).
-  if (kind == "add" || kind == "residual_add" || kind == "contiguous" || kind == "clone") {
+  if (kind == "add" || kind == "add_mask" || kind == "residual_add" || kind == "contiguous" || kind == "clone") {
     return BackwardRule::kPassThrough;
   }
   const bool all_views =
@@ -244,6 +244,17 @@ absl::Status AppendBackward(Graph& step, BackwardPass& pass) {
           bwd.outputs.push_back(id);
         }
       }
+    }
+    // Note [Runtime differences] in graph/torch_runtime.h: CUDA's softmax backward.
+    if (fwd.kind == "softmax" && pass.softmax_backward_holds_product && !grad_outputs.empty()) {
+      const Tensor& g = step.tensor(grad_outputs.front());
+      const TensorId product = step.AddTensor({.name = absl::StrFormat("%s.grad_times_output", fwd.name),
+                                               .shape = g.shape,
+                                               .dtype = g.dtype,
+                                               .role = TensorRole::kTemporary,
+                                               .layer = fwd.layer});
+      grow();
+      bwd.outputs.push_back(product);
     }
     step.AddOp(std::move(bwd));
   }

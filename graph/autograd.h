@@ -119,6 +119,8 @@ struct BackwardPass {
   // parameters whose gradients exist before the step. Indexed by TensorId.
   std::vector<TensorId> gradient;
   std::optional<DType> parameter_gradient_dtype;
+  // Softmax's backward writes grad * output into a temporary first (CUDA).
+  bool softmax_backward_holds_product = false;
   // Called right before the backward of a forward op is appended (op id in
   // the step), so that checkpointing can replay the op's segment first.
   std::function<absl::Status(OpId)> before_backward;

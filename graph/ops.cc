@@ -443,6 +443,15 @@ TensorId OpEmitter::MaskedScale(const std::string& name, TensorId scores) {
   return y;
 }
 
+TensorId OpEmitter::AddMask(const std::string& name, TensorId scores, DType mask_dtype) {
+  const Tensor st = graph_.tensor(scores);
+  TensorId y = NewTensor(name + ".out", st.shape, Promote(st.dtype, mask_dtype));
+  Emit({.kind = "add_mask", .name = name, .inputs = {scores}, .outputs = {y},
+        .flops = static_cast<double>(st.elements()), .compute_dtype = graph_.tensor(y).dtype},
+       RequiresGrad(scores));
+  return y;
+}
+
 TensorId OpEmitter::Maximum(const std::string& name, TensorId x) {
   return Pointwise(name, "maximum", x, Keeps::kInput, 1.0);
 }

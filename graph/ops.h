@@ -39,6 +39,9 @@
 //   add            (a, b) -> c                          saves nothing (also in place)
 //   scale          (x) -> y, multiply by a constant     saves nothing
 //   masked_scale   (scores) -> y, scale + causal/padding mask   saves nothing
+//   add_mask       (scores) -> y, + an additive mask (a constant of the hidden
+//                  states' dtype; y promotes)       saves nothing; backward hands the
+//                  gradient back (cast to the scores' dtype where y promoted)
 //   maximum        (x) -> max(x, c), c a 0-dim constant  saves x (and c): OPT's eager
 //                  clamp of its masked scores, torch.max(scores, finfo.min)
 //   clamp          (x) -> x clipped to constant bounds   saves x (GPT-OSS's expert activation)
@@ -187,6 +190,9 @@ class OpEmitter {
   TensorId AddInplace(const std::string& name, TensorId acc, TensorId other);
   TensorId Scale(const std::string& name, TensorId x);
   TensorId MaskedScale(const std::string& name, TensorId scores);
+  // scores + mask, transformers' additive attention mask, built once per forward in `mask_dtype` (so no
+  // tensor of the graph): the sum has PyTorch's promoted dtype.
+  TensorId AddMask(const std::string& name, TensorId scores, DType mask_dtype);
   // torch.max(x, c) with c a 0-dim constant tensor: elementwise maximum, which saves x.
   TensorId Maximum(const std::string& name, TensorId x);
   // torch.clamp(x, min, max) with constant bounds: saves x, whose backward masks the clipped elements.

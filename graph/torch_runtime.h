@@ -25,6 +25,12 @@
 //  - torch.optim's foreach AdamW before 2.0 built sqrt(v) and then sqrt(v) +
 //    eps as two tensor lists (torch._foreach_add, not _foreach_add_), so two
 //    parameter-group-sized temporaries coexisted; 2.x adds eps in place.
+//  - softmax's backward on CUDA first writes grad * output into a temporary
+//    of the gradient's size (aten/src/ATen/native/cuda/SoftMax.cu,
+//    softmax_backward_cuda_out: `Tensor tmp = grad * output;`), so for a
+//    moment it holds three score-sized tensors in eager attention, as every
+//    recorded H100 trace shows in every layer (validation/fixtures/cuda);
+//    the CPU kernel writes the gradient only.
 #ifndef HEADROOM_GRAPH_TORCH_RUNTIME_H_
 #define HEADROOM_GRAPH_TORCH_RUNTIME_H_
 
@@ -71,6 +77,7 @@ struct TorchRuntime {
   DType DropoutMaskDType(DType input) const { return kernels == Kernels::kCpu ? input : DType::kBool; }
   bool MeanSavesInput() const { return major < 2; }
   bool ForeachAdamKeepsTwoTemporaries() const { return major < 2; }
+  bool SoftmaxBackwardHoldsProduct() const { return kernels == Kernels::kCuda; }
 };
 
 // "MAJOR.MINOR" or "MAJOR" (minor 0), a PyTorch version from 1.13 on, with any

@@ -168,7 +168,8 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions&
   internal::BackwardPass pass{.requires_grad = requires_grad,
                               .read_as = std::vector<TensorId>(forward.num_tensors(), kNone),
                               .gradient = std::vector<TensorId>(forward.num_tensors(), kNone),
-                              .parameter_gradient_dtype = options.parameter_gradient_dtype};
+                              .parameter_gradient_dtype = options.parameter_gradient_dtype,
+                              .softmax_backward_holds_product = options.softmax_backward_holds_product};
 
   // Note [Gradient accumulation] in autograd.cc: with gradients from earlier
   // micro-batches, every contribution is added into an existing buffer.

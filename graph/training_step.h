@@ -81,6 +81,9 @@ struct StepOptions {
   // (Note [Autocast weight cache]): one op "autocast_exit" after the loss
   // reads every cast of a trainable parameter. Training only.
   bool autocast_weight_cache = false;
+  // Softmax's backward holds grad * output in a temporary first, as PyTorch's
+  // CUDA kernel does (TorchRuntime::SoftmaxBackwardHoldsProduct).
+  bool softmax_backward_holds_product = false;
   double optimizer_flops_per_element = 12;        // AdamW: moments, bias correction, decay
   uint32_t optimizer_state_bytes_per_element = 8;  // AdamW: two fp32 moments
 };

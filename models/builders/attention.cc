@@ -18,6 +18,18 @@ namespace headroom::builders_internal {
 // graphs end each attention with a scope_end op reading them and keep the
 // mask to the end of the layers.
 
+// Note [Eager attention's scale and mask]
+// transformers' shared eager attention (eager_attention_forward, the Llama
+// family's) computes `torch.matmul(q, k^T) * scaling` and then `+ mask`: two
+// kernels, each writing a new scores-sized tensor, the second in the dtype
+// PyTorch promotes to (the mask has the hidden states' dtype, f32 under
+// autocast over f32 weights, so bf16 scores become f32 there). The recorded
+// H100 traces (validation/fixtures/cuda/traces) show exactly that sequence
+// in every layer of the Llama, Qwen2, Mistral and LoRA runs; one fused op in
+// its place left the cache's layout different, and the LoRA run's reserved
+// bytes 7% low. Other families keep one masked_scale op (no recorded run
+// shows them otherwise).
+
 // Note [OPT]
 // OPTForCausalLM (transformers 4.46's modeling_opt.py) is a GPT-style decoder
 // under the names model.decoder.*:
@@ -274,9 +286,13 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
                             : e_.MatMul(core + ".qk", q, k, /*b_transposed=*/true);
     if (c_.attn_logit_softcap > 0) {
       // Gemma 2 scales, caps, then adds the mask (Note [Gemma decoders]).
-      scores = SoftCap(core + ".softcap", e_.Scale(core + ".scale", scores));
+      scores = e_.MaskedScale(core + ".scale_mask", SoftCap(core + ".softcap", e_.Scale(core + ".scale", scores)));
+    } else if (IsLlamaLike(c_)) {
+      // Note [Eager attention's scale and mask].
+      scores = e_.AddMask(core + ".mask", e_.Scale(core + ".scale", scores), g_.tensor(x).dtype);
+    } else {
+      scores = e_.MaskedScale(core + ".scale_mask", scores);
     }
-    scores = e_.MaskedScale(core + ".scale_mask", scores);
     // Note [OPT]: before transformers 4.49, torch.max(scores, finfo.min) keeps the masked scores for backward
     // and the softmax runs in f32 (and casts back) for f16 scores only; from 4.49 OPT's attention is
     // Llama's (Note [transformers versions]).

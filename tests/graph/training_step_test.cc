@@ -2,12 +2,14 @@
 // graphs whose peaks are worked out by hand in the comments.
 #include "graph/training_step.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "graph/autograd.h"
 #include "graph/liveness.h"
+#include "graph/ops.h"
 #include "planner/checkpoint_plan.h"
 #include "gtest/gtest.h"
 
@@ -223,6 +225,61 @@ TEST(TrainingStep, GradientsPreexistLiveFromTheStart) {
   const MemoryProfile p = ProfileMemory(*step);
   // w1.grad 512 + w2.grad 256 live from op 0 on.
   EXPECT_EQ(p.live_bytes[0], 192u + 768);
+}
+
+// Note [Runtime differences]: CUDA's softmax backward writes grad * output
+// into a temporary before the gradient; the CPU's writes the gradient only.
+TEST(TrainingStep, CudaSoftmaxBackwardHoldsTheProductOfGradientAndOutput) {
+  Graph g("softmax");
+  OpEmitter e(g, {.compute_dtype = DType::kF32});
+  const TensorId w = e.Parameter("w", {8, 16}, DType::kF32);
+  const TensorId x = e.Input("x", {4, 8}, DType::kF32);
+  const TensorId labels = e.Input("labels", {4}, DType::kI64);
+  e.set_phase(Phase::kForward);
+  const TensorId probs = e.Softmax("sm", e.Linear("fc", x, w));
+  e.set_phase(Phase::kLoss);
+  e.CrossEntropy("loss", probs, labels);
+  for (bool cuda : {false, true}) {
+    absl::StatusOr<Graph> step =
+        BuildTrainingStep(g, {.optimizer_step = false, .softmax_backward_holds_product = cuda});
+    ASSERT_TRUE(step.ok()) << step.status();
+    const auto backward = std::find_if(step->ops().begin(), step->ops().end(),
+                                       [](const Op& op) { return op.name == "sm.backward"; });
+    ASSERT_NE(backward, step->ops().end());
+    std::vector<uint64_t> temporaries;
+    for (TensorId out : backward->outputs) {
+      if (step->tensor(out).role == TensorRole::kTemporary) temporaries.push_back(step->tensor(out).bytes());
+    }
+    EXPECT_EQ(temporaries, cuda ? std::vector<uint64_t>{step->tensor(probs).bytes()} : std::vector<uint64_t>{});
+  }
+}
+
+// transformers' additive mask (OpEmitter::AddMask): its backward hands the
+// gradient back, a view of it where the dtypes agree and a cast where the
+// sum promoted bf16 scores to f32.
+TEST(TrainingStep, AMaskAddHandsItsGradientBack) {
+  for (DType scores_dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(scores_dtype)));
+    Graph g("mask");
+    OpEmitter e(g, {.compute_dtype = scores_dtype});
+    const TensorId w = e.Parameter("w", {8, 16}, scores_dtype);
+    const TensorId x = e.Input("x", {4, 8}, scores_dtype);
+    const TensorId labels = e.Input("labels", {4}, DType::kI64);
+    e.set_phase(Phase::kForward);
+    const TensorId masked = e.AddMask("mask", e.Linear("fc", x, w), DType::kF32);
+    EXPECT_EQ(g.tensor(masked).dtype, DType::kF32);
+    e.set_phase(Phase::kLoss);
+    e.CrossEntropy("loss", masked, labels);
+    absl::StatusOr<Graph> step = BuildTrainingStep(g, {.optimizer_step = false});
+    ASSERT_TRUE(step.ok()) << step.status();
+    const auto backward = std::find_if(step->ops().begin(), step->ops().end(),
+                                       [](const Op& op) { return op.name == "mask.backward"; });
+    ASSERT_NE(backward, step->ops().end());
+    ASSERT_EQ(backward->outputs.size(), 1u);
+    const Tensor& grad = step->tensor(backward->outputs[0]);
+    EXPECT_EQ(grad.dtype, scores_dtype);
+    EXPECT_EQ(grad.view_of != kNone, scores_dtype == DType::kF32);
+  }
 }
 
 TEST(TrainingStep, InferenceDropsLossAndKeepsNothing) {

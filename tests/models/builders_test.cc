@@ -127,6 +127,32 @@ TEST(BuildModelGraph, GeluNewUnderCudaAutocastRunsItsPowInF32) {
   }
 }
 
+// Note [Eager attention's scale and mask]: the Llama family scales the scores, then adds a mask of the hidden
+// states' dtype, so under autocast over f32 weights the bf16 scores become f32 there; GPT-2 keeps one op.
+TEST(BuildModelGraph, LlamaEagerAttentionScalesThenAddsTheMask) {
+  for (DType compute : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(compute)));
+    absl::StatusOr<Graph> g = BuildModelGraph(Preset("llama-3-8b"), {.batch = 1, .seq_len = 8,
+                                                                      .param_dtype = DType::kF32,
+                                                                      .compute_dtype = compute});
+    ASSERT_TRUE(g.ok()) << g.status();
+    const Op* scale = FindOp(*g, "model.layers.0.attn_core.scale");
+    const Op* mask = FindOp(*g, "model.layers.0.attn_core.mask");
+    ASSERT_NE(scale, nullptr);
+    ASSERT_NE(mask, nullptr);
+    EXPECT_EQ(scale->kind, "scale");
+    EXPECT_EQ(mask->kind, "add_mask");
+    EXPECT_EQ(mask->inputs, std::vector<TensorId>{scale->outputs[0]});
+    EXPECT_EQ(g->tensor(scale->outputs[0]).dtype, compute);
+    EXPECT_EQ(g->tensor(mask->outputs[0]).dtype, DType::kF32);
+    EXPECT_EQ(FindOp(*g, "model.layers.0.attn_core.scale_mask"), nullptr);
+  }
+  absl::StatusOr<Graph> gpt2 = BuildModelGraph(Preset("gpt2"), {.batch = 1, .seq_len = 8});
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status();
+  EXPECT_NE(FindOp(*gpt2, "transformer.h.0.attn_core.scale_mask"), nullptr);
+  EXPECT_EQ(FindOp(*gpt2, "transformer.h.0.attn_core.mask"), nullptr);
+}
+
 // Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 // Transformer Models" (arXiv:2205.05198), Section 4.1: a GPT layer in 16-bit with dropout stores
 // s*b*h*(34 + 5*a*s/h) bytes. Our layer norms also keep mean and rstd in f32
