@@ -488,6 +488,7 @@ OptimizerTemporaries OptimizerStepTemporaries(const Graph& forward, const JobSpe
   const DType state_dtype = setup.precision.master_weights ? DType::kF32 : setup.precision.optimizer_state_dtype;
   // The loop keeps two temporaries of one parameter at once; foreach one list (two before PyTorch 2.0).
   const uint64_t copies = out.together && !job.runtime.ForeachAdamKeepsTwoTemporaries() ? 1 : 2;
+  out.tensors = static_cast<int>(copies);
   // foreach's list holds this rank's shards; the loop's one-parameter temporary is charged whole.
   const auto shards = static_cast<uint64_t>(out.together ? job.layout.shard_group() : 1);
   for (const Tensor& t : forward.tensors()) {

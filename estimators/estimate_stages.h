@@ -109,8 +109,10 @@ absl::StatusOr<Graph> PipelineStageForward(const Graph& forward, int stage, int 
 // (estimators/step_replay.h, Note [Allocator replay]), so the step's peak is
 // the larger of the forward/backward peak and the optimizer step.
 struct OptimizerTemporaries {
-  std::vector<uint64_t> bytes;
-  bool together = true;  // foreach: all live at once; the for-loop: one at a time
+  std::vector<uint64_t> bytes;  // per parameter
+  bool together = true;  // foreach: all live at once; the for-loop: one parameter at a time
+  // Each parameter's bytes are this many tensors of equal size (sqrt(v) and its quotient, separate blocks).
+  int tensors = 1;
 };
 OptimizerTemporaries OptimizerStepTemporaries(const Graph& forward, const JobSpec& job, const EstimateSetup& setup);
 

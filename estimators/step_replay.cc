@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -281,8 +282,9 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
   }
   const int in_flight = std::max(1, options.in_flight);
   const size_t resident_events = resident.size();
+  const auto temporary_tensors = static_cast<size_t>(std::max(1, options.optimizer_temporary_tensors));
   out.trace.events.reserve(resident_events + 2 * order.num_allocations() * static_cast<size_t>(in_flight) +
-                           2 * options.optimizer_temporaries.size());
+                           2 * options.optimizer_temporaries.size() * temporary_tensors);
 
   // Note [KV cache in the forward]: blocks the forward fills, where it has an attention layer for each.
   const std::vector<OpId> attention_ops = FirstAttentionOps(step);
@@ -317,18 +319,21 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
       writer.Allocate(block.bytes, block.category, block.stream, now, Site::kResident, kNone);
     }
     from_first_step.clear();
-    std::vector<uint64_t> temporaries;
+    // Each parameter's temporaries are `tensors` blocks, live together (Note [Optimizer step transients]).
+    const auto tensors = static_cast<uint64_t>(temporary_tensors);
+    std::vector<std::pair<uint64_t, uint64_t>> live;  // pointer, bytes
+    auto free_live = [&] {
+      for (const auto& [p, bytes] : live) writer.Free(p, bytes, BudgetCategory::kTemporaries, 0, now);
+      live.clear();
+    };
     for (uint64_t bytes : options.optimizer_temporaries) {
-      const uint64_t p = writer.Allocate(bytes, BudgetCategory::kTemporaries, 0, now, Site::kOptimizer, at);
-      if (options.optimizer_temporaries_together) {
-        temporaries.push_back(p);
-      } else {
-        writer.Free(p, bytes, BudgetCategory::kTemporaries, 0, now);
+      for (uint64_t i = 0; i < tensors; ++i) {
+        const uint64_t piece = i + 1 == tensors ? bytes - bytes / tensors * (tensors - 1) : bytes / tensors;
+        live.emplace_back(writer.Allocate(piece, BudgetCategory::kTemporaries, 0, now, Site::kOptimizer, at), piece);
       }
+      if (!options.optimizer_temporaries_together) free_live();
     }
-    for (size_t i = 0; i < temporaries.size(); ++i) {
-      writer.Free(temporaries[i], options.optimizer_temporaries[i], BudgetCategory::kTemporaries, 0, now);
-    }
+    free_live();
   };
   // The step itself (Note [Plan trace order]).
   auto run_step = [&] {

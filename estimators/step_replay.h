@@ -233,7 +233,8 @@ struct StepSequenceOptions {
   int in_flight = 1;
   // The optimizer's temporaries, one per parameter (OptimizerStepTemporaries).
   std::vector<uint64_t> optimizer_temporaries;
-  bool optimizer_temporaries_together = true;  // foreach; false: one at a time
+  bool optimizer_temporaries_together = true;  // foreach; false: one parameter at a time
+  int optimizer_temporary_tensors = 1;         // OptimizerTemporaries::tensors
 };
 
 struct StepAllocations {

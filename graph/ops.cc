@@ -514,6 +514,13 @@ TensorId OpEmitter::Concat(const std::string& name, const std::vector<TensorId>&
 }
 
 TensorId OpEmitter::Softmax(const std::string& name, TensorId x, bool force_f32) {
+  // softmax(x, dtype=float32) converts x first (x.toType(float32)), except that CUDA has a kernel reading fp16
+  // and writing f32 (ATen SoftMax.cpp, softmax(input, dim, dtype)); the copy lives until the softmax is done.
+  const DType input_dtype = graph_.tensor(x).dtype;
+  if (force_f32 && input_dtype != DType::kF32 &&
+      !(options_.runtime.kernels == Kernels::kCuda && input_dtype == DType::kF16)) {
+    x = Cast(name + ".to_f32", x, DType::kF32);
+  }
   const Tensor xt = graph_.tensor(x);
   // CUDA autocast runs softmax in f32; PyTorch's CPU autocast leaves it in the
   // input's dtype (Note [Runtime differences]).

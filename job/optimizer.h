@@ -27,7 +27,7 @@ absl::StatusOr<Optimizer> ParseOptimizer(std::string_view name);
 //  - the single-tensor loop (AdamW foreach=False, and transformers' old AdamW)
 //    computes `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`
 //    per parameter: sqrt(v) and its quotient coexist, two state-sized
-//    temporaries of the largest parameter;
+//    temporaries (two blocks) of the largest parameter;
 //  - the multi-tensor ("foreach") AdamW, the CUDA default since PyTorch 2.0,
 //    computes torch._foreach_sqrt over the whole parameter group: one
 //    state-sized copy of the trainable parameters (two before 2.0, Note

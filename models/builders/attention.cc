@@ -28,7 +28,10 @@ namespace headroom::builders_internal {
 // in every layer of the Llama, Qwen2, Mistral and LoRA runs; one fused op in
 // its place left the cache's layout different, and the LoRA run's reserved
 // bytes 7% low. Other families keep one masked_scale op (no recorded run
-// shows them otherwise).
+// shows them otherwise). The softmax then runs in f32 (dtype=torch.float32,
+// a copy first where the scores are bf16: OpEmitter::Softmax) and its result
+// is cast back in the same statement, so the masked scores stay referenced
+// until the cast is done, as the pure-bf16 trace shows.
 
 // Note [OPT]
 // OPTForCausalLM (transformers 4.46's modeling_opt.py) is a GPT-style decoder
@@ -318,8 +321,12 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     }
     // Decoders and SigLIP cast the probabilities back to v's dtype (HF's
     // `.to(query.dtype)` / `.type(value.dtype)`); BERT, ViT and CLIP leave that to autocast.
+    const TensorId softmax_input = scores;
     if ((c_.family == ModelFamily::kDecoder && (!opt_clamps || f16_scores)) || siglip) {
       probs = e_.Cast(core + ".probs_cast", probs, g_.tensor(v).dtype);
+      // `attn_weights = softmax(attn_weights, dtype=float32).to(query.dtype)`: the name holds the masked scores
+      // until the statement is done (Note [Eager attention's scale and mask]).
+      if (IsLlamaLike(c_)) e_.ScopeEnd(core + ".softmax_statement", {softmax_input});
     }
     // Falcon's rotary attention drops no probabilities (its attention_dropout applies elsewhere, Note [Falcon]).
     probs = e_.Dropout(core + ".dropout", probs, falcon ? 0.0 : c_.attention_dropout);

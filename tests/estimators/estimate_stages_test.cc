@@ -2,6 +2,9 @@
 // regressions fuzz_estimate found in how EstimateMemory combines them.
 #include "estimators/estimate_stages.h"
 
+#include <utility>
+#include <vector>
+
 #include "common/status_macros.h"
 #include "estimators/memory_estimate.h"
 #include "estimators/step_replay.h"
@@ -85,6 +88,37 @@ TEST(EstimateMemory, TheReportedPeakIsTheLargerOfForwardBackwardAndTheOptimizerS
       BuildStepAllocations(*step, {}, {.profile = profile, .optimizer_temporaries = doubled});
   ASSERT_TRUE(larger.ok()) << larger.status();
   EXPECT_TRUE(larger->peak_at_optimizer_temporaries);
+}
+
+// Note [Optimizer step transients]: the for-loop's sqrt(v) and its quotient
+// are two blocks, allocated together for one parameter and freed before the
+// next parameter's; foreach's list holds one block per parameter.
+TEST(OptimizerStepTemporaries, TheLoopHoldsTwoTensorsOfOneParameter) {
+  absl::StatusOr<LoadedModel> gpt2 = LoadModel("gpt2");
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status();
+  for (OptimizerImpl impl : {OptimizerImpl::kForeach, OptimizerImpl::kForLoop}) {
+    const JobSpec job{.seq_len = 128, .optimizer_impl = impl};
+    const EstimateSetup setup = ResolveSetup(*gpt2, job);
+    absl::StatusOr<Graph> forward = BuildForwardGraph(*gpt2, job, setup);
+    ASSERT_TRUE(forward.ok()) << forward.status();
+    const OptimizerTemporaries temporaries = OptimizerStepTemporaries(*forward, job, setup);
+    const bool loop = impl == OptimizerImpl::kForLoop;
+    EXPECT_EQ(temporaries.together, !loop);
+    EXPECT_EQ(temporaries.tensors, loop ? 2 : 1);
+  }
+  // The replay of two parameters' temporaries of 100 and 300 bytes, two tensors each, one parameter at a time.
+  Graph empty("empty");
+  absl::StatusOr<StepAllocations> sequence = BuildStepAllocations(
+      empty, {}, {.optimizer_temporaries = {100, 300}, .optimizer_temporaries_together = false,
+                  .optimizer_temporary_tensors = 2});
+  ASSERT_TRUE(sequence.ok()) << sequence.status();
+  std::vector<std::pair<TraceOp, uint64_t>> events;
+  for (const TraceEvent& e : sequence->trace.events) events.emplace_back(e.op, e.size);
+  using enum TraceOp;
+  EXPECT_EQ(events, (std::vector<std::pair<TraceOp, uint64_t>>{{kAllocate, 50}, {kAllocate, 50}, {kFree, 50},
+                                                                 {kFree, 50}, {kAllocate, 150}, {kAllocate, 150},
+                                                                 {kFree, 150}, {kFree, 150}}));
+  EXPECT_EQ(sequence->peak_bytes, 300u);
 }
 
 }  // namespace

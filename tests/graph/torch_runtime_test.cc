@@ -63,5 +63,25 @@ TEST(TorchRuntime, DropoutMaskFollowsTheKernels) {
   }
 }
 
+// softmax(x, dtype=float32) copies x to f32 first, except for fp16 on CUDA, which has a kernel reading fp16 and
+// writing f32 (ATen SoftMax.cpp); f32 scores need no copy.
+TEST(TorchRuntime, SoftmaxInF32CopiesItsInputFirst) {
+  for (Kernels kernels : {Kernels::kCuda, Kernels::kCpu}) {
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      SCOPED_TRACE(std::string(KernelsName(kernels)) + " " + std::string(DTypeName(dtype)));
+      Graph g("softmax");
+      OpEmitter e(g, {.compute_dtype = dtype, .runtime = {.kernels = kernels}});
+      const TensorId y = e.Softmax("sm", e.Input("x", {4, 8}, dtype), /*force_f32=*/true);
+      EXPECT_EQ(g.tensor(y).dtype, DType::kF32);
+      const bool copies = dtype == DType::kBF16 || (dtype == DType::kF16 && kernels == Kernels::kCpu);
+      ASSERT_EQ(g.num_ops(), copies ? 2u : 1u);
+      if (copies) {
+        EXPECT_EQ(g.op(0).kind, "cast");
+        EXPECT_EQ(g.tensor(g.op(0).outputs[0]).dtype, DType::kF32);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace headroom

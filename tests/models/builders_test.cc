@@ -146,6 +146,10 @@ TEST(BuildModelGraph, LlamaEagerAttentionScalesThenAddsTheMask) {
     EXPECT_EQ(g->tensor(scale->outputs[0]).dtype, compute);
     EXPECT_EQ(g->tensor(mask->outputs[0]).dtype, DType::kF32);
     EXPECT_EQ(FindOp(*g, "model.layers.0.attn_core.scale_mask"), nullptr);
+    // `attn_weights = softmax(attn_weights, ...).to(...)`: the masked scores stay referenced to the statement's end.
+    const Op* statement = FindOp(*g, "model.layers.0.attn_core.softmax_statement");
+    ASSERT_NE(statement, nullptr);
+    EXPECT_EQ(statement->inputs, mask->outputs);
   }
   absl::StatusOr<Graph> gpt2 = BuildModelGraph(Preset("gpt2"), {.batch = 1, .seq_len = 8});
   ASSERT_TRUE(gpt2.ok()) << gpt2.status();
