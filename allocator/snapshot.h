@@ -11,9 +11,10 @@
 // [Stitched blocks] in caching_allocator.h) is a segment of its own, flagged
 // "is_stitched", mapped ("segment_map") before its alloc and unmapped
 // ("segment_unmap") after its free completes, as memory_viz expects of any
-// block; its pieces stay allocated blocks of their segments, flagged
-// "stitched_part" (their bytes are mapped twice, so they appear twice), and
-// have no events of their own.
+// block. Its pieces stay blocks of their segments in a state of their own,
+// "stitched_part": not free, but not counted as allocations either (the
+// stitched block counts their bytes; tools that know PyTorch's three states
+// see no allocation there), and no event names them.
 #ifndef HEADROOM_ALLOCATOR_SNAPSHOT_H_
 #define HEADROOM_ALLOCATOR_SNAPSHOT_H_
 

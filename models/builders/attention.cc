@@ -321,12 +321,11 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     }
     // Decoders and SigLIP cast the probabilities back to v's dtype (HF's
     // `.to(query.dtype)` / `.type(value.dtype)`); BERT, ViT and CLIP leave that to autocast.
-    const TensorId softmax_input = scores;
     if ((c_.family == ModelFamily::kDecoder && (!opt_clamps || f16_scores)) || siglip) {
       probs = e_.Cast(core + ".probs_cast", probs, g_.tensor(v).dtype);
       // `attn_weights = softmax(attn_weights, dtype=float32).to(query.dtype)`: the name holds the masked scores
       // until the statement is done (Note [Eager attention's scale and mask]).
-      if (IsLlamaLike(c_)) e_.ScopeEnd(core + ".softmax_statement", {softmax_input});
+      if (IsLlamaLike(c_)) e_.ScopeEnd(core + ".softmax_statement", {scores});
     }
     // Falcon's rotary attention drops no probabilities (its attention_dropout applies elsewhere, Note [Falcon]).
     probs = e_.Dropout(core + ".dropout", probs, falcon ? 0.0 : c_.attention_dropout);
