@@ -25,6 +25,7 @@
 #include "replay/allocation_trace.h"
 #include "replay/recorded_run.h"
 #include "replay/trace_replay.h"
+#include "tests/allocator/memory_viz_model.h"
 
 namespace headroom {
 namespace {
@@ -173,6 +174,28 @@ TEST(RecordedRuns, HeadroomKeepsItsBoundOverALongerLoop) {
 // RepeatSteps on a run small enough to check by hand: a weight and a scratch block allocated while the model is
 // built, then two steps. Each allocates an activation and frees it; the first also frees the scratch block, the
 // second the first step's gradient.
+// The model of memory_viz the allocator's snapshots are checked against
+// (tests/allocator/memory_viz_model.h) is itself checked against PyTorch:
+// it accepts every snapshot PyTorch wrote on the H100, the whole runs of
+// bench/traces (recorded from the start, so nothing may remain before their
+// first event) and the fixtures' one-step histories.
+TEST(MemoryVizModel, AcceptsEverySnapshotPyTorchWrote) {
+  int checked = 0;
+  for (const auto& [dir, from_start] : {std::pair{std::string(HEADROOM_RECORDED_TRACES_DIR), true},
+                                        std::pair{std::string(HEADROOM_RECORDED_TRACES_DIR) + "/expandable", true},
+                                        std::pair{std::string(HEADROOM_CUDA_FIXTURE_TRACES_DIR), false}}) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      if (!entry.path().string().ends_with(".snapshot.json")) continue;
+      SCOPED_TRACE(entry.path().string());
+      std::ifstream in(entry.path());
+      const nlohmann::json snapshot = nlohmann::json::parse(in);
+      EXPECT_EQ(testing::DrawableByMemoryViz(snapshot, from_start), absl::OkStatus());
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 5 + 3 + 33);
+}
+
 TEST(RepeatSteps, PlaysTheStepsOverWithNewBlocks) {
   RecordedRun run;
   run.trace.source = "tiny";
