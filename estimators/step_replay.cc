@@ -1,6 +1,7 @@
 #include "estimators/step_replay.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -287,11 +288,11 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
                            2 * options.optimizer_temporaries.size() * temporary_tensors);
 
   // Note [KV cache in the forward]: blocks the forward fills, where it has an attention layer for each.
-  const std::vector<OpId> attention_ops = FirstAttentionOps(step);
-  std::vector<std::vector<ResidentBlock>> filled_at(step.num_ops());
   int filled_layers = 0;
   for (const ResidentBlock& block : resident) filled_layers = std::max(filled_layers, block.attention_layer + 1);
+  const std::vector<OpId> attention_ops = filled_layers > 0 ? FirstAttentionOps(step) : std::vector<OpId>{};
   const bool fill_in_forward = filled_layers > 0 && static_cast<size_t>(filled_layers) == attention_ops.size();
+  std::map<OpId, std::vector<ResidentBlock>> filled_at;  // by the op that allocates them (once)
 
   SequenceWriter writer(out);
   std::vector<ResidentBlock> from_first_step;
@@ -299,7 +300,7 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
     if (block.from_first_step) {
       from_first_step.push_back(block);
     } else if (fill_in_forward && block.attention_layer >= 0) {
-      filled_at[static_cast<size_t>(attention_ops[static_cast<size_t>(block.attention_layer)])].push_back(block);
+      filled_at[attention_ops[static_cast<size_t>(block.attention_layer)]].push_back(block);
     } else {
       writer.Allocate(block.bytes, block.category, block.stream, 0, Site::kResident, kNone);
     }
@@ -341,10 +342,12 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
       const uint64_t now = time + static_cast<uint64_t>(op);
       if (op == first_optimizer_op) optimizer_step(op);
       // Resident from then on: the first step fills the cache, later ones find it.
-      for (const ResidentBlock& block : filled_at[static_cast<size_t>(op)]) {
-        writer.Allocate(block.bytes, block.category, block.stream, now, Site::kStep, op);
+      if (auto filled = filled_at.find(op); filled != filled_at.end()) {
+        for (const ResidentBlock& block : filled->second) {
+          writer.Allocate(block.bytes, block.category, block.stream, now, Site::kStep, op);
+        }
+        filled_at.erase(filled);
       }
-      filled_at[static_cast<size_t>(op)].clear();
       for (TensorId id : order.Beginning(op)) {
         pointer[static_cast<size_t>(id)] =
             writer.Allocate(step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now, Site::kStep, op);
