@@ -784,8 +784,20 @@ OpEmitter::Routing OpEmitter::RouterTopK(const std::string& name, TensorId logit
   return {.weights = weights, .indices = indices};
 }
 
+// Note [Cross-entropy under autocast]
+// F.cross_entropy is no autocast op of its own: ATen's cross_entropy_loss
+// calls log_softmax(self, class_dim, self.scalar_type()) and then nll_loss
+// (aten/src/ATen/native/LossNLL.cpp). CUDA autocast leaves a log_softmax
+// given a dtype alone (its fp32_set_opt_dtype policy) and casts nll_loss's
+// input to f32, so 16-bit logits give 16-bit log-probabilities, saved, and an
+// f32 copy of them that nll_loss saves; backward writes the f32 gradient,
+// casts it back, then log_softmax's. The recorded H100 BERT step under bf16
+// autocast holds exactly these blocks (validation/fixtures/cuda). The CPU
+// runtime (PyTorch 1.13's CPU autocast) keeps the older model: the logits
+// cast to f32 before log_softmax.
 TensorId OpEmitter::CrossEntropy(const std::string& name, TensorId logits, TensorId labels) {
-  if (options_.autocast) logits = Cast(name + ".input_cast", logits, options_.autocast_wide_dtype);
+  const bool cuda_autocast = options_.autocast && options_.runtime.kernels == Kernels::kCuda;
+  if (options_.autocast && !cuda_autocast) logits = Cast(name + ".input_cast", logits, options_.autocast_wide_dtype);
   const Tensor lt = graph_.tensor(logits);
   const bool rg = RequiresGrad(logits);
   TensorId log_probs = NewTensor(name + ".log_probs", lt.shape, lt.dtype);
@@ -793,9 +805,11 @@ TensorId OpEmitter::CrossEntropy(const std::string& name, TensorId logits, Tenso
                  .flops = 5.0 * static_cast<double>(lt.elements()), .compute_dtype = lt.dtype};
   if (rg) log_softmax.saved = {log_probs};
   Emit(std::move(log_softmax), rg);
+  if (cuda_autocast) log_probs = Cast(name + ".nll_input_cast", log_probs, options_.autocast_wide_dtype);
   TensorId loss = NewTensor(name.empty() ? "loss" : name + ".loss", {}, DType::kF32);
   Op nll{.kind = "nll_loss", .name = name, .inputs = {log_probs, labels}, .outputs = {loss},
-         .flops = static_cast<double>(lt.shape.empty() ? 1 : lt.shape.front()), .compute_dtype = lt.dtype};
+         .flops = static_cast<double>(lt.shape.empty() ? 1 : lt.shape.front()),
+         .compute_dtype = graph_.tensor(log_probs).dtype};
   if (rg) nll.saved = {log_probs, labels};
   Emit(std::move(nll), rg);
   return loss;

@@ -268,7 +268,8 @@ class OpEmitter {
   };
   Routing RouterTopK(const std::string& name, TensorId logits, int64_t k);
   // F.cross_entropy: log_softmax then nll_loss over logits [n, classes];
-  // returns the scalar loss. Under autocast the logits are cast to f32 first.
+  // returns the scalar loss. Under autocast, f32 runs where the runtime's
+  // autocast puts it (Note [Cross-entropy under autocast] in ops.cc).
   TensorId CrossEntropy(const std::string& name, TensorId logits, TensorId labels);
   TensorId DequantizeNf4(const std::string& name, TensorId weight,
                          const std::vector<TensorId>& constants, std::vector<int64_t> shape);

@@ -1,5 +1,9 @@
 #include "graph/torch_runtime.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "graph/ops.h"
 #include "gtest/gtest.h"
@@ -78,6 +82,39 @@ TEST(TorchRuntime, SoftmaxInF32CopiesItsInputFirst) {
       if (copies) {
         EXPECT_EQ(g.op(0).kind, "cast");
         EXPECT_EQ(g.tensor(g.op(0).outputs[0]).dtype, DType::kF32);
+      }
+    }
+  }
+}
+
+// Note [Cross-entropy under autocast]: CUDA autocast runs cross-entropy's
+// log_softmax in the logits' dtype and casts its output to f32 for nll_loss;
+// the CPU runtime casts the logits first. F32 logits need no cast either way.
+TEST(TorchRuntime, CrossEntropyUnderAutocastCastsWhereTheRuntimeDoes) {
+  for (Kernels kernels : {Kernels::kCuda, Kernels::kCpu}) {
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      SCOPED_TRACE(std::string(KernelsName(kernels)) + " " + std::string(DTypeName(dtype)));
+      Graph g("loss");
+      OpEmitter e(g, {.compute_dtype = DType::kBF16, .autocast = true, .runtime = {.kernels = kernels}});
+      const TensorId w = e.Parameter("w", {8, 16}, DType::kF32);
+      const TensorId logits = e.Cast("logits", e.Linear("fc", e.Input("x", {4, 16}, DType::kF32), w), dtype);
+      const size_t before = g.num_ops();
+      e.CrossEntropy("loss", logits, e.Input("labels", {4}, DType::kI64));
+      std::vector<std::string> kinds;
+      for (size_t i = before; i < g.num_ops(); ++i) kinds.push_back(g.op(static_cast<OpId>(i)).kind);
+      const Op& log_softmax = *std::ranges::find(g.ops(), "log_softmax", &Op::kind);
+      const Op& nll = *std::ranges::find(g.ops(), "nll_loss", &Op::kind);
+      EXPECT_EQ(g.tensor(nll.inputs[0]).dtype, DType::kF32);
+      if (dtype == DType::kF32) {
+        EXPECT_THAT(kinds, ::testing::ElementsAre("log_softmax", "nll_loss"));
+      } else if (kernels == Kernels::kCuda) {
+        EXPECT_THAT(kinds, ::testing::ElementsAre("log_softmax", "cast", "nll_loss"));
+        EXPECT_EQ(g.tensor(log_softmax.outputs[0]).dtype, DType::kBF16);
+        EXPECT_EQ(log_softmax.saved, std::vector<TensorId>{log_softmax.outputs[0]});
+        EXPECT_EQ(nll.saved[0], nll.inputs[0]);
+      } else {
+        EXPECT_THAT(kinds, ::testing::ElementsAre("cast", "log_softmax", "nll_loss"));
+        EXPECT_EQ(g.tensor(log_softmax.outputs[0]).dtype, DType::kF32);
       }
     }
   }
