@@ -207,7 +207,8 @@ absl::StatusOr<DemoModel> BuildDemoGpt(const DemoGptOptions& o) {
   }
   e.set_layer(-1);
   const TensorId final_norm = Norm(b, e, "ln_f", h, d);
-  const TensorId logits = e.Linear("lm_head", final_norm, b.Weight("lm_head.weight", {o.vocab, d}));
+  const TensorId head = o.tie_head ? wte : b.Weight("lm_head.weight", {o.vocab, d});
+  const TensorId logits = e.Linear("lm_head", final_norm, head);
   e.set_phase(Phase::kLoss);
   e.CrossEntropy("loss", e.View("logits.flat", logits, {o.batch * o.seq, o.vocab}), model.labels);
   b.Finish();

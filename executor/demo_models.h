@@ -82,6 +82,9 @@ struct DemoGptOptions {
   int64_t heads = 4;
   int64_t layers = 4;
   uint64_t seed = 1;
+  // The head reads the token embedding table (GPT-2's tied embeddings), whose
+  // gradient then sums two contributions (Note [Gradient accumulation]).
+  bool tie_head = false;
 };
 absl::StatusOr<DemoModel> BuildDemoGpt(const DemoGptOptions& options);
 

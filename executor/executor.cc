@@ -569,7 +569,7 @@ absl::Status PlanExecutor::RunBackward(const Op& op) {
   // Note [Gradient accumulation] in graph/autograd.cc: a gradient this op
   // creates is written in place (or aliases dy); one that exists already
   // gets this op's contribution added, through a fresh partial tensor
-  // unless the contribution is dy itself.
+  // unless the contribution is dy itself, and a parameter's into a fresh sum.
   size_t next_partial = 0;
   std::vector<TensorId> partials;
   for (TensorId t : op.outputs) {
@@ -579,13 +579,13 @@ absl::Status PlanExecutor::RunBackward(const Op& op) {
     const size_t j = static_cast<size_t>(std::find(fwd.inputs.begin(), fwd.inputs.end(), x) - fwd.inputs.begin());
     const auto created = std::find_if(op.outputs.begin(), op.outputs.end(),
                                       [&](TensorId t) { return scheduled_.tensor(t).grad_of == x; });
-    if (created != op.outputs.end()) {
+    const auto existing = std::find_if(op.inputs.begin(), op.inputs.end(),
+                                       [&](TensorId t) { return scheduled_.tensor(t).grad_of == x; });
+    if (created != op.outputs.end() && existing == op.inputs.end()) {
       if (scheduled_.tensor(*created).view_of != kNone) continue;  // aliases dy
       HEADROOM_RETURN_IF_ERROR(gradient(j, Data(*created)));
       continue;
     }
-    const auto existing = std::find_if(op.inputs.begin(), op.inputs.end(),
-                                       [&](TensorId t) { return scheduled_.tensor(t).grad_of == x; });
     if (existing == op.inputs.end()) {
       return absl::InternalError(absl::StrFormat("executor: '%s' finds no gradient of '%s'", op.name,
                                                  in_.step.tensor(x).name));
@@ -601,7 +601,11 @@ absl::Status PlanExecutor::RunBackward(const Op& op) {
     }
     const TensorId partial = partials[next_partial++];
     HEADROOM_RETURN_IF_ERROR(gradient(j, Data(partial)));
-    kernels_.AddInto(Data(*existing), Data(partial), n);
+    if (created != op.outputs.end()) {  // a parameter's sum, in a fresh tensor
+      kernels_.Add(Data(*existing), n, Data(partial), n, Data(*created));
+    } else {
+      kernels_.AddInto(Data(*existing), Data(partial), n);
+    }
   }
   return absl::OkStatus();
 }

@@ -226,22 +226,40 @@ absl::Status AppendBackward(Graph& step, BackwardPass& pass) {
         pass.gradient[static_cast<size_t>(in)] = id;
         bwd.outputs.push_back(id);
       } else {
-        // Note [Gradient accumulation]: PyTorch's engine computes each
-        // contribution into a fresh tensor and adds it into the buffer
-        // already holding the gradient, so the sum and one contribution
-        // coexist for the duration of the add. An aliasing contribution adds
-        // the output gradient directly.
+        // Note [Gradient accumulation]
+        // PyTorch's engine computes each contribution into a fresh tensor
+        // and adds it into the buffer already holding the gradient, so the
+        // sum and one contribution coexist for the duration of the add. An
+        // aliasing contribution adds the output gradient directly. A
+        // parameter's contributions within one backward (a tied embedding
+        // and output layer) are summed into a third, fresh tensor instead:
+        // every H100 and CPU trace of a tied model in validation/fixtures
+        // allocates the sum while both contributions are live, then frees
+        // them. Into .grad that exists before the step (gradients_preexist),
+        // AccumulateGrad adds in place.
         if (!Contains(bwd.inputs, grad)) bwd.inputs.push_back(grad);
         if (!alias) {
-          const Tensor& existing = step.tensor(grad);
-          Tensor partial{.name = absl::StrFormat("%s.grad.partial", x.name),
-                         .shape = existing.shape,
-                         .dtype = existing.dtype,
-                         .role = TensorRole::kTemporary,
-                         .layer = fwd.layer};
-          const TensorId id = step.AddTensor(std::move(partial));
+          const Tensor existing = step.tensor(grad);
+          const TensorId id = step.AddTensor({.name = absl::StrFormat("%s.grad.partial", x.name),
+                                              .shape = existing.shape,
+                                              .dtype = existing.dtype,
+                                              .role = TensorRole::kTemporary,
+                                              .layer = fwd.layer});
           grow();
           bwd.outputs.push_back(id);
+          const OpId made_by = step.producer(grad);
+          const bool preexisting = made_by != kNone && step.op(made_by).kind == "gradient_buffers";
+          if (parameter && !preexisting) {
+            const TensorId sum = step.AddTensor({.name = absl::StrFormat("%s.grad", x.name),
+                                                 .shape = existing.shape,
+                                                 .dtype = existing.dtype,
+                                                 .role = TensorRole::kGradient,
+                                                 .layer = existing.layer,
+                                                 .grad_of = in});
+            grow();
+            bwd.outputs.push_back(sum);
+            pass.gradient[static_cast<size_t>(in)] = sum;
+          }
         }
       }
     }

@@ -88,7 +88,11 @@ INSTANTIATE_TEST_SUITE_P(Executor, EveryStrategy, ::testing::ValuesIn(::headroom
 // The backward kernels against the loss itself: central differences of the
 // step's loss (learning rate 0) at a few entries of every parameter.
 TEST(ExecutorGradients, MatchFiniteDifferencesOfTheLoss) {
-  for (const DemoModel& model : {TinyMlp(), TinyGpt()}) {
+  // The tied GPT's embedding table sums two contributions into a fresh gradient.
+  DemoModel tied = *BuildDemoGpt({.batch = 2, .seq = 8, .vocab = 16, .hidden = 16, .heads = 2, .layers = 2,
+                                  .tie_head = true});
+  tied.name = "demo-gpt (tied head)";
+  for (const DemoModel& model : {TinyMlp(), TinyGpt(), tied}) {
     SCOPED_TRACE(model.name);
     const Planned p = Plan(model, Strategy::kStoreAll, 1.0);
     auto executor = *PlanExecutor::Create(model, p.in, p.plan.schedule,

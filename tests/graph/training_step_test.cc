@@ -182,9 +182,8 @@ TEST(TrainingStep, FrozenWeightsNeitherGetGradientsNorKeepInputs) {
   EXPECT_TRUE(BackwardReadsSaved(n.g, n.g.op(0), n.x, rg));
 }
 
-TEST(TrainingStep, GradientsOfSharedInputsAccumulate) {
-  // x -> linear(w) twice (two consumers of x and of w): w.grad is made by the
-  // first contribution; the second adds a temporary into it.
+// x -> linear(w) twice (two consumers of x and of w).
+Graph SharedWeight() {
   Graph g("shared");
   TensorId x = g.AddTensor({.name = "x", .shape = {4}, .role = TensorRole::kInput});
   TensorId w = g.AddTensor({.name = "w", .shape = {4, 4}, .role = TensorRole::kParameter});
@@ -196,7 +195,11 @@ TEST(TrainingStep, GradientsOfSharedInputsAccumulate) {
   g.AddOp({.kind = "linear", .name = "l2", .inputs = {y1, w}, .outputs = {y2}, .saved = {y1, w}});
   g.AddOp({.kind = "add", .name = "res", .inputs = {y1, y2}, .outputs = {s}});
   g.AddOp({.kind = "sum", .name = "loss", .inputs = {s}, .outputs = {loss}, .phase = Phase::kLoss});
-  absl::StatusOr<Graph> step = BuildTrainingStep(g, {.optimizer_step = false});
+  return g;
+}
+
+TEST(TrainingStep, GradientsOfSharedInputsAccumulate) {
+  absl::StatusOr<Graph> step = BuildTrainingStep(SharedWeight(), {.optimizer_step = false});
   ASSERT_TRUE(step.ok()) << step.status();
   ASSERT_TRUE(step->Validate().ok()) << step->Validate();
   // Backward: loss, add (aliases s.grad for both y1 and y2), l2, l1.
@@ -214,6 +217,42 @@ TEST(TrainingStep, GradientsOfSharedInputsAccumulate) {
   const Op& l1_back = step->op(7);
   EXPECT_EQ(l1_back.name, "l1.backward");
   EXPECT_THAT(l1_back.inputs, ::testing::Contains(Find(*step, "w.grad")));
+}
+
+// Note [Gradient accumulation]: a parameter's second contribution and the sum
+// are fresh tensors, and the first sum dies at the add; into a .grad that
+// exists before the step, the contribution is added in place.
+TEST(TrainingStep, AParametersContributionsSumIntoAFreshGradient) {
+  absl::StatusOr<Graph> step = BuildTrainingStep(SharedWeight(), {});
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_TRUE(step->Validate().ok()) << step->Validate();
+  const TensorId w = Find(*step, "w");
+  const TensorId first = Find(*step, "w.grad");
+  const Op& l1_back = step->op(7);
+  ASSERT_EQ(l1_back.name, "l1.backward");
+  std::vector<TensorRole> roles;
+  for (TensorId out : l1_back.outputs) roles.push_back(step->tensor(out).role);
+  EXPECT_THAT(roles, ::testing::ElementsAre(TensorRole::kTemporary, TensorRole::kGradient));
+  const TensorId sum = l1_back.outputs.back();
+  EXPECT_NE(sum, first);
+  EXPECT_EQ(step->tensor(sum).grad_of, w);
+  const std::vector<TensorLifetime> life = ComputeLifetimes(*step);
+  EXPECT_EQ(life[static_cast<size_t>(first)].last, l1_back.id);
+  // The optimizer reads the sum, not the first contribution.
+  bool optimizer_reads_sum = false;
+  for (const Op& op : step->ops()) {
+    if (op.phase != Phase::kOptimizer) continue;
+    EXPECT_THAT(op.inputs, ::testing::Not(::testing::Contains(first)));
+    optimizer_reads_sum = optimizer_reads_sum || std::ranges::count(op.inputs, sum) > 0;
+  }
+  EXPECT_TRUE(optimizer_reads_sum);
+
+  absl::StatusOr<Graph> accumulating = BuildTrainingStep(SharedWeight(), {.gradients_preexist = true});
+  ASSERT_TRUE(accumulating.ok()) << accumulating.status();
+  for (const Op& op : accumulating->ops()) {
+    if (op.phase != Phase::kBackward) continue;
+    for (TensorId out : op.outputs) EXPECT_NE(accumulating->tensor(out).grad_of, w) << op.name;
+  }
 }
 
 TEST(TrainingStep, GradientsPreexistLiveFromTheStart) {
