@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "estimators/optimizer_state.h"
 #include "graph/autograd.h"
+#include "graph/liveness.h"
 #include "replay/graph_trace.h"
 #include "replay/trace_replay.h"
 
@@ -94,9 +95,7 @@ void AppendChunks(uint64_t total, uint64_t chunk, BudgetCategory category, std::
 
 BudgetCategory CategoryOf(const Graph& step, const Tensor& t, bool autocast) {
   if (t.role == TensorRole::kGradient) {
-    return t.grad_of != kNone && step.tensor(t.grad_of).role == TensorRole::kParameter
-               ? BudgetCategory::kGradients
-               : BudgetCategory::kActivationGradients;
+    return IsParameterGradient(step, t) ? BudgetCategory::kGradients : BudgetCategory::kActivationGradients;
   }
   if (t.role == TensorRole::kTemporary) return BudgetCategory::kTemporaries;
   if (autocast) {

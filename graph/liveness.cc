@@ -27,12 +27,12 @@ std::array<bool, 8> CountedRoles(const ProfileOptions& options) {
   return counted;
 }
 
+}  // namespace
+
 bool IsParameterGradient(const Graph& graph, const Tensor& t) {
   return t.role == TensorRole::kGradient && t.grad_of != kNone &&
          graph.tensor(t.grad_of).role == TensorRole::kParameter;
 }
-
-}  // namespace
 
 std::vector<TensorLifetime> ComputeLifetimes(const Graph& step, const ProfileOptions& options) {
   const auto num_ops = static_cast<OpId>(step.num_ops());

@@ -75,6 +75,10 @@ struct MemoryProfile {
   uint64_t bytes_at_end_of_forward = 0;
 };
 
+// A parameter's gradient (.grad): a gradient whose grad_of is a parameter,
+// which ProfileOptions::count_parameter_gradients may leave out.
+bool IsParameterGradient(const Graph& graph, const Tensor& t);
+
 // Profiles `step` (any graph in program order: a training step, a forward
 // graph for inference, or an imported node-link graph).
 MemoryProfile ProfileMemory(const Graph& step, const ProfileOptions& options = {});

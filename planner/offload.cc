@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "graph/liveness.h"
 #include "planner/checkpoint_plan.h"
 
 namespace headroom {
@@ -100,10 +101,8 @@ StepFacts MakeFacts(const PlanProblem& problem) {
       At(f.views_of, t.view_of).push_back(t.id);
       continue;
     }
-    const bool parameter_gradient = t.role == TensorRole::kGradient && t.grad_of != kNone &&
-                                    step.tensor(t.grad_of).role == TensorRole::kParameter;
     if (counted_role[static_cast<size_t>(t.role)] &&
-        (problem.profile.count_parameter_gradients || !parameter_gradient)) {
+        (problem.profile.count_parameter_gradients || !IsParameterGradient(step, t))) {
       At(f.counted, t.id) = t.bytes();
     }
   }

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "graph/liveness.h"
 
 namespace headroom {
 
@@ -188,9 +189,7 @@ absl::Status ValidateSchedule(const PlanProblem& problem, const Schedule& schedu
   for (TensorRole role : problem.profile.counted_roles) counted[static_cast<size_t>(role)] = true;
   auto counts = [&](const Tensor& t) {
     if (!counted[static_cast<size_t>(t.role)] || t.view_of != kNone) return false;
-    const bool parameter_gradient = t.role == TensorRole::kGradient && t.grad_of != kNone &&
-                                    step.tensor(t.grad_of).role == TensorRole::kParameter;
-    return problem.profile.count_parameter_gradients || !parameter_gradient;
+    return problem.profile.count_parameter_gradients || !IsParameterGradient(step, t);
   };
 
   struct Copy {

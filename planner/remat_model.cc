@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "graph/liveness.h"
 
 namespace headroom::remat {
 namespace {
@@ -32,9 +33,7 @@ absl::StatusOr<Model> BuildModel(const PlanProblem& problem) {
   auto counted = [&](const Tensor& t) {
     if (!counted_role[static_cast<size_t>(t.role)] || t.view_of != kNone) return false;
     if (problem.profile.count_parameter_gradients) return true;
-    const bool parameter_gradient = t.role == TensorRole::kGradient && t.grad_of != kNone &&
-                                    g.tensor(t.grad_of).role == TensorRole::kParameter;
-    return !parameter_gradient;
+    return !IsParameterGradient(g, t);
   };
   auto storage = [&g](TensorId t) {
     const TensorId base = g.tensor(t).view_of;
