@@ -153,6 +153,7 @@ absl::Status AppendBackward(Graph& step, BackwardPass& pass) {
   // Ids of tensors appended here grow `pass.gradient`/`read_as` lazily.
   auto grow = [&pass, &step] {
     pass.gradient.resize(step.num_tensors(), kNone);
+    pass.waiting.resize(step.num_tensors(), kNone);
     pass.read_as.resize(step.num_tensors(), kNone);
     pass.requires_grad.resize(step.num_tensors(), false);
   };
@@ -231,34 +232,43 @@ absl::Status AppendBackward(Graph& step, BackwardPass& pass) {
         // and adds it into the buffer already holding the gradient, so the
         // sum and one contribution coexist for the duration of the add. An
         // aliasing contribution adds the output gradient directly. A
-        // parameter's contributions within one backward (a tied embedding
-        // and output layer) are summed into a third, fresh tensor instead:
-        // every H100 and CPU trace of a tied model in validation/fixtures
-        // allocates the sum while both contributions are live, then frees
-        // them. Into .grad that exists before the step (gradients_preexist),
-        // AccumulateGrad adds in place.
+        // parameter's contributions (a tied embedding and output layer) wait
+        // in its AccumulateGrad node's input buffer until the last arrives,
+        // each summed with the next into a third, fresh tensor: every H100
+        // and CPU trace of a tied model in validation/fixtures allocates the
+        // sum while both contributions are live, then frees them. The sum
+        // becomes .grad; into a .grad that exists before the step
+        // (gradients_preexist), AccumulateGrad adds it in place once the
+        // last contribution is in (the engine runs a node once all its
+        // inputs have arrived, torch/csrc/autograd/engine.cpp), so the
+        // earlier ones stay live until then; no trace shows that case yet.
         if (!Contains(bwd.inputs, grad)) bwd.inputs.push_back(grad);
         if (!alias) {
           const Tensor existing = step.tensor(grad);
-          const TensorId id = step.AddTensor({.name = absl::StrFormat("%s.grad.partial", x.name),
-                                              .shape = existing.shape,
-                                              .dtype = existing.dtype,
-                                              .role = TensorRole::kTemporary,
-                                              .layer = fwd.layer});
-          grow();
-          bwd.outputs.push_back(id);
+          auto fresh = [&](const char* suffix, TensorRole role, TensorId grad_of) {
+            const TensorId id = step.AddTensor({.name = absl::StrFormat("%s.%s", x.name, suffix),
+                                                .shape = existing.shape,
+                                                .dtype = existing.dtype,
+                                                .role = role,
+                                                .layer = role == TensorRole::kGradient ? existing.layer : fwd.layer,
+                                                .grad_of = grad_of});
+            grow();
+            bwd.outputs.push_back(id);
+            return id;
+          };
+          const TensorId partial = fresh("grad.partial", TensorRole::kTemporary, kNone);
           const OpId made_by = step.producer(grad);
           const bool preexisting = made_by != kNone && step.op(made_by).kind == "gradient_buffers";
+          const TensorId waiting = pass.waiting[static_cast<size_t>(in)];
           if (parameter && !preexisting) {
-            const TensorId sum = step.AddTensor({.name = absl::StrFormat("%s.grad", x.name),
-                                                 .shape = existing.shape,
-                                                 .dtype = existing.dtype,
-                                                 .role = TensorRole::kGradient,
-                                                 .layer = existing.layer,
-                                                 .grad_of = in});
-            grow();
-            bwd.outputs.push_back(sum);
+            const TensorId sum = fresh("grad", TensorRole::kGradient, in);
             pass.gradient[static_cast<size_t>(in)] = sum;
+          } else if (parameter && waiting == kNone) {
+            pass.waiting[static_cast<size_t>(in)] = partial;
+          } else if (parameter) {
+            bwd.inputs.push_back(waiting);
+            const TensorId sum = fresh("grad.incoming", TensorRole::kTemporary, kNone);
+            pass.waiting[static_cast<size_t>(in)] = sum;
           }
         }
       }

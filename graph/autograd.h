@@ -118,6 +118,10 @@ struct BackwardPass {
   // Gradient of each tensor so far (kNone: none yet); pre-filled for
   // parameters whose gradients exist before the step. Indexed by TensorId.
   std::vector<TensorId> gradient;
+  // For a parameter whose gradient exists before the step: its contributions
+  // so far, summed, waiting for the next (Note [Gradient accumulation] in
+  // autograd.cc). Indexed by TensorId, kNone where none waits.
+  std::vector<TensorId> waiting;
   std::optional<DType> parameter_gradient_dtype;
   // Softmax's backward writes grad * output into a temporary first (CUDA).
   bool softmax_backward_holds_product = false;

@@ -221,7 +221,8 @@ TEST(TrainingStep, GradientsOfSharedInputsAccumulate) {
 
 // Note [Gradient accumulation]: a parameter's second contribution and the sum
 // are fresh tensors, and the first sum dies at the add; into a .grad that
-// exists before the step, the contribution is added in place.
+// exists before the step, the first contribution waits for the second and
+// their sum is added in place.
 TEST(TrainingStep, AParametersContributionsSumIntoAFreshGradient) {
   absl::StatusOr<Graph> step = BuildTrainingStep(SharedWeight(), {});
   ASSERT_TRUE(step.ok()) << step.status();
@@ -249,10 +250,24 @@ TEST(TrainingStep, AParametersContributionsSumIntoAFreshGradient) {
 
   absl::StatusOr<Graph> accumulating = BuildTrainingStep(SharedWeight(), {.gradients_preexist = true});
   ASSERT_TRUE(accumulating.ok()) << accumulating.status();
+  ASSERT_TRUE(accumulating->Validate().ok()) << accumulating->Validate();
+  const Op* first_use = nullptr;  // l2.backward: the first contribution to w's gradient
+  const Op* second_use = nullptr;
   for (const Op& op : accumulating->ops()) {
     if (op.phase != Phase::kBackward) continue;
     for (TensorId out : op.outputs) EXPECT_NE(accumulating->tensor(out).grad_of, w) << op.name;
+    if (op.name == "l2.backward") first_use = &op;
+    if (op.name == "l1.backward") second_use = &op;
   }
+  ASSERT_NE(first_use, nullptr);
+  ASSERT_NE(second_use, nullptr);
+  const TensorId waiting = Find(*accumulating, "w.grad.partial");
+  EXPECT_THAT(first_use->outputs, ::testing::Contains(waiting));
+  EXPECT_THAT(second_use->inputs, ::testing::Contains(waiting));
+  EXPECT_THAT(second_use->outputs, ::testing::Contains(Find(*accumulating, "w.grad.incoming")));
+  const std::vector<TensorLifetime> held = ComputeLifetimes(*accumulating);
+  EXPECT_EQ(held[static_cast<size_t>(waiting)].first, first_use->id);
+  EXPECT_EQ(held[static_cast<size_t>(waiting)].last, second_use->id);
 }
 
 TEST(TrainingStep, GradientsPreexistLiveFromTheStart) {
