@@ -79,9 +79,7 @@ void BM_AllocatorReplayStage_Llama2_70B_Seq8192(benchmark::State& state) {
     absl::StatusOr<StepAllocations> sequence =
         BuildStepAllocations(*step, resident, {.profile = {.count_parameter_gradients = !setup.persistent_gradients},
                                                .autocast = setup.autocast,
-                                               .optimizer_temporaries = temporaries.bytes,
-                                               .optimizer_temporaries_together = temporaries.together,
-                                               .optimizer_temporary_tensors = temporaries.tensors});
+                                               .optimizer_temporaries = temporaries});
     absl::StatusOr<AllocatorReplay> replay = ReplayAllocations(*sequence, allocator, kMaxSimulatedCapacity);
     if (!replay.ok()) state.SkipWithError(std::string(replay.status().message()).c_str());
     events = sequence->trace.events.size();

@@ -230,9 +230,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
                                                  {.profile = profile,
                                                   .autocast = setup.autocast,
                                                   .in_flight = in_flight,
-                                                  .optimizer_temporaries = std::move(temporaries.bytes),
-                                                  .optimizer_temporaries_together = temporaries.together,
-                                                  .optimizer_temporary_tensors = temporaries.tensors}));
+                                                  .optimizer_temporaries = std::move(temporaries)}));
   const uint64_t device_bytes =
       out.capacity > out.overheads.cuda_context ? out.capacity - out.overheads.cuda_context : 0;
   HEADROOM_ASSIGN_OR_RETURN(const AllocatorReplay replay, ReplayAllocations(sequence, job.allocator, device_bytes));

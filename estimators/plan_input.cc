@@ -109,9 +109,7 @@ absl::StatusOr<PlanReplay> ReplayPlan(const PlanInput& in, const Graph& schedule
                            {.profile = in.profile,
                             .autocast = in.autocast,
                             .in_flight = in.in_flight,
-                            .optimizer_temporaries = in.optimizer_temporaries.bytes,
-                            .optimizer_temporaries_together = in.optimizer_temporaries.together,
-                            .optimizer_temporary_tensors = in.optimizer_temporaries.tensors}));
+                            .optimizer_temporaries = in.optimizer_temporaries}));
   PlanReplay out{.requested_bytes = steps.peak_bytes, .cuda_context = in.cuda_context};
   const uint64_t device_bytes = in.capacity > in.cuda_context ? in.capacity - in.cuda_context : 0;
   HEADROOM_ASSIGN_OR_RETURN(out.allocator, ReplayAllocations(steps, in.allocator, device_bytes));

@@ -282,9 +282,10 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
   }
   const int in_flight = std::max(1, options.in_flight);
   const size_t resident_events = resident.size();
-  const auto temporary_tensors = static_cast<size_t>(std::max(1, options.optimizer_temporary_tensors));
+  const OptimizerTemporaries& temporaries = options.optimizer_temporaries;
+  const auto temporary_tensors = static_cast<uint64_t>(std::max(1, temporaries.tensors));
   out.trace.events.reserve(resident_events + 2 * order.num_allocations() * static_cast<size_t>(in_flight) +
-                           2 * options.optimizer_temporaries.size() * temporary_tensors);
+                           2 * temporaries.bytes.size() * temporary_tensors);
 
   // Note [KV cache in the forward]: blocks the forward fills, where it has an attention layer for each.
   int filled_layers = 0;
@@ -319,19 +320,20 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
       writer.Allocate(block.bytes, block.category, block.stream, now, Site::kResident, kNone);
     }
     from_first_step.clear();
-    // Each parameter's temporaries are `tensors` blocks, live together (Note [Optimizer step transients]).
-    const auto tensors = static_cast<uint64_t>(temporary_tensors);
+    // Each parameter's temporaries are `temporary_tensors` blocks, live together (Note [Optimizer step
+    // transients]).
     std::vector<std::pair<uint64_t, uint64_t>> live;  // pointer, bytes
     auto free_live = [&] {
       for (const auto& [p, bytes] : live) writer.Free(p, bytes, BudgetCategory::kTemporaries, 0, now);
       live.clear();
     };
-    for (uint64_t bytes : options.optimizer_temporaries) {
-      for (uint64_t i = 0; i < tensors; ++i) {
-        const uint64_t piece = i + 1 == tensors ? bytes - bytes / tensors * (tensors - 1) : bytes / tensors;
+    for (uint64_t bytes : temporaries.bytes) {
+      const uint64_t share = bytes / temporary_tensors;
+      for (uint64_t i = 0; i < temporary_tensors; ++i) {
+        const uint64_t piece = i + 1 == temporary_tensors ? bytes - share * (temporary_tensors - 1) : share;
         live.emplace_back(writer.Allocate(piece, BudgetCategory::kTemporaries, 0, now, Site::kOptimizer, at), piece);
       }
-      if (!options.optimizer_temporaries_together) free_live();
+      if (!temporaries.together) free_live();
     }
     free_live();
   };

@@ -231,10 +231,8 @@ struct StepSequenceOptions {
   bool autocast = false;
   // Micro-batches in flight under 1F1B (Note [Pipeline warm-up in the replay]).
   int in_flight = 1;
-  // The optimizer's temporaries, one per parameter (OptimizerStepTemporaries).
-  std::vector<uint64_t> optimizer_temporaries;
-  bool optimizer_temporaries_together = true;  // foreach; false: one parameter at a time
-  int optimizer_temporary_tensors = 1;         // OptimizerTemporaries::tensors
+  // The optimizer's temporaries (OptimizerStepTemporaries); none by default.
+  OptimizerTemporaries optimizer_temporaries;
 };
 
 struct StepAllocations {

@@ -77,7 +77,7 @@ TEST(EstimateMemory, TheReportedPeakIsTheLargerOfForwardBackwardAndTheOptimizerS
   EXPECT_TRUE(temporaries.together);
   const ProfileOptions profile{.count_parameter_gradients = !setup.persistent_gradients};
   absl::StatusOr<StepAllocations> with_optimizer =
-      BuildStepAllocations(*step, {}, {.profile = profile, .optimizer_temporaries = temporaries.bytes});
+      BuildStepAllocations(*step, {}, {.profile = profile, .optimizer_temporaries = temporaries});
   ASSERT_TRUE(with_optimizer.ok()) << with_optimizer.status();
   EXPECT_FALSE(with_optimizer->peak_at_optimizer_temporaries);
   EXPECT_EQ(with_optimizer->peak_bytes, peak.profile.peak_bytes);
@@ -85,7 +85,7 @@ TEST(EstimateMemory, TheReportedPeakIsTheLargerOfForwardBackwardAndTheOptimizerS
   std::vector<uint64_t> doubled = temporaries.bytes;
   for (uint64_t& b : doubled) b *= 8;
   absl::StatusOr<StepAllocations> larger =
-      BuildStepAllocations(*step, {}, {.profile = profile, .optimizer_temporaries = doubled});
+      BuildStepAllocations(*step, {}, {.profile = profile, .optimizer_temporaries = {.bytes = doubled}});
   ASSERT_TRUE(larger.ok()) << larger.status();
   EXPECT_TRUE(larger->peak_at_optimizer_temporaries);
 }
@@ -109,8 +109,7 @@ TEST(OptimizerStepTemporaries, TheLoopHoldsTwoTensorsOfOneParameter) {
   // The replay of two parameters' temporaries of 100 and 300 bytes, two tensors each, one parameter at a time.
   Graph empty("empty");
   absl::StatusOr<StepAllocations> sequence = BuildStepAllocations(
-      empty, {}, {.optimizer_temporaries = {100, 300}, .optimizer_temporaries_together = false,
-                  .optimizer_temporary_tensors = 2});
+      empty, {}, {.optimizer_temporaries = {.bytes = {100, 300}, .together = false, .tensors = 2}});
   ASSERT_TRUE(sequence.ok()) << sequence.status();
   std::vector<std::pair<TraceOp, uint64_t>> events;
   for (const TraceEvent& e : sequence->trace.events) events.emplace_back(e.op, e.size);
