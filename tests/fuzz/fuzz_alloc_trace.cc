@@ -1,11 +1,13 @@
 // Any bytes given to the trace parsers (RMM CSV, PyTorch snapshot, a recorded
 // run's steps.json) yield a value or an error, never a crash; a parsed trace
 // replays without crashing (anomalies are counted, never fatal without
-// --strict).
+// --strict), and is laid out with every lifetime known or refused as too
+// large for a layout.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "planner/trace_layout.h"
 #include "replay/allocation_trace.h"
 #include "replay/recorded_run.h"
 #include "replay/trace_replay.h"
@@ -24,5 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Only --strict produces DataLoss; anything else is a replay bug.
     if (result.status().code() != absl::StatusCode::kResourceExhausted) __builtin_trap();
   }
+  absl::StatusOr<headroom::TraceLayout> layout = headroom::LayoutTrace(*trace);
+  if (!layout.ok() && !absl::IsOutOfRange(layout.status())) __builtin_trap();
   return 0;
 }

@@ -1,0 +1,55 @@
+// A layout of a recorded allocation trace planned with every block's
+// lifetime known in advance: the yardstick for a caching allocator, which
+// learns each lifetime only at the free.
+//
+//   HEADROOM_ASSIGN_OR_RETURN(TraceLayout planned, LayoutTrace(trace));
+//   planned.peak_page_bytes;      // pages live blocks touch at once, at most
+//   planned.arena.arena_bytes;    // one buffer holding the whole layout
+//
+// Note [Planned trace layout]
+// Every allocation of the trace becomes an ArenaRequest whose lifetime runs
+// from its allocation to the last allocation before its free, counted in
+// allocations rather than events: two blocks share a moment exactly when one
+// is allocated while the other lives, so allocations are the only moments
+// that matter, and a trace may hold up to kMaxGraphTensors of them (events
+// may be twice as many). LayoutArena places them greedy by size (Note
+// [Greedy by size] in arena_layout.h). The trace's anomalies follow the
+// replay's rules (trace_replay.h): a failed allocation and a free of a
+// pointer never allocated are skipped, an allocation of a pointer still live
+// frees it first, and a 0-byte allocation at pointer 0 is skipped.
+// Two device figures come out. `arena_bytes` is one buffer for everything;
+// `peak_page_bytes` is what an allocator that maps a page while some live
+// block touches it (and unmaps it once none does) would hold at most, the
+// figure to set beside a policy's smallest device with expandable segments.
+// Only a block's first and last page can be shared (live blocks are
+// disjoint), so a sweep over the trace counts pages in O(1) per event.
+// Greedy by size is a heuristic, not an optimum: an online policy can do
+// better on some traces, and no layout does better than the live peak.
+#ifndef HEADROOM_PLANNER_TRACE_LAYOUT_H_
+#define HEADROOM_PLANNER_TRACE_LAYOUT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "planner/arena_layout.h"
+#include "replay/allocation_trace.h"
+
+namespace headroom {
+
+struct TraceLayout {
+  // One block per allocation the layout holds, in trace order; lifetimes in
+  // allocations (Note [Planned trace layout]).
+  ArenaLayout arena;
+  uint64_t page_bytes = 0;
+  uint64_t peak_page_bytes = 0;  // whole pages
+};
+
+// Errors: InvalidArgument for a page size that is 0 or not a multiple of the
+// arena's alignment; OutOfRange, naming the trace, for more allocations than
+// kMaxGraphTensors or one above kMaxTensorBytes.
+absl::StatusOr<TraceLayout> LayoutTrace(const AllocationTrace& trace, uint64_t page_bytes = uint64_t{2} << 20);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_PLANNER_TRACE_LAYOUT_H_
