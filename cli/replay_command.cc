@@ -2,7 +2,8 @@
 //  [--strict] [--json] [--summary] [--smallest] [--device N]`: replays an RMM
 // log or a PyTorch memory snapshot through the caching allocator on a
 // simulated device and reports what each allocator configuration would
-// reserve (and with --smallest, on how small a device it runs). This file
+// reserve (and with --smallest, on how small a device it runs, beside a
+// layout planned with every lifetime known: planner/trace_layout.h). This file
 // holds the flags, their checks and the dispatch; the report is
 // report/replay_report.h.
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "common/json_fields.h"
 #include "common/status_macros.h"
 #include "common/units.h"
+#include "planner/trace_layout.h"
 #include "replay/allocation_trace.h"
 #include "replay/trace_replay.h"
 #include "report/replay_report.h"
@@ -100,10 +102,17 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
     }
   }
 
+  ReplayReportOptions report{.summary = options.summary};
+  if (options.smallest) {
+    absl::StatusOr<TraceLayout> planned = LayoutTrace(trace, kSmallestDeviceStep);
+    // A trace too long for a layout still gets its replays; any other error is the trace's.
+    if (!planned.ok() && !absl::IsOutOfRange(planned.status())) return planned.status();
+    report.planned = std::move(planned);
+  }
   if (options.json) {
-    out << ReplayReportToJson(trace, capacity, runs).dump(2) << "\n";
+    out << ReplayReportToJson(trace, capacity, runs, report).dump(2) << "\n";
   } else {
-    out << RenderReplayReport(trace, capacity, runs, {.summary = options.summary});
+    out << RenderReplayReport(trace, capacity, runs, report);
   }
   return absl::OkStatus();
 }
@@ -126,7 +135,8 @@ Subcommand AddReplayCommand(CLI::App& root) {
   app->add_flag("--json", options->json, "Print exact figures as JSON");
   app->add_flag("--summary", options->summary, "Also print each run's memory_summary()-style statistics table");
   app->add_flag("--smallest", options->smallest,
-                "Also find, for each configuration, the smallest device that runs the trace (replays it ~15 times)");
+                "Also find, for each configuration, the smallest device that runs the trace (replays it ~15 times), "
+                "and the device a layout planned with every lifetime known needs");
   app->add_option("--device", options->device, "Which device's trace to take from a PyTorch snapshot");
   return {app, [options](std::ostream& out) { return RunReplay(*options, out); }};
 }

@@ -1,5 +1,6 @@
 #include "report/replay_report.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "absl/strings/str_format.h"
@@ -65,15 +66,25 @@ nlohmann::json ReplayRunToJson(const ReplayRun& run) {
 }
 
 nlohmann::json ReplayReportToJson(const AllocationTrace& trace, uint64_t capacity_bytes,
-                                  const std::vector<ReplayRun>& runs) {
+                                  const std::vector<ReplayRun>& runs, const ReplayReportOptions& options) {
   nlohmann::json all = nlohmann::json::array();
   for (const ReplayRun& run : runs) all.push_back(ReplayRunToJson(run));
-  return {{"schema_version", 1},
-          {"trace", trace.source},
-          {"format", trace.format},
-          {"events", trace.events.size()},
-          {"capacity_bytes", capacity_bytes},
-          {"runs", all}};
+  nlohmann::json out = {{"schema_version", 1},
+                        {"trace", trace.source},
+                        {"format", trace.format},
+                        {"events", trace.events.size()},
+                        {"capacity_bytes", capacity_bytes},
+                        {"runs", all}};
+  if (options.planned.has_value()) {
+    const absl::StatusOr<TraceLayout>& planned = *options.planned;
+    out["planned_layout"] =
+        planned.ok() ? nlohmann::json{{"page_bytes", planned->page_bytes},
+                                      {"peak_page_bytes", planned->peak_page_bytes},
+                                      {"arena_bytes", planned->arena.arena_bytes},
+                                      {"live_peak_bytes", planned->arena.lower_bound_bytes}}
+                     : nlohmann::json{{"error", std::string(planned.status().message())}};
+  }
+  return out;
 }
 
 std::string RenderReplayReport(const AllocationTrace& trace, uint64_t capacity_bytes,
@@ -113,6 +124,19 @@ std::string RenderReplayReport(const AllocationTrace& trace, uint64_t capacity_b
   if (smallest) {
     out << "smallest device: the least device memory (in 2 MiB steps) that runs the whole trace with no out-of-memory "
            "error.\n";
+  }
+  if (options.planned.has_value()) {
+    const absl::StatusOr<TraceLayout>& planned = *options.planned;
+    if (planned.ok()) {
+      const double live = static_cast<double>(std::max<uint64_t>(first.peak_live_bytes, 1));
+      out << absl::StrFormat(
+          "planned layout (every block's lifetime known in advance, greedy by size): %s of %s pages at most (%.3fx "
+          "live), %s as one buffer. No policy knows lifetimes in advance; no layout needs less than the live peak.\n",
+          FormatBytes(planned->peak_page_bytes), FormatBytes(planned->page_bytes),
+          static_cast<double>(planned->peak_page_bytes) / live, FormatBytes(planned->arena.arena_bytes));
+    } else {
+      out << "planned layout: not made: " << planned.status().message() << "\n";
+    }
   }
   for (const ReplayRun& run : runs) {
     if (run.result.first_oom.has_value()) {

@@ -2,7 +2,8 @@
 // or more allocator configurations (replay/trace_replay.h), a table with one
 // row per configuration (peak allocated and reserved bytes, their ratios,
 // fragmentation when reserved memory peaked, retries, OOMs), or the same as
-// JSON with exact byte counts.
+// JSON with exact byte counts; with --smallest, the device a layout planned
+// with the whole trace known would need, beside each run's.
 //
 //   std::vector<ReplayRun> runs = {{.label = "expandable", .conf = "expandable_segments:True",
 //                                   .result = *ReplayTrace(trace, options)}};
@@ -22,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "planner/trace_layout.h"
 #include "replay/allocation_trace.h"
 #include "replay/trace_replay.h"
 
@@ -45,6 +48,10 @@ struct ReplayRun {
 struct ReplayReportOptions {
   // Adds each run's memory_summary()-style statistics table.
   bool summary = false;
+  // With `headroom replay --smallest`: the trace laid out with every block's
+  // lifetime known in advance (planner/trace_layout.h), the yardstick for the
+  // runs' smallest devices, or why it could not be (too many allocations).
+  std::optional<absl::StatusOr<TraceLayout>> planned;
 };
 
 // "trace.csv:12: 2.25 MiB requested with 309.60 MiB live on a 318.00 MiB device; the allocator held 316.00 MiB,
@@ -52,9 +59,10 @@ struct ReplayReportOptions {
 std::string DescribeOutOfMemory(const ReplayOutOfMemory& oom);
 // {"label", "conf", "peak_allocated_bytes", ..., "memory_stats"}, and "first_oom" and "below_smallest" when set.
 nlohmann::json ReplayRunToJson(const ReplayRun& run);
-// {"schema_version": 1, "trace", "format", "events", "capacity_bytes", "runs"}.
+// {"schema_version": 1, "trace", "format", "events", "capacity_bytes", "runs"}, and "planned_layout" when
+// options.planned is set: {"page_bytes", "peak_page_bytes", "arena_bytes", "live_peak_bytes"} or {"error"}.
 nlohmann::json ReplayReportToJson(const AllocationTrace& trace, uint64_t capacity_bytes,
-                                  const std::vector<ReplayRun>& runs);
+                                  const std::vector<ReplayRun>& runs, const ReplayReportOptions& options = {});
 // The text report; `runs` must not be empty.
 std::string RenderReplayReport(const AllocationTrace& trace, uint64_t capacity_bytes,
                                const std::vector<ReplayRun>& runs, const ReplayReportOptions& options);

@@ -116,6 +116,11 @@ TEST(ReplayCli, SmallestFindsTheSmallestDeviceOfEachRun) {
   EXPECT_EQ(pytorch_below["largest_free_block_bytes"], 16u << 20);
   EXPECT_EQ(j["runs"][1]["below_smallest"]["capacity_bytes"], 42u << 20);
   EXPECT_FALSE(j["runs"][0].contains("first_oom"));  // 80 GiB is enough
+  // Planned with every lifetime known, the 4 MiB block goes above the 40 MB one, on pages 19-21; the 3 MB block
+  // allocated after its free takes its place.
+  EXPECT_EQ(j["planned_layout"]["peak_page_bytes"], 44u << 20);
+  EXPECT_EQ(j["planned_layout"]["arena_bytes"], 40000000u + (4u << 20));
+  EXPECT_EQ(j["planned_layout"]["live_peak_bytes"], 40000000u + (4u << 20));
   std::vector<std::string> text = {"replay", path, "--capacity", "50MiB"};
   text.insert(text.end(), runs.begin(), runs.end());
   r = RunHeadroom(text);
@@ -129,9 +134,12 @@ TEST(ReplayCli, SmallestFindsTheSmallestDeviceOfEachRun) {
   EXPECT_THAT(r.out, HasSubstr(", 2 MiB less than its smallest device: " + path + ":3: 38.15 MiB requested with "
                                "4.00 MiB live on a 42.00 MiB device; the allocator held 4.00 MiB (the live bytes "
                                "alone do not fit)\n"));
+  EXPECT_THAT(r.out, HasSubstr("planned layout (every block's lifetime known in advance, greedy by size): 44.00 MiB "
+                               "of 2.00 MiB pages at most (1.044x live), 42.15 MiB as one buffer."));
   r = RunHeadroom({"replay", path, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(nlohmann::json::parse(r.out)["runs"][0].contains("smallest_device_bytes"));  // only when asked
+  EXPECT_FALSE(nlohmann::json::parse(r.out).contains("planned_layout"));
 }
 
 TEST(ReplayCli, ExampleTraceNeedsExpandableSegmentsOnA13GiBDevice) {
