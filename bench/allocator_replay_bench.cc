@@ -19,6 +19,10 @@
 // longer loop of 42 steps (loop42_*: steps 3-6 played ten times over).
 // HEADROOM_BENCH_CONFS='conf;conf;...' replaces the three policies (presets
 // or HEADROOM_ALLOC_CONF strings), to compare variants of a policy.
+// BM_RealTrace/<trace>/planned: the yardstick, a layout of the whole run
+// planned with every lifetime known (planner/trace_layout.h): the most 2 MiB
+// pages its live blocks touch at once over live (smallest_over_live, as a
+// policy's smallest device), its single buffer over live, and its time.
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -26,6 +30,7 @@
 
 #include "absl/strings/str_split.h"
 #include "allocator/alloc_conf.h"
+#include "planner/trace_layout.h"
 #include "replay/allocation_trace.h"
 #include "replay/recorded_run.h"
 #include "replay/trace_replay.h"
@@ -137,6 +142,35 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
   state.counters["anomalies"] = static_cast<double>(result.anomalies);
 }
 
+void BM_PlannedLayout(benchmark::State& state, const std::string& path) {
+  const absl::StatusOr<RecordedRun> run = LoadRecordedRun(path);
+  if (!run.ok()) {
+    state.SkipWithError(std::string(run.status().message()).c_str());
+    return;
+  }
+  TraceLayout layout;
+  for (auto _ : state) {
+    absl::StatusOr<TraceLayout> planned = LayoutTrace(run->trace, kSmallestDeviceStep);
+    if (!planned.ok()) {
+      state.SkipWithError(std::string(planned.status().message()).c_str());
+      return;
+    }
+    layout = *std::move(planned);
+    benchmark::DoNotOptimize(layout);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * run->trace.events.size()));
+  // Over the trace's own live peak of requested bytes, as the policies' figures.
+  const absl::StatusOr<ReplayResult> replayed = ReplayTrace(run->trace, {});
+  if (!replayed.ok()) {
+    state.SkipWithError(std::string(replayed.status().message()).c_str());
+    return;
+  }
+  const auto live = static_cast<double>(replayed->peak_live_bytes);
+  state.counters["live_MiB"] = live / static_cast<double>(kMiB);
+  state.counters["smallest_over_live"] = static_cast<double>(layout.peak_page_bytes) / live;
+  state.counters["arena_over_live"] = static_cast<double>(layout.arena.arena_bytes) / live;
+}
+
 // One benchmark per trace and policy, registered before main runs.
 const bool kRealTracesRegistered = [] {
   const std::vector<std::string> traces =
@@ -151,6 +185,9 @@ const bool kRealTracesRegistered = [] {
           ->Unit(benchmark::kMillisecond)
           ->Iterations(1);
     }
+    benchmark::RegisterBenchmark(("BM_RealTrace/" + name + "/planned").c_str(), BM_PlannedLayout, path)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(1);
   }
   return true;
 }();
