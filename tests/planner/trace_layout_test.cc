@@ -61,12 +61,12 @@ TEST(TraceLayout, PagesCountEveryPageABlockTouches) {
 
 TEST(TraceLayout, FollowsTheReplaysRulesForATracesAnomalies) {
   const absl::StatusOr<TraceLayout> layout = LayoutTrace(Trace({
-      Free(9),                                                      // never allocated: skipped
+      Free(9),  // never allocated: skipped
       {.op = TraceOp::kAllocateFailure, .pointer = 3, .size = 64 * kMiB},  // failed: skipped
-      Allocate(0, 0),                                               // null: skipped
+      Allocate(0, 0),  // null: skipped
       Allocate(1, 4 * kMiB),
       Allocate(1, 4 * kMiB),  // live again: the first one's free is missing, so it ends here
-      Allocate(2, 0),         // 0 bytes at a real pointer: a block that takes no space
+      Allocate(2, 0),  // 0 bytes at a real pointer: a block that takes no space
   }));
   ASSERT_TRUE(layout.ok()) << layout.status();
   ASSERT_EQ(layout->arena.blocks.size(), 3u);
