@@ -16,7 +16,9 @@
 // [Greedy by size] in arena_layout.h). The trace's anomalies follow the
 // replay's rules (trace_replay.h): a failed allocation and a free of a
 // pointer never allocated are skipped, an allocation of a pointer still live
-// frees it first, and a 0-byte allocation at pointer 0 is skipped.
+// frees it first, and a 0-byte allocation at pointer 0 is skipped. Streams
+// are not told apart: blocks of every stream share one address space, as a
+// policy with cross-stream reuse lets them.
 // Two device figures come out. `arena_bytes` is one buffer for everything;
 // `peak_page_bytes` is what an allocator that maps a page while some live
 // block touches it (and unmaps it once none does) would hold at most, the
