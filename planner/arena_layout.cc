@@ -266,7 +266,8 @@ absl::Status CheckRequests(std::span<const ArenaRequest> requests, uint64_t alig
 
 }  // namespace
 
-absl::StatusOr<ArenaLayout> LayoutArena(std::span<const ArenaRequest> requests, uint64_t alignment) {
+absl::StatusOr<ArenaLayout> LayoutArena(std::span<const ArenaRequest> requests, uint64_t alignment,
+                                        ArenaOrder order) {
   HEADROOM_RETURN_IF_ERROR(CheckRequests(requests, alignment));
   ArenaLayout layout{.alignment = alignment};
   layout.blocks.reserve(requests.size());
@@ -296,19 +297,24 @@ absl::StatusOr<ArenaLayout> LayoutArena(std::span<const ArenaRequest> requests, 
   }
 
   // Note [Greedy by size]: largest first, then earlier first use, then request order.
-  std::vector<uint32_t> order(requests.size());
-  std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&layout](uint32_t a, uint32_t b) {
+  std::vector<uint32_t> visit(requests.size());
+  std::iota(visit.begin(), visit.end(), 0u);
+  // Below 2^40 bytes and 2^21 ops (Note [Size bounds]), a product fits 64 bits.
+  auto weight = [order](const ArenaBlock& b) {
+    return order == ArenaOrder::kSize ? b.size : b.size * static_cast<uint64_t>(b.last - b.first + 1);
+  };
+  std::sort(visit.begin(), visit.end(), [&layout, &weight](uint32_t a, uint32_t b) {
     const ArenaBlock& x = layout.blocks[a];
     const ArenaBlock& y = layout.blocks[b];
+    if (weight(x) != weight(y)) return weight(x) > weight(y);
     if (x.size != y.size) return x.size > y.size;
     if (x.first != y.first) return x.first < y.first;
     return a < b;
   });
   ArenaIndex index(num_ops);
-  for (uint32_t i : order) {
+  for (uint32_t i : visit) {
     ArenaBlock& block = layout.blocks[i];
-    if (block.size == 0) break;  // the rest are empty too, at offset 0
+    if (block.size == 0) break;  // the rest weigh nothing too, at offset 0
     block.offset = index.Place(block.first, block.last, block.size);
     layout.arena_bytes = std::max(layout.arena_bytes, block.offset + block.size);
   }

@@ -24,6 +24,12 @@
 // training steps, but not always (tests/planner/arena_layout_test.cc has a
 // four-tensor case where it needs 4 units for an optimum of 3).
 //
+// Visiting tensors by the bytes they hold over time instead (size times
+// the ops they live, ArenaOrder::kSizeTimesLifetime; ties as above) places
+// the long-lived ones first: on the recorded runs' allocation traces it
+// leaves a smaller arena where many small blocks outlive large ones
+// (planner/trace_layout.h; bench/RESULTS.md), and a larger one elsewhere.
+//
 // Lifetimes are op indices, inclusive (TensorLifetime, Note [Liveness rule]
 // in graph/liveness.h): two tensors conflict when their [first, last]
 // ranges intersect. Zero-byte tensors take no space and sit at offset 0.
@@ -80,8 +86,14 @@ struct ArenaLayout {
 // O(n log n) for the sort plus, per request, O(log ops) set insertions to
 // record it and the gaps of the placed blocks around its lifetime to place
 // it (Note [Arena index] in the .cc).
+enum class ArenaOrder {
+  kSize,               // Note [Greedy by size]
+  kSizeTimesLifetime,  // bytes times ops live, largest first
+};
+
 absl::StatusOr<ArenaLayout> LayoutArena(std::span<const ArenaRequest> requests,
-                                        uint64_t alignment = kDefaultArenaAlignment);
+                                        uint64_t alignment = kDefaultArenaAlignment,
+                                        ArenaOrder order = ArenaOrder::kSize);
 
 struct ArenaLayoutOptions {
   // Which tensors live in the arena: those ProfileMemory counts.
