@@ -14,6 +14,11 @@
 
 namespace headroom {
 
+std::string TraceLocation(const AllocationTrace& trace, const TraceEvent& event) {
+  return absl::StrFormat("%s:%s%d", trace.source, trace.format == "rmm-csv" ? "" : "device_traces entry ",
+                         event.line);
+}
+
 absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const ReplayOptions& options) {
   HEADROOM_ASSIGN_OR_RETURN(
       std::unique_ptr<SimulatedBackend> device,
@@ -35,11 +40,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
   uint64_t live_bytes = 0;
   int64_t peak_reserved_seen = -1;
 
-  // "trace.csv:12" or "snapshot.json:device_traces entry 12".
-  auto location = [&](const TraceEvent& event) {
-    return absl::StrFormat("%s:%s%d", trace.source, trace.format == "rmm-csv" ? "" : "device_traces entry ",
-                           event.line);
-  };
+  auto location = [&](const TraceEvent& event) { return TraceLocation(trace, event); };
   auto anomaly = [&](const TraceEvent& event, std::string what) -> absl::Status {
     const std::string where = absl::StrFormat("%s: %s", location(event), what);
     if (options.strict) return absl::DataLossError(absl::StrFormat("%s (--strict)", where));

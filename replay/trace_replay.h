@@ -95,6 +95,10 @@ struct ReplayResult {
 
 absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const ReplayOptions& options);
 
+// Where an event of `trace` was recorded, for messages: "trace.csv:12" or
+// "snapshot.json:device_traces entry 12".
+std::string TraceLocation(const AllocationTrace& trace, const TraceEvent& event);
+
 inline constexpr uint64_t kSmallestDeviceStep = uint64_t{2} << 20;
 
 // The smallest simulated device, in whole steps of `step` bytes, on which
