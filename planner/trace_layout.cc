@@ -1,12 +1,14 @@
 #include "planner/trace_layout.h"
 
 #include <algorithm>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "replay/trace_replay.h"
 
 namespace headroom {
 namespace {
@@ -54,23 +56,25 @@ class PageCount {
   absl::flat_hash_map<uint64_t, uint32_t> blocks_on_end_page_;
 };
 
-}  // namespace
-
-absl::StatusOr<TraceLayout> LayoutTrace(const AllocationTrace& trace, uint64_t page_bytes) {
-  if (page_bytes == 0 || page_bytes % kDefaultArenaAlignment != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "page size %d bytes: a page is a positive multiple of %d bytes", page_bytes, kDefaultArenaAlignment));
-  }
+// The blocks of events [0, end) of a trace (Note [Planned trace layout]):
+// one request per allocation, and when each starts and ends.
+struct TraceBlocks {
   std::vector<ArenaRequest> requests;
-  std::vector<Change> changes;
+  std::vector<Change> changes;  // in event order
+  std::vector<int32_t> live_at_end;
+};
+
+absl::StatusOr<TraceBlocks> CollectBlocks(const AllocationTrace& trace, size_t end) {
+  TraceBlocks blocks;
+  std::vector<ArenaRequest>& requests = blocks.requests;
   absl::flat_hash_map<uint64_t, int32_t> live;  // the trace's pointer -> its request
   auto close = [&](auto it, size_t event) {
     // Its last moment is the last allocation before the free.
     requests[it->second].last = static_cast<OpId>(requests.size()) - 1;
-    changes.push_back({event, it->second, false});
+    blocks.changes.push_back({event, it->second, false});
     live.erase(it);
   };
-  for (size_t event = 0; event < trace.events.size(); ++event) {
+  for (size_t event = 0; event < end; ++event) {
     const TraceEvent& e = trace.events[event];
     if (e.op == TraceOp::kAllocateFailure) continue;
     auto it = live.find(e.pointer);
@@ -86,17 +90,26 @@ absl::StatusOr<TraceLayout> LayoutTrace(const AllocationTrace& trace, uint64_t p
     }
     const auto id = static_cast<int32_t>(requests.size());
     requests.push_back({.id = id, .first = id, .last = -1, .bytes = e.size});
-    changes.push_back({event, id, true});
+    blocks.changes.push_back({event, id, true});
     live[e.pointer] = id;
   }
-  for (const auto& [pointer, id] : live) requests[id].last = static_cast<OpId>(requests.size()) - 1;
+  for (const auto& [pointer, id] : live) {
+    requests[id].last = static_cast<OpId>(requests.size()) - 1;
+    blocks.live_at_end.push_back(id);
+  }
+  std::sort(blocks.live_at_end.begin(), blocks.live_at_end.end());
+  return blocks;
+}
 
-  absl::StatusOr<ArenaLayout> arena = LayoutArena(requests);
+absl::StatusOr<TraceLayout> Layout(const AllocationTrace& trace, const TraceBlocks& blocks, uint64_t page_bytes,
+                                   ArenaOrder order) {
+  absl::StatusOr<ArenaLayout> arena = LayoutArena(blocks.requests, kDefaultArenaAlignment, order);
   if (!arena.ok()) {
     return absl::Status(arena.status().code(), absl::StrFormat("%s: %s", trace.source, arena.status().message()));
   }
   TraceLayout layout{.arena = *std::move(arena), .page_bytes = page_bytes};
   PageCount count(page_bytes);
+  const std::vector<Change>& changes = blocks.changes;
   for (size_t i = 0; i < changes.size(); ++i) {
     const ArenaBlock& block = layout.arena.blocks[changes[i].request];
     changes[i].allocate ? count.Add(block) : count.Remove(block);
@@ -104,6 +117,90 @@ absl::StatusOr<TraceLayout> LayoutTrace(const AllocationTrace& trace, uint64_t p
     if (event_done) layout.peak_page_bytes = std::max(layout.peak_page_bytes, count.pages() * page_bytes);
   }
   return layout;
+}
+
+absl::Status CheckPageSize(uint64_t page_bytes) {
+  if (page_bytes == 0 || page_bytes % kDefaultArenaAlignment != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "page size %d bytes: a page is a positive multiple of %d bytes", page_bytes, kDefaultArenaAlignment));
+  }
+  return absl::OkStatus();
+}
+
+// What a step does at one change, as steps compare (Note [Repeating steps]):
+// an allocation of `size` bytes on `stream`, or the end of the block
+// allocated `back` allocations before (back = 0 for an allocation).
+struct StepToken {
+  uint64_t size = 0;
+  uint64_t stream = 0;
+  int64_t back = 0;
+  bool operator==(const StepToken&) const = default;
+};
+
+}  // namespace
+
+absl::StatusOr<TraceLayout> LayoutTrace(const AllocationTrace& trace, uint64_t page_bytes, ArenaOrder order) {
+  HEADROOM_RETURN_IF_ERROR(CheckPageSize(page_bytes));
+  HEADROOM_ASSIGN_OR_RETURN(const TraceBlocks blocks, CollectBlocks(trace, trace.events.size()));
+  return Layout(trace, blocks, page_bytes, order);
+}
+
+absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingSteps(const AllocationTrace& trace,
+                                                          std::span<const uint64_t> step_end_times,
+                                                          uint64_t page_bytes, ArenaOrder order) {
+  HEADROOM_RETURN_IF_ERROR(CheckPageSize(page_bytes));
+  if (!std::is_sorted(step_end_times.begin(), step_end_times.end())) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: step end times are not in ascending order", trace.source));
+  }
+  // Each step's events end at the first event past its end time.
+  std::vector<size_t> step_end(step_end_times.size());
+  for (size_t step = 0, event = 0; step < step_end_times.size(); ++step) {
+    while (event < trace.events.size() && trace.events[event].time_ns <= step_end_times[step]) ++event;
+    step_end[step] = event;
+  }
+  HEADROOM_ASSIGN_OR_RETURN(const TraceBlocks all, CollectBlocks(trace, trace.events.size()));
+  std::vector<std::vector<StepToken>> steps(step_end.size());
+  int64_t allocations = 0;
+  for (size_t i = 0, step = 0; i < all.changes.size(); ++i) {
+    const Change& change = all.changes[i];
+    while (step < step_end.size() && change.event >= step_end[step]) ++step;
+    if (step == step_end.size()) break;  // after the last step
+    if (change.allocate) {
+      ++allocations;
+      steps[step].push_back({.size = all.requests[change.request].bytes, .stream = trace.events[change.event].stream});
+    } else {
+      steps[step].push_back({.back = allocations - change.request});
+    }
+  }
+  // The first step that every later recorded step repeats, with at least one that does.
+  const size_t n = steps.size();
+  size_t r = n == 0 ? 0 : n - 1;  // 0-based
+  while (r >= 1 && steps[r - 1] == steps.back()) --r;
+  if (n < 2 || r == n - 1) {
+    return absl::NotFoundError(
+        absl::StrFormat("%s: no step of the %d recorded is repeated by every later one", trace.source, n));
+  }
+  if (std::none_of(steps[r].begin(), steps[r].end(), [](const StepToken& t) { return t.back == 0; })) {
+    return absl::NotFoundError(
+        absl::StrFormat("%s: step %d, which every later step repeats, allocates nothing", trace.source, r + 1));
+  }
+
+  HEADROOM_ASSIGN_OR_RETURN(const TraceBlocks prefix, CollectBlocks(trace, step_end[r]));
+  const size_t first = r == 0 ? 0 : static_cast<size_t>(std::count_if(
+      prefix.changes.begin(), prefix.changes.end(),
+      [&](const Change& c) { return c.allocate && c.event < step_end[r - 1]; }));
+  for (int32_t id : prefix.live_at_end) {
+    if (static_cast<size_t>(id) < first) continue;
+    const auto opened = std::find_if(prefix.changes.begin(), prefix.changes.end(),
+                                     [id](const Change& c) { return c.allocate && c.request == id; });
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "step %d, which every later step repeats, leaves %d of its blocks live at its end (the first allocated at "
+        "%s), so its layout would not hold in the next step",
+        r + 1, prefix.live_at_end.end() - std::find(prefix.live_at_end.begin(), prefix.live_at_end.end(), id),
+        TraceLocation(trace, trace.events[opened->event])));
+  }
+  HEADROOM_ASSIGN_OR_RETURN(TraceLayout layout, Layout(trace, prefix, page_bytes, order));
+  return RepeatingStepsLayout{.layout = std::move(layout), .repeating_step = r + 1, .first_step_allocation = first};
 }
 
 }  // namespace headroom

@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "absl/status/statusor.h"
 #include "planner/arena_layout.h"
@@ -50,7 +51,44 @@ struct TraceLayout {
 // Errors: InvalidArgument for a page size that is 0 or not a multiple of the
 // arena's alignment; OutOfRange, naming the trace, for more allocations than
 // kMaxGraphTensors or one above kMaxTensorBytes.
-absl::StatusOr<TraceLayout> LayoutTrace(const AllocationTrace& trace, uint64_t page_bytes = uint64_t{2} << 20);
+absl::StatusOr<TraceLayout> LayoutTrace(const AllocationTrace& trace, uint64_t page_bytes = uint64_t{2} << 20,
+                                        ArenaOrder order = ArenaOrder::kSize);
+
+// Note [Repeating steps]
+// A training loop of static shapes allocates and frees the same sequence
+// every step after its first (bench/RESULTS.md: five of the eight CPU runs
+// from step 2, the LSTM from step 3; not the MoEs, whose expert batches
+// follow the data), and the sequence repeats from one run of the job to the
+// next. So a plan that a run could follow forever needs only the steps up
+// to the first one that every later step repeats: where that step frees
+// every block it allocates by its end, its blocks find, in every later
+// step, the same blocks live around them as in it (those of earlier steps
+// still live, and their own), and their offsets hold in every later step.
+// LayoutRepeatingSteps finds that step, the first after which the trace's
+// recorded steps all repeat it (at least one does), and lays out the trace
+// up to its end with LayoutTrace; blocks live past it stay live to the end.
+// Steps are compared by each allocation's size and stream and by which
+// earlier allocation each free ends, counted back from it, so that a step
+// freeing the step before's blocks compares equal to the next one.
+// An allocator following the plan would serve the job's allocation n at
+// blocks[n] while n is below the step's first allocation f, and at
+// blocks[f + (n - f) % (blocks.size() - f)] after (the step allocates at
+// least one block). No allocator here follows one yet (bench/RESULTS.md).
+struct RepeatingStepsLayout {
+  TraceLayout layout;                // of the trace up to the repeating step's end
+  size_t repeating_step = 0;         // 1-based; step 1 holds what came before its end too
+  size_t first_step_allocation = 0;  // f: the step's first allocation, an index into layout.arena.blocks
+};
+
+// `step_end_times` as RecordedRun's (an event belongs to the first step whose
+// end time it does not pass). Errors: NotFound when no recorded step is
+// repeated by all later ones; FailedPrecondition, naming the step and the
+// allocation's line, when that step leaves a block of its own live at its
+// end; and LayoutTrace's.
+absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingSteps(const AllocationTrace& trace,
+                                                          std::span<const uint64_t> step_end_times,
+                                                          uint64_t page_bytes = uint64_t{2} << 20,
+                                                          ArenaOrder order = ArenaOrder::kSize);
 
 }  // namespace headroom
 

@@ -1,6 +1,7 @@
 // The planned layout of a recorded trace: lifetimes counted in allocations,
 // the replay's rules for a trace's anomalies, the page count against a
-// brute-force one, and a recorded PyTorch run laid out without overlap.
+// brute-force one, and a recorded PyTorch run laid out without overlap; the
+// plan of its repeating steps, followed through every recorded step.
 #include "planner/trace_layout.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "replay/allocation_trace.h"
+#include "replay/recorded_run.h"
 
 namespace headroom {
 namespace {
@@ -28,6 +30,14 @@ TraceEvent Allocate(uint64_t pointer, uint64_t size) {
   return {.op = TraceOp::kAllocate, .pointer = pointer, .size = size};
 }
 TraceEvent Free(uint64_t pointer) { return {.op = TraceOp::kFree, .pointer = pointer}; }
+// Events timed 1, 2, 3, ... and numbered as lines 2, 3, ... of a CSV.
+std::vector<TraceEvent> Timed(std::vector<TraceEvent> events) {
+  for (size_t i = 0; i < events.size(); ++i) {
+    events[i].time_ns = i + 1;
+    events[i].line = i + 2;
+  }
+  return events;
+}
 AllocationTrace Trace(std::vector<TraceEvent> events) {
   return {.source = "test.csv", .format = "rmm-csv", .events = std::move(events)};
 }
@@ -168,6 +178,94 @@ TEST(TraceLayout, LaysOutARecordedRunWithoutOverlapAtItsLivePeak) {
   const uint64_t live_pages = (layout->arena.lower_bound_bytes + kPage - 1) / kPage * kPage;
   EXPECT_GE(layout->peak_page_bytes, live_pages);
   EXPECT_LE(layout->peak_page_bytes, (layout->arena.arena_bytes + kPage - 1) / kPage * kPage);
+}
+
+// Follows the plan through every allocation of the recorded steps (after
+// the last step's end, the trace is the program's teardown, not a step) and
+// counts the pairs of blocks live at once that share a byte.
+size_t OverlapsFollowingThePlan(const AllocationTrace& trace, uint64_t last_step_end_time,
+                                const RepeatingStepsLayout& plan) {
+  const std::vector<ArenaBlock>& blocks = plan.layout.arena.blocks;
+  const size_t first = plan.first_step_allocation;
+  const size_t period = blocks.size() - first;
+  struct Live {
+    uint64_t offset, size;
+  };
+  absl::flat_hash_map<uint64_t, Live> live;
+  size_t allocations = 0;
+  size_t overlaps = 0;
+  for (const TraceEvent& e : trace.events) {
+    if (e.time_ns > last_step_end_time) break;
+    if (e.op == TraceOp::kFree) {
+      live.erase(e.pointer);
+      continue;
+    }
+    if (e.op != TraceOp::kAllocate) continue;
+    const size_t n = allocations++;
+    const ArenaBlock& planned = blocks[n < first ? n : first + (n - first) % period];
+    EXPECT_EQ(planned.size, (e.size + 511) / 512 * 512) << "allocation " << n;
+    for (const auto& [pointer, other] : live) {
+      overlaps += planned.offset < other.offset + other.size && other.offset < planned.offset + planned.size;
+    }
+    live[e.pointer] = {planned.offset, planned.size};
+  }
+  return overlaps;
+}
+
+TEST(RepeatingSteps, LaysOutTheStepsUpToTheOneEveryLaterStepRepeats) {
+  // The build keeps a weight; step 1 also creates optimizer state; steps 2 to 4 do the same.
+  const AllocationTrace trace = Trace(Timed({
+      Allocate(1, 4 * kMiB),                                               // build: the weight
+      Allocate(2, 8 * kMiB), Allocate(3, 4 * kMiB), Free(2),              // step 1, and its state (3)
+      Allocate(4, 8 * kMiB), Allocate(5, 2 * kMiB), Free(5), Free(4),     // step 2
+      Allocate(6, 8 * kMiB), Allocate(7, 2 * kMiB), Free(7), Free(6),     // step 3
+      Allocate(8, 8 * kMiB), Allocate(9, 2 * kMiB), Free(9), Free(8),     // step 4
+  }));
+  const std::vector<uint64_t> step_ends = {4, 8, 12, 16};
+  const absl::StatusOr<RepeatingStepsLayout> plan = LayoutRepeatingSteps(trace, step_ends);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->repeating_step, 2u);
+  EXPECT_EQ(plan->first_step_allocation, 3u);
+  EXPECT_EQ(plan->layout.arena.blocks.size(), 5u);  // the build and steps 1 and 2
+  EXPECT_EQ(plan->layout.arena.lower_bound_bytes, 18 * kMiB);
+  EXPECT_EQ(OverlapsFollowingThePlan(trace, step_ends.back(), *plan), 0u);
+}
+
+TEST(RepeatingSteps, NeedsALaterStepToRepeatOne) {
+  const AllocationTrace trace = Trace(Timed({Allocate(1, kMiB), Free(1), Allocate(2, kMiB), Free(2),
+                                             Allocate(3, 2 * kMiB), Free(3)}));
+  const absl::StatusOr<RepeatingStepsLayout> differ = LayoutRepeatingSteps(trace, std::vector<uint64_t>{2, 4, 6});
+  EXPECT_TRUE(absl::IsNotFound(differ.status())) << differ.status();
+  EXPECT_THAT(differ.status().message(), HasSubstr("no step of the 3 recorded is repeated by every later one"));
+  EXPECT_TRUE(absl::IsNotFound(LayoutRepeatingSteps(trace, std::vector<uint64_t>{6}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(LayoutRepeatingSteps(trace, std::vector<uint64_t>{4, 2}).status()));
+}
+
+TEST(RepeatingSteps, RefusesAStepThatLeavesItsBlocksLive) {
+  // Each step frees the block the step before left (as gradients freed at the next step's start).
+  const AllocationTrace trace = Trace(Timed({Allocate(1, kMiB),                        // step 1
+                                             Free(1), Allocate(2, kMiB),               // step 2
+                                             Free(2), Allocate(3, kMiB),               // step 3
+                                             Free(3), Allocate(4, kMiB)}));            // step 4
+  const absl::StatusOr<RepeatingStepsLayout> plan = LayoutRepeatingSteps(trace, std::vector<uint64_t>{1, 3, 5, 7});
+  EXPECT_TRUE(absl::IsFailedPrecondition(plan.status())) << plan.status();
+  EXPECT_THAT(plan.status().message(), HasSubstr("step 2, which every later step repeats, leaves 1 of its blocks live "
+                                                 "at its end (the first allocated at test.csv:4)"));
+}
+
+// The recorded runs' plans hold through all their steps: every step from the second repeats the second.
+TEST(RepeatingSteps, ARecordedRunsPlanHoldsInEveryLaterStep) {
+  for (const char* name : {"llama-mha-fp32-adamw-loop.6steps.rmm.csv", "t5-fp32-adamw.6steps.rmm.csv"}) {
+    const absl::StatusOr<RecordedRun> run = LoadRecordedRun(std::string(HEADROOM_RECORDED_TRACES_DIR) + "/" + name);
+    ASSERT_TRUE(run.ok()) << run.status();
+    for (ArenaOrder order : {ArenaOrder::kSize, ArenaOrder::kSizeTimesLifetime}) {
+      const absl::StatusOr<RepeatingStepsLayout> plan =
+          LayoutRepeatingSteps(run->trace, run->step_end_times, kPage, order);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->repeating_step, 2u) << name;
+      EXPECT_EQ(OverlapsFollowingThePlan(run->trace, run->step_end_times.back(), *plan), 0u) << name;
+    }
+  }
 }
 
 }  // namespace
