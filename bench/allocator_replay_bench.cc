@@ -23,6 +23,10 @@
 // planned with every lifetime known (planner/trace_layout.h): the most 2 MiB
 // pages its live blocks touch at once over live (smallest_over_live, as a
 // policy's smallest device), its single buffer over live, and its time.
+// .../planned-steps and .../planned-steps-by-lifetime: the plan a run could
+// follow forever, its steps up to the first one every later step repeats
+// (Note [Repeating steps]; skipped where there is none), visited by size or
+// by size times lifetime.
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -142,15 +146,29 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
   state.counters["anomalies"] = static_cast<double>(result.anomalies);
 }
 
-void BM_PlannedLayout(benchmark::State& state, const std::string& path) {
+// What a planned layout is made of: the whole run, or its steps up to the one every later step repeats
+// (Note [Repeating steps]), visited by size or by size times lifetime.
+struct PlannedKind {
+  bool repeating_steps;
+  ArenaOrder order;
+};
+
+void BM_PlannedLayout(benchmark::State& state, const std::string& path, PlannedKind kind) {
   const absl::StatusOr<RecordedRun> run = LoadRecordedRun(path);
   if (!run.ok()) {
     state.SkipWithError(std::string(run.status().message()).c_str());
     return;
   }
   TraceLayout layout;
+  size_t repeating_step = 0;
   for (auto _ : state) {
-    absl::StatusOr<TraceLayout> planned = LayoutTrace(run->trace, kSmallestDeviceStep);
+    absl::StatusOr<TraceLayout> planned = LayoutTrace(run->trace, kSmallestDeviceStep, kind.order);
+    if (kind.repeating_steps) {
+      absl::StatusOr<RepeatingStepsLayout> steps =
+          LayoutRepeatingSteps(run->trace, run->step_end_times, kSmallestDeviceStep, kind.order);
+      if (steps.ok()) repeating_step = steps->repeating_step;
+      planned = steps.ok() ? absl::StatusOr<TraceLayout>(std::move(steps->layout)) : steps.status();
+    }
     if (!planned.ok()) {
       state.SkipWithError(std::string(planned.status().message()).c_str());
       return;
@@ -169,6 +187,7 @@ void BM_PlannedLayout(benchmark::State& state, const std::string& path) {
   state.counters["live_MiB"] = live / static_cast<double>(kMiB);
   state.counters["smallest_over_live"] = static_cast<double>(layout.peak_page_bytes) / live;
   state.counters["arena_over_live"] = static_cast<double>(layout.arena.arena_bytes) / live;
+  if (kind.repeating_steps) state.counters["repeating_step"] = static_cast<double>(repeating_step);
 }
 
 // One benchmark per trace and policy, registered before main runs.
@@ -185,9 +204,13 @@ const bool kRealTracesRegistered = [] {
           ->Unit(benchmark::kMillisecond)
           ->Iterations(1);
     }
-    benchmark::RegisterBenchmark(("BM_RealTrace/" + name + "/planned").c_str(), BM_PlannedLayout, path)
-        ->Unit(benchmark::kMillisecond)
-        ->Iterations(1);
+    for (const auto& [label, kind] : {std::pair<std::string, PlannedKind>{"planned", {false, ArenaOrder::kSize}},
+                                      {"planned-steps", {true, ArenaOrder::kSize}},
+                                      {"planned-steps-by-lifetime", {true, ArenaOrder::kSizeTimesLifetime}}}) {
+      benchmark::RegisterBenchmark(("BM_RealTrace/" + name + "/" + label).c_str(), BM_PlannedLayout, path, kind)
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(1);
+    }
   }
   return true;
 }();
