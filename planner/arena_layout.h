@@ -26,9 +26,9 @@
 //
 // Visiting tensors by the bytes they hold over time instead (size times
 // the ops they live, ArenaOrder::kSizeTimesLifetime; ties as above) places
-// the long-lived ones first: on the recorded runs' allocation traces it
-// leaves a smaller arena where many small blocks outlive large ones
-// (planner/trace_layout.h; bench/RESULTS.md), and a larger one elsewhere.
+// the long-lived ones first: on some recorded allocation traces it leaves
+// a much smaller arena (the CPU GPT-2, Llama and MoE runs), on others a
+// larger one (planner/trace_layout.h; bench/RESULTS.md).
 //
 // Lifetimes are op indices, inclusive (TensorLifetime, Note [Liveness rule]
 // in graph/liveness.h): two tensors conflict when their [first, last]
@@ -78,6 +78,11 @@ struct ArenaLayout {
   uint64_t gap_bytes() const { return arena_bytes - lower_bound_bytes; }
 };
 
+enum class ArenaOrder {
+  kSize,               // Note [Greedy by size]
+  kSizeTimesLifetime,  // bytes times ops live, largest first
+};
+
 // Lays out `requests` (Note [Greedy by size]). Errors name the input at
 // fault: InvalidArgument for an alignment that is not a power of two
 // (or above kMaxTensorBytes) and for a request with first < 0 or first >
@@ -86,11 +91,6 @@ struct ArenaLayout {
 // O(n log n) for the sort plus, per request, O(log ops) set insertions to
 // record it and the gaps of the placed blocks around its lifetime to place
 // it (Note [Arena index] in the .cc).
-enum class ArenaOrder {
-  kSize,               // Note [Greedy by size]
-  kSizeTimesLifetime,  // bytes times ops live, largest first
-};
-
 absl::StatusOr<ArenaLayout> LayoutArena(std::span<const ArenaRequest> requests,
                                         uint64_t alignment = kDefaultArenaAlignment,
                                         ArenaOrder order = ArenaOrder::kSize);
