@@ -161,14 +161,17 @@ void BM_PlannedLayout(benchmark::State& state, const std::string& path, PlannedK
   }
   TraceLayout layout;
   size_t repeating_step = 0;
+  // One layout or the other: the whole run, or its steps up to the repeating one.
+  auto plan = [&]() -> absl::StatusOr<TraceLayout> {
+    if (!kind.repeating_steps) return LayoutTrace(run->trace, kSmallestDeviceStep, kind.order);
+    absl::StatusOr<RepeatingStepsLayout> steps =
+        LayoutRepeatingSteps(run->trace, run->step_end_times, kSmallestDeviceStep, kind.order);
+    if (!steps.ok()) return steps.status();
+    repeating_step = steps->repeating_step;
+    return std::move(steps->layout);
+  };
   for (auto _ : state) {
-    absl::StatusOr<TraceLayout> planned = LayoutTrace(run->trace, kSmallestDeviceStep, kind.order);
-    if (kind.repeating_steps) {
-      absl::StatusOr<RepeatingStepsLayout> steps =
-          LayoutRepeatingSteps(run->trace, run->step_end_times, kSmallestDeviceStep, kind.order);
-      if (steps.ok()) repeating_step = steps->repeating_step;
-      planned = steps.ok() ? absl::StatusOr<TraceLayout>(std::move(steps->layout)) : steps.status();
-    }
+    absl::StatusOr<TraceLayout> planned = plan();
     if (!planned.ok()) {
       state.SkipWithError(std::string(planned.status().message()).c_str());
       return;
