@@ -159,6 +159,9 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     HEADROOM_ASSIGN_OR_RETURN(options.align_growth, ParseBool(key, value));
   } else if (key == "stitch_pages") {
     HEADROOM_ASSIGN_OR_RETURN(options.stitch_pages, ParseBool(key, value));
+  } else if (key == "layout_plan") {
+    if (value.empty()) return Bad(key, value, "the path of a layout plan file");
+    options.layout_plan_file = std::string(value);
   } else if (key == "release_lock_on_cudamalloc" || key.starts_with("pinned_")) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "HEADROOM_ALLOC_CONF: key '%s' tunes a part of PyTorch's allocator that Headroom does not have "
@@ -168,7 +171,7 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
         "HEADROOM_ALLOC_CONF: unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
         "garbage_collection_threshold, expandable_segments, backend, memory_fraction, hard_limit_mb, "
         "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages, move_threshold, "
-        "move_threshold_max, unified_pool, reuse_layout_mb, align_growth, stitch_pages)",
+        "move_threshold_max, unified_pool, reuse_layout_mb, align_growth, stitch_pages, layout_plan)",
         key));
   }
   return absl::OkStatus();
@@ -266,6 +269,7 @@ std::string FormatAllocConf(const AllocatorOptions& options) {
   }
   if (options.align_growth) parts.push_back("align_growth:True");
   if (options.stitch_pages) parts.push_back("stitch_pages:True");
+  if (!options.layout_plan_file.empty()) parts.push_back("layout_plan:" + options.layout_plan_file);
   return absl::StrJoin(parts, ",");
 }
 
@@ -286,8 +290,13 @@ const std::vector<AllocConfPreset>& AllocConfPresets() {
 }
 
 std::string ResolveAllocConfPreset(std::string_view text) {
+  const size_t comma = text.find(',');
+  const std::string_view head = Trim(text.substr(0, comma));
   for (const AllocConfPreset& preset : AllocConfPresets()) {
-    if (preset.name == text) return preset.conf;
+    if (preset.name != head) continue;
+    if (comma == std::string_view::npos) return preset.conf;
+    const std::string_view rest = text.substr(comma + 1);
+    return preset.conf.empty() ? std::string(rest) : preset.conf + "," + std::string(rest);
   }
   return std::string(text);
 }

@@ -28,6 +28,10 @@
 //                                   layout]
 //   align_growth:True|False         Headroom: Note [Page-aligned growth]
 //   stitch_pages:True|False         Headroom: Note [Stitched blocks]
+//   layout_plan:PATH                Headroom: a layout plan file to follow
+//                                   (Note [Following a layout plan]); the
+//                                   allocator reads it when created. The
+//                                   path may not hold a comma.
 // An unknown key, a repeated key or a bad value is an InvalidArgument error
 // naming the key and the value. The parser is a pure function: only the C ABI
 // and the CLI read the environment.
@@ -59,7 +63,10 @@ struct AllocConfPreset {
 };
 const std::vector<AllocConfPreset>& AllocConfPresets();
 
-// A preset's conf string if `text` names one, else `text` itself.
+// A preset's conf string if `text` names one, else `text` itself. A preset
+// name may lead a list of keys, which follow its own:
+// "headroom,layout_plan:t5.plan.json" is the headroom preset with a plan (a
+// key the preset sets again is an error, as any repeated key).
 std::string ResolveAllocConfPreset(std::string_view text);
 
 }  // namespace headroom

@@ -12,7 +12,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <string>
 
+#include "allocator/layout_plan.h"
 #include "allocator/size_rounding.h"
 
 namespace headroom {
@@ -86,6 +89,13 @@ struct AllocatorOptions {
   // between them), mapped once more, side by side, at a new address (Note
   // [Stitched blocks] in caching_allocator.h). Off in PyTorch's policy.
   bool stitch_pages = false;
+  // Where each allocation goes, planned from a recorded run of the same job:
+  // followed while the job matches it, the policy above serving the rest
+  // (Note [Following a layout plan] in caching_allocator.h). `layout_plan`
+  // if set; else the file `layout_plan_file` names (HEADROOM_ALLOC_CONF's
+  // layout_plan key), read by CachingAllocator::Create. Neither: no plan.
+  std::shared_ptr<const LayoutPlan> layout_plan;
+  std::string layout_plan_file;
   // Entries kept in the history ring buffer (0: not recorded).
   size_t history_entries = 0;
 };

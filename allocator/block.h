@@ -93,6 +93,10 @@ struct Segment {
   // maps pieces of other segments' pages: not in the segment map, no memory
   // of its own.
   bool stitched = false;
+  // The address range of a layout plan (Note [Following a layout plan]):
+  // its blocks are placed by the plan and do not tile it; not in the
+  // segment map.
+  bool planned = false;
   StreamShard* shard = nullptr;  // of `stream`
   Block* first = nullptr;
   // Expandable segments only (Note [Expandable segments]): one physical

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "common/units.h"
@@ -78,6 +80,22 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
         "caching allocator: reuse_layout_min_bytes %s must be 0 or above %s",
         FormatBytes(options.reuse_layout_min_bytes), FormatBytes(kReuseLayoutAbove)));
   }
+  if (options.layout_plan == nullptr && !options.layout_plan_file.empty()) {
+    absl::StatusOr<LayoutPlan> plan = ReadLayoutPlanFile(options.layout_plan_file);
+    if (!plan.ok()) {
+      return absl::Status(plan.status().code(),
+                          absl::StrCat("caching allocator: layout_plan: ", plan.status().message()));
+    }
+    options.layout_plan = std::make_shared<const LayoutPlan>(*std::move(plan));
+  }
+  if (options.layout_plan != nullptr) {
+    HEADROOM_RETURN_IF_ERROR(CheckLayoutPlan(*options.layout_plan, "caching allocator: layout_plan"));
+    if (!props.supports_virtual_memory) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "caching allocator: a layout plan maps pages with the virtual memory API, which device '%s' lacks",
+          props.name));
+    }
+  }
   if (options.expandable_segments && !props.supports_virtual_memory) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "caching allocator: expandable_segments needs the virtual memory API, which device '%s' lacks", props.name));
@@ -120,6 +138,7 @@ CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions opti
       total_bytes_(backend->properties().total_bytes),
       id_(next_allocator_id.fetch_add(1)),
       memory_fraction_(options.memory_fraction),
+      following_plan_(options.layout_plan != nullptr),
       history_(options.history_entries) {}
 
 CachingAllocator::~CachingAllocator() {
@@ -150,6 +169,15 @@ CachingAllocator::~CachingAllocator() {
       b = next;
     }
     delete segment;
+  }
+  if (Segment* range = planned_.segment.get()) {  // Note [Following a layout plan]
+    for (size_t i = 0; i < range->pages.size(); ++i) {
+      if (range->pages[i].value == 0) continue;
+      (void)backend_->Unmap(range->address + i * granularity_, granularity_);
+      (void)backend_->ReleasePhysical(range->pages[i]);
+    }
+    (void)backend_->ReleaseAddressRange(range->address, range->size);
+    for (auto& [address, block] : planned_.live) delete block;
   }
   for (StreamShard* shard : shard_list_) delete shard;
 }
@@ -205,7 +233,7 @@ uint64_t CachingAllocator::LargestCachedSize() const {
   for (const StreamShard* shard : Shards()) {
     largest = std::max({largest, shard->small_pool.LargestSize(), shard->large_pool.LargestSize()});
   }
-  return largest;
+  return planned_.segment == nullptr ? largest : std::max(largest, LargestFreePlannedRun());
 }
 
 CachingAllocator::Block* CachingAllocator::FindAllocated(DeviceAddress address) const {
@@ -362,8 +390,10 @@ absl::StatusOr<DeviceAddress> CachingAllocator::Allocate(uint64_t size, StreamHa
   }
   const uint64_t rounded = RoundSize(size, options_.rounding);
   SetHint(stream);
-  // Note [Stream shards]: the fast path. Note [Reusing a step's layout]: not for the sizes it names.
-  if (StreamShard* shard = ReusesLayout(rounded) ? nullptr : FindShard(stream)) {
+  // Note [Stream shards]: the fast path. Note [Reusing a step's layout]: not for the sizes it names; Note
+  // [Following a layout plan]: not while a plan counts the requests.
+  const bool skips_fast_path = ReusesLayout(rounded) || following_plan_.load(std::memory_order_relaxed);
+  if (StreamShard* shard = skips_fast_path ? nullptr : FindShard(stream)) {
     DeviceAddress address = 0;
     {
       internal::SpinLockHolder lock(&shard->mu);
@@ -379,7 +409,13 @@ absl::StatusOr<DeviceAddress> CachingAllocator::Allocate(uint64_t size, StreamHa
   }
   ExclusiveLock lock(this);
   InvariantCheckOnExit check(this, "Allocate");  // Note [Expensive checks]
-  HEADROOM_ASSIGN_OR_RETURN(Block * block, AllocateBlock(size, rounded, stream));
+  Block* block = nullptr;
+  if (following_plan_.load(std::memory_order_relaxed)) {
+    HEADROOM_ASSIGN_OR_RETURN(block, AllocatePlanned(size, stream));
+  }
+  if (block == nullptr) {
+    HEADROOM_ASSIGN_OR_RETURN(block, AllocateBlock(size, rounded, stream));
+  }
   ShardOf(block->stream).pointers.Insert(block->address, block);
   return block->address;
 }
@@ -561,7 +597,8 @@ absl::StatusOr<bool> CachingAllocator::WaitForPendingBlock(PoolKind kind, Stream
   Block* best = nullptr;
   for (const PendingFree& pending : pending_frees_) {
     Block* b = pending.block;
-    if (b->pool == kind && b->size >= size && !b->segment->stitched && OversizeRulesAccept(b, size) &&
+    if (b->pool == kind && b->size >= size && !b->segment->stitched && !b->segment->planned &&
+        OversizeRulesAccept(b, size) &&
         (best == nullptr || b->size < best->size)) {
       best = b;
     }
@@ -591,7 +628,7 @@ absl::StatusOr<bool> CachingAllocator::WaitForPendingBlock(PoolKind kind, Stream
 
 bool CachingAllocator::ShouldSplit(const Block* block, uint64_t size) const {
   const uint64_t remaining = block->size - size;
-  if (block->segment->stitched) return false;
+  if (block->segment->stitched || block->segment->planned) return false;
   if (block->pool == PoolKind::kSmall || block->segment->expandable) return remaining >= kMinBlockSize;
   return size < options_.max_split_size && remaining > kSmallSize;
 }
@@ -644,6 +681,8 @@ void CachingAllocator::CompleteFree(Block* block) {
   Record(TraceAction::kFreeCompleted, block->address, block->size, block->stream);
   if (block->segment->stitched) {
     DropStitched(block);
+  } else if (block->segment->planned) {
+    ReleasePlanned(block);
   } else {
     CacheFreeBlock(block);
   }
@@ -743,7 +782,7 @@ absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_
       internal::SpinLockHolder lock(&shard->mu);
       Block* block = shard->pointers.Find(address);
       if (block != nullptr && block->stream_uses.empty() && !block->segment->mixed_streams &&
-          !block->segment->stitched &&
+          !block->segment->stitched && !block->segment->planned &&
           (!expected_size.has_value() || *expected_size == block->requested_size) &&
           (!freeing_stream.has_value() || *freeing_stream == block->stream) && !ReusesLayout(block->size) &&
           FreeWithinBudget(*shard, block)) {
@@ -766,7 +805,8 @@ absl::Status CachingAllocator::Free(DeviceAddress address, std::optional<uint64_
         block->requested_size));
   }
   ShardOf(block->stream).pointers.Remove(address);
-  if (const uint64_t rounded = RoundSize(block->requested_size, options_.rounding); ReusesLayout(rounded)) {
+  if (const uint64_t rounded = RoundSize(block->requested_size, options_.rounding);
+      ReusesLayout(rounded) && !block->segment->planned) {
     layout_memory_.End(block->stream, rounded);
   }
   SetHint(block->stream);  // a thread that frees what another allocated looks there first next time
@@ -785,6 +825,11 @@ std::string CachingAllocator::DescribeBadFree(DeviceAddress address) {
   if (stitched_.contains(address)) {
     return absl::StrFormat("double free of 0x%x: the stitched block was already freed (and still waits for its "
                            "streams)", address);
+  }
+  if (const Segment* range = planned_.segment.get();
+      range != nullptr && address >= range->address && address < range->address + range->size) {
+    return absl::StrFormat("free of 0x%x in the layout plan's range, where no planned block starts (a double free?)",
+                           address);
   }
   auto it = segments_.upper_bound(address);
   if (it != segments_.begin()) {
@@ -942,6 +987,7 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
   std::sort(stitched.begin(), stitched.end(),
             [](const Segment* a, const Segment* b) { return a->address < b->address; });
   for (const Segment* segment : stitched) add(*segment);
+  AddPlannedSnapshot(snapshot);
   snapshot.trace = history_.Entries();
   snapshot.settings = {{"max_split_size", ReportedMaxSplitSize()},
                        {"expandable_segments", options_.expandable_segments},

@@ -237,6 +237,42 @@
 // 1.026x its live peak to 1.020x and T5's from 1.030x to 1.026x, with one
 // block stitched in the whole run (bench/RESULTS.md).
 //
+// Note [Following a layout plan]
+// A training loop of static shapes allocates the same sequence, with the
+// same lifetimes, every step after its first few and in every run of the
+// job (bench/RESULTS.md), so where each block should go can be worked out
+// offline from a recorded run, with every lifetime known
+// (LayoutRepeatingSteps in planner/trace_layout.h), and followed at run
+// time (Sekiyama et al., "Profile-guided memory optimization for deep
+// neural networks", arXiv:1804.10001, 2018, did this for Chainer). With
+// AllocatorOptions::layout_plan, the allocator counts the requests of at
+// least one byte, and request n goes at the plan's offset for n
+// (layout_plan.h) in an address range of the plan's own, reserved at the first
+// request, whose pages are mapped when a live planned block first touches
+// them; no best fit, split or coalescing. The plan is a hint checked at
+// every request: the request must be on the stream of the first one, its
+// size rounded to 512 bytes must be the planned size, and the planned range
+// must hold no live or pending planned block (a block freed later than in
+// the recorded run). The first request that fails a check, or finds no
+// address range for the plan, ends the plan for good ("departs",
+// PlanDeparture() says why): it and every later
+// request go to the policy of the other options, and the planned blocks
+// still live are freed as usual. So a job that differs from its recording
+// (an MoE whose expert batches follow the data, a new batch size) costs a
+// few planned blocks, never a wrong one.
+//   Pages: a page no live planned block touches stays mapped for the next
+// step, which touches it again, so a steady loop maps nothing after its
+// first steps and the range holds the plan's extent at most (move_threshold's
+// room does not apply: moving pages within a known extent would only map
+// them back and forth each step). Where the
+// device refuses a new page, one such unused page of the range is unmapped
+// (after synchronizing the plan's stream) and mapped where it is needed,
+// and failing that the out-of-memory flush (which also releases them)
+// runs; so the smallest device the plan runs on is the most pages its live
+// blocks touch at once. Requests take the exclusive lock while the plan is
+// followed, as does the free of a planned block: a planned loop trades the
+// fast path of Note [Stream shards] for memory.
+//
 // Note [Stream shards]
 // PyTorch's allocator serializes every call on one lock per device, so two
 // threads allocating on two streams take turns, and each call also writes
@@ -282,6 +318,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -357,6 +394,9 @@ class CachingAllocator {
   AllocatorSnapshot TakeSnapshot() const;
   // InternalError naming the first broken invariant.
   absl::Status Validate() const;
+  // Note [Following a layout plan]: why the job left its plan, at which
+  // request; empty while it follows one, or has none.
+  std::string PlanDeparture() const;
 
   const AllocatorOptions& options() const { return options_; }
   DeviceBackend& backend() const { return *backend_; }
@@ -408,7 +448,8 @@ class CachingAllocator {
   void ForEachCached(PoolKind kind, absl::FunctionRef<void(Block*)> fn) const;
   // The streams with cached blocks of `kind`, ascending. Exclusive lock.
   std::vector<StreamHandle> CachedStreams(PoolKind kind) const;
-  uint64_t LargestCachedSize() const;
+  // The largest cached block, or free run of the planned range's mapped pages.
+  uint64_t LargestCachedSize() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The allocated block at `address` in any shard, or nullptr. Exclusive lock.
   Block* FindAllocated(DeviceAddress address) const;
   // Note [Peak budgets]: adds every shard's statistics to stats_, and
@@ -619,6 +660,35 @@ class CachingAllocator {
   absl::Status ReleasePage(PhysicalHandle handle, PoolKind pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RetryUnreleasedPages() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // --- Following a layout plan (caching_allocator_planned.cc, Note [Following a layout plan]) ---
+  // The planned block for the next request, or nullptr where the request
+  // departs from the plan (which ends it); an error where the device has no
+  // memory for its pages.
+  absl::StatusOr<Block*> AllocatePlanned(uint64_t size, StreamHandle stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the plan for `reason`; returns nullptr for AllocatePlanned.
+  Block* Depart(std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReservePlannedRange(StreamHandle stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Maps page `page` of the planned range for a request of pages [first,
+  // last]: a new page, else an unused one of the range (outside those) moved
+  // there; ResourceExhausted when neither is to be had.
+  absl::Status MapPlannedPage(uint64_t page, uint64_t first, uint64_t last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new physical page counted in reserved bytes, within the memory limit.
+  absl::StatusOr<PhysicalHandle> CreatePlannedPage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps the mapped page `page`, which no live planned block touches,
+  // first synchronizing the plan's stream unless `synchronized`; returns its
+  // handle, still counted in reserved bytes.
+  absl::StatusOr<PhysicalHandle> UnmapPlannedPage(uint64_t page, bool synchronized = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the free of a planned block completes: its range is no longer used.
+  void ReleasePlanned(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps and releases the planned range's pages that no live block touches.
+  absl::Status ReleaseUnusedPlannedPages() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first and last page of the planned range that `block` touches.
+  std::pair<uint64_t, uint64_t> PlannedPages(const Block* block) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddPlannedSnapshot(AllocatorSnapshot& snapshot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The largest run of mapped bytes of the planned range no live block uses.
+  uint64_t LargestFreePlannedRun() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // --- Validation (caching_allocator_validate.cc), one validator per structure ---
   struct Recount;  // statistics recomputed from the blocks
   absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -635,6 +705,8 @@ class CachingAllocator {
   // address; one entry per allocated block.
   absl::Status ValidatePointerTables(int64_t allocated_blocks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ValidateStitched(Recount& recount) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The planned range's live blocks, page users and mapped pages.
+  absl::Status ValidatePlanned(Recount& recount) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds an allocated or active block to the recount.
   static void CountActive(const Block& block, size_t pool_stat, Recount& recount);
   absl::Status ValidateStatistics(const Recount& recount) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -689,6 +761,19 @@ class CachingAllocator {
   };
   absl::flat_hash_map<DeviceAddress, StitchedBlock> stitched_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<StreamHandle, PoolKind>, Segment*> expandable_ ABSL_GUARDED_BY(mu_);
+  // Note [Following a layout plan]
+  struct PlannedRange {
+    // Reserved at the first planned request, for the plan's extent; pages as
+    // in an expandable segment, the stream the plan's. Not in segments_.
+    std::unique_ptr<Segment> segment;
+    std::vector<uint32_t> users;                  // live planned blocks touching each page
+    absl::btree_map<DeviceAddress, Block*> live;  // allocated or pending planned blocks
+    uint64_t requests = 0;                        // requests the plan served
+    std::string departure;                        // empty while the plan is followed
+  };
+  PlannedRange planned_ ABSL_GUARDED_BY(mu_);
+  // Whether requests go to the plan; read by the fast path, which they skip.
+  std::atomic<bool> following_plan_{false};
   struct PendingFree {
     EventHandle event;
     Block* block;

@@ -136,7 +136,7 @@ absl::Status CachingAllocator::ReleaseAllCache() {
     HEADROOM_ASSIGN_OR_RETURN(uint64_t unmapped, TrimExpandable(segment));
     (void)unmapped;
   }
-  return absl::OkStatus();
+  return ReleaseUnusedPlannedPages();  // Note [Following a layout plan]
 }
 
 absl::Status CachingAllocator::EmptyCache() {
@@ -156,6 +156,14 @@ absl::Status CachingAllocator::EmptyCache() {
     expandable_.erase(key);
     DeleteBlock(segment->first);
     delete segment;
+  }
+  // Note [Following a layout plan]: a departed plan's range too, once nothing lives in it.
+  if (const Segment* range = planned_.segment.get(); range != nullptr && !following_plan_.load() &&
+                                                      planned_.live.empty() && range->mapped_bytes == 0) {
+    HEADROOM_RETURN_IF_ERROR(backend_->ReleaseAddressRange(range->address, range->size));
+    stats_.segment.Decrease(StatOf(PoolKind::kLarge), 1);
+    planned_.segment.reset();
+    planned_.users.clear();
   }
   return absl::OkStatus();
 }

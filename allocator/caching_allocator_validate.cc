@@ -53,6 +53,7 @@ absl::Status CachingAllocator::ValidateLocked() const {
     if (segment->expandable) HEADROOM_RETURN_IF_ERROR(ValidateExpandablePages(*segment));
   }
   HEADROOM_RETURN_IF_ERROR(ValidateStitched(recount));
+  HEADROOM_RETURN_IF_ERROR(ValidatePlanned(recount));
   HEADROOM_RETURN_IF_ERROR(ValidatePools(recount.free_blocks));
   if (recount.pending_events != pending_frees_.size()) {
     return HEADROOM_INVARIANT_ERROR("%d pending events recorded on blocks, %d in the queue", recount.pending_events,
@@ -112,6 +113,58 @@ absl::Status CachingAllocator::ValidateStitched(Recount& recount) const {
   if (parts != recount.stitched_parts) {
     return HEADROOM_INVARIANT_ERROR("%d stitched pieces in segments, %d held by stitched blocks",
                                     recount.stitched_parts, parts);
+  }
+  return absl::OkStatus();
+}
+
+// Note [Following a layout plan]: the live planned blocks lie apart in the
+// plan's range, in mapped pages, which they use as `users` says.
+absl::Status CachingAllocator::ValidatePlanned(Recount& recount) const {
+  if (following_plan_.load() != (options_.layout_plan != nullptr && planned_.departure.empty())) {
+    return HEADROOM_INVARIANT_ERROR("layout plan: followed is %d, departure '%s'", following_plan_.load(),
+                                    planned_.departure);
+  }
+  const Segment* range = planned_.segment.get();
+  if (range == nullptr) {
+    if (!planned_.live.empty()) return HEADROOM_INVARIANT_ERROR("layout plan: live blocks but no range");
+    return absl::OkStatus();
+  }
+  for (size_t i : {size_t{kAllPools}, size_t{kLargePoolStat}}) {
+    recount.segments[i].current += 1;
+    recount.reserved[i].current += static_cast<int64_t>(range->mapped_bytes);
+  }
+  if (!range->planned || range->pages.size() != planned_.users.size() ||
+      range->pages.size() * granularity_ != range->size) {
+    return HEADROOM_INVARIANT_ERROR("layout plan: range 0x%x of %d bytes, %d pages, %d page users", range->address,
+                                    range->size, range->pages.size(), planned_.users.size());
+  }
+  std::vector<uint32_t> users(planned_.users.size(), 0);
+  DeviceAddress end = range->address;
+  for (const auto& [address, b] : planned_.live) {
+    if (b->address != address || b->segment != range || b->prev != nullptr || b->next != nullptr ||
+        b->pool != PoolKind::kLarge || b->stream != range->stream) {
+      return HEADROOM_INVARIANT_ERROR("planned block 0x%x: not a block of the plan's range filed under its address",
+                                      address);
+    }
+    if (!b->is_active()) return HEADROOM_INVARIANT_ERROR("planned block 0x%x: neither allocated nor pending", address);
+    if (address < end || b->size == 0 || b->size > range->address + range->size - address) {
+      return HEADROOM_INVARIANT_ERROR("planned block 0x%x: overlaps the one below it or leaves the range", address);
+    }
+    end = address + b->size;
+    const auto [first, last] = PlannedPages(b);
+    for (uint64_t page = first; page <= last; ++page) {
+      if (range->PageAt(page).value == 0) {
+        return HEADROOM_INVARIANT_ERROR("planned block 0x%x: page %d is not mapped", address, page);
+      }
+      ++users[page];
+    }
+    CountActive(*b, kLargePoolStat, recount);
+  }
+  if (users != planned_.users) return HEADROOM_INVARIANT_ERROR("layout plan: page users differ from the live blocks");
+  uint64_t mapped = 0;
+  for (PhysicalHandle page : range->pages) mapped += page.value != 0 ? 1 : 0;
+  if (mapped * granularity_ != range->mapped_bytes) {
+    return HEADROOM_INVARIANT_ERROR("layout plan: %d pages mapped but mapped_bytes %d", mapped, range->mapped_bytes);
   }
   return absl::OkStatus();
 }

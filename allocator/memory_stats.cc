@@ -47,6 +47,7 @@ nlohmann::json MemoryStatsToJson(const MemoryStats& stats) {
   out["num_pages_mapped"] = stats.num_pages_mapped;
   out["num_pages_unmapped"] = stats.num_pages_unmapped;
   out["num_stitched_blocks"] = stats.num_stitched_blocks;
+  out["num_planned_allocs"] = stats.num_planned_allocs;
   out["max_split_size"] = stats.max_split_size;
   out["largest_free_block_bytes"] = stats.largest_free_block_bytes;
   out["total_free_bytes"] = stats.total_free_bytes;

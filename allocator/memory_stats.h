@@ -71,6 +71,7 @@ struct MemoryStats {
   int64_t num_pages_mapped = 0;    // expandable segments' pages mapped (new or moved)
   int64_t num_pages_unmapped = 0;  // and unmapped (released or moved)
   int64_t num_stitched_blocks = 0;  // blocks served from pieces of pages, mapped again (stitch_pages)
+  int64_t num_planned_allocs = 0;   // allocations served where a layout plan put them (layout_plan)
   uint64_t max_split_size = 0;     // the option in force (0: unlimited, as PyTorch prints it)
 
   // Headroom additions, computed when the stats are taken.

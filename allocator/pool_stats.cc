@@ -71,6 +71,7 @@ void PoolStats::ResetAccumulated() {
   num_pages_mapped = 0;
   num_pages_unmapped = 0;
   num_stitched_blocks = 0;
+  num_planned_allocs = 0;
 }
 
 MemoryStats PoolStats::ToMemoryStats() const {
@@ -93,6 +94,7 @@ MemoryStats PoolStats::ToMemoryStats() const {
                      .num_pages_mapped = num_pages_mapped,
                      .num_pages_unmapped = num_pages_unmapped,
                      .num_stitched_blocks = num_stitched_blocks,
+                     .num_planned_allocs = num_planned_allocs,
                      .reserved_bytes_at_peak_allocated = reserved_bytes_at_peak_allocated};
 }
 

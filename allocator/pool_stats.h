@@ -103,6 +103,7 @@ struct PoolStats {
   int64_t num_pages_mapped = 0;
   int64_t num_pages_unmapped = 0;
   int64_t num_stitched_blocks = 0;
+  int64_t num_planned_allocs = 0;
   int64_t reserved_bytes_at_peak_allocated = 0;
 
   // One counter a fast-path call may change, by `amount` (negative: down).

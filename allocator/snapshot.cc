@@ -40,6 +40,7 @@ nlohmann::json SnapshotToJson(const AllocatorSnapshot& snapshot) {
                         {"frames", json::array()},
                         {"blocks", blocks}});
     if (segment.stitched) segments.back()["is_stitched"] = true;
+    if (segment.planned) segments.back()["is_planned"] = true;
   }
   json trace = json::array();
   for (const TraceEntry& entry : snapshot.trace) {

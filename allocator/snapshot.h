@@ -14,7 +14,9 @@
 // block. Its pieces stay blocks of their segments in a state of their own,
 // "stitched_part": not free, but not counted as allocations either (the
 // stitched block counts their bytes; tools that know PyTorch's three states
-// see no allocation there), and no event names them.
+// see no allocation there), and no event names them. The address range of
+// a layout plan (Note [Following a layout plan]) shows, like an expandable
+// segment, one segment per run of mapped pages, flagged "is_planned".
 #ifndef HEADROOM_ALLOCATOR_SNAPSHOT_H_
 #define HEADROOM_ALLOCATOR_SNAPSHOT_H_
 
@@ -47,6 +49,7 @@ struct SegmentSnapshot {
   bool small_pool = false;
   bool expandable = false;
   bool stitched = false;
+  bool planned = false;
   std::vector<BlockSnapshot> blocks;
 };
 

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -18,15 +19,15 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-// Devices 0-8 and 10-11 are simulated 1 GiB devices whose stream events wait
-// for the test (device 11 without the virtual memory API); device 9 cannot be
-// set up; device 12 has 6 MiB, whose events complete at once.
+// Devices 0-8, 10-11 and 13-14 are simulated 1 GiB devices whose stream
+// events wait for the test (device 11 without the virtual memory API); device
+// 9 cannot be set up; device 12 has 6 MiB, whose events complete at once.
 namespace headroom::c_abi {
 
-SimulatedBackend* simulated[13] = {};
+SimulatedBackend* simulated[15] = {};
 
 absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateDeviceBackend(int device) {
-  if (device == 9 || device >= 13) return absl::NotFoundError("no such simulated device");
+  if (device == 9 || device >= 15) return absl::NotFoundError("no such simulated device");
   absl::StatusOr<std::unique_ptr<SimulatedBackend>> backend =
       SimulatedBackend::Create({.capacity_bytes = device == 12 ? 6 * kMiB : kGiB,
                                 .supports_virtual_memory = device != 11,
@@ -225,6 +226,40 @@ TEST(CAbi, TheAllocConfIsReadWhenADeviceIsFirstUsed) {
   nlohmann::json snap = nlohmann::json::parse(Snapshot(6));
   EXPECT_EQ(snap["allocator_settings"]["expandable_segments"], true) << snap["allocator_settings"];
   headroom_free(p, static_cast<ssize_t>(3 * kMiB), 6, nullptr);
+}
+
+// A layout plan named in HEADROOM_ALLOC_CONF after the preset (Note [Following a layout plan]): the allocator
+// reads it when the device is first used and places each request where it says (device 13); a plan file that
+// cannot be read is that device's error (device 14).
+TEST(CAbi, FollowsTheLayoutPlanItsConfNames) {
+  const std::string path = ::testing::TempDir() + "/c_abi_test.plan.json";
+  {
+    std::ofstream file(path);
+    file << R"({"format": "headroom.layout_plan", "version": 1, "repeat_from": 1,
+               "blocks": [[0, 4194304], [6291456, 1048576]]})";
+  }
+  const std::string conf = "headroom,layout_plan:" + path;
+  void* weights = nullptr;
+  {
+    ScopedAllocConf scoped(conf.c_str());
+    weights = headroom_malloc(static_cast<ssize_t>(4 * kMiB), 13, nullptr);
+  }
+  ASSERT_NE(weights, nullptr) << headroom_last_error();
+  for (int step = 0; step < 3; ++step) {
+    void* activation = headroom_malloc(static_cast<ssize_t>(kMiB), 13, nullptr);
+    EXPECT_EQ(static_cast<char*>(activation), static_cast<char*>(weights) + 6 * kMiB);
+    headroom_free(activation, static_cast<ssize_t>(kMiB), 13, nullptr);
+  }
+  EXPECT_EQ(Stats(13).num_planned_allocs, 4);
+  headroom_free(weights, static_cast<ssize_t>(4 * kMiB), 13, nullptr);
+
+  std::string error;
+  {
+    ScopedAllocConf scoped("headroom,layout_plan:/no/such/file.plan.json");
+    EXPECT_EQ(headroom_malloc(4096, 14, nullptr), nullptr);
+    error = headroom_last_error();
+  }
+  EXPECT_NE(error.find("/no/such/file.plan.json"), std::string::npos) << error;
 }
 
 // Headroom's own policy, by its preset's name (device 8) and by default (device 10).

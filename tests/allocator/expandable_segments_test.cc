@@ -16,7 +16,7 @@ int64_t Reserved(const MemoryStats& s) { return s.reserved_bytes[kAllPools].curr
 // Most tests follow the mapping page by page, so both pools grow by the
 // device's 2 MiB granularity here; the default 20 MiB large-pool page has
 // tests of its own below.
-constexpr AllocatorOptions kTwoMiBPages{.expandable_segments = true, .expandable_large_page_bytes = 2 * kMiB};
+const AllocatorOptions kTwoMiBPages{.expandable_segments = true, .expandable_large_page_bytes = 2 * kMiB};
 
 TEST(ExpandableSegments, GrowContiguouslyPageByPage) {
   auto a = MakeAllocator({}, kTwoMiBPages);
@@ -222,7 +222,7 @@ TEST(ExpandableSegments, MovingPagesReservesTwiceTheDevice) {
 // Note [Moving free pages]: pages a large block no longer uses serve the
 // small pool, and then another stream, without new device memory.
 TEST(ExpandableSegments, FreePagesMoveBetweenPoolsAndStreams) {
-  constexpr AllocatorOptions kMoving{.expandable_segments = true,
+  const AllocatorOptions kMoving{.expandable_segments = true,
                                      .expandable_large_page_bytes = 2 * kMiB,
                                      .move_free_pages = true};
   auto a = MakeAllocator({}, kMoving);

@@ -105,10 +105,10 @@ TEST(LayoutMemory, StaysWithinItsBounds) {
 }
 
 // 2 MiB pages and names from 4 MiB up, so that the scenarios stay small.
-constexpr AllocatorOptions kReuse{.expandable_segments = true,
+const AllocatorOptions kReuse{.expandable_segments = true,
                                   .expandable_large_page_bytes = 2 * kMiB,
                                   .reuse_layout_min_bytes = 4 * kMiB};
-constexpr AllocatorOptions kBestFit{.expandable_segments = true, .expandable_large_page_bytes = 2 * kMiB};
+const AllocatorOptions kBestFit{.expandable_segments = true, .expandable_large_page_bytes = 2 * kMiB};
 
 // A step of a loop: allocates an 8 MiB block and frees it; returns where it went.
 DeviceAddress Step(SimulatedAllocator& a) {

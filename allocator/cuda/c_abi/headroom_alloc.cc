@@ -191,6 +191,7 @@ int headroom_get_stats(int device, headroom_stats* stats) {
   all.num_pages_mapped = s.num_pages_mapped;
   all.num_pages_unmapped = s.num_pages_unmapped;
   all.num_stitched_blocks = s.num_stitched_blocks;
+  all.num_planned_allocs = s.num_planned_allocs;
   // The fields both sides know: the whole fields inside the caller's struct,
   // up to the end of ours. The caller's version and struct_size stay as set.
   const size_t known = std::min<size_t>(stats->struct_size, sizeof(headroom_stats));

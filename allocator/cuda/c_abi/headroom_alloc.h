@@ -55,7 +55,7 @@ HEADROOM_C_API void headroom_free(void* ptr, ssize_t size, int device, cudaStrea
  * `struct_size` bytes, up to the last field it knows, and leaves the rest
  * (fields of a newer header) and `version` and `struct_size` untouched.
  * Errors: NULL, version 0, or a struct_size with no field in it. */
-#define HEADROOM_STATS_VERSION 3
+#define HEADROOM_STATS_VERSION 4
 typedef struct headroom_stats {
   uint32_t version;     /* HEADROOM_STATS_VERSION */
   uint32_t struct_size; /* sizeof(headroom_stats) */
@@ -84,6 +84,10 @@ typedef struct headroom_stats {
   /* Version 3: blocks served, where the device was out of memory, from free
    * pieces of pages mapped again side by side (stitch_pages). */
   int64_t num_stitched_blocks;
+  /* Version 4: allocations served where a layout plan put them
+   * (HEADROOM_ALLOC_CONF's layout_plan); it stops growing once the job left
+   * its plan. */
+  int64_t num_planned_allocs;
 } headroom_stats;
 HEADROOM_C_API int headroom_get_stats(int device, headroom_stats* stats);
 
