@@ -203,4 +203,27 @@ absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingSteps(const AllocationTrace&
   return RepeatingStepsLayout{.layout = std::move(layout), .repeating_step = r + 1, .first_step_allocation = first};
 }
 
+absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingStepsEitherOrder(const AllocationTrace& trace,
+                                                                     std::span<const uint64_t> step_end_times,
+                                                                     uint64_t page_bytes) {
+  HEADROOM_ASSIGN_OR_RETURN(RepeatingStepsLayout by_size,
+                            LayoutRepeatingSteps(trace, step_end_times, page_bytes, ArenaOrder::kSize));
+  HEADROOM_ASSIGN_OR_RETURN(RepeatingStepsLayout by_lifetime,
+                            LayoutRepeatingSteps(trace, step_end_times, page_bytes, ArenaOrder::kSizeTimesLifetime));
+  auto cost = [](const RepeatingStepsLayout& steps) {
+    return std::pair(steps.layout.peak_page_bytes, steps.layout.arena.arena_bytes);
+  };
+  return cost(by_lifetime) < cost(by_size) ? by_lifetime : by_size;
+}
+
+LayoutPlan ToLayoutPlan(const RepeatingStepsLayout& steps) {
+  LayoutPlan plan;
+  const std::vector<ArenaBlock>& blocks = steps.layout.arena.blocks;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i == steps.first_step_allocation) plan.repeat_from = plan.blocks.size();
+    if (blocks[i].size > 0) plan.blocks.push_back({.offset = blocks[i].offset, .size = blocks[i].size});
+  }
+  return plan;
+}
+
 }  // namespace headroom

@@ -35,6 +35,7 @@
 #include <span>
 
 #include "absl/status/statusor.h"
+#include "allocator/layout_plan.h"
 #include "planner/arena_layout.h"
 #include "replay/allocation_trace.h"
 
@@ -70,10 +71,11 @@ absl::StatusOr<TraceLayout> LayoutTrace(const AllocationTrace& trace, uint64_t p
 // Steps are compared by each allocation's size and stream and by which
 // earlier allocation each free ends, counted back from it, so that a step
 // freeing the step before's blocks compares equal to the next one.
-// An allocator following the plan would serve the job's allocation n at
+// An allocator following the plan serves the job's allocation n at
 // blocks[n] while n is below the step's first allocation f, and at
 // blocks[f + (n - f) % (blocks.size() - f)] after (the step allocates at
-// least one block). No allocator here follows one yet (bench/RESULTS.md).
+// least one block): ToLayoutPlan makes the caching allocator's plan of it
+// (Note [Following a layout plan] in allocator/caching_allocator.h).
 struct RepeatingStepsLayout {
   TraceLayout layout;                // of the trace up to the repeating step's end
   size_t repeating_step = 0;         // 1-based; step 1 holds what came before its end too
@@ -89,6 +91,17 @@ absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingSteps(const AllocationTrace&
                                                           std::span<const uint64_t> step_end_times,
                                                           uint64_t page_bytes = uint64_t{2} << 20,
                                                           ArenaOrder order = ArenaOrder::kSize);
+
+// LayoutRepeatingSteps in both orders: the layout whose pages peak lower,
+// then whose buffer is smaller (neither order wins on every recorded run).
+absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingStepsEitherOrder(const AllocationTrace& trace,
+                                                                     std::span<const uint64_t> step_end_times,
+                                                                     uint64_t page_bytes = uint64_t{2} << 20);
+
+// The plan the caching allocator follows (allocator/layout_plan.h): the
+// layout's blocks of at least one byte (an allocator counts no empty
+// request), repeating from the step's first allocation.
+LayoutPlan ToLayoutPlan(const RepeatingStepsLayout& steps);
 
 }  // namespace headroom
 

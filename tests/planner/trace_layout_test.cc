@@ -231,6 +231,35 @@ TEST(RepeatingSteps, LaysOutTheStepsUpToTheOneEveryLaterStepRepeats) {
   EXPECT_EQ(OverlapsFollowingThePlan(trace, step_ends.back(), *plan), 0u);
 }
 
+// The allocator's plan of it (allocator/layout_plan.h): the blocks in trace order, repeating from the step's
+// first, with a 0-byte allocation (which no allocator counts) left out and the repeat moved with it.
+TEST(RepeatingSteps, MakeThePlanTheAllocatorFollows) {
+  const AllocationTrace trace = Trace(Timed({
+      Allocate(1, 4 * kMiB), Allocate(10, 0),                              // build: the weight, and an empty block
+      Allocate(2, 8 * kMiB), Allocate(3, 4 * kMiB), Free(2),              // step 1, and its state (3)
+      Allocate(4, 8 * kMiB), Allocate(5, 2 * kMiB - 100), Free(5), Free(4),  // step 2
+      Allocate(6, 8 * kMiB), Allocate(7, 2 * kMiB - 100), Free(7), Free(6),  // step 3
+  }));
+  const std::vector<uint64_t> step_ends = {5, 9, 13};
+  const absl::StatusOr<RepeatingStepsLayout> steps = LayoutRepeatingStepsEitherOrder(trace, step_ends);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  ASSERT_EQ(steps->first_step_allocation, 4u);
+  const LayoutPlan plan = ToLayoutPlan(*steps);
+  EXPECT_EQ(CheckLayoutPlan(plan, "plan"), absl::OkStatus());
+  ASSERT_EQ(plan.blocks.size(), 5u);
+  EXPECT_EQ(plan.repeat_from, 3u);
+  EXPECT_EQ(plan.blocks[4].size, 2 * kMiB);  // 2 MiB - 100 bytes, rounded to 512
+  const std::vector<ArenaBlock>& laid = steps->layout.arena.blocks;
+  EXPECT_EQ(plan.blocks[2].offset, laid[3].offset);
+  EXPECT_EQ(plan.At(5), &plan.blocks[3]);  // step 3's first block: step 2's
+  // Either order: the one whose pages peak lower.
+  for (ArenaOrder order : {ArenaOrder::kSize, ArenaOrder::kSizeTimesLifetime}) {
+    const absl::StatusOr<RepeatingStepsLayout> one = LayoutRepeatingSteps(trace, step_ends, kPage, order);
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_LE(steps->layout.peak_page_bytes, one->layout.peak_page_bytes);
+  }
+}
+
 TEST(RepeatingSteps, NeedsALaterStepToRepeatOne) {
   const AllocationTrace trace = Trace(Timed({Allocate(1, kMiB), Free(1), Allocate(2, kMiB), Free(2),
                                              Allocate(3, 2 * kMiB), Free(3)}));
