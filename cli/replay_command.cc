@@ -1,12 +1,16 @@
 // `headroom replay TRACE --capacity 80GiB [--conf CONF] [--compare CONF]...
-//  [--strict] [--json] [--summary] [--smallest] [--device N]`: replays an RMM
-// log or a PyTorch memory snapshot through the caching allocator on a
-// simulated device and reports what each allocator configuration would
-// reserve (and with --smallest, on how small a device it runs, beside a
-// layout planned with every lifetime known: planner/trace_layout.h). This file
-// holds the flags, their checks and the dispatch; the report is
+//  [--strict] [--json] [--summary] [--smallest] [--device N]
+//  [--write-plan PLAN --steps STEPS]`: replays an RMM log or a PyTorch
+// memory snapshot through the caching allocator on a simulated device and
+// reports what each allocator configuration would reserve (and with
+// --smallest, on how small a device it runs, beside a layout planned with
+// every lifetime known: planner/trace_layout.h); with --write-plan, writes
+// the layout plan of the trace's repeating steps for the allocator to
+// follow (Note [Following a layout plan] in allocator/caching_allocator.h).
+// This file holds the flags, their checks and the dispatch; the report is
 // report/replay_report.h.
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "allocator/alloc_conf.h"
+#include "allocator/layout_plan.h"
 #include "allocator/simulated/simulated_backend.h"
 #include "cli/command.h"
 #include "common/json_fields.h"
@@ -22,6 +27,7 @@
 #include "common/units.h"
 #include "planner/trace_layout.h"
 #include "replay/allocation_trace.h"
+#include "replay/recorded_run.h"
 #include "replay/trace_replay.h"
 #include "report/replay_report.h"
 
@@ -39,6 +45,8 @@ struct ReplayCommandOptions {
   bool summary = false;
   bool smallest = false;
   std::optional<int> device;  // --device, for snapshots only
+  std::string write_plan;     // --write-plan PLAN
+  std::string steps;          // --steps STEPS.json, which --write-plan needs
 };
 
 std::string Label(const std::string& text) { return text.empty() ? "pytorch-default" : text; }
@@ -67,6 +75,23 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
     HEADROOM_ASSIGN_OR_RETURN(trace, ParseAllocationTrace(text, options.trace_path));
   }
 
+  if (options.write_plan.empty() != options.steps.empty()) {
+    return absl::InvalidArgumentError("--write-plan and --steps go together: a plan is made of the trace's steps");
+  }
+  ReplayReportOptions report{.summary = options.summary};
+  if (!options.write_plan.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(std::string steps_text, ReadTextFile(options.steps));
+    HEADROOM_ASSIGN_OR_RETURN(std::vector<uint64_t> step_ends, ParseStepEnds(steps_text, options.steps));
+    HEADROOM_ASSIGN_OR_RETURN(RepeatingStepsLayout steps, LayoutRepeatingStepsEitherOrder(trace, step_ends));
+    LayoutPlan plan = ToLayoutPlan(steps);
+    std::ofstream file(options.write_plan);
+    file << LayoutPlanJson(plan);
+    file.close();
+    if (!file) return absl::InvalidArgumentError(absl::StrFormat("--write-plan %s: cannot write the file",
+                                                                 options.write_plan));
+    report.written_plan = {options.write_plan, std::move(steps), std::move(plan)};
+  }
+
   std::vector<std::string> labels;
   if (options.conf_given || options.compare.empty()) labels.push_back(options.conf);
   labels.insert(labels.end(), options.compare.begin(), options.compare.end());
@@ -82,6 +107,14 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
                                                                       [](std::string* o, const AllocConfPreset& p) {
                                                                         o->append(p.name);
                                                                       })));
+    }
+    if (!allocator->layout_plan_file.empty()) {  // read once here, not by each replay's allocator
+      absl::StatusOr<LayoutPlan> plan = ReadLayoutPlanFile(allocator->layout_plan_file);
+      if (!plan.ok()) {
+        return absl::Status(plan.status().code(), absl::StrFormat("configuration '%s': layout_plan: %s", label,
+                                                                  std::string(plan.status().message())));
+      }
+      allocator->layout_plan = std::make_shared<const LayoutPlan>(*std::move(plan));
     }
     const ReplayOptions replay{.capacity_bytes = capacity, .allocator = *allocator, .strict = options.strict};
     const auto start = std::chrono::steady_clock::now();
@@ -102,7 +135,6 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
     }
   }
 
-  ReplayReportOptions report{.summary = options.summary};
   if (options.smallest) {
     absl::StatusOr<TraceLayout> planned = LayoutTrace(trace, kSmallestDeviceStep);
     // A trace too long for a layout still gets its replays; any other error is the trace's.
@@ -138,6 +170,11 @@ Subcommand AddReplayCommand(CLI::App& root) {
                 "Also find, for each configuration, the smallest device that runs the trace (replays it ~15 times), "
                 "and the device a layout planned with every lifetime known needs");
   app->add_option("--device", options->device, "Which device's trace to take from a PyTorch snapshot");
+  app->add_option("--write-plan", options->write_plan,
+                  "Write the layout plan of the trace's steps, up to the first one every later step repeats, to this "
+                  "file (follow it with --conf headroom,layout_plan:FILE)");
+  app->add_option("--steps", options->steps,
+                  "Where the trace's steps end, for --write-plan: a steps.json as validation/record-trace writes");
   return {app, [options](std::ostream& out) { return RunReplay(*options, out); }};
 }
 

@@ -150,6 +150,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const AllocationTrace& trace, const Rep
   }
   end_steps_before(std::numeric_limits<uint64_t>::max());
   result.final_stats = allocator->GetStats();
+  result.plan_departure = allocator->PlanDeparture();
   const MemoryStats& s = result.final_stats;
   result.peak_allocated_bytes = static_cast<uint64_t>(s.allocated_bytes[kAllPools].peak);
   result.peak_reserved_bytes = static_cast<uint64_t>(s.reserved_bytes[kAllPools].peak);

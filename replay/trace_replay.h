@@ -87,6 +87,9 @@ struct ReplayResult {
   std::vector<std::string> anomaly_examples;
   std::optional<ReplayOutOfMemory> first_oom;
   MemoryStats final_stats;
+  // With a layout plan (AllocatorOptions::layout_plan): why the replay left
+  // it, empty if it never did (CachingAllocator::PlanDeparture).
+  std::string plan_departure;
   // The statistics after the last event of each step of
   // ReplayOptions::step_end_times (the final ones for steps the replay did
   // not reach).

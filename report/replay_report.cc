@@ -62,6 +62,10 @@ nlohmann::json ReplayRunToJson(const ReplayRun& run) {
         *run.smallest_device_bytes == 0 ? nlohmann::json(nullptr) : nlohmann::json(*run.smallest_device_bytes);
   }
   if (run.below_smallest.has_value()) out["below_smallest"] = OutOfMemoryToJson(*run.below_smallest);
+  if (run.result.final_stats.num_planned_allocs > 0 || !run.result.plan_departure.empty()) {
+    out["plan_departure"] = run.result.plan_departure.empty() ? nlohmann::json(nullptr)
+                                                              : nlohmann::json(run.result.plan_departure);
+  }
   return out;
 }
 
@@ -83,6 +87,14 @@ nlohmann::json ReplayReportToJson(const AllocationTrace& trace, uint64_t capacit
                                       {"arena_bytes", planned->arena.arena_bytes},
                                       {"live_peak_bytes", planned->arena.lower_bound_bytes}}
                      : nlohmann::json{{"error", std::string(planned.status().message())}};
+  }
+  if (const auto& written = options.written_plan; written.has_value()) {
+    out["layout_plan"] = {{"path", written->path},
+                          {"repeating_step", written->steps.repeating_step},
+                          {"blocks", written->plan.blocks.size()},
+                          {"repeat_from", written->plan.repeat_from},
+                          {"peak_page_bytes", written->steps.layout.peak_page_bytes},
+                          {"extent_bytes", written->plan.extent_bytes()}};
   }
   return out;
 }
@@ -138,7 +150,25 @@ std::string RenderReplayReport(const AllocationTrace& trace, uint64_t capacity_b
       out << "planned layout: not made: " << planned.status().message() << "\n";
     }
   }
+  if (const auto& written = options.written_plan; written.has_value()) {
+    const double live = static_cast<double>(std::max<uint64_t>(first.peak_live_bytes, 1));
+    const TraceLayout& layout = written->steps.layout;
+    out << absl::StrFormat(
+        "layout plan written to %s: the steps up to step %d, which every later recorded step repeats (%d blocks, "
+        "repeating from block %d): %s of %s pages at most (%.3fx live), a range of %s. Follow it with "
+        "--conf headroom,layout_plan:%s (or the same HEADROOM_ALLOC_CONF).\n",
+        written->path, written->steps.repeating_step, written->plan.blocks.size(), written->plan.repeat_from,
+        FormatBytes(layout.peak_page_bytes), FormatBytes(layout.page_bytes),
+        static_cast<double>(layout.peak_page_bytes) / live, FormatBytes(written->plan.extent_bytes()),
+        written->path);
+  }
   for (const ReplayRun& run : runs) {
+    const ReplayResult& r = run.result;
+    if (r.final_stats.num_planned_allocs > 0 || !r.plan_departure.empty()) {
+      out << absl::StrFormat("%s: %d of %d allocations where its layout plan put them%s\n", run.label,
+                             r.final_stats.num_planned_allocs, r.allocations,
+                             r.plan_departure.empty() ? "" : "; it left the plan at " + r.plan_departure);
+    }
     if (run.result.first_oom.has_value()) {
       out << run.label << ", first out of memory: " << DescribeOutOfMemory(*run.result.first_oom) << "\n";
     }

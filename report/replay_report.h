@@ -52,6 +52,14 @@ struct ReplayReportOptions {
   // lifetime known in advance (planner/trace_layout.h), the yardstick for the
   // runs' smallest devices, or why it could not be (too many allocations).
   std::optional<absl::StatusOr<TraceLayout>> planned;
+  // With `headroom replay --write-plan`: the layout plan of the trace's steps
+  // up to the one every later step repeats, and the file it went to.
+  struct WrittenPlan {
+    std::string path;
+    RepeatingStepsLayout steps;
+    LayoutPlan plan;
+  };
+  std::optional<WrittenPlan> written_plan;
 };
 
 // "trace.csv:12: 2.25 MiB requested with 309.60 MiB live on a 318.00 MiB device; the allocator held 316.00 MiB,
@@ -60,7 +68,9 @@ std::string DescribeOutOfMemory(const ReplayOutOfMemory& oom);
 // {"label", "conf", "peak_allocated_bytes", ..., "memory_stats"}, and "first_oom" and "below_smallest" when set.
 nlohmann::json ReplayRunToJson(const ReplayRun& run);
 // {"schema_version": 1, "trace", "format", "events", "capacity_bytes", "runs"}, and "planned_layout" when
-// options.planned is set: {"page_bytes", "peak_page_bytes", "arena_bytes", "live_peak_bytes"} or {"error"}.
+// options.planned is set: {"page_bytes", "peak_page_bytes", "arena_bytes", "live_peak_bytes"} or {"error"};
+// "layout_plan" when options.written_plan is: {"path", "repeating_step", "blocks", "repeat_from",
+// "peak_page_bytes", "extent_bytes"}. A run that followed a plan has "plan_departure" (null if none).
 nlohmann::json ReplayReportToJson(const AllocationTrace& trace, uint64_t capacity_bytes,
                                   const std::vector<ReplayRun>& runs, const ReplayReportOptions& options = {});
 // The text report; `runs` must not be empty.

@@ -179,6 +179,73 @@ TEST(ReplayCli, InputErrorsExitTwo) {
   EXPECT_THAT(malformed.err, HasSubstr("broken.csv:2: unknown action 'grab'"));
 }
 
+// A run of the model built (a 4 MiB block that lives on) and three steps of two blocks each, freed by their end;
+// `last_size` is the third step's second block. Times in the CPU recorder's way: event n at n nanoseconds.
+std::string StepsLog(const std::string& last_size) {
+  const std::vector<std::string> events = {
+      "allocate,0x1,4194304",  "allocate,0x2,1048576", "allocate,0x3,2097152", "free,0x2,1048576",
+      "free,0x3,2097152",      "allocate,0x4,1048576", "allocate,0x5,2097152", "free,0x4,1048576",
+      "free,0x5,2097152",      "allocate,0x6,1048576", "allocate,0x7," + last_size, "free,0x6,1048576",
+      "free,0x7," + last_size};
+  std::string log = "Thread,Time,Action,Pointer,Size,Stream\n";
+  for (size_t i = 0; i < events.size(); ++i) {
+    const std::string ns = std::to_string(i + 1);
+    log += "1,0." + std::string(9 - ns.size(), '0') + ns + "," + events[i] + ",0\n";
+  }
+  return log;
+}
+
+TEST(ReplayCli, WritesALayoutPlanAndFollowsIt) {
+  const std::string trace = WriteTempFile("steps.rmm.csv", StepsLog("2097152"));
+  const std::string steps = WriteTempFile("steps.steps.json", R"({"step_end_events": [5, 9, 13]})");
+  const std::string plan = ::testing::TempDir() + "/steps.plan.json";
+  auto written = RunHeadroom({"replay", trace, "--steps", steps, "--write-plan", plan, "--json"});
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  const nlohmann::json report = nlohmann::json::parse(written.out);
+  EXPECT_EQ(report["layout_plan"]["path"], plan);
+  EXPECT_EQ(report["layout_plan"]["repeating_step"], 2);  // step 1 also builds the model
+  EXPECT_EQ(report["layout_plan"]["blocks"], 5);           // up to step 2's end
+  EXPECT_EQ(report["layout_plan"]["repeat_from"], 3);
+  EXPECT_EQ(report["layout_plan"]["extent_bytes"], 7 * 1048576);
+
+  const std::string conf = "headroom,layout_plan:" + plan;
+  auto followed = RunHeadroom({"replay", trace, "--compare", "headroom", "--compare", conf, "--json"});
+  ASSERT_EQ(followed.exit_code, 0) << followed.err;
+  const nlohmann::json runs = nlohmann::json::parse(followed.out)["runs"];
+  EXPECT_FALSE(runs[0].contains("plan_departure"));
+  EXPECT_TRUE(runs[1]["plan_departure"].is_null());
+  EXPECT_EQ(runs[1]["memory_stats"]["num_planned_allocs"], 7);
+  auto text = RunHeadroom({"replay", trace, "--conf", conf});
+  EXPECT_THAT(text.out, HasSubstr("7 of 7 allocations where its layout plan put them\n"));
+
+  // A run whose third step differs leaves the plan there, and the policy serves the rest.
+  const std::string other = WriteTempFile("other.rmm.csv", StepsLog("3145728"));
+  auto departed = RunHeadroom({"replay", other, "--conf", conf});
+  ASSERT_EQ(departed.exit_code, 0) << departed.err;
+  EXPECT_THAT(departed.out, HasSubstr("6 of 7 allocations where its layout plan put them; it left the plan at "
+                                      "request 6 asks for 3145728 bytes; the plan has 2097152 there"));
+}
+
+TEST(ReplayCli, LayoutPlanErrorsNameTheirInput) {
+  const std::string trace = WriteTempFile("plan_err.rmm.csv", StepsLog("2097152"));
+  const std::string steps = WriteTempFile("plan_err.steps.json", R"({"step_end_events": [5, 9, 13]})");
+  const std::string plan = ::testing::TempDir() + "/plan_err.plan.json";
+  auto no_steps = RunHeadroom({"replay", trace, "--write-plan", plan});
+  EXPECT_EQ(no_steps.exit_code, 2);
+  EXPECT_THAT(no_steps.err, HasSubstr("--write-plan and --steps go together"));
+  const std::string one_step = WriteTempFile("plan_err_one.steps.json", R"({"step_end_events": [13]})");
+  auto no_repeat = RunHeadroom({"replay", trace, "--steps", one_step, "--write-plan", plan});
+  EXPECT_EQ(no_repeat.exit_code, 2);
+  EXPECT_THAT(no_repeat.err, HasSubstr("no step of the 1 recorded is repeated by every later one"));
+  auto missing = RunHeadroom({"replay", trace, "--conf", "headroom,layout_plan:/no/such.plan.json"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("configuration 'headroom,layout_plan:/no/such.plan.json': layout_plan: "));
+  const std::string bad = WriteTempFile("bad.plan.json", R"({"format": "headroom.layout_plan", "version": 7})");
+  auto malformed = RunHeadroom({"replay", trace, "--conf", "headroom,layout_plan:" + bad});
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_THAT(malformed.err, HasSubstr("bad.plan.json: version: this Headroom reads version 1, not 7"));
+}
+
 // Each bad input exits 2 with one line that names it.
 void ExpectOneLineError(const ::headroom::testing::CommandResult& r, const std::string& needle) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
