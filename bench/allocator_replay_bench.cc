@@ -19,6 +19,9 @@
 // longer loop of 42 steps (loop42_*: steps 3-6 played ten times over).
 // HEADROOM_BENCH_CONFS='conf;conf;...' replaces the three policies (presets
 // or HEADROOM_ALLOC_CONF strings), to compare variants of a policy.
+// BM_RealTrace/<trace>/headroom-plan: the headroom preset following the plan
+// of the run's repeating steps, made from its own recording (Note [Following
+// a layout plan]; skipped where the run has no plan).
 // BM_RealTrace/<trace>/planned: the yardstick, a layout of the whole run
 // planned with every lifetime known (planner/trace_layout.h): the most 2 MiB
 // pages its live blocks touch at once over live (smallest_over_live, as a
@@ -29,6 +32,7 @@
 // by size times lifetime.
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -85,19 +89,28 @@ double PerSteadyStep(const std::vector<MemoryStats>& steps, int64_t MemoryStats:
          static_cast<double>(steps.size() - kWarmUpSteps);
 }
 
-void BM_RealTrace(benchmark::State& state, const std::string& path, const std::string& conf) {
+// `follow_plan`: the policy follows the plan of the run's repeating steps (Note [Following a layout plan]).
+void BM_RealTrace(benchmark::State& state, const std::string& path, const std::string& conf, bool follow_plan) {
   const absl::StatusOr<RecordedRun> run = LoadRecordedRun(path);
   if (!run.ok()) {
     state.SkipWithError(std::string(run.status().message()).c_str());
     return;
   }
   // A conf from HEADROOM_BENCH_CONFS may be mistyped: its error, not a crash.
-  const absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(ResolveAllocConfPreset(conf));
+  absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(ResolveAllocConfPreset(conf));
   if (!allocator.ok()) {
     state.SkipWithError(std::string(allocator.status().message()).c_str());
     return;
   }
   const AllocationTrace& trace = run->trace;
+  if (follow_plan) {
+    const absl::StatusOr<RepeatingStepsLayout> steps = LayoutRepeatingStepsEitherOrder(trace, run->step_end_times);
+    if (!steps.ok()) {
+      state.SkipWithError(std::string(steps.status().message()).c_str());
+      return;
+    }
+    allocator->layout_plan = std::make_shared<const LayoutPlan>(ToLayoutPlan(*steps));
+  }
   // The recorder's step boundaries, for the page moves of a steady step.
   ReplayOptions options{.capacity_bytes = 80 * kGiB, .allocator = *allocator, .step_end_times = run->step_end_times};
   ReplayResult result;
@@ -203,10 +216,15 @@ const bool kRealTracesRegistered = [] {
     // "gpt2-fp32-adamw.6steps" for NAME.rmm.csv, "gpt2-fp32-adamw.cuda.6steps" for NAME.snapshot.json.
     const std::string name = std::filesystem::path(path).stem().stem().string();
     for (const std::string& policy : policies) {
-      benchmark::RegisterBenchmark(("BM_RealTrace/" + name + "/" + policy).c_str(), BM_RealTrace, path, policy)
+      benchmark::RegisterBenchmark(("BM_RealTrace/" + name + "/" + policy).c_str(), BM_RealTrace, path, policy,
+                                   false)
           ->Unit(benchmark::kMillisecond)
           ->Iterations(1);
     }
+    benchmark::RegisterBenchmark(("BM_RealTrace/" + name + "/headroom-plan").c_str(), BM_RealTrace, path,
+                                 std::string("headroom"), true)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(1);
     for (const auto& [label, kind] : {std::pair<std::string, PlannedKind>{"planned", {false, ArenaOrder::kSize}},
                                       {"planned-steps", {true, ArenaOrder::kSize}},
                                       {"planned-steps-by-lifetime", {true, ArenaOrder::kSizeTimesLifetime}}}) {
