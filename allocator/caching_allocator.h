@@ -683,8 +683,9 @@ class CachingAllocator {
   void ReleasePlanned(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps and releases the planned range's pages that no live block touches.
   absl::Status ReleaseUnusedPlannedPages() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The first and last page of the planned range that `block` touches.
-  std::pair<uint64_t, uint64_t> PlannedPages(const Block* block) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first and last page of the planned range that [address, address + size) touches.
+  std::pair<uint64_t, uint64_t> PlannedPages(DeviceAddress address, uint64_t size) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddPlannedSnapshot(AllocatorSnapshot& snapshot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The largest run of mapped bytes of the planned range no live block uses.
   uint64_t LargestFreePlannedRun() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -764,9 +765,10 @@ class CachingAllocator {
   // Note [Following a layout plan]
   struct PlannedRange {
     // Reserved at the first planned request, for the plan's extent; pages as
-    // in an expandable segment, the stream the plan's. Not in segments_.
+    // in an expandable segment (its table up to the highest page mapped),
+    // the stream the plan's. Not in segments_.
     std::unique_ptr<Segment> segment;
-    std::vector<uint32_t> users;                  // live planned blocks touching each page
+    std::vector<uint32_t> users;                  // live planned blocks touching each page, up to the highest touched
     absl::btree_map<DeviceAddress, Block*> live;  // allocated or pending planned blocks
     uint64_t requests = 0;                        // requests the plan served
     std::string departure;                        // empty while the plan is followed

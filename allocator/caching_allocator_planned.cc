@@ -65,10 +65,9 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocatePlanned(uint6
         in_use->allocated ? "not yet freed" : "waiting for other streams"));
   }
 
-  Block probe;  // the block to be, for its pages
-  probe.address = address;
-  probe.size = planned->size;
-  const auto [first, last] = PlannedPages(&probe);
+  const auto [first, last] = PlannedPages(address, planned->size);
+  // Note [Expandable page table]: the tables grow with the pages the plan touches, not with its range.
+  if (planned_.users.size() <= last) planned_.users.resize(last + 1, 0);
   absl::Status mapped;
   // A new page or one moved in the range first; then the out-of-memory flush (Note [Out of memory]), which also
   // releases the range's unused pages, those just mapped for this request among them: so all are checked again.
@@ -110,16 +109,14 @@ absl::Status CachingAllocator::ReservePlannedRange(StreamHandle stream) {
   segment->pool = PoolKind::kLarge;
   segment->planned = true;
   segment->shard = &ShardOf(stream);
-  segment->pages.resize(bytes / granularity_);
-  planned_.users.assign(bytes / granularity_, 0);
   planned_.segment = std::move(segment);
   stats_.segment.Increase(StatOf(PoolKind::kLarge), 1);
   return absl::OkStatus();
 }
 
-std::pair<uint64_t, uint64_t> CachingAllocator::PlannedPages(const Block* block) const {
-  const uint64_t offset = block->address - planned_.segment->address;
-  return {offset / granularity_, (offset + block->size - 1) / granularity_};
+std::pair<uint64_t, uint64_t> CachingAllocator::PlannedPages(DeviceAddress address, uint64_t size) const {
+  const uint64_t offset = address - planned_.segment->address;
+  return {offset / granularity_, (offset + size - 1) / granularity_};
 }
 
 absl::Status CachingAllocator::MapPlannedPage(uint64_t page, uint64_t first, uint64_t last) {
@@ -146,6 +143,7 @@ absl::Status CachingAllocator::MapPlannedPage(uint64_t page, uint64_t first, uin
     (void)ReleasePage(*handle, PoolKind::kLarge);
     return status;
   }
+  if (range->pages.size() <= page) range->pages.resize(page + 1);
   range->pages[page] = *handle;
   range->mapped_bytes += granularity_;
   ++stats_.num_pages_mapped;
@@ -182,7 +180,7 @@ absl::StatusOr<PhysicalHandle> CachingAllocator::UnmapPlannedPage(uint64_t page,
 }
 
 void CachingAllocator::ReleasePlanned(Block* block) {
-  const auto [first, last] = PlannedPages(block);
+  const auto [first, last] = PlannedPages(block->address, block->size);
   for (uint64_t page = first; page <= last; ++page) --planned_.users[page];
   planned_.live.erase(block->address);
   DeleteBlock(block);
