@@ -251,6 +251,16 @@ TEST(CAbi, FollowsTheLayoutPlanItsConfNames) {
     headroom_free(activation, static_cast<ssize_t>(kMiB), 13, nullptr);
   }
   EXPECT_EQ(Stats(13).num_planned_allocs, 4);
+  EXPECT_EQ(headroom_plan_departure(13, nullptr, 0), 0);
+  // A request the plan does not have ends it; the policy serves it, and the library says why.
+  void* other = headroom_malloc(static_cast<ssize_t>(3 * kMiB), 13, nullptr);
+  ASSERT_NE(other, nullptr) << headroom_last_error();
+  char why[256];
+  ASSERT_GT(headroom_plan_departure(13, why, sizeof(why)), 0) << headroom_last_error();
+  EXPECT_NE(std::string(why).find("request 4 asks for 3145728 bytes; the plan has 1048576 there"), std::string::npos)
+      << why;
+  EXPECT_EQ(Stats(13).num_planned_allocs, 4);
+  headroom_free(other, static_cast<ssize_t>(3 * kMiB), 13, nullptr);
   headroom_free(weights, static_cast<ssize_t>(4 * kMiB), 13, nullptr);
 
   std::string error;

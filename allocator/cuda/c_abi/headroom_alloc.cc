@@ -225,6 +225,12 @@ ssize_t headroom_memory_summary(int device, char* buffer, size_t capacity) {
   return headroom::c_abi::CopyOut(headroom::MemorySummary((*allocator)->GetStats()), buffer, capacity);
 }
 
+ssize_t headroom_plan_departure(int device, char* buffer, size_t capacity) {
+  absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
+  if (!allocator.ok()) return Fail(allocator.status());
+  return headroom::c_abi::CopyOut((*allocator)->PlanDeparture(), buffer, capacity);
+}
+
 int headroom_empty_cache(int device) {
   absl::StatusOr<CachingAllocator*> allocator = AllocatorFor(device);
   if (!allocator.ok()) return Fail(allocator.status());

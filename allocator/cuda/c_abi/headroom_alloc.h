@@ -100,6 +100,11 @@ HEADROOM_C_API ssize_t headroom_snapshot_json(int device, char* buffer, size_t c
  * convention as headroom_snapshot_json. */
 HEADROOM_C_API ssize_t headroom_memory_summary(int device, char* buffer, size_t capacity);
 
+/* Why the job left the layout plan HEADROOM_ALLOC_CONF's layout_plan names
+ * ("request 812 asks for ... bytes; the plan has ... there"), empty while it
+ * follows one or has none; same buffer convention as headroom_snapshot_json. */
+HEADROOM_C_API ssize_t headroom_plan_departure(int device, char* buffer, size_t capacity);
+
 HEADROOM_C_API int headroom_empty_cache(int device);
 HEADROOM_C_API int headroom_record_stream(void* ptr, int device, cudaStream_t stream);
 HEADROOM_C_API int headroom_set_memory_fraction(double fraction, int device);
