@@ -167,7 +167,7 @@ std::string RenderReplayReport(const AllocationTrace& trace, uint64_t capacity_b
     if (r.final_stats.num_planned_allocs > 0 || !r.plan_departure.empty()) {
       out << absl::StrFormat("%s: %d of %d allocations where its layout plan put them%s\n", run.label,
                              r.final_stats.num_planned_allocs, r.allocations,
-                             r.plan_departure.empty() ? "" : "; it left the plan at " + r.plan_departure);
+                             r.plan_departure.empty() ? "" : "; it left the plan: " + r.plan_departure);
     }
     if (run.result.first_oom.has_value()) {
       out << run.label << ", first out of memory: " << DescribeOutOfMemory(*run.result.first_oom) << "\n";

@@ -222,7 +222,7 @@ TEST(ReplayCli, WritesALayoutPlanAndFollowsIt) {
   const std::string other = WriteTempFile("other.rmm.csv", StepsLog("3145728"));
   auto departed = RunHeadroom({"replay", other, "--conf", conf});
   ASSERT_EQ(departed.exit_code, 0) << departed.err;
-  EXPECT_THAT(departed.out, HasSubstr("6 of 7 allocations where its layout plan put them; it left the plan at "
+  EXPECT_THAT(departed.out, HasSubstr("6 of 7 allocations where its layout plan put them; it left the plan: "
                                       "request 6 asks for 3145728 bytes; the plan has 2097152 there"));
 }
 
