@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -137,18 +138,17 @@ struct StepToken {
   bool operator==(const StepToken&) const = default;
 };
 
-}  // namespace
+// The trace up to the end of the first step every later recorded step
+// repeats, and where that step starts (Note [Repeating steps]): what both
+// orders of a layout of repeating steps are made of.
+struct RepeatingPrefix {
+  TraceBlocks blocks;
+  size_t repeating_step = 0;  // 0-based
+  size_t first = 0;           // the step's first allocation
+};
 
-absl::StatusOr<TraceLayout> LayoutTrace(const AllocationTrace& trace, uint64_t page_bytes, ArenaOrder order) {
-  HEADROOM_RETURN_IF_ERROR(CheckPageSize(page_bytes));
-  HEADROOM_ASSIGN_OR_RETURN(const TraceBlocks blocks, CollectBlocks(trace, trace.events.size()));
-  return Layout(trace, blocks, page_bytes, order);
-}
-
-absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingSteps(const AllocationTrace& trace,
-                                                          std::span<const uint64_t> step_end_times,
-                                                          uint64_t page_bytes, ArenaOrder order) {
-  HEADROOM_RETURN_IF_ERROR(CheckPageSize(page_bytes));
+absl::StatusOr<RepeatingPrefix> FindRepeatingPrefix(const AllocationTrace& trace,
+                                                    std::span<const uint64_t> step_end_times) {
   if (!std::is_sorted(step_end_times.begin(), step_end_times.end())) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: step end times are not in ascending order", trace.source));
   }
@@ -185,7 +185,7 @@ absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingSteps(const AllocationTrace&
         absl::StrFormat("%s: step %d, which every later step repeats, allocates nothing", trace.source, r + 1));
   }
 
-  HEADROOM_ASSIGN_OR_RETURN(const TraceBlocks prefix, CollectBlocks(trace, step_end[r]));
+  HEADROOM_ASSIGN_OR_RETURN(TraceBlocks prefix, CollectBlocks(trace, step_end[r]));
   const size_t first = r == 0 ? 0 : static_cast<size_t>(std::count_if(
       prefix.changes.begin(), prefix.changes.end(),
       [&](const Change& c) { return c.allocate && c.event < step_end[r - 1]; }));
@@ -199,21 +199,44 @@ absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingSteps(const AllocationTrace&
         r + 1, prefix.live_at_end.end() - std::find(prefix.live_at_end.begin(), prefix.live_at_end.end(), id),
         TraceLocation(trace, trace.events[opened->event])));
   }
-  HEADROOM_ASSIGN_OR_RETURN(TraceLayout layout, Layout(trace, prefix, page_bytes, order));
-  return RepeatingStepsLayout{.layout = std::move(layout), .repeating_step = r + 1, .first_step_allocation = first};
+  return RepeatingPrefix{.blocks = std::move(prefix), .repeating_step = r, .first = first};
+}
+
+absl::StatusOr<RepeatingStepsLayout> LayoutPrefix(const AllocationTrace& trace, const RepeatingPrefix& prefix,
+                                                  uint64_t page_bytes, ArenaOrder order) {
+  HEADROOM_ASSIGN_OR_RETURN(TraceLayout layout, Layout(trace, prefix.blocks, page_bytes, order));
+  return RepeatingStepsLayout{
+      .layout = std::move(layout), .repeating_step = prefix.repeating_step + 1, .first_step_allocation = prefix.first};
+}
+
+}  // namespace
+
+absl::StatusOr<TraceLayout> LayoutTrace(const AllocationTrace& trace, uint64_t page_bytes, ArenaOrder order) {
+  HEADROOM_RETURN_IF_ERROR(CheckPageSize(page_bytes));
+  HEADROOM_ASSIGN_OR_RETURN(const TraceBlocks blocks, CollectBlocks(trace, trace.events.size()));
+  return Layout(trace, blocks, page_bytes, order);
+}
+
+absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingSteps(const AllocationTrace& trace,
+                                                          std::span<const uint64_t> step_end_times,
+                                                          uint64_t page_bytes, ArenaOrder order) {
+  HEADROOM_RETURN_IF_ERROR(CheckPageSize(page_bytes));
+  HEADROOM_ASSIGN_OR_RETURN(const RepeatingPrefix prefix, FindRepeatingPrefix(trace, step_end_times));
+  return LayoutPrefix(trace, prefix, page_bytes, order);
 }
 
 absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingStepsEitherOrder(const AllocationTrace& trace,
                                                                      std::span<const uint64_t> step_end_times,
                                                                      uint64_t page_bytes) {
-  HEADROOM_ASSIGN_OR_RETURN(RepeatingStepsLayout by_size,
-                            LayoutRepeatingSteps(trace, step_end_times, page_bytes, ArenaOrder::kSize));
+  HEADROOM_RETURN_IF_ERROR(CheckPageSize(page_bytes));
+  HEADROOM_ASSIGN_OR_RETURN(const RepeatingPrefix prefix, FindRepeatingPrefix(trace, step_end_times));
+  HEADROOM_ASSIGN_OR_RETURN(RepeatingStepsLayout by_size, LayoutPrefix(trace, prefix, page_bytes, ArenaOrder::kSize));
   HEADROOM_ASSIGN_OR_RETURN(RepeatingStepsLayout by_lifetime,
-                            LayoutRepeatingSteps(trace, step_end_times, page_bytes, ArenaOrder::kSizeTimesLifetime));
+                            LayoutPrefix(trace, prefix, page_bytes, ArenaOrder::kSizeTimesLifetime));
   auto cost = [](const RepeatingStepsLayout& steps) {
     return std::pair(steps.layout.peak_page_bytes, steps.layout.arena.arena_bytes);
   };
-  return cost(by_lifetime) < cost(by_size) ? by_lifetime : by_size;
+  return cost(by_lifetime) < cost(by_size) ? std::move(by_lifetime) : std::move(by_size);
 }
 
 LayoutPlan ToLayoutPlan(const RepeatingStepsLayout& steps) {
