@@ -13,6 +13,8 @@
 
 #include <functional>
 #include <ostream>
+#include <string>
+#include <string_view>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
@@ -33,6 +35,10 @@ struct Subcommand {
 // 2 for errors caused by the user's input (InvalidArgument, NotFound,
 // OutOfRange, FailedPrecondition), 1 otherwise.
 int ExitCodeFor(const absl::Status& status);
+
+// Writes `text` to `path`, the value of `flag` (`--out`, `--trace-out`, ...);
+// a file that cannot be written is an InvalidArgument naming both.
+absl::Status WriteTextFile(const std::string& path, std::string_view text, std::string_view flag);
 
 Subcommand AddGpusCommand(CLI::App& root);
 Subcommand AddEstimateCommand(CLI::App& root);

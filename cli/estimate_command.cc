@@ -7,7 +7,6 @@
 // CSV trace, for `headroom replay`. --graph-out writes the model's forward
 // graph (what the builder made, or the graph file as read) as graph JSON
 // (models/GRAPH_FORMAT.md), to compare with a traced one or edit by hand.
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -49,11 +48,7 @@ struct EstimateFlags {
 absl::Status WriteForwardGraph(const LoadedModel& model, const JobSpec& job, const std::string& path) {
   absl::StatusOr<Graph> forward = BuildForwardGraph(model, job, ResolveSetup(model, job));
   if (!forward.ok()) return InFlagTerms(forward.status());
-  std::ofstream file(path);
-  file << SaveGraphJson(*forward);
-  file.close();
-  if (!file) return absl::InvalidArgumentError(absl::StrCat("--graph-out ", path, ": cannot write the file"));
-  return absl::OkStatus();
+  return WriteTextFile(path, SaveGraphJson(*forward), "--graph-out");
 }
 
 // The GPU and budget; `catalog` holds a catalog read from --catalog, which
@@ -88,12 +83,7 @@ absl::Status RunEstimate(const EstimateFlags& flags, std::ostream& out) {
   if (!estimated.ok()) return InFlagTerms(estimated.status());
   const MemoryEstimate& e = *estimated;
   if (!flags.trace_out.empty()) {
-    std::ofstream file(flags.trace_out);
-    file << FormatRmmLog(replayed);
-    file.close();
-    if (!file) {
-      return absl::InvalidArgumentError(absl::StrCat("--trace-out ", flags.trace_out, ": cannot write the file"));
-    }
+    HEADROOM_RETURN_IF_ERROR(WriteTextFile(flags.trace_out, FormatRmmLog(replayed), "--trace-out"));
   }
   if (!flags.graph_out.empty()) HEADROOM_RETURN_IF_ERROR(WriteForwardGraph(model, job, flags.graph_out));
   if (emit) {

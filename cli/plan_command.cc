@@ -6,7 +6,6 @@
 // --emit prints the framework settings that realize the plan instead
 // (report/plan_emit.h).
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -51,14 +50,6 @@ struct PlanFlags {
   std::string svg;
   std::string emit;
 };
-
-absl::Status WriteTextFile(const std::string& path, const std::string& text, std::string_view flag) {
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) return absl::InvalidArgumentError(absl::StrFormat("%s %s: cannot write the file", flag, path));
-  return absl::OkStatus();
-}
 
 // Note [Plan budget]: from in.gpu_budget down, the budget for which the
 // plan `strategy` makes, replayed through the allocator with the fixed

@@ -10,7 +10,6 @@
 // This file holds the flags, their checks and the dispatch; the report is
 // report/replay_report.h.
 #include <chrono>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,11 +83,7 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
     HEADROOM_ASSIGN_OR_RETURN(std::vector<uint64_t> step_ends, ParseStepEnds(steps_text, options.steps));
     HEADROOM_ASSIGN_OR_RETURN(RepeatingStepsLayout steps, LayoutRepeatingStepsEitherOrder(trace, step_ends));
     LayoutPlan plan = ToLayoutPlan(steps);
-    std::ofstream file(options.write_plan);
-    file << LayoutPlanJson(plan);
-    file.close();
-    if (!file) return absl::InvalidArgumentError(absl::StrFormat("--write-plan %s: cannot write the file",
-                                                                 options.write_plan));
+    HEADROOM_RETURN_IF_ERROR(WriteTextFile(options.write_plan, LayoutPlanJson(plan), "--write-plan"));
     report.written_plan = {options.write_plan, std::move(steps), std::move(plan)};
   }
 

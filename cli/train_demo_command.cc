@@ -5,7 +5,6 @@
 // (executor/train_demo.h). --graph-out writes the model's graph JSON, which
 // `headroom plan` reads to make a plan file for --plan.
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -83,10 +82,7 @@ absl::Status RunTrainDemoCommand(const TrainDemoFlags& f, std::ostream& out) {
     HEADROOM_ASSIGN_OR_RETURN(options.budget_bytes, ParseBudgetFlag(f.budget));
   }
   if (!f.graph_out.empty()) {
-    std::ofstream file(f.graph_out);
-    file << SaveGraphJson(model.forward);
-    file.close();
-    if (!file) return absl::InvalidArgumentError(absl::StrCat("--graph-out ", f.graph_out, ": cannot write the file"));
+    HEADROOM_RETURN_IF_ERROR(WriteTextFile(f.graph_out, SaveGraphJson(model.forward), "--graph-out"));
   }
   HEADROOM_ASSIGN_OR_RETURN(const TrainDemoReport report, RunTrainDemo(model, options));
   if (f.json) {
