@@ -152,14 +152,18 @@ CachingAllocator::~CachingAllocator() {
   for (const PendingFree& pending : pending_frees_) free_events_.push_back(pending.event);
   for (EventHandle event : free_events_) (void)backend_->DestroyEvent(event);
   for (const UnreleasedPage& page : unreleased_pages_) (void)backend_->ReleasePhysical(page.handle);
+  // An expandable segment's or the planned range's pages, then its reservation.
+  auto release_mapped = [this](const Segment& segment) {
+    for (size_t i = 0; i < segment.pages.size(); ++i) {
+      if (segment.pages[i].value == 0) continue;
+      (void)backend_->Unmap(segment.address + i * granularity_, granularity_);
+      (void)backend_->ReleasePhysical(segment.pages[i]);
+    }
+    (void)backend_->ReleaseAddressRange(segment.address, segment.size);
+  };
   for (auto& [address, segment] : segments_) {
     if (segment->expandable) {
-      for (size_t i = 0; i < segment->pages.size(); ++i) {
-        if (segment->pages[i].value == 0) continue;
-        (void)backend_->Unmap(segment->address + i * granularity_, granularity_);
-        (void)backend_->ReleasePhysical(segment->pages[i]);
-      }
-      (void)backend_->ReleaseAddressRange(segment->address, segment->size);
+      release_mapped(*segment);
     } else {
       (void)backend_->Free(segment->address);
     }
@@ -170,13 +174,8 @@ CachingAllocator::~CachingAllocator() {
     }
     delete segment;
   }
-  if (Segment* range = planned_.segment.get()) {  // Note [Following a layout plan]
-    for (size_t i = 0; i < range->pages.size(); ++i) {
-      if (range->pages[i].value == 0) continue;
-      (void)backend_->Unmap(range->address + i * granularity_, granularity_);
-      (void)backend_->ReleasePhysical(range->pages[i]);
-    }
-    (void)backend_->ReleaseAddressRange(range->address, range->size);
+  if (const Segment* range = planned_.segment.get()) {  // Note [Following a layout plan]
+    release_mapped(*range);
     for (auto& [address, block] : planned_.live) delete block;
   }
   for (StreamShard* shard : shard_list_) delete shard;
