@@ -254,7 +254,7 @@
 // size rounded to 512 bytes must be the planned size, and the planned range
 // must hold no live or pending planned block (a block freed later than in
 // the recorded run). The first request that fails a check, or finds no
-// address range for the plan, ends the plan for good ("departs",
+// address range for the plan (or one past twice the device), ends the plan for good ("departs",
 // PlanDeparture() says why): it and every later
 // request go to the policy of the other options, and the planned blocks
 // still live are freed as usual. So a job that differs from its recording
@@ -667,7 +667,8 @@ class CachingAllocator {
   absl::StatusOr<Block*> AllocatePlanned(uint64_t size, StreamHandle stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the plan for `reason`; returns nullptr for AllocatePlanned.
   Block* Depart(std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ReservePlannedRange(StreamHandle stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reserves the plan's range of `bytes` (its extent in whole pages) for `stream`'s requests.
+  absl::Status ReservePlannedRange(StreamHandle stream, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps page `page` of the planned range for a request of pages [first,
   // last]: a new page, else an unused one of the range (outside those) moved
   // there; ResourceExhausted when neither is to be had.

@@ -33,10 +33,17 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocatePlanned(uint6
     return Depart(absl::StrFormat("request %d: the plan ends after %d requests", n, plan.blocks.size()));
   }
   if (planned_.segment == nullptr) {
-    // Without its range the plan cannot be followed; the policy still can serve the job.
-    if (absl::Status reserved = ReservePlannedRange(stream); !reserved.ok()) {
+    // Without its range the plan cannot be followed; the policy still can serve the job. A range past twice the
+    // device (what an expandable segment that moves pages reserves) is no plan for it, and would size the page
+    // tables from an absurd offset.
+    const uint64_t range_bytes = RoundUp(plan.extent_bytes(), granularity_);
+    if (range_bytes / 2 > total_bytes_) {
+      return Depart(absl::StrFormat("request %d: the plan's address range of %s is more than twice the device's %s",
+                                    n, FormatBytes(range_bytes), FormatBytes(total_bytes_)));
+    }
+    if (absl::Status reserved = ReservePlannedRange(stream, range_bytes); !reserved.ok()) {
       return Depart(absl::StrFormat("request %d: the plan's address range of %s could not be reserved: %s", n,
-                                    FormatBytes(RoundUp(plan.extent_bytes(), granularity_)), reserved.message()));
+                                    FormatBytes(range_bytes), reserved.message()));
     }
   }
   Segment* range = planned_.segment.get();
@@ -99,8 +106,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocatePlanned(uint6
   return block;
 }
 
-absl::Status CachingAllocator::ReservePlannedRange(StreamHandle stream) {
-  const uint64_t bytes = RoundUp(options_.layout_plan->extent_bytes(), granularity_);
+absl::Status CachingAllocator::ReservePlannedRange(StreamHandle stream, uint64_t bytes) {
   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->ReserveAddressRange(bytes));
   auto segment = std::make_unique<Segment>();
   segment->address = address;

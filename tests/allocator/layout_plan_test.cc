@@ -223,6 +223,12 @@ TEST(FollowingAPlan, WithoutAnAddressRangeThePolicyServesTheJob) {
   EXPECT_EQ(a->GetStats().num_planned_allocs, 0);
   HEADROOM_EXPECT_VALID(a);
   ASSERT_TRUE(a->Free(*p).ok());
+  // A plan whose range is past twice the device (a block at 2^61) is no plan for it: the policy serves the job.
+  auto absurd = Following(Plan({{uint64_t{1} << 61, 512}}, 0));
+  ASSERT_TRUE(absurd->Allocate(512).ok());
+  EXPECT_THAT(absurd->PlanDeparture(), HasSubstr("request 0: the plan's address range of"));
+  EXPECT_THAT(absurd->PlanDeparture(), HasSubstr("is more than twice the device's 128.00 MiB"));
+  HEADROOM_EXPECT_VALID(absurd);
 }
 
 TEST(FollowingAPlan, ABlockAnotherStreamStillUsesKeepsItsRange) {
