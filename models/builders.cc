@@ -62,6 +62,9 @@ std::vector<std::string> DefaultLoraTargets(const ModelConfig& c) {
   if (c.model_type == "phi3") return {"qkv_proj"};
   if (c.model_type == "bert" || c.model_type == "roberta" || c.model_type == "vit") return {"query", "value"};
   if (c.model_type == "t5") return {"q", "v"};
+  // Multi-head latent attention (Note [Multi-head latent attention]) has no v_proj: the values come out of
+  // kv_b_proj, and the queries out of q_b_proj when they pass a low-rank bottleneck.
+  if (c.is_mla()) return {c.q_lora_rank > 0 ? "q_b_proj" : "q_proj", "kv_b_proj"};
   return {"q_proj", "v_proj"};
 }
 

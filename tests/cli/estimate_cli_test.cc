@@ -84,6 +84,19 @@ TEST(EstimateCli, LatentAttentionCachesTheLatent) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["bytes"]["kv_cache"].get<uint64_t>(), 2ull * 61 * 32768 * 576 * 2);
 }
 
+// [13]: a DeepSeek job that does not fit ended the whole estimate with "lora target module 'v_proj' matches no
+// Linear", from the fix search's LoRA candidate; its latent attention takes adapters on q_proj and kv_b_proj.
+TEST(EstimateCli, DeepseekThatDoesNotFitListsItsFixes) {
+  auto r = RunHeadroom({"estimate", "--model", "deepseek-v2-lite", "--gpu", "h100", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  bool lora = false;
+  for (const nlohmann::json& fix : report["fixes"]) {
+    lora = lora || fix["flags"].get<std::string>().find("--lora-rank 16") != std::string::npos;
+  }
+  EXPECT_TRUE(lora) << r.out;
+}
+
 // Mamba keeps no KV cache: inference holds MambaCache's conv_state [b, 5120, 4] and ssm_state [b, 5120, 16] for
 // each of 64 layers, in the model's dtype, whatever --context says (Note [Recurrent state]); training holds none.
 TEST(EstimateCli, MambaHoldsARecurrentStateInsteadOfAKvCache) {

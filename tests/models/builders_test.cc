@@ -1,6 +1,8 @@
 #include "models/builders.h"
 
+#include <algorithm>
 #include <set>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "models/model_source.h"
@@ -12,6 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
+using ::headroom::testing::Build;
 using ::headroom::testing::FindOp;
 using ::headroom::testing::FindTensor;
 using ::headroom::testing::Preset;
@@ -237,6 +240,29 @@ TEST(BuildModelGraph, BadOptionsNameTheField) {
                   .status()
                   .message(),
               HasSubstr("lora target module 'qproj' matches no Linear"));
+}
+
+// The fix search offers LoRA with the default targets to every model with attention (estimators/fit_search.cc):
+// each preset of such a family must have them. DeepSeek's latent attention has no v_proj; its values come out of
+// kv_b_proj (Note [Multi-head latent attention]).
+TEST(BuildModelGraph, DefaultLoraTargetsMatchEveryPresetWithAttention) {
+  for (const std::string& name : PresetNames()) {
+    ModelConfig c = Preset(name);
+    if (c.family == ModelFamily::kCnn || c.family == ModelFamily::kMlp || c.family == ModelFamily::kStateSpace) {
+      continue;
+    }
+    c.num_layers = std::min<int64_t>(c.num_layers, 4);  // DeepSeek-V3's first MoE layer is its fourth
+    const int64_t seq = c.family == ModelFamily::kVisionLanguage ? 1024 : 16;  // LLaVA's image tokens count
+    absl::StatusOr<Graph> g = BuildModelGraph(c, {.batch = 1, .seq_len = seq, .lora = {.rank = 8}});
+    EXPECT_TRUE(g.ok()) << name << ": " << g.status();
+  }
+  const Graph lite = Build(Preset("deepseek-v2-lite"), {.batch = 1, .seq_len = 16, .lora = {.rank = 8}});
+  EXPECT_NE(FindOp(lite, "model.layers.0.self_attn.q_proj.lora_A"), nullptr);
+  EXPECT_NE(FindOp(lite, "model.layers.0.self_attn.kv_b_proj.lora_A"), nullptr);
+  ModelConfig v3 = Preset("deepseek-v3");
+  v3.num_layers = 1;
+  const Graph v3_graph = Build(v3, {.batch = 1, .seq_len = 16, .lora = {.rank = 8}});
+  EXPECT_NE(FindOp(v3_graph, "model.layers.0.self_attn.q_b_proj.lora_A"), nullptr);
 }
 
 TEST(BuildModelGraph, LoraFreezesTheBaseAndSavesOnlyWhatAdaptersNeed) {
