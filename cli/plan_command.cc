@@ -40,7 +40,7 @@ struct PlanFlags {
   std::string gpu;
   std::string catalog;
   std::string budget;
-  std::string strategy = "hybrid";
+  std::string strategy = "auto";
   JobFlags job;
   bool compare = false;
   bool json = false;
@@ -49,7 +49,16 @@ struct PlanFlags {
   std::string trace_out;
   std::string svg;
   std::string emit;
+  std::string runner = "headroom";
 };
+
+// --runner: who carries the plan out (Note [Plan runners] in planner/plan.h).
+absl::StatusOr<PlanRunner> ParseRunnerFlag(const std::string& runner) {
+  if (runner == "headroom") return PlanRunner::kAnySchedule;
+  if (runner == "torch-ops") return PlanRunner::kTorchSelectiveCheckpoint;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--runner: unknown runner '%s' (headroom or torch-ops)", runner));
+}
 
 // Note [Plan budget]: from in.gpu_budget down, the budget for which the
 // plan `strategy` makes, replayed through the allocator with the fixed
@@ -247,15 +256,18 @@ absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
   Machine machine;
   HEADROOM_ASSIGN_OR_RETURN(machine.gpu, FindGpuFlag(flags.gpu, flags.catalog, catalog));
   std::optional<Strategy> strategy;
-  if (!flags.compare && flags.load.empty()) {
+  const bool automatic = flags.strategy == "auto" && !flags.compare && flags.load.empty();
+  if (!flags.compare && flags.load.empty() && !automatic) {
     absl::StatusOr<Strategy> parsed = ParseStrategy(flags.strategy);
     if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--strategy: ", parsed.status().message()));
     strategy = *parsed;
   }
   HEADROOM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(flags.model));
   ApplyModelDefaults(flags.job, model, job);
+  HEADROOM_ASSIGN_OR_RETURN(const PlanRunner runner, ParseRunnerFlag(flags.runner));
   absl::StatusOr<PlanInput> built = BuildPlanInput(model, job, machine);
   if (!built.ok()) return InFlagTerms(built.status());
+  built->runner = runner;
   const PlanInput& in = *built;
 
   const PlanProblem unbounded = in.Problem(std::numeric_limits<uint64_t>::max());
@@ -272,6 +284,14 @@ absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
     HEADROOM_ASSIGN_OR_RETURN(PlanResult loaded, LoadPlan(flags.load, problem));
     report.strategies = {loaded.strategy};
     report.results.push_back(std::move(loaded));
+  } else if (automatic) {
+    report.results.push_back(RunAutomaticStrategy(problem));
+    report.strategies = {report.results[0].ok() ? report.results[0]->strategy : Strategy::kHybrid};
+    if (!report.results[0].ok()) {
+      const absl::Status& error = report.results[0].status();
+      if (error.code() != absl::StatusCode::kResourceExhausted) return error;
+      return absl::ResourceExhaustedError(absl::StrCat(error.message(), "; ", SmallestReachable(problem)));
+    }
   } else {
     report.strategies = {*strategy};
     report.results.push_back(RunStrategy(problem, *strategy));
@@ -314,8 +334,10 @@ Subcommand AddPlanCommand(CLI::App& root) {
   app->add_option("--catalog", f->catalog, "Find --gpu in this catalog file instead of the built-in one");
   app->add_option("--budget", f->budget, "Bytes for planned tensors (e.g. 20GiB), or N% of the store-all peak");
   app->add_option("--strategy", f->strategy,
-                  "store-all, sqrt-n, sqrt-n-linear, chen-greedy, chain-dp, optimal, offload or hybrid")
-      ->default_str("hybrid");
+                  "auto (hybrid, or the fastest plan that fits of all strategies where hybrid's does not or "
+                  "--runner torch-ops realizes them), store-all, sqrt-n, sqrt-n-linear, chen-greedy, chain-dp, "
+                  "optimal, offload or hybrid")
+      ->default_str("auto");
   app->add_flag("--compare", f->compare, "Run every strategy and print one row each");
   AddJobFlags(*app, f->job);
   app->add_flag("--json", f->json, "Print a JSON object (exact bytes)");
@@ -325,6 +347,11 @@ Subcommand AddPlanCommand(CLI::App& root) {
                   "Write the allocations the plan's allocator figures replay (resident state, then the plan's "
                   "tensors) as an RMM CSV trace for 'headroom replay'");
   app->add_option("--svg", f->svg, "Write the plan's memory timeline as an SVG");
+  app->add_option("--runner", f->runner,
+                  "Who runs the plan: headroom (any schedule) or torch-ops (PyTorch's selective activation "
+                  "checkpointing around the model's blocks, as the Python package applies it); figures are those "
+                  "of what that runner runs")
+      ->default_str("headroom");
   app->add_option("--emit", f->emit,
                   "Print the settings that realize the plan: torch, hf, megatron, deepspeed or torch-budget");
   return {app, [f](std::ostream& out) { return RunPlan(*f, out); }};

@@ -21,7 +21,7 @@ constexpr std::string_view kReferenceGpu = "H100-80GB";
 
 PlanProblem PlanInput::Problem(uint64_t budget) const {
   return {.step = &step, .op_cost = op_cost, .cost_unit = cost_unit, .profile = profile, .budget = budget,
-          .copy_bytes_per_cost = copy_bytes_per_cost, .in_flight = in_flight};
+          .copy_bytes_per_cost = copy_bytes_per_cost, .in_flight = in_flight, .runner = runner};
 }
 
 absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec& job, const Machine& machine) {
@@ -95,7 +95,10 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
     for (const Op& op : in.step.ops()) in.op_cost.push_back(EstimateOpTime(op, *gpu, cost).seconds);
     in.cost_unit = "s";
     in.cost_source = absl::StrFormat("roofline on %s", gpu->name);
-    in.copy_bytes_per_cost = gpu->host_link.bandwidth_bytes_per_s * cost.host_link_efficiency;
+    // With CPU kernels the device memory is host memory: there is nowhere to offload to.
+    if (job.runtime.kernels == Kernels::kCuda) {
+      in.copy_bytes_per_cost = gpu->host_link.bandwidth_bytes_per_s * cost.host_link_efficiency;
+    }
   }
 
   if (in.capacity > in.fixed.total()) in.gpu_budget = in.capacity - in.fixed.total();

@@ -91,6 +91,7 @@ struct PlanInput {
   // and the micro-batches it holds at once (PlanProblem::in_flight).
   int pipeline_stage = 0;
   int in_flight = 1;
+  PlanRunner runner = PlanRunner::kAnySchedule;  // who carries the plan out (Note [Plan runners])
 
   // The problem for `budget` bytes of planned tensors; points into `step`.
   PlanProblem Problem(uint64_t budget) const;

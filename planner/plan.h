@@ -35,6 +35,16 @@
 
 namespace headroom {
 
+// Note [Plan runners]
+// Headroom's executor runs any schedule. PyTorch runs what selective
+// activation checkpointing around the model's blocks expresses (Note
+// [Selective checkpoint semantics] in planner/selective_checkpoint.h): for
+// kTorchSelectiveCheckpoint every strategy's schedule is turned into that
+// before it is evaluated, and planned again for a lower budget while what
+// runs does not fit (planner/planner.h), so the figures reported are those
+// of what runs.
+enum class PlanRunner : uint8_t { kAnySchedule, kTorchSelectiveCheckpoint };
+
 struct PlanProblem {
   const Graph* step = nullptr;  // a complete step (planner/schedule.h), not owned
   // Cost of each op of the step (indexed by OpId), Note [Plan costs].
@@ -49,6 +59,8 @@ struct PlanProblem {
   // Micro-batches a pipeline stage holds at once under 1F1B, each running
   // this schedule (Note [Pipeline in-flight]); 1 without pipelining.
   int in_flight = 1;
+  // Who carries the plan out (Note [Plan runners]).
+  PlanRunner runner = PlanRunner::kAnySchedule;
 };
 
 // Note [Pipeline in-flight]

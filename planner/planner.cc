@@ -231,12 +231,22 @@ std::vector<Strategy> AllStrategies() {
 
 namespace {
 
-// `strategy` planned on `one` (one micro-batch) and evaluated on `problem`.
+// `strategy` planned on `one` (one micro-batch, perhaps for a lower budget)
+// and evaluated on `problem` as its runner runs it (Note [Plan runners]).
 absl::StatusOr<PlanResult> PlanAndEvaluate(const PlanProblem& problem, const PlanProblem& one, Strategy strategy) {
   HEADROOM_ASSIGN_OR_RETURN(Planned planned, Plan(one, strategy));
+  std::vector<CheckpointRegion> regions;
+  if (problem.runner == PlanRunner::kTorchSelectiveCheckpoint) {
+    HEADROOM_ASSIGN_OR_RETURN(SelectiveCheckpoint realized,
+                              RealizeSelectiveCheckpoint(*problem.step, planned.schedule));
+    planned.schedule = std::move(realized.schedule);
+    regions = std::move(realized.regions);
+    absl::StrAppend(&planned.detail, absl::StrFormat("; as selective checkpointing of %d block(s)", regions.size()));
+  }
   HEADROOM_ASSIGN_OR_RETURN(PlanEvaluation e, EvaluateSchedule(problem, planned.schedule));
   PlanResult result{.strategy = strategy, .schedule = std::move(planned.schedule), .evaluation = std::move(e),
-                    .lower_bound_extra_cost = planned.lower_bound, .detail = std::move(planned.detail)};
+                    .lower_bound_extra_cost = planned.lower_bound, .detail = std::move(planned.detail),
+                    .regions = std::move(regions)};
   result.fits = result.evaluation.peak_bytes <= problem.budget;
   return result;
 }
@@ -253,28 +263,47 @@ bool IgnoresBudget(Strategy strategy) {
 // among the micro-batches in flight, until the pipelined peak fits or a
 // dozen tries have not. Its lower bounds are for one micro-batch at the
 // lowered budget, not for the pipelined problem, so none is reported.
-constexpr int kPipelineAttempts = 12;
+// A runner that realizes the plan its own way (Note [Plan runners]) is
+// handled the same way: what it runs may peak above what was planned, so
+// the strategy plans again for a budget lowered by the excess; a bound
+// found for a lowered budget is not one for the problem's, so it is dropped.
+constexpr int kReplanAttempts = 12;
 
 }  // namespace
 
 absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy strategy) {
   HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
-  if (problem.in_flight == 1 || IgnoresBudget(strategy)) {
+  const bool pipelined = problem.in_flight > 1;
+  if ((!pipelined && problem.runner == PlanRunner::kAnySchedule) || IgnoresBudget(strategy)) {
     HEADROOM_ASSIGN_OR_RETURN(PlanResult result, PlanAndEvaluate(problem, problem, strategy));
-    if (problem.in_flight > 1) result.lower_bound_extra_cost.reset();
+    if (pipelined) result.lower_bound_extra_cost.reset();
     return result;
   }
   PlanProblem one = problem;
   one.in_flight = 1;
   uint64_t measured = 0;
-  for (int attempt = 0; attempt < kPipelineAttempts; ++attempt) {
-    HEADROOM_ASSIGN_OR_RETURN(PlanResult result, PlanAndEvaluate(problem, one, strategy));
-    if (result.lower_bound_extra_cost) {
+  // Budgets between `failed` (the strategy found nothing) and `over` (what
+  // ran peaked over) are left to try; a step that lands at or below a
+  // failure bisects instead.
+  uint64_t failed = 0;
+  uint64_t over = problem.budget;
+  for (int attempt = 0; attempt < kReplanAttempts; ++attempt) {
+    absl::StatusOr<PlanResult> planned = PlanAndEvaluate(problem, one, strategy);
+    if (attempt > 0 && planned.status().code() == absl::StatusCode::kResourceExhausted) {
+      failed = one.budget;
+      if (over - failed <= 1) break;
+      one.budget = failed + (over - failed) / 2;
+      continue;
+    }
+    HEADROOM_ASSIGN_OR_RETURN(PlanResult result, std::move(planned));
+    if (result.lower_bound_extra_cost && (pipelined || one.budget != problem.budget)) {
       result.lower_bound_extra_cost.reset();
-      absl::StrAppend(&result.detail, " (for one micro-batch; no bound in flight)");
+      absl::StrAppend(&result.detail, pipelined ? " (for one micro-batch; no bound in flight)"
+                                                : " (planned for a lower budget; no bound)");
     }
     measured = result.evaluation.peak_bytes;
     if (result.fits || result.evaluation.live_bytes.empty()) return result;
+    over = std::min(over, one.budget);
     // The plan's own peak, lowered by the excess shared among the micro-
     // batches: a peak at the end of forward falls in_flight times as fast.
     const std::vector<uint64_t>& live = result.evaluation.live_bytes;
@@ -282,8 +311,13 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
                             static_cast<uint64_t>(problem.in_flight - 1) * result.evaluation.held_after_forward;
     const uint64_t step_down = std::max<uint64_t>(1, (measured - problem.budget) / problem.in_flight);
     const uint64_t next = std::min(one.budget, single);
-    if (step_down >= next) break;
-    one.budget = next - step_down;
+    one.budget = next > failed + step_down ? next - step_down : failed + (over - failed) / 2;
+    if (one.budget <= failed) break;
+  }
+  if (!pipelined) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: what selective checkpointing runs of its plans for '%s' peaks over the budget of %s (its last plan: %s)",
+        StrategyName(strategy), problem.step->name(), FormatBytes(problem.budget), FormatBytes(measured)));
   }
   return absl::ResourceExhaustedError(absl::StrFormat(
       "%s: with %d micro-batches in flight, its plans for one micro-batch of '%s' still peak over the budget of "
@@ -294,6 +328,15 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
 
 absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strategy) {
   HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
+  if (problem.runner != PlanRunner::kAnySchedule) {
+    // What the runner runs of the plan with the least peak it was given.
+    PlanProblem ideal = problem;
+    ideal.runner = PlanRunner::kAnySchedule;
+    ideal.in_flight = 1;
+    HEADROOM_ASSIGN_OR_RETURN(ideal.budget, SmallestPeak(ideal, strategy));
+    HEADROOM_ASSIGN_OR_RETURN(const PlanResult least, PlanAndEvaluate(problem, ideal, strategy));
+    return least.evaluation.peak_bytes;
+  }
   if (problem.in_flight > 1) {
     // The pipelined peak of the plan with the least peak for one micro-batch.
     PlanProblem one = problem;
@@ -333,6 +376,33 @@ absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strat
   HEADROOM_ASSIGN_OR_RETURN(Planned planned, Plan(problem, strategy));
   HEADROOM_ASSIGN_OR_RETURN(PlanEvaluation e, EvaluateSchedule(problem, planned.schedule));
   return e.peak_bytes;
+}
+
+absl::StatusOr<PlanResult> RunAutomaticStrategy(const PlanProblem& problem) {
+  if (problem.runner == PlanRunner::kAnySchedule) {
+    absl::StatusOr<PlanResult> hybrid = RunStrategy(problem, Strategy::kHybrid);
+    if (hybrid.ok() && hybrid->fits) return hybrid;
+  }
+  std::vector<absl::StatusOr<PlanResult>> all = CompareStrategies(problem);
+  absl::StatusOr<PlanResult>* best = nullptr;
+  size_t fitting = 0;
+  for (absl::StatusOr<PlanResult>& r : all) {
+    if (!r.ok() || !r->fits) continue;
+    ++fitting;
+    if (best == nullptr || std::pair(r->evaluation.step_cost, r->evaluation.peak_bytes) <
+                               std::pair((*best)->evaluation.step_cost, (*best)->evaluation.peak_bytes)) {
+      best = &r;
+    }
+  }
+  if (best == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrFormat("no strategy's plan for '%s' fits the budget of %s",
+                                                        problem.step->name(), FormatBytes(problem.budget)));
+  }
+  PlanResult chosen = **std::move(best);
+  chosen.detail = absl::StrFormat("the fastest of %d strategies whose plans fit%s: %s", fitting,
+                                  problem.runner == PlanRunner::kAnySchedule ? " (hybrid's does not)" : "",
+                                  chosen.detail);
+  return chosen;
 }
 
 bool IsReplayOnly(Strategy strategy) {

@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "planner/plan.h"
 #include "planner/schedule.h"
+#include "planner/selective_checkpoint.h"
 
 namespace headroom {
 
@@ -63,6 +64,9 @@ struct PlanResult {
   // needs to fit the budget, when the strategy proves one.
   std::optional<double> lower_bound_extra_cost;
   std::string detail;  // what the strategy chose, in a few words ("4 segments")
+  // With PlanRunner::kTorchSelectiveCheckpoint: the checkpointed regions and
+  // their policies, which `schedule` realizes.
+  std::vector<CheckpointRegion> regions;
 };
 
 // Runs `strategy` and evaluates its schedule. Errors: an invalid problem
@@ -75,6 +79,16 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
 // plans a budget-driven strategy searches. What an error for a budget that
 // no strategy meets states.
 absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strategy);
+
+// Note [Automatic strategy]
+// What `headroom plan` runs unless told a strategy: hybrid, whose plan is
+// never slower than offload alone, replay alone or per-layer checkpointing,
+// when it fits and the plan runs as scheduled; otherwise (it does not fit,
+// or a runner realizes plans its own way, and realizations differ) every
+// strategy, and the plan that fits with the least step time (ties: the lower
+// peak). So the default never fails where any strategy fits. The detail
+// says which was chosen and why. ResourceExhausted when none fits.
+absl::StatusOr<PlanResult> RunAutomaticStrategy(const PlanProblem& problem);
 
 // Whether `strategy` makes schedules of computes and replays only (no copies
 // to host), the space the optimal strategy's LP bound covers.

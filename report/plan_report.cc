@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "common/text_table.h"
 #include "common/units.h"
+#include "report/layer_plan.h"
 
 namespace headroom {
 namespace {
@@ -24,6 +25,28 @@ nlohmann::json EvaluationJson(const PlanEvaluation& e) {
           {"step_cost", e.step_cost},         {"host_peak_bytes", e.host_peak_bytes},
           {"offloaded_bytes", e.offloaded_bytes}, {"recomputed_ops", e.recomputed_ops},
           {"held_after_forward_bytes", e.held_after_forward}};
+}
+
+// The checkpointed regions of a plan PyTorch runs (Note [Plan runners]):
+// per region its layer, the kinds of its ops in order (so that whoever
+// applies it can check them against the model it runs) and each op's
+// policy, 's' for save and 'r' for recompute.
+nlohmann::json RegionsJson(const Graph& step, const std::vector<CheckpointRegion>& regions) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const CheckpointRegion& region : regions) {
+    nlohmann::json kinds = nlohmann::json::array();
+    std::string policy;
+    for (OpId o = region.first; o <= region.last; ++o) {
+      kinds.push_back(step.op(o).kind);
+      policy.push_back(region.save[static_cast<size_t>(o - region.first)] ? 's' : 'r');
+    }
+    out.push_back({{"layer", region.layer},
+                   {"first_op", region.first},
+                   {"kinds", std::move(kinds)},
+                   {"policy", std::move(policy)},
+                   {"replayed_ops", region.replayed_ops}});
+  }
+  return out;
 }
 
 std::string Header(const PlanReport& r) {
@@ -74,6 +97,17 @@ std::string OneText(const PlanReport& r, const PlanResult& p) {
   }
   absl::StrAppend(&out, absl::StrFormat("host memory: %s at most, %s copied out\n", FormatBytes(e.host_peak_bytes),
                                         FormatBytes(e.offloaded_bytes)));
+  if (in.runner == PlanRunner::kTorchSelectiveCheckpoint) {
+    std::vector<int> layers;
+    size_t replayed = 0;
+    for (const CheckpointRegion& region : p.regions) {
+      layers.push_back(region.layer);
+      replayed += region.replayed_ops;
+    }
+    absl::StrAppend(&out, absl::StrFormat("pytorch:     selective checkpointing of %d block(s) (layers %s), %d ops "
+                                          "replayed; nothing else replayed\n",
+                                          p.regions.size(), layers.empty() ? "none" : LayerRanges(layers), replayed));
+  }
   if (in.in_flight > 1) {
     absl::StrAppend(&out, absl::StrFormat("in flight:   %d other micro-batch(es) hold %s each after their forward "
                                           "(in the peak)\n",
@@ -150,6 +184,7 @@ nlohmann::json PlanJson(const PlanReport& r) {
                         {"detail", result->detail},
                         {"evaluation", EvaluationJson(result->evaluation)}};
     if (result->lower_bound_extra_cost) j["lower_bound_extra_cost"] = *result->lower_bound_extra_cost;
+    if (in.runner == PlanRunner::kTorchSelectiveCheckpoint) j["regions"] = RegionsJson(in.step, result->regions);
     plans.push_back(std::move(j));
   }
   nlohmann::json out = {{"model", r.model},

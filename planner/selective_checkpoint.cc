@@ -1,0 +1,244 @@
+#include "planner/selective_checkpoint.h"
+
+#include <algorithm>
+#include <map>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status_macros.h"
+
+namespace headroom {
+namespace {
+
+// An op whose outputs are all views of its inputs: free to replay, and
+// caching one would keep its base's storage alive.
+bool IsViewOp(const Graph& step, const Op& op) {
+  if (op.inplace || op.outputs.empty()) return false;
+  return std::all_of(op.outputs.begin(), op.outputs.end(),
+                     [&step](TensorId t) { return step.tensor(t).view_of != kNone; });
+}
+
+// The layer runs of forward ops: a layer whose ops are one contiguous run
+// (one call of its block) is a candidate region.
+std::vector<CheckpointRegion> LayerRuns(const Graph& step) {
+  std::map<int, int> runs_of_layer;
+  std::vector<CheckpointRegion> runs;
+  for (const Op& op : step.ops()) {
+    const bool in_layer = IsRecomputable(op) && op.layer >= 0;
+    if (in_layer && !runs.empty() && runs.back().layer == op.layer && runs.back().last == op.id - 1) {
+      runs.back().last = op.id;
+      continue;
+    }
+    if (!in_layer) continue;
+    runs.push_back({.layer = op.layer, .first = op.id, .last = op.id});
+    ++runs_of_layer[op.layer];
+  }
+  std::erase_if(runs, [&runs_of_layer](const CheckpointRegion& r) { return runs_of_layer[r.layer] > 1; });
+  return runs;
+}
+
+// Decides the policy of one region (Note [Selective checkpoint semantics]);
+// false when the region cannot be checkpointed or has nothing to replay.
+class RegionPolicy {
+ public:
+  RegionPolicy(const Graph& step, const std::vector<bool>& read_after_forward, CheckpointRegion& region)
+      : step_(step), read_after_forward_(read_after_forward), r_(region) {}
+
+  bool Decide(const std::vector<bool>& wanted) {
+    for (OpId o = r_.first; o <= r_.last; ++o) {
+      const Op& op = step_.op(o);
+      if (!op.saved.empty()) r_.last_saving = o;
+      if (!op.inplace) continue;
+      // A write into a storage made outside the region would be made twice.
+      const TensorId storage = step_.storage(op.inputs[0]);
+      if (!InRegion(step_.producer(storage))) return false;
+      WriteGroup& group = groups_[storage];
+      if (group.members.empty()) group.members.push_back(step_.producer(storage));
+      group.members.push_back(o);
+    }
+    if (r_.last_saving == kNone) return false;
+    for (auto& [storage, group] : groups_) group.intermediate_readers = IntermediateReaders(storage, group);
+    r_.save.assign(static_cast<size_t>(r_.last - r_.first + 1), false);
+    for (OpId o = r_.first; o <= r_.last_saving; ++o) {
+      const Op& op = step_.op(o);
+      Save(o) = !wanted[static_cast<size_t>(o)] && !IsViewOp(step_, op) && !op.outputs.empty();
+    }
+    // Caches that nothing reads back are replayed instead. A replay makes
+    // its inputs needed, so consumers are decided before their producers
+    // (backwards), and the whole is repeated until the rules above and this
+    // one agree.
+    for (bool changed = true; changed;) {
+      changed = CloseOverWritesAndRandomness();
+      std::vector<bool> needed = NeededStorages();
+      for (OpId o = r_.last_saving; o >= r_.first; --o) {
+        if (!Save(o)) continue;
+        const Op& op = step_.op(o);
+        const bool read = std::any_of(op.outputs.begin(), op.outputs.end(), [&](TensorId t) {
+          return needed[static_cast<size_t>(step_.storage(t))];
+        });
+        if (read) continue;
+        Save(o) = false;
+        changed = true;
+        for (TensorId in : op.inputs) needed[static_cast<size_t>(step_.storage(in))] = true;
+      }
+    }
+    for (OpId o = r_.first; o <= r_.last_saving; ++o) r_.replayed_ops += Save(o) ? 0 : 1;
+    return r_.replayed_ops > 0;
+  }
+
+ private:
+  // A storage written in place inside the region: the op that makes it and
+  // the ops that write into it, in program order, and the other ops that
+  // read it before its last write (they see a state the cache does not hold).
+  struct WriteGroup {
+    std::vector<OpId> members;
+    std::vector<OpId> intermediate_readers;
+  };
+
+  bool InRegion(OpId o) const { return o != kNone && o >= r_.first && o <= r_.last; }
+  std::vector<bool>::reference Save(OpId o) { return r_.save[static_cast<size_t>(o - r_.first)]; }
+  bool Replayed(OpId o) { return o <= r_.last_saving && !Save(o); }
+
+  std::vector<OpId> IntermediateReaders(TensorId storage, const WriteGroup& group) const {
+    std::vector<OpId> readers;
+    for (OpId o = group.members.front() + 1; o < group.members.back(); ++o) {
+      if (std::find(group.members.begin(), group.members.end(), o) != group.members.end()) continue;
+      const Op& op = step_.op(o);
+      if (std::any_of(op.inputs.begin(), op.inputs.end(), [&](TensorId in) { return step_.storage(in) == storage; })) {
+        readers.push_back(o);
+      }
+    }
+    return readers;
+  }
+
+  // Storages that backward, or a replayed op of the region that is not a
+  // view, reads (a replayed view reads whatever copy of its base there is).
+  std::vector<bool> NeededStorages() {
+    std::vector<bool> needed = read_after_forward_;
+    for (OpId o = r_.first; o <= r_.last_saving; ++o) {
+      const Op& op = step_.op(o);
+      if (!Replayed(o) || IsViewOp(step_, op)) continue;
+      for (TensorId in : op.inputs) needed[static_cast<size_t>(step_.storage(in))] = true;
+    }
+    return needed;
+  }
+
+  // A write group is replayed whole, or cached whole (a cache holds the
+  // storage's last state, so no replayed op may read an earlier one); every
+  // random op before a replayed one is replayed. True if anything changed.
+  bool CloseOverWritesAndRandomness() {
+    bool changed = false;
+    auto replay = [&](OpId o) {
+      if (o <= r_.last_saving && Save(o)) Save(o) = false, changed = true;
+    };
+    auto any_replayed = [&](const std::vector<OpId>& ops) {
+      return std::any_of(ops.begin(), ops.end(), [&](OpId o) { return Replayed(o); });
+    };
+    for (int pass = 0; pass < 2; ++pass) {  // randomness can replay a group, and a group a random op
+      for (const auto& [storage, group] : groups_) {
+        if (any_replayed(group.members) || any_replayed(group.intermediate_readers)) {
+          for (OpId o : group.members) replay(o);
+        }
+      }
+      OpId last_random_replay = kNone;
+      for (OpId o = r_.first; o <= r_.last_saving; ++o) {
+        if (IsRandomKind(step_.op(o).kind) && Replayed(o)) last_random_replay = o;
+      }
+      for (OpId o = r_.first; o < last_random_replay; ++o) {
+        if (IsRandomKind(step_.op(o).kind)) replay(o);
+      }
+    }
+    return changed;
+  }
+
+  const Graph& step_;
+  const std::vector<bool>& read_after_forward_;
+  CheckpointRegion& r_;
+  std::map<TensorId, WriteGroup> groups_;
+};
+
+// For each region, the first backward op that unpacks a tensor saved by one
+// of its ops: the backward of a region op reading one of that op's saved
+// tensors (kNone where none does).
+std::vector<OpId> FirstUnpacks(const Graph& step, const std::vector<int32_t>& region_of_op, size_t regions) {
+  std::vector<OpId> first(regions, kNone);
+  for (const Op& op : step.ops()) {
+    if (IsForwardPhase(op.phase) || op.forward_of == kNone) continue;
+    const int32_t r = region_of_op[static_cast<size_t>(op.forward_of)];
+    if (r == kNone || first[static_cast<size_t>(r)] != kNone) continue;
+    const std::vector<TensorId>& saved = step.op(op.forward_of).saved;
+    const bool unpacks = std::any_of(op.inputs.begin(), op.inputs.end(), [&](TensorId in) {
+      return std::any_of(saved.begin(), saved.end(),
+                         [&](TensorId s) { return step.storage(s) == step.storage(in); });
+    });
+    if (unpacks) first[static_cast<size_t>(r)] = op.id;
+  }
+  return first;
+}
+
+}  // namespace
+
+bool IsRandomKind(std::string_view kind) {
+  for (std::string_view random : {"dropout", "native_dropout", "bernoulli", "bernoulli_", "rand", "rand_like",
+                                  "randn", "randn_like", "randint", "randint_like", "randperm", "normal", "normal_",
+                                  "uniform_", "exponential_", "geometric_", "cauchy_", "log_normal_", "random_",
+                                  "multinomial"}) {
+    if (kind == random) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<SelectiveCheckpoint> RealizeSelectiveCheckpoint(const Graph& step, const Schedule& plan) {
+  HEADROOM_RETURN_IF_ERROR(MaterializeSchedule(step, plan).status());
+  std::vector<bool> wanted(step.num_ops(), false);
+  for (const ScheduleEntry& e : plan.entries) {
+    if (e.action == ScheduleAction::kRecompute) wanted[static_cast<size_t>(e.target)] = true;
+  }
+  std::vector<bool> read_after_forward(step.num_tensors(), false);
+  for (const Op& op : step.ops()) {
+    if (IsForwardPhase(op.phase)) continue;
+    for (TensorId in : op.inputs) read_after_forward[static_cast<size_t>(step.storage(in))] = true;
+  }
+
+  std::vector<CheckpointRegion> regions;
+  for (CheckpointRegion& region : LayerRuns(step)) {
+    const bool any_wanted = std::any_of(wanted.begin() + region.first, wanted.begin() + region.last + 1,
+                                        [](bool w) { return w; });
+    if (any_wanted && RegionPolicy(step, read_after_forward, region).Decide(wanted)) {
+      regions.push_back(std::move(region));
+    }
+  }
+  std::vector<int32_t> region_of_op(step.num_ops(), kNone);
+  for (size_t r = 0; r < regions.size(); ++r) {
+    for (OpId o = regions[r].first; o <= regions[r].last; ++o) {
+      region_of_op[static_cast<size_t>(o)] = static_cast<int32_t>(r);
+    }
+  }
+  const std::vector<OpId> first_unpack = FirstUnpacks(step, region_of_op, regions.size());
+  SelectiveCheckpoint out;
+  std::vector<std::vector<size_t>> replays_at(step.num_ops());
+  for (size_t r = 0; r < regions.size(); ++r) {
+    if (first_unpack[r] == kNone) continue;  // nothing it saved is ever read back
+    regions[r].replay_before = first_unpack[r];
+    replays_at[static_cast<size_t>(first_unpack[r])].push_back(out.regions.size());
+    out.regions.push_back(std::move(regions[r]));
+  }
+
+  for (const ScheduleEntry& e : plan.entries) {
+    if (e.action != ScheduleAction::kCompute) continue;  // the regions' replays stand in for the plan's
+    for (size_t r : replays_at[static_cast<size_t>(e.target)]) {
+      const CheckpointRegion& region = out.regions[r];
+      for (OpId o = region.first; o <= region.last_saving; ++o) {
+        if (!region.save[static_cast<size_t>(o - region.first)]) {
+          out.schedule.entries.push_back({ScheduleAction::kRecompute, o});
+        }
+      }
+    }
+    out.schedule.entries.push_back(e);
+  }
+  HEADROOM_RETURN_IF_ERROR(MaterializeSchedule(step, out.schedule).status());
+  return out;
+}
+
+}  // namespace headroom

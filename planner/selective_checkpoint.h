@@ -1,0 +1,91 @@
+// A plan as PyTorch runs it op by op: selective activation checkpointing
+// (torch.utils.checkpoint, non-reentrant, with a policy from
+// create_selective_checkpoint_contexts) around the model's blocks. Any
+// strategy's schedule is turned into what that mechanism can carry out, and
+// the result is a schedule again, so its peak, host bytes and time are those
+// of what runs, priced by the same evaluation as every plan.
+//
+//   HEADROOM_ASSIGN_OR_RETURN(SelectiveCheckpoint sc, RealizeSelectiveCheckpoint(step, plan.schedule));
+//   EvaluateSchedule(problem, sc.schedule);       // what PyTorch will run
+//   for (const CheckpointRegion& r : sc.regions) r.layer, r.save[i];   // the policy, per op of each region
+//
+// Note [Selective checkpoint semantics]
+// What PyTorch 2.x does (torch/utils/checkpoint.py: _checkpoint_hook,
+// _recomputation_hook, _CachingTorchDispatchMode, _CachedTorchDispatchMode),
+// and so what the realized schedule says:
+//  - A region is one call of a block's forward (the ops of one layer, which
+//    are contiguous in program order). Its forward runs as usual, except
+//    that everything autograd saves inside it is dropped, and the outputs of
+//    the ops the policy marks save are cached. The region's inputs stay
+//    referenced by the checkpoint.
+//  - The first time backward unpacks a tensor saved inside the region (in
+//    the backward of one of its ops), the region's forward runs again from
+//    its start: ops marked save return their cached outputs, the others
+//    compute afresh. It stops early once the op that saved the region's last
+//    tensor has run (early stop), so ops after that one are never replayed.
+//    The realized schedule replays, right before that backward op, every
+//    recompute-marked op up to the last op that saves anything, in program
+//    order; the liveness rule frees each fresh copy after its last reader,
+//    as autograd frees what it unpacked.
+//  - A cached output lives until the replay hands it back, so an op is
+//    marked save only where backward or a replayed op needs its output;
+//    otherwise it is replayed, unless it is a GEMM or attention (then caching
+//    is cheaper than computing it again). Ops after the last saving one are
+//    marked recompute: they are never replayed, and a cached output would
+//    never be handed back.
+//  - A tensor written in place (dropout's mask: empty_like, bernoulli_,
+//    div_) cannot be cached while a later write changes it, and a replayed
+//    write must start from a replayed tensor: the op that makes a storage
+//    and every op writing into it inside the region are replayed together.
+//    A region whose ops write into one of its inputs is not checkpointed at
+//    all (its replay would write the input twice).
+//  - The random number generator is reset to its state at the region's
+//    start before the replay, so the replayed random ops must draw exactly
+//    the numbers their first run drew: every random op before a replayed one
+//    is replayed too.
+//  - A region with nothing to replay is not checkpointed.
+// Offloads are not realized: their tensors stay on the device (PyTorch's
+// saved-tensor hooks could carry them, which this realization does not yet
+// model), and a plan that needs them is planned again without (Note [Plan
+// runners]).
+#ifndef HEADROOM_PLANNER_SELECTIVE_CHECKPOINT_H_
+#define HEADROOM_PLANNER_SELECTIVE_CHECKPOINT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+#include "planner/schedule.h"
+
+namespace headroom {
+
+// One checkpointed region: the forward ops first..last of a layer.
+struct CheckpointRegion {
+  int layer = -1;
+  OpId first = kNone;
+  OpId last = kNone;
+  // Indexed by op - first: the policy marks the op's output save (cached in
+  // forward), else recompute.
+  std::vector<bool> save;
+  OpId last_saving = kNone;   // the last op that saves a tensor for backward: the replay stops after it
+  OpId replay_before = kNone;  // the backward op that first unpacks a tensor saved in the region
+  size_t replayed_ops = 0;
+};
+
+struct SelectiveCheckpoint {
+  std::vector<CheckpointRegion> regions;  // in program order
+  Schedule schedule;                      // what runs (Note [Selective checkpoint semantics])
+};
+
+// The schedule PyTorch runs for `plan`, a schedule of `step`, with a region
+// per layer that `plan` replays any op of. Errors: `plan` does not
+// materialize (its message).
+absl::StatusOr<SelectiveCheckpoint> RealizeSelectiveCheckpoint(const Graph& step, const Schedule& plan);
+
+// Random ops, whose replay must draw the same numbers (dropout, bernoulli, rand...).
+bool IsRandomKind(std::string_view kind);
+
+}  // namespace headroom
+
+#endif  // HEADROOM_PLANNER_SELECTIVE_CHECKPOINT_H_
