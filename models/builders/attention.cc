@@ -52,7 +52,7 @@ namespace headroom::builders_internal {
 
 // Note [transformers versions]
 // The builders follow transformers' modeling code, which changes between
-// releases. Checked against the tracer (tracer/tests) at 4.46.3 and 5.24.0,
+// releases. Checked against the tracer (python/tests) at 4.46.3 and 5.24.0,
 // every family builds alike in both except three, whose changes were found
 // by reading each release's modeling file in between:
 //  - OPT (4.49): the clamp of the scores and the f16-only upcast are gone;

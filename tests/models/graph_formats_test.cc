@@ -93,7 +93,7 @@ TEST(GraphJson, RoundTripsEveryField) {
   ExpectSameGraph(g, *back);
 }
 
-// A graph headroom-trace wrote (tracer/, from tracer/tests/sample_modules.py's TanhMlp of width 8, two blocks,
+// A graph headroom-trace wrote (python/, from python/tests/sample_modules.py's TanhMlp of width 8, two blocks,
 // over 4 rows, cross-entropy), kept in the graph JSON fuzz corpus: the tracer's output stays readable, and
 // Headroom derives its backward from what autograd saved.
 TEST(GraphJson, ReadsATracedGraph) {

@@ -1,4 +1,4 @@
-"""Tests of headroom-trace. Run from tracer/: python -m unittest discover -s tests -t .
+"""Tests of headroom-trace. Run from python/: python -m unittest discover -s tests -t .
 
 HEADROOM_BIN names the headroom binary for the tests that estimate and plan a traced graph (skipped without it).
 The builder checks need transformers and are skipped where it is absent.
@@ -14,8 +14,8 @@ import unittest
 import torch
 import torch.nn.functional as F
 
-from headroom_trace import TraceError, sources, trace
-from headroom_trace.recorder import block_of, storage_key
+from headroom.trace import TraceError, sources, trace
+from headroom.trace.recorder import block_of, storage_key
 from tests import sample_modules
 
 HEADROOM = os.environ.get("HEADROOM_BIN")
@@ -26,6 +26,12 @@ try:
     HAVE_TRANSFORMERS = True
 except ImportError:
     HAVE_TRANSFORMERS = False
+
+try:
+    import torchvision  # noqa: F401
+    HAVE_TORCHVISION = True
+except ImportError:
+    HAVE_TORCHVISION = False
 
 
 def nbytes(t):
@@ -45,7 +51,7 @@ def base(graph, tid):
 
 def run_cli(*args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd()] + sys.path))
-    return subprocess.run([sys.executable, "-m", "headroom_trace.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "headroom.trace.cli", *args], capture_output=True, text=True,
                           env=env, timeout=600)
 
 
@@ -165,7 +171,8 @@ class RecorderTest(unittest.TestCase):
 class CliTest(unittest.TestCase):
     def test_errors_name_the_input_at_fault(self):
         cases = [
-            (["--torchvision", "resnet5000"], "unknown model 'resnet5000'"),
+            (["--torchvision", "resnet5000"],
+             "unknown model 'resnet5000'" if HAVE_TORCHVISION else "--torchvision needs the torchvision package"),
             (["--module", "tests.sample_modules:not_a_module"], "not a torch.nn.Module"),
             (["--module", "tests.sample_modules:TanhMlp", "--input", "4xq"], "--input '4xq'"),
             (["--module", "tests.sample_modules:TanhMlp", "--input", "4x32:f12"], "unknown dtype 'f12'"),
@@ -213,6 +220,7 @@ class EstimateAndPlanTest(unittest.TestCase):
         self.assertEqual(plan.returncode, 0, plan.stderr + plan.stdout)
         return report
 
+    @unittest.skipUnless(HAVE_TORCHVISION, "needs torchvision (none is published for every PyTorch)")
     def test_torchvision_mobilenet(self):
         with tempfile.TemporaryDirectory() as d:
             path = self.traced(d, "--torchvision", "mobilenet_v2", "--batch", "8", "--image-size", "64")

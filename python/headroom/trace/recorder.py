@@ -48,10 +48,17 @@ for _name, _code in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2")):
 _KINDS = {
     "_to_copy": "cast",
     "_scaled_dot_product_flash_attention": "sdpa_flash",
+    "_scaled_dot_product_flash_attention_for_cpu": "sdpa_flash",
     "_scaled_dot_product_efficient_attention": "sdpa_efficient",
     "_scaled_dot_product_cudnn_attention": "sdpa_cudnn",
     "_flash_attention_forward": "flash_attention",
 }
+
+
+def op_kind(func):
+    """The graph's kind of an ATen op (its overload packet's name, or the name Headroom's rules know it by)."""
+    packet = func.overloadpacket.__name__
+    return _KINDS.get(packet, packet)
 
 
 def dtype_name(dtype, what):
@@ -120,7 +127,9 @@ def block_of(path):
 class GraphRecorder(TorchDispatchMode):
     """Use as a context manager around the forward (and, with `phase = "loss"`, the loss)."""
 
-    def __init__(self, module, name):
+    def __init__(self, module, name, parameters=None, buffers=None):
+        """`parameters` and `buffers` (name -> tensor) stand in for the module's own when the step runs on other
+        tensors than the module holds (torch.func.functional_call over fake copies); by default the module's."""
         super().__init__()
         self.name = name
         self.phase = "forward"
@@ -137,9 +146,9 @@ class GraphRecorder(TorchDispatchMode):
             if path:
                 self._hooks.append(sub.register_forward_pre_hook(self._enter(path)))
                 self._hooks.append(sub.register_forward_hook(self._leave))
-        for pname, p in module.named_parameters():
+        for pname, p in (parameters if parameters is not None else dict(module.named_parameters())).items():
             self._leaf(p, pname, "parameter", trainable=p.requires_grad)
-        for bname, b in module.named_buffers():
+        for bname, b in (buffers if buffers is not None else dict(module.named_buffers())).items():
             self._leaf(b, bname, "buffer")
 
     # -- the module being run, for op names and block indices
@@ -230,8 +239,7 @@ class GraphRecorder(TorchDispatchMode):
         return out
 
     def _record(self, func, args, kwargs, out):
-        packet = func.overloadpacket.__name__
-        kind = _KINDS.get(packet, packet)
+        kind = op_kind(func)
         path = self._module_path[-1]
         name = f"{path}.{kind}" if path else kind
         layer = self._layer(path)
@@ -253,9 +261,11 @@ class GraphRecorder(TorchDispatchMode):
             op["outputs"].append(self._output_id(t, f"{name}.out{suffix}", layer,
                                                  None if alias is None else self._input_id(alias, name)))
         op["compute_dtype"] = dtype_name(outs[0].dtype, name) if outs else "f32"
-        op["flops"] = _gemm_flops(kind, args, outs[0]) if outs else 0.0
-        op["bytes_read"] = sum(_numel(t.shape) * t.element_size() for t in ins)
-        op["bytes_written"] = sum(_numel(t.shape) * t.element_size() for t in outs)
+        # A view (t, view, expand, detach, ...) moves no data: it costs its dispatch only.
+        pure_view = bool(outs) and all(_aliased_argument(func, args, i) is not None for i in range(len(outs)))
+        op["flops"] = _gemm_flops(kind, args, outs[0]) if outs and not pure_view else 0.0
+        op["bytes_read"] = 0 if pure_view else sum(_numel(t.shape) * t.element_size() for t in ins)
+        op["bytes_written"] = 0 if pure_view else sum(_numel(t.shape) * t.element_size() for t in outs)
         op["id"] = len(self.ops)
         self.ops.append(op)
         self._pending = (op, outs)
@@ -306,10 +316,41 @@ class GraphRecorder(TorchDispatchMode):
             h.remove()
         self._hooks = []
 
+    def mark_loss(self, value, output):
+        """`value` is the step's loss and `output` what the model returned. A model that computes its loss inside
+        its forward (Hugging Face's, given labels) leaves no op in the loss phase: the ops after the last one that
+        made a returned tensor (the logits) compute the loss, as they would in a loss function of their own. The
+        loop then holds the returned tensors through backward (Note [Training loop] in job/job_spec.h)."""
+        if any(op["phase"] == "loss" for op in self.ops):
+            return
+        loss_id = self._ids.get(id(value))
+        returned = {self._ids.get(id(t)) for t in _tensors_in(output)} - {loss_id, None}
+        last_output = max((i for i, op in enumerate(self.ops) if returned & set(op["outputs"])), default=None)
+        if last_output is not None and last_output + 1 < len(self.ops):
+            for op in self.ops[last_output + 1:]:
+                op["phase"] = "loss"
+            return
+        for op in reversed(self.ops):
+            if loss_id is not None and loss_id in op["outputs"]:
+                op["phase"] = "loss"
+                return
+        raise TraceError("the loss is not a tensor any traced op made")
+
     def finish(self):
         self._read_pending_node()
         self.remove_hooks()
         return {"headroom_graph_version": GRAPH_VERSION, "name": self.name, "tensors": self.tensors, "ops": self.ops}
+
+
+def _tensors_in(output):
+    """The tensors of a model's output: nested tuples, lists and dicts, and Hugging Face's ModelOutput (a dict)."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        return [t for item in output for t in _tensors_in(item)]
+    return []
 
 
 def _aliased_argument(func, args, i):

@@ -1,0 +1,130 @@
+"""Carrying a plan out in PyTorch, op by op.
+
+Each checkpointed region of a plan is one block of the model (`model.layers.3`): its forward runs under
+torch.utils.checkpoint (non-reentrant) with a selective-checkpoint policy that, for the i-th ATen op the block
+dispatches, returns the plan's decision for the i-th op of the block in the trace the plan was made from: save
+(MUST_SAVE: the output is cached for backward) or recompute (PREFER_RECOMPUTE: replayed when backward first needs
+the block). What that runs, and what it keeps, is what the planner evaluated (Note [Selective checkpoint
+semantics] in planner/selective_checkpoint.h), so the plan's figures are those of this code.
+
+The op a block dispatches is checked against the traced one at every step: a model whose ops differ from its
+trace (another input shape, another attention implementation, a changed forward) is refused by name, never run
+with a policy meant for other ops.
+"""
+import contextlib
+import functools
+
+import torch
+
+from .trace.recorder import op_kind
+
+
+class PlanMismatch(RuntimeError):
+    """The model ran other ops than the plan was made for; the message names the block and the op."""
+
+
+def _ignored_kinds():
+    """Ops the selective-checkpoint policy never sees (they run in any case): detach, and metadata queries."""
+    from torch.utils.checkpoint import SAC_IGNORED_OPS
+    return {op_kind(op) for op in SAC_IGNORED_OPS if hasattr(op, "overloadpacket")} | {"detach"}
+
+
+class Region:
+    """One checkpointed block: its module path, the kinds of the ops it dispatches, and their policy."""
+
+    def __init__(self, module, layer, kinds, policy):
+        if len(kinds) != len(policy):
+            raise ValueError(f"{module}: {len(kinds)} ops but {len(policy)} decisions")
+        ignored = _ignored_kinds()
+        keep = [i for i, k in enumerate(kinds) if k not in ignored]
+        self.module = module
+        self.layer = layer
+        self.kinds = [kinds[i] for i in keep]
+        self.save = [policy[i] == "s" for i in keep]
+
+    def policy_function(self):
+        """A fresh policy for one call of the block (the counter starts at its first op)."""
+        from torch.utils.checkpoint import CheckpointPolicy
+        position = {False: 0, True: 0}  # PyTorch before 2.9 also asks during the replay
+
+        def policy(ctx, func, *args, **kwargs):
+            i = position[ctx.is_recompute]
+            position[ctx.is_recompute] += 1
+            kind = op_kind(func)
+            if i >= len(self.kinds) or self.kinds[i] != kind:
+                expected = self.kinds[i] if i < len(self.kinds) else "nothing (the traced block ends there)"
+                raise PlanMismatch(f"{self.module}: op {i} is aten.{kind}, but the plan was made for {expected}; "
+                                   "the model runs other ops than it was traced with (input shapes, attention "
+                                   "implementation, code): make the plan again with headroom.plan")
+            return CheckpointPolicy.MUST_SAVE if self.save[i] else CheckpointPolicy.PREFER_RECOMPUTE
+
+        policy.ops_seen = lambda: position[False]
+        return policy
+
+
+class AppliedPlan:
+    """The regions of a plan wrapped around a model's blocks until remove()."""
+
+    def __init__(self, model, regions):
+        _require_selective_checkpointing()
+        self._restore = []
+        try:
+            for region in regions:
+                self._wrap(model, region)
+            config = getattr(model, "config", None)
+            if getattr(config, "use_cache", None):
+                # A key/value cache the replay would extend twice; Hugging Face turns it off under gradient
+                # checkpointing too, and the plan was traced without it.
+                config.use_cache = False
+                self._restore.append(lambda: setattr(config, "use_cache", True))
+        except Exception:
+            self.remove()
+            raise
+
+    def _wrap(self, model, region):
+        from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+        try:
+            block = model.get_submodule(region.module)
+        except AttributeError:
+            raise PlanMismatch(f"{region.module}: the plan checkpoints this block, which the model does not "
+                               "have") from None
+        original = block.forward
+
+        def forward(*args, **kwargs):
+            if not torch.is_grad_enabled():
+                return original(*args, **kwargs)
+            policy = region.policy_function()
+            out = checkpoint(original, *args, use_reentrant=False, preserve_rng_state=True,
+                             context_fn=functools.partial(create_selective_checkpoint_contexts, policy,
+                                                          allow_cache_entry_mutation=True), **kwargs)
+            if policy.ops_seen() != len(region.kinds):
+                raise PlanMismatch(f"{region.module}: ran {policy.ops_seen()} ops where the plan was made for "
+                                   f"{len(region.kinds)}; make the plan again with headroom.plan")
+            return out
+
+        had_own = "forward" in block.__dict__  # an instance attribute someone else set: put it back as it was
+        block.forward = forward
+        self._restore.append(lambda: setattr(block, "forward", original) if had_own
+                             else block.__dict__.pop("forward", None))
+
+    def remove(self):
+        """Restores the model's blocks as they were; safe to call twice."""
+        while self._restore:
+            self._restore.pop()()
+
+
+def _require_selective_checkpointing():
+    try:
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts  # noqa: F401  (PyTorch >= 2.4)
+    except ImportError:
+        raise RuntimeError(f"applying a plan needs PyTorch's selective activation checkpointing (2.4 or later); "
+                           f"this is {torch.__version__}") from None
+
+
+@contextlib.contextmanager
+def applied(model, regions):
+    plan = AppliedPlan(model, regions)
+    try:
+        yield model
+    finally:
+        plan.remove()
