@@ -148,9 +148,11 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     const bool gpt2 = c_.model_type == "gpt2";
     const std::string module =
         prefix + (gpt2 ? "attn.c_attn" : bloom ? "self_attention.query_key_value" : "attention.query_key_value");
-    if (gpt2) {
+    if (gpt2 && !o_.runtime.transformers.AtLeast(5, 2)) {
       // GPT2Attention registers its causal mask as a buffer in every layer:
-      // tril(ones(n_positions, n_positions)) as bool, 1 MiB per layer at 1024 positions.
+      // tril(ones(n_positions, n_positions)) as bool, 1 MiB per layer at 1024
+      // positions. transformers 5.2 dropped it (modeling_gpt2.py of the 5.1.0
+      // and 5.2.0 wheels; masks come from masking_utils since).
       const int64_t n = c_.max_position_embeddings;
       e_.Buffer(prefix + "attn.bias", {1, 1, n, n}, DType::kBool);
     }
