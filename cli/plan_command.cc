@@ -231,17 +231,46 @@ absl::Status EmitPlanSettings(EmitFormat format, const PlanFlags& flags, const L
                                                       family == ModelFamily::kCnn ? "a CNN" : "an MLP chain"));
   }
   const PlanResult& plan = *report.results[0];
-  absl::StatusOr<StackPlan> stack = ClassifyStack(report.input->step, plan.schedule);
+  const Graph& step = report.input->step;
+  absl::StatusOr<StackPlan> stack = ClassifyStack(step, plan.schedule);
   if (stack.status().code() == absl::StatusCode::kFailedPrecondition) {
     return absl::InvalidArgumentError("--emit needs a transformer stack; this graph has no layers");
   }
   HEADROOM_RETURN_IF_ERROR(stack.status());
-  const EmitContext context{
-      .title = absl::StrFormat("%s, %s, peak %s for a budget of %s%s", flags.model,
-                               std::string(StrategyName(plan.strategy)),
-                               FormatBytes(plan.evaluation.peak_bytes), FormatBytes(report.budget),
-                               plan.fits ? "" : " (does not fit)"),
-      .model_type = model.config ? model.config->model_type : ""};
+  // Note [Emitted settings' peak]: the peak of what the settings run, where it is modeled.
+  const std::string fits = plan.fits ? "" : " (does not fit)";
+  std::string title = absl::StrFormat("%s, %s, peak %s for a budget of %s%s", flags.model,
+                                      StrategyName(plan.strategy), FormatBytes(plan.evaluation.peak_bytes),
+                                      FormatBytes(report.budget), fits);
+  absl::StatusOr<std::vector<CheckpointRegion>> regions = SettingsRegions(format, *stack, step);
+  if (!regions.ok() && !flags.out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--out with --emit ", flags.emit,
+                                                   ": what these settings run is not modeled: ",
+                                                   regions.status().message()));
+  }
+  if (regions.ok()) {
+    HEADROOM_ASSIGN_OR_RETURN(const SelectiveCheckpoint runs, RealizeFullCheckpoints(step, *std::move(regions)));
+    const PlanProblem problem = report.input->Problem(report.budget);
+    HEADROOM_ASSIGN_OR_RETURN(const PlanEvaluation e, EvaluateSchedule(problem, runs.schedule));
+    if (!flags.out.empty()) {
+      PlanResult settings = plan;
+      settings.schedule = runs.schedule;
+      HEADROOM_RETURN_IF_ERROR(WritePlan(flags.out, flags, problem, settings, {}));
+    }
+    title = absl::StrFormat("%s, %s plan; these settings peak at %s (the plan: %s) for a budget of %s%s", flags.model,
+                            StrategyName(plan.strategy), FormatBytes(e.peak_bytes),
+                            FormatBytes(plan.evaluation.peak_bytes), FormatBytes(report.budget),
+                            e.peak_bytes <= report.budget ? "" : " (they do not fit)");
+  } else if (regions.status().code() == absl::StatusCode::kUnimplemented) {
+    absl::StrAppend(&title, "; not the peak of these settings: ", regions.status().message());
+  } else {
+    return regions.status();
+  }
+  bool random = false;
+  for (const Op& op : step.ops()) random = random || (IsForwardPhase(op.phase) && IsRandomKind(op.kind));
+  const EmitContext context{.title = std::move(title),
+                            .model_type = model.config ? model.config->model_type : "",
+                            .has_random_ops = random};
   out << EmitPlan(format, *stack, context);
   return absl::OkStatus();
 }
@@ -304,7 +333,8 @@ absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
   if (report.results.size() == 1 && report.results[0].ok()) {
     HEADROOM_ASSIGN_OR_RETURN(std::vector<PlanTensor> tensors,
                               DescribeSchedule(flags, in, *report.results[0], report));
-    if (!flags.out.empty()) {
+    // With --emit, --out is the schedule the settings run (EmitPlanSettings).
+    if (!flags.out.empty() && !emit) {
       HEADROOM_RETURN_IF_ERROR(WritePlan(flags.out, flags, problem, *report.results[0], std::move(tensors)));
     }
   }
@@ -341,7 +371,8 @@ Subcommand AddPlanCommand(CLI::App& root) {
   app->add_flag("--compare", f->compare, "Run every strategy and print one row each");
   AddJobFlags(*app, f->job);
   app->add_flag("--json", f->json, "Print a JSON object (exact bytes)");
-  app->add_option("--out", f->out, "Write the plan file (JSON schedule) here");
+  app->add_option("--out", f->out,
+                  "Write the plan file (JSON schedule) here; with --emit, the schedule the printed settings run");
   app->add_option("--load", f->load, "Evaluate a plan file written by --out (same --model and job flags)");
   app->add_option("--trace-out", f->trace_out,
                   "Write the allocations the plan's allocator figures replay (resident state, then the plan's "

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -189,20 +190,20 @@ bool IsRandomKind(std::string_view kind) {
   return false;
 }
 
-absl::StatusOr<SelectiveCheckpoint> RealizeSelectiveCheckpoint(const Graph& step, const Schedule& plan) {
-  HEADROOM_RETURN_IF_ERROR(MaterializeSchedule(step, plan).status());
-  std::vector<bool> wanted(step.num_ops(), false);
-  for (const ScheduleEntry& e : plan.entries) {
-    if (e.action == ScheduleAction::kRecompute) wanted[static_cast<size_t>(e.target)] = true;
-  }
+namespace {
+
+// The schedule PyTorch runs when the ops `wanted` are replayed and
+// `candidates` (contiguous runs of forward ops, in program order) are the
+// regions that may be checkpointed; only those with a replay are.
+absl::StatusOr<SelectiveCheckpoint> Realize(const Graph& step, const std::vector<bool>& wanted,
+                                            std::vector<CheckpointRegion> candidates) {
   std::vector<bool> read_after_forward(step.num_tensors(), false);
   for (const Op& op : step.ops()) {
     if (IsForwardPhase(op.phase)) continue;
     for (TensorId in : op.inputs) read_after_forward[static_cast<size_t>(step.storage(in))] = true;
   }
-
   std::vector<CheckpointRegion> regions;
-  for (CheckpointRegion& region : LayerRuns(step)) {
+  for (CheckpointRegion& region : candidates) {
     const bool any_wanted = std::any_of(wanted.begin() + region.first, wanted.begin() + region.last + 1,
                                         [](bool w) { return w; });
     if (any_wanted && RegionPolicy(step, read_after_forward, region).Decide(wanted)) {
@@ -224,10 +225,10 @@ absl::StatusOr<SelectiveCheckpoint> RealizeSelectiveCheckpoint(const Graph& step
     replays_at[static_cast<size_t>(first_unpack[r])].push_back(out.regions.size());
     out.regions.push_back(std::move(regions[r]));
   }
-
-  for (const ScheduleEntry& e : plan.entries) {
-    if (e.action != ScheduleAction::kCompute) continue;  // the regions' replays stand in for the plan's
-    for (size_t r : replays_at[static_cast<size_t>(e.target)]) {
+  // Every op computed in program order; the regions' replays stand in for
+  // any the plan had, and its copies are dropped.
+  for (const Op& op : step.ops()) {
+    for (size_t r : replays_at[static_cast<size_t>(op.id)]) {
       const CheckpointRegion& region = out.regions[r];
       for (OpId o = region.first; o <= region.last_saving; ++o) {
         if (!region.save[static_cast<size_t>(o - region.first)]) {
@@ -235,10 +236,45 @@ absl::StatusOr<SelectiveCheckpoint> RealizeSelectiveCheckpoint(const Graph& step
         }
       }
     }
-    out.schedule.entries.push_back(e);
+    out.schedule.entries.push_back({ScheduleAction::kCompute, op.id});
   }
   HEADROOM_RETURN_IF_ERROR(MaterializeSchedule(step, out.schedule).status());
   return out;
+}
+
+}  // namespace
+
+std::vector<CheckpointRegion> LayerRegions(const Graph& step) { return LayerRuns(step); }
+
+absl::StatusOr<SelectiveCheckpoint> RealizeSelectiveCheckpoint(const Graph& step, const Schedule& plan) {
+  HEADROOM_RETURN_IF_ERROR(MaterializeSchedule(step, plan).status());
+  std::vector<bool> wanted(step.num_ops(), false);
+  for (const ScheduleEntry& e : plan.entries) {
+    if (e.action == ScheduleAction::kRecompute) wanted[static_cast<size_t>(e.target)] = true;
+  }
+  return Realize(step, wanted, LayerRuns(step));
+}
+
+absl::StatusOr<SelectiveCheckpoint> RealizeFullCheckpoints(const Graph& step,
+                                                           std::vector<CheckpointRegion> regions) {
+  std::vector<bool> wanted(step.num_ops(), false);
+  OpId previous = kNone;
+  for (const CheckpointRegion& r : regions) {
+    if (r.first <= previous || r.last < r.first || static_cast<size_t>(r.last) >= step.num_ops()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "checkpoint region of ops %d-%d: regions must be ascending, apart and within the step's %d ops", r.first,
+          r.last, step.num_ops()));
+    }
+    for (OpId o = r.first; o <= r.last; ++o) {
+      if (!IsRecomputable(step.op(o))) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "checkpoint region of ops %d-%d: op '%s' is not a forward op", r.first, r.last, step.op(o).name));
+      }
+      wanted[static_cast<size_t>(o)] = true;
+    }
+    previous = r.last;
+  }
+  return Realize(step, wanted, std::move(regions));
 }
 
 }  // namespace headroom

@@ -83,6 +83,17 @@ struct SelectiveCheckpoint {
 // materialize (its message).
 absl::StatusOr<SelectiveCheckpoint> RealizeSelectiveCheckpoint(const Graph& step, const Schedule& plan);
 
+// The schedule PyTorch runs with torch.utils.checkpoint around each of
+// `regions` (only first, last and layer are read; each a contiguous run of
+// forward ops, ascending and apart): every op of each replayed, up to its
+// last save. What framework settings that checkpoint whole layers, groups
+// of layers or attention functions run (report/plan_emit.h). InvalidArgument
+// names a region out of order or holding another phase's op.
+absl::StatusOr<SelectiveCheckpoint> RealizeFullCheckpoints(const Graph& step, std::vector<CheckpointRegion> regions);
+
+// One region per layer whose forward ops are one contiguous run (a block called once), in program order.
+std::vector<CheckpointRegion> LayerRegions(const Graph& step);
+
 // Random ops, whose replay must draw the same numbers (dropout, bernoulli, rand...).
 bool IsRandomKind(std::string_view kind);
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/name_table.h"
+#include "common/status_macros.h"
 #include "common/units.h"
 
 namespace headroom {
@@ -60,8 +61,7 @@ std::string RangesOrNone(const std::vector<int>& layers) { return layers.empty()
 
 // The first lines of every format: the plan, and what each layer does in it.
 std::string Header(EmitFormat format, const StackPlan& plan, const EmitContext& context) {
-  std::string out =
-      absl::StrFormat("# headroom plan --emit %s: %s\n", std::string(EmitFormatName(format)), context.title);
+  std::string out = Comment(absl::StrFormat("headroom plan --emit %s: %s", EmitFormatName(format), context.title));
   absl::StrAppend(&out, Comment(absl::StrFormat(
                             "%d layers. Full checkpoint: %s. Selective (attention core): %s. Offload: %s. Keep: %s.",
                             plan.layers.size(), RangesOrNone(plan.LayersWith(LayerTreatment::kFull)),
@@ -239,6 +239,9 @@ std::string EmitTorch(const StackPlan& plan, const EmitContext& context) {
                     "            return forward(*args, **kwargs)\n"
                     "    return run\n\n\n"
                     "def apply_plan(model):\n"
+                    "    if OFFLOAD and next(model.parameters()).device.type == \"cpu\":\n"
+                    "        raise RuntimeError(\"offloading to host memory needs a GPU: on a CPU the copies would stay in \"\n"
+                    "                           \"the same memory, beside the tensors they copy\")\n"
                     "    for name in CHECKPOINT:\n"
                     "        layer = model.get_submodule(name)\n"
                     "        layer.forward = functools.partial(checkpoint, layer.forward, use_reentrant=False)\n"
@@ -275,6 +278,12 @@ std::string EmitTorch(const StackPlan& plan, const EmitContext& context) {
                     "        return checkpoint(eager_attention_forward, module, *args, use_reentrant=False, **kwargs)\n"
                     "    return eager_attention_forward(module, *args, **kwargs)\n\n\n"
                     "AttentionInterface.register(\"headroom_selective\", selective_attention)\n"
+                    "try:  # transformers 4.53 and later build a causal mask only for attention they know\n"
+                    "    from transformers import AttentionMaskInterface\n"
+                    "    from transformers.masking_utils import eager_mask\n"
+                    "    AttentionMaskInterface.register(\"headroom_selective\", eager_mask)\n"
+                    "except ImportError:  # earlier versions build the eager mask for any registered attention\n"
+                    "    pass\n"
                     "# Load the model with from_pretrained(..., attn_implementation=\"headroom_selective\").\n");
   }
   if (per_module) {
@@ -285,15 +294,26 @@ std::string EmitTorch(const StackPlan& plan, const EmitContext& context) {
   return out;
 }
 
+// Every layer fully checkpointed: what Hugging Face's switch runs, whatever
+// else the plan does (the departures say what).
+bool EveryLayerFull(const StackPlan& plan) {
+  return !plan.layers.empty() && plan.LayersWith(LayerTreatment::kFull).size() == plan.layers.size();
+}
+
 std::string EmitHf(const StackPlan& plan, const EmitContext& context) {
   std::string out = Header(EmitFormat::kHf, plan, context);
-  if (plan.UniformFull()) {
+  if (EveryLayerFull(plan)) {
     absl::StrAppend(&out,
-                    Comment("Every layer is checkpointed on its own and nothing else is replayed or offloaded: "
-                            "Hugging Face's switch does exactly that."),
+                    Comment(plan.UniformFull()
+                                ? "Every layer is checkpointed on its own and nothing else is replayed or offloaded: "
+                                  "Hugging Face's switch does exactly that."
+                                : "Every layer is checkpointed, which is what Hugging Face's switch does, each layer "
+                                  "on its own; where the plan does more or less (below), the switch's peak is the "
+                                  "one above."),
                     "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})\n",
                     Comment("With the Trainer: TrainingArguments(..., gradient_checkpointing=True, "
                             "gradient_checkpointing_kwargs={\"use_reentrant\": False})."));
+    if (!plan.UniformFull()) absl::StrAppend(&out, DepartureComments(plan));
     return out;
   }
   const std::vector<std::string> departures = Departures(plan);
@@ -514,6 +534,12 @@ std::string EmitTorchBudget(const StackPlan& plan, const EmitContext& context) {
                               "those bytes count as not kept and PyTorch will recompute instead.",
                               FormatBytes(plan.all.offloaded))));
   }
+  if (context.has_random_ops && budget < 1.0) {
+    absl::StrAppend(&out, Comment("WARNING: this step draws random numbers (dropout). Below a budget of 1.0 "
+                                  "PyTorch's partitioner may recompute them in backward with fresh ones, so the "
+                                  "gradients differ from the step's, silently (pytorch/pytorch#190758, open). Set "
+                                  "dropout to 0, or use --emit torch, whose checkpoints restore the random state."));
+  }
   if (budget >= 1.0) absl::StrAppend(&out, Comment("1.00 is PyTorch's default: nothing to set."));
   return out;
 }
@@ -542,6 +568,110 @@ double ActivationMemoryBudget(const StackPlan& plan) {
   if (plan.all.total() == 0) return 1.0;
   const double fraction = static_cast<double>(plan.all.kept) / static_cast<double>(plan.all.total());
   return std::floor(fraction * 100 + 1e-9) / 100;
+}
+
+namespace {
+
+// The step's forward ops of `layer`, and of its attention core (the ops from
+// its first core op to its last: the attention function's call).
+struct LayerOps {
+  std::vector<CheckpointRegion> layers;  // in layer order
+
+  const CheckpointRegion* Of(int layer) const {
+    for (const CheckpointRegion& r : layers) {
+      if (r.layer == layer) return &r;
+    }
+    return nullptr;
+  }
+};
+
+absl::StatusOr<CheckpointRegion> LayerRegion(const LayerOps& ops, int layer) {
+  const CheckpointRegion* r = ops.Of(layer);
+  if (r == nullptr) {
+    return absl::UnimplementedError(absl::StrFormat("layer %d's ops are not one run of the step (a block called "
+                                                    "more than once)", layer));
+  }
+  return CheckpointRegion{.layer = layer, .first = r->first, .last = r->last};
+}
+
+absl::StatusOr<CheckpointRegion> CoreRegion(const Graph& step, const LayerOps& ops, int layer) {
+  HEADROOM_ASSIGN_OR_RETURN(CheckpointRegion whole, LayerRegion(ops, layer));
+  CheckpointRegion core{.layer = layer};
+  for (OpId o = whole.first; o <= whole.last; ++o) {
+    if (!step.op(o).attention_core) continue;
+    if (core.first == kNone) core.first = o;
+    core.last = o;
+  }
+  if (core.first == kNone) {
+    return absl::UnimplementedError(absl::StrFormat("layer %d has no eager attention core", layer));
+  }
+  return core;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<CheckpointRegion>> SettingsRegions(EmitFormat format, const StackPlan& plan,
+                                                              const Graph& step) {
+  const LayerOps ops{.layers = LayerRegions(step)};
+  std::vector<CheckpointRegion> regions;
+  auto whole_layers = [&](const std::vector<int>& layers) -> absl::Status {
+    for (int layer : layers) {
+      HEADROOM_ASSIGN_OR_RETURN(CheckpointRegion r, LayerRegion(ops, layer));
+      regions.push_back(r);
+    }
+    return absl::OkStatus();
+  };
+  auto cores = [&](const std::vector<int>& layers) -> absl::Status {
+    for (int layer : layers) {
+      HEADROOM_ASSIGN_OR_RETURN(CheckpointRegion r, CoreRegion(step, ops, layer));
+      regions.push_back(r);
+    }
+    return absl::OkStatus();
+  };
+  switch (format) {
+    case EmitFormat::kTorch: {
+      if (!plan.LayersWith(LayerTreatment::kOffload).empty()) {
+        return absl::UnimplementedError("its save_on_cpu layers' copies are not modeled");
+      }
+      HEADROOM_RETURN_IF_ERROR(whole_layers(plan.LayersWith(LayerTreatment::kFull)));
+      HEADROOM_RETURN_IF_ERROR(cores(plan.LayersWith(LayerTreatment::kSelective)));
+      break;
+    }
+    case EmitFormat::kHf: {
+      if (!EveryLayerFull(plan)) return absl::UnimplementedError("it sets nothing for this plan");
+      std::vector<int> all;
+      for (const LayerPlan& l : plan.layers) all.push_back(l.layer);
+      HEADROOM_RETURN_IF_ERROR(whole_layers(all));
+      break;
+    }
+    case EmitFormat::kMegatron: {
+      const std::vector<int> full = plan.LayersWith(LayerTreatment::kFull);
+      const std::vector<int> selective = plan.LayersWith(LayerTreatment::kSelective);
+      if (full.empty() && selective.size() == plan.layers.size()) {
+        HEADROOM_RETURN_IF_ERROR(cores(selective));
+      } else if (selective.empty() && UniformChunk(plan) > 0) {
+        const int chunk = UniformChunk(plan);
+        for (size_t i = 0; i < plan.layers.size(); i += static_cast<size_t>(chunk)) {
+          const size_t end = std::min(plan.layers.size(), i + static_cast<size_t>(chunk));
+          HEADROOM_ASSIGN_OR_RETURN(CheckpointRegion first, LayerRegion(ops, plan.layers[i].layer));
+          HEADROOM_ASSIGN_OR_RETURN(CheckpointRegion last, LayerRegion(ops, plan.layers[end - 1].layer));
+          regions.push_back({.layer = first.layer, .first = first.first, .last = last.last});
+        }
+      } else if (selective.empty() && BlockLayers(plan) > 0) {
+        HEADROOM_RETURN_IF_ERROR(whole_layers(full));
+      } else {
+        return absl::UnimplementedError("its flags cannot express this plan");
+      }
+      break;
+    }
+    case EmitFormat::kDeepSpeed:
+      return absl::UnimplementedError("DeepSpeed checkpoints where the model's own code calls it");
+    case EmitFormat::kTorchBudget:
+      return absl::UnimplementedError("torch.compile's partitioner chooses what it saves");
+  }
+  std::sort(regions.begin(), regions.end(),
+            [](const CheckpointRegion& a, const CheckpointRegion& b) { return a.first < b.first; });
+  return regions;
 }
 
 std::string EmitPlan(EmitFormat format, const StackPlan& plan, const EmitContext& context) {

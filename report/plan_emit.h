@@ -18,10 +18,14 @@
 //    replay only the attention core; no Hugging Face module holds just the
 //    core (`self_attn` also holds the q/k/v and output projections), so the
 //    snippet checkpoints the attention function through transformers'
-//    AttentionInterface, for the listed layers only.
-//  - hf: model.gradient_checkpointing_enable() when the plan is exactly one
-//    checkpoint per layer and nothing else (StackPlan::UniformFull), else a
-//    statement that the switch cannot express the plan.
+//    AttentionInterface, for the listed layers only, and registers the
+//    eager causal mask for it with AttentionMaskInterface (transformers 4.53
+//    and later build none for an attention implementation they do not know).
+//    Offloaded layers are refused at run time on a CPU, where save_on_cpu's
+//    copies would stay in the same memory.
+//  - hf: model.gradient_checkpointing_enable() whenever every layer is fully
+//    checkpointed (the departures from one checkpoint per layer noted),
+//    else a statement that the switch cannot express the plan.
 //  - megatron: --recompute-granularity/--recompute-method/
 //    --recompute-num-layers. full+uniform N: every layer, in chunks of N
 //    layers from the first (the last chunk may be shorter); full+block N:
@@ -63,6 +67,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "planner/selective_checkpoint.h"
 #include "report/layer_plan.h"
 
 namespace headroom {
@@ -72,11 +77,33 @@ std::string_view EmitFormatName(EmitFormat format);  // "torch", "hf", "megatron
 absl::StatusOr<EmitFormat> ParseEmitFormat(std::string_view name);
 
 struct EmitContext {
-  std::string title;       // what the plan is, for the first comment line ("gpt2, chen-greedy, ...")
+  // What the plan is, and the peak of what the settings run, for the first
+  // comment line ("gpt2, chen-greedy, ...").
+  std::string title;
   // Hugging Face model_type ("llama", "gpt2"): the module the selective
   // snippet imports eager_attention_forward from. Empty when unknown.
   std::string model_type;
+  // The step draws random numbers (dropout): a compiler that recomputes them
+  // must draw the same ones.
+  bool has_random_ops = false;
 };
+
+// Note [Emitted settings' peak]
+// Each format prints the peak of what its settings run, not of the plan they
+// approximate: the checkpoints the settings make, as regions of the step's
+// forward ops, realized as PyTorch runs them (RealizeFullCheckpoints in
+// planner/selective_checkpoint.h) and evaluated. torch: each fully
+// checkpointed layer, and each selective layer's attention core (the
+// attention function); hf: every layer, when it prints
+// gradient_checkpointing_enable(); megatron: its chunks (uniform), its first
+// layers (block) or every layer's attention core (selective). Where the
+// settings offload (torch's save_on_cpu layers, DeepSpeed's checkpointing in
+// the model's own code) or a compiler chooses (torch-budget), what runs is not
+// modeled: Unimplemented says why, and the output gives the plan's peak as
+// the plan's. So does a format that cannot express the plan (it prints no
+// settings).
+absl::StatusOr<std::vector<CheckpointRegion>> SettingsRegions(EmitFormat format, const StackPlan& plan,
+                                                              const Graph& step);
 
 // The settings of `format` for `plan` (Note [Emit formats]).
 std::string EmitPlan(EmitFormat format, const StackPlan& plan, const EmitContext& context);

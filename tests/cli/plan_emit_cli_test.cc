@@ -24,8 +24,8 @@ TEST(PlanEmitCli, EveryFormatForGpt2AtSixtyPercent) {
   };
   const Case cases[] = {
       {"torch", "def apply_plan(model):"},
-      {"hf", "gradient_checkpointing_enable()"},
-      {"megatron", "# headroom plan --emit megatron: gpt2, chen-greedy, peak"},
+      {"hf", "model.gradient_checkpointing_enable("},
+      {"megatron", "# headroom plan --emit megatron: gpt2, chen-greedy plan; these settings peak at"},
       {"deepspeed", "\"activation_checkpointing\": {"},
       {"torch-budget", "torch._functorch.config.activation_memory_budget = 0."},
   };
@@ -39,19 +39,25 @@ TEST(PlanEmitCli, EveryFormatForGpt2AtSixtyPercent) {
   }
 }
 
-// Hugging Face's switch is printed only for a uniform plan (tests/report/
-// plan_emit_test.cc has one); nothing to enable for store-all, and a plain
-// statement for chen-greedy's, whose layers each keep part of their activations.
-TEST(PlanEmitCli, HfSaysWhenItsSwitchCannotExpressThePlan) {
+// Hugging Face's switch is printed whenever the plan checkpoints every layer
+// ([10]: chen-greedy's at 60% does, each layer keeping part of its
+// activations), with the peak of what the switch runs; nothing to enable for
+// store-all, and a plain statement where layers keep everything.
+TEST(PlanEmitCli, HfPrintsTheSwitchWhereEveryLayerIsCheckpointedAndItsPeak) {
   auto keep = RunHeadroom({"plan", "--model", "gpt2", "--budget", "100%", "--strategy", "store-all", "--emit", "hf"});
   ASSERT_EQ(keep.exit_code, 0) << keep.err;
   EXPECT_THAT(keep.out, HasSubstr("leave gradient checkpointing off"));
   auto greedy = RunHeadroom({"plan", "--model", "gpt2", "--attention", "eager", "--budget", "60%", "--strategy",
                              "chen-greedy", "--emit", "hf"});
   ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
-  EXPECT_THAT(greedy.out, HasSubstr("it cannot express this plan"));
-  EXPECT_THAT(greedy.out, HasSubstr("Use --emit torch"));
-  EXPECT_THAT(greedy.out, Not(HasSubstr("model.gradient_checkpointing_enable(")));
+  EXPECT_THAT(greedy.out, HasSubstr("model.gradient_checkpointing_enable("));
+  EXPECT_THAT(greedy.out, HasSubstr("these settings peak at"));
+  auto some = RunHeadroom({"plan", "--model", "gpt2", "--attention", "eager", "--budget", "90%", "--strategy",
+                           "chain-dp", "--emit", "hf"});
+  ASSERT_EQ(some.exit_code, 0) << some.err;
+  EXPECT_THAT(some.out, HasSubstr("it cannot express this plan"));
+  EXPECT_THAT(some.out, HasSubstr("it sets nothing for this plan"));
+  EXPECT_THAT(some.out, Not(HasSubstr("model.gradient_checkpointing_enable(")));
 }
 
 TEST(PlanEmitCli, LlamaTorchSnippetNamesItsLayers) {

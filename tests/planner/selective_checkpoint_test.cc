@@ -255,6 +255,29 @@ TEST(SelectiveCheckpoint, ReplaysOutsideTheBlocksAndOffloadsAreDropped) {
               ::testing::HasSubstr("every op must be computed once"));
 }
 
+TEST(SelectiveCheckpoint, FullCheckpointsReplayEachRegionUpToItsLastSave) {
+  // What torch.utils.checkpoint around layer 0, and around both layers as one, runs.
+  TwoLayers t;
+  const Graph& step = t.step;
+  const std::vector<CheckpointRegion> layers = LayerRegions(step);
+  ASSERT_EQ(layers.size(), 2u);
+  absl::StatusOr<SelectiveCheckpoint> one = RealizeFullCheckpoints(step, {layers[0]});
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->regions.size(), 1u);
+  EXPECT_EQ(Policy(one->regions[0]), "rrrr");
+  EXPECT_EQ(ReplayedOps(one->schedule).size(), 3u);  // not the add after the last save
+  const CheckpointRegion both{.layer = 0, .first = layers[0].first, .last = layers[1].last};
+  absl::StatusOr<SelectiveCheckpoint> joined = RealizeFullCheckpoints(step, {both});
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(ReplayedOps(joined->schedule).size(), 7u);  // both layers up to the second's last save
+  // Regions out of order, or holding a backward op, are refused by name.
+  EXPECT_THAT(RealizeFullCheckpoints(step, {layers[1], layers[0]}).status().message(),
+              ::testing::HasSubstr("must be ascending"));
+  const CheckpointRegion into_backward{.first = layers[1].first, .last = static_cast<OpId>(step.num_ops() - 1)};
+  EXPECT_THAT(RealizeFullCheckpoints(step, {into_backward}).status().message(),
+              ::testing::HasSubstr("is not a forward op"));
+}
+
 TEST(SelectiveCheckpoint, WhatPyTorchRunsIsWhatThePlannerEvaluatesAndItFits) {
   // Every strategy under the torch runner: the schedule reported is the
   // realized one (its replays are whole block prefixes), and it fits.

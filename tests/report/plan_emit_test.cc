@@ -128,13 +128,20 @@ TEST(EmitHf, UniformPlanIsTheSwitch) {
   EXPECT_THAT(out, Not(HasSubstr("cannot")));
 }
 
+// [10]: a plan that checkpoints every layer is what the switch runs, whatever
+// else it does (segments of layers here); the notes say how the plan differs.
+TEST(EmitHf, EveryLayerCheckpointedIsTheSwitchWithTheDepartures) {
+  const std::string out = Emit(EmitFormat::kHf, ModeSchedule(CheckpointMode::kEveryK, 2));
+  EXPECT_THAT(out, HasSubstr("model.gradient_checkpointing_enable("));
+  EXPECT_THAT(out, HasSubstr("where the plan does more or less (below), the switch's peak is the one above"));
+}
+
 TEST(EmitHf, OtherPlansCannotBeExpressed) {
   struct Case {
     Schedule schedule;
     std::string why;
   };
   const Case cases[] = {
-      {ModeSchedule(CheckpointMode::kEveryK, 2), "layers 0-1, 2-3 are replayed as one segment each"},
       {ModeSchedule(CheckpointMode::kSelective), "layers 0-3 replay only the attention core"},
       {LayersSchedule({0, 1}), "layers 2-3 keep their activations"},
       {HybridSchedule(), "offload to host memory"},
