@@ -56,7 +56,7 @@ DecoderNames DecoderNamesOf(const ModelConfig& c);
 // Leaf module names PEFT targets by default (its
 // TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): the attention query
 // and value projections.
-std::vector<std::string> DefaultLoraTargets(const ModelConfig& c);
+std::vector<std::string> DefaultLoraTargets(const ModelConfig& c, const TransformersVersion& transformers);
 
 class Builder {
  public:
@@ -78,7 +78,7 @@ class Builder {
         for_causal_lm_loss_(UsesForCausalLmLoss(config, options.runtime)) {
     if (o_.lora.enabled()) {
       const std::vector<std::string> targets =
-          o_.lora.target_modules.empty() ? DefaultLoraTargets(c_) : o_.lora.target_modules;
+          o_.lora.target_modules.empty() ? DefaultLoraTargets(c_, o_.runtime.transformers) : o_.lora.target_modules;
       lora_targets_.insert(targets.begin(), targets.end());
     }
   }

@@ -56,7 +56,9 @@ DecoderNames DecoderNamesOf(const ModelConfig& c) {
   return {};
 }
 
-std::vector<std::string> DefaultLoraTargets(const ModelConfig& c) {
+std::vector<std::string> DefaultLoraTargets(const ModelConfig& c, const TransformersVersion& transformers) {
+  // Note [ViT in transformers 5.9]: the query and value projections' new names.
+  if (c.model_type == "vit" && transformers.AtLeast(5, 9)) return {"q_proj", "v_proj"};
   if (c.model_type == "gpt2" || c.model_type == "gpt_bigcode") return {"c_attn"};
   if (c.model_type == "gpt_neox" || c.model_type == "falcon" || c.model_type == "bloom") return {"query_key_value"};
   if (c.model_type == "phi3") return {"qkv_proj"};

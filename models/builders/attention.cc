@@ -198,8 +198,12 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     }
     out_module = prefix + "self_attention.dense";
   } else {
-    const bool bert = c_.model_type == "bert" || c_.model_type == "roberta", vit = c_.model_type == "vit";
-    const std::string base = prefix + (bert ? "attention.self." : vit ? "attention.attention." : "self_attn.");
+    const bool bert = c_.model_type == "bert" || c_.model_type == "roberta";
+    // Note [ViT in transformers 5.9]: q_proj, k_proj, v_proj and o_proj under `attention` from 5.9.
+    const bool vit = c_.model_type == "vit" && !o_.runtime.transformers.AtLeast(5, 9);
+    const bool vit59 = c_.model_type == "vit" && !vit;
+    const std::string base =
+        prefix + (bert ? "attention.self." : vit ? "attention.attention." : vit59 ? "attention." : "self_attn.");
     const std::string qn = bert || vit ? "query" : "q_proj", kn = bert || vit ? "key" : "k_proj",
                       vn = bert || vit ? "value" : "v_proj";
     if (c_.fused_qkv) {

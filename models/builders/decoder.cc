@@ -94,8 +94,9 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
       up_name = "mlp.c_fc", down_name = "mlp.c_proj";  // GPT-2's names on nn.Linear
     } else if (c_.model_type == "opt") {
       up_name = "fc1", down_name = "fc2";
-    } else if (c_.model_type.starts_with("clip_") || c_.model_type.starts_with("siglip_")) {
-      up_name = "mlp.fc1", down_name = "mlp.fc2";  // CLIPMLP, SiglipMLP
+    } else if (c_.model_type.starts_with("clip_") || c_.model_type.starts_with("siglip_") ||
+               (c_.model_type == "vit" && o_.runtime.transformers.AtLeast(5, 9))) {
+      up_name = "mlp.fc1", down_name = "mlp.fc2";  // CLIPMLP, SiglipMLP; ViTMLP (Note [ViT in transformers 5.9])
     } else if (c_.model_type == "gptj") {
       up_name = "mlp.fc_in", down_name = "mlp.fc_out";
     } else if (c_.model_type == "gpt_neox" || c_.model_type == "falcon" || c_.model_type == "bloom") {

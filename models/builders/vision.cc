@@ -56,9 +56,17 @@ absl::StatusOr<TensorId> Builder::VisionBody(const std::string& root, int first_
   x = e_.Dropout(embed + "dropout", x, c_.embedding_dropout);
   if (clip) x = LayerNormModule(root + "pre_layrnorm", x);  // sic, transformers' name
   if (hidden_states != nullptr) hidden_states->push_back(x);
+  // Note [ViT in transformers 5.9]
+  // transformers 5.9 rewrote ViT's modules (modeling_vit.py of the 5.8.1 and
+  // 5.9.0 wheels): the blocks moved from vit.encoder.layer.N to vit.layers.N,
+  // the attention's query/key/value and output.dense became q_proj, k_proj,
+  // v_proj and o_proj, and intermediate.dense/output.dense became mlp.fc1 and
+  // mlp.fc2. The tensors each block keeps are the same (the tracer's check).
+  const bool vit59 = vit && o_.runtime.transformers.AtLeast(5, 9);
   for (int64_t i = 0; i < c_.num_layers; ++i) {
     e_.set_layer(first_layer + static_cast<int>(i));
-    const std::string p = absl::StrFormat("%sencoder.%s.%d.", root, vit ? "layer" : "layers", i);
+    const std::string p = vit59 ? absl::StrFormat("%slayers.%d.", root, i)
+                                : absl::StrFormat("%sencoder.%s.%d.", root, vit ? "layer" : "layers", i);
     TensorId attn = Attention(p, LayerNormModule(p + (vit ? "layernorm_before" : "layer_norm1"), x), kNone);
     attn = e_.Dropout(p + "attention.output.dropout", attn, c_.hidden_dropout);
     x = e_.Add(p + "attention_residual", attn, x);

@@ -94,26 +94,36 @@ TEST(VisionFamilies, VitEmbedsPatchesAndAttendsOverThem) {
   EXPECT_EQ(ShapeOf(g, "vit.embeddings.cls_token"), (std::vector<int64_t>{1, 1, 768}));
   EXPECT_EQ(ShapeOf(g, "vit.embeddings.position_embeddings"), (std::vector<int64_t>{1, 197, 768}));
   EXPECT_EQ(ShapeOf(g, "classifier.weight"), (std::vector<int64_t>{1000, 768}));
+  // Note [ViT in transformers 5.9]: the names of transformers 5.24 (the default), and of 4.46.
+  for (const char* name :
+       {"vit.layers.1.layernorm_before.weight", "vit.layers.1.attention.q_proj.weight",
+        "vit.layers.1.attention.k_proj.bias", "vit.layers.1.attention.v_proj.weight",
+        "vit.layers.1.attention.o_proj.weight", "vit.layers.1.layernorm_after.bias", "vit.layers.1.mlp.fc1.weight",
+        "vit.layers.1.mlp.fc2.weight", "vit.layernorm.weight", "classifier.bias"}) {
+    EXPECT_NE(FindTensor(g, name), nullptr) << name;
+  }
+  const Graph g446 = Build(c, {.batch = 2, .seq_len = 8, .attention = AttentionImpl::kEager,
+                               .runtime = {.transformers = {.major = 4, .minor = 46}}});
   for (const char* name :
        {"vit.encoder.layer.1.layernorm_before.weight", "vit.encoder.layer.1.attention.attention.query.weight",
         "vit.encoder.layer.1.attention.attention.key.bias", "vit.encoder.layer.1.attention.attention.value.weight",
         "vit.encoder.layer.1.attention.output.dense.weight", "vit.encoder.layer.1.layernorm_after.bias",
-        "vit.encoder.layer.1.intermediate.dense.weight", "vit.encoder.layer.1.output.dense.weight",
-        "vit.layernorm.weight", "classifier.bias"}) {
-    EXPECT_NE(FindTensor(g, name), nullptr) << name;
+        "vit.encoder.layer.1.intermediate.dense.weight", "vit.encoder.layer.1.output.dense.weight"}) {
+    EXPECT_NE(FindTensor(g446, name), nullptr) << name;
   }
+  EXPECT_EQ(g446.ParameterCount(), g.ParameterCount());
   EXPECT_EQ(FindTensor(g, "vit.pooler.dense.weight"), nullptr);  // ViTForImageClassification builds no pooler
   // The patch convolution: kernel and stride 16 over the 224-pixel image, a 14 x 14 grid.
   const Op* conv = FindOp(g, "vit.embeddings.patch_embeddings.projection");
   ASSERT_NE(conv, nullptr);
   EXPECT_EQ(conv->kind, "conv2d");
   EXPECT_EQ(g.tensor(conv->outputs[0]).shape, (std::vector<int64_t>{2, 768, 14, 14}));
-  const Op* scores = FindOp(g, "vit.encoder.layer.1.attn_core.qk");
+  const Op* scores = FindOp(g, "vit.layers.1.attn_core.qk");
   ASSERT_NE(scores, nullptr);
   EXPECT_EQ(g.tensor(scores->outputs[0]).shape, (std::vector<int64_t>{2, 12, 197, 197}));
   EXPECT_EQ(scores->layer, 1);
   // Pre-norm: each block's first op normalizes the residual stream.
-  const Op* norm = FindOp(g, "vit.encoder.layer.0.layernorm_before");
+  const Op* norm = FindOp(g, "vit.layers.0.layernorm_before");
   ASSERT_NE(norm, nullptr);
   EXPECT_EQ(norm->kind, "layer_norm");
   // The loss is cross-entropy over the 1000 classes of the class token.
@@ -134,7 +144,7 @@ TEST(VisionFamilies, HeadlessVitPoolsAndTrainsWithAClassifier) {
   const Graph inference = Build(*c, {.batch = 1, .training = false});
   EXPECT_NE(FindTensor(inference, "pooler.dense.weight"), nullptr);
   EXPECT_EQ(FindTensor(inference, "classifier.weight"), nullptr);
-  EXPECT_NE(FindTensor(inference, "encoder.layer.1.attention.attention.query.weight"), nullptr);
+  EXPECT_NE(FindTensor(inference, "layers.1.attention.q_proj.weight"), nullptr);
   const Graph training = Build(*c, {.batch = 4});
   EXPECT_EQ(FindTensor(training, "pooler.dense.weight"), nullptr);
   EXPECT_EQ(ShapeOf(training, "classifier.weight"), (std::vector<int64_t>{2, 64}));
