@@ -43,18 +43,24 @@ void Add(SavedBytes& to, Fate fate, uint64_t bytes) {
   }
 }
 
-// "model.layers.7.mlp.up_proj" -> "model.layers.7" for layer 7; "" when no
-// dotted component after the first is the layer's index.
+// "model.layers.7.mlp.up_proj" -> "model.layers.7" for layer 7; where no
+// dotted component after the first is the layer's index, the path up to the
+// first numbered one ("decoder.block.0" for T5's layer 4); else "".
 std::string ModuleOf(std::string_view op_name, int layer) {
   const std::string index = std::to_string(layer);
+  std::string first_numbered;  // a stack after another counts its layers on (T5's decoder.block.0 is layer 4)
   size_t start = 0;
   while (start < op_name.size()) {
     size_t end = op_name.find('.', start);
     if (end == std::string_view::npos) end = op_name.size();
-    if (start > 0 && op_name.substr(start, end - start) == index) return std::string(op_name.substr(0, end));
+    const std::string_view part = op_name.substr(start, end - start);
+    if (start > 0 && part == index) return std::string(op_name.substr(0, end));
+    const bool numbered =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (start > 0 && numbered && first_numbered.empty()) first_numbered = op_name.substr(0, end);
     start = end + 1;
   }
-  return "";
+  return first_numbered;
 }
 
 // Note [Layer classification], given the layer's byte sums.

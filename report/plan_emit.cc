@@ -225,32 +225,35 @@ std::string EmitTorch(const StackPlan& plan, const EmitContext& context) {
                               "device: %s more than the plan.",
                               LayersPhrase(offloaded_inputs), FormatBytes(offloaded_input_bytes))));
   }
-  const bool per_module = !full.empty() || !offload.empty();
-  if (per_module) {
-    absl::StrAppend(&out, "import functools\n\nimport torch\nfrom torch.utils.checkpoint import checkpoint\n\n");
-    absl::StrAppend(&out, "# Replayed whole in backward: torch.utils.checkpoint around each layer.\n",
-                    PythonList("CHECKPOINT", full));
-    absl::StrAppend(&out, "# Saved activations kept in pinned host memory during forward and backward.\n",
-                    PythonList("OFFLOAD", offload));
-    absl::StrAppend(&out,
-                    "\n\ndef _saved_on_cpu(forward):\n"
-                    "    def run(*args, **kwargs):\n"
-                    "        with torch.autograd.graph.save_on_cpu(pin_memory=True):\n"
-                    "            return forward(*args, **kwargs)\n"
-                    "    return run\n\n\n"
-                    "def apply_plan(model):\n"
-                    "    if OFFLOAD and next(model.parameters()).device.type == \"cpu\":\n"
-                    "        raise RuntimeError(\"offloading to host memory needs a GPU: on a CPU the copies would stay in \"\n"
-                    "                           \"the same memory, beside the tensors they copy\")\n"
-                    "    for name in CHECKPOINT:\n"
-                    "        layer = model.get_submodule(name)\n"
-                    "        layer.forward = functools.partial(checkpoint, layer.forward, use_reentrant=False)\n"
-                    "    for name in OFFLOAD:\n"
-                    "        layer = model.get_submodule(name)\n"
-                    "        layer.forward = _saved_on_cpu(layer.forward)\n");
-  }
+  const std::vector<std::string> selective_modules = ModulesOf(plan, LayerTreatment::kSelective, &unknown);
+  absl::StrAppend(&out, "import functools\n\nimport torch\nfrom torch.utils.checkpoint import checkpoint\n\n",
+                  "# Replayed whole in backward: torch.utils.checkpoint around each layer.\n",
+                  PythonList("CHECKPOINT", full),
+                  "# Saved activations kept in pinned host memory during forward and backward.\n",
+                  PythonList("OFFLOAD", offload),
+                  "# Only the attention core replayed (selective_attention below).\n",
+                  PythonList("SELECTIVE", selective_modules));
+  absl::StrAppend(&out,
+                  "\n\ndef _saved_on_cpu(forward):\n"
+                  "    def run(*args, **kwargs):\n"
+                  "        with torch.autograd.graph.save_on_cpu(pin_memory=True):\n"
+                  "            return forward(*args, **kwargs)\n"
+                  "    return run\n\n\n"
+                  "def apply_plan(model):\n"
+                  "    if OFFLOAD and next(model.parameters()).device.type == \"cpu\":\n"
+                  "        raise RuntimeError(\"offloading to host memory needs a GPU: on a CPU the copies \"\n"
+                  "                           \"would stay in the same memory, beside the tensors they copy\")\n"
+                  "    for name in CHECKPOINT:\n"
+                  "        layer = model.get_submodule(name)\n"
+                  "        layer.forward = functools.partial(checkpoint, layer.forward, use_reentrant=False)\n"
+                  "    for name in OFFLOAD:\n"
+                  "        layer = model.get_submodule(name)\n"
+                  "        layer.forward = _saved_on_cpu(layer.forward)\n"
+                  "    for name in SELECTIVE:  # its attention modules, however the model numbers them\n"
+                  "        for module in model.get_submodule(name).modules():\n"
+                  "            module.headroom_selective = True\n");
   if (!selective.empty()) {
-    absl::StrAppend(&out, per_module ? "\n\n" : "",
+    absl::StrAppend(&out, "\n\n",
                     Comment(absl::StrFormat(
                         "Selective recomputation (Korthikanti et al. 2022) in %s: only the attention core is "
                         "replayed (QK^T, scale and mask, softmax, dropout on the probabilities, probs @ V); the "
@@ -265,16 +268,12 @@ std::string EmitTorch(const StackPlan& plan, const EmitContext& context) {
     }
     std::string type = context.model_type.empty() ? "llama" : context.model_type;
     if (type == "gemma3_text") type = "gemma3";  // Gemma3ForCausalLM lives in transformers.models.gemma3
-    absl::StrAppend(&out, per_module ? "" : "from torch.utils.checkpoint import checkpoint\n",
-                    "from transformers import AttentionInterface\n",
-                    absl::StrFormat("from transformers.models.%s.modeling_%s import eager_attention_forward\n\n",
+    absl::StrAppend(&out, "from transformers import AttentionInterface\n",
+                    absl::StrFormat("from transformers.models.%s.modeling_%s import eager_attention_forward\n",
                                     type, type));
-    std::vector<std::string> indices;
-    for (int layer : selective) indices.push_back(absl::StrCat(layer));
-    absl::StrAppend(&out, "SELECTIVE_LAYERS = {", absl::StrJoin(indices, ", "), "}\n");
     absl::StrAppend(&out,
                     "\n\ndef selective_attention(module, *args, **kwargs):\n"
-                    "    if module.training and module.layer_idx in SELECTIVE_LAYERS:\n"
+                    "    if module.training and getattr(module, \"headroom_selective\", False):\n"
                     "        return checkpoint(eager_attention_forward, module, *args, use_reentrant=False, **kwargs)\n"
                     "    return eager_attention_forward(module, *args, **kwargs)\n\n\n"
                     "AttentionInterface.register(\"headroom_selective\", selective_attention)\n"
@@ -286,11 +285,9 @@ std::string EmitTorch(const StackPlan& plan, const EmitContext& context) {
                     "    pass\n"
                     "# Load the model with from_pretrained(..., attn_implementation=\"headroom_selective\").\n");
   }
-  if (per_module) {
-    absl::StrAppend(&out,
-                    "\n# After loading the model, before training (and without gradient_checkpointing_enable()):\n"
-                    "# apply_plan(model)\n");
-  }
+  absl::StrAppend(&out,
+                  "\n# After loading the model, before training (and without gradient_checkpointing_enable()):\n"
+                  "# apply_plan(model)\n");
   return out;
 }
 

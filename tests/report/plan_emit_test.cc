@@ -78,17 +78,19 @@ TEST(EmitTorch, FullCheckpointWrapsEveryLayer) {
   EXPECT_THAT(out, HasSubstr("\"transformer.h.0\", \"transformer.h.1\", \"transformer.h.2\", \"transformer.h.3\","));
   EXPECT_THAT(out, HasSubstr("functools.partial(checkpoint, layer.forward, use_reentrant=False)"));
   EXPECT_THAT(out, HasSubstr("OFFLOAD = []"));
-  EXPECT_THAT(out, Not(HasSubstr("SELECTIVE_LAYERS")));
+  EXPECT_THAT(out, HasSubstr("SELECTIVE = []"));
+  EXPECT_THAT(out, Not(HasSubstr("AttentionInterface")));
   EXPECT_THAT(out, Not(HasSubstr("one segment")));
 }
 
 TEST(EmitTorch, SelectiveCheckpointsTheAttentionFunction) {
   const std::string out = Emit(EmitFormat::kTorch, ModeSchedule(CheckpointMode::kSelective));
-  EXPECT_THAT(out, Not(HasSubstr("CHECKPOINT")));  // no layer is checkpointed whole
-  EXPECT_THAT(out, Not(HasSubstr("apply_plan")));
-  EXPECT_THAT(out,
-              HasSubstr("from torch.utils.checkpoint import checkpoint\nfrom transformers import AttentionInterface"));
-  EXPECT_THAT(out, HasSubstr("SELECTIVE_LAYERS = {0, 1, 2, 3}"));
+  EXPECT_THAT(out, HasSubstr("CHECKPOINT = []"));  // no layer is checkpointed whole
+  // The selective blocks are marked by module (an encoder-decoder numbers its attention layers per stack).
+  EXPECT_THAT(out, HasSubstr("\"transformer.h.0\", \"transformer.h.1\", \"transformer.h.2\", \"transformer.h.3\","));
+  EXPECT_THAT(out, HasSubstr("module.headroom_selective = True"));
+  EXPECT_THAT(out, HasSubstr("if module.training and getattr(module, \"headroom_selective\", False):"));
+  EXPECT_THAT(out, HasSubstr("from transformers import AttentionInterface"));
   EXPECT_THAT(out, HasSubstr("from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward"));
   EXPECT_THAT(out, HasSubstr("AttentionInterface.register(\"headroom_selective\", selective_attention)"));
   EXPECT_THAT(out, HasSubstr("QK^T, scale and mask, softmax, dropout on the probabilities, probs @ V"));
