@@ -45,7 +45,7 @@ class Region:
     def policy_function(self):
         """A fresh policy for one call of the block (the counter starts at its first op)."""
         from torch.utils.checkpoint import CheckpointPolicy
-        position = {False: 0, True: 0}  # PyTorch before 2.9 also asks during the replay
+        position = {False: 0, True: 0}  # earlier PyTorch 2.x also asks during the replay (is_recompute)
 
         def policy(ctx, func, *args, **kwargs):
             i = position[ctx.is_recompute]
@@ -71,12 +71,9 @@ class AppliedPlan:
         try:
             for region in regions:
                 self._wrap(model, region)
-            config = getattr(model, "config", None)
-            if getattr(config, "use_cache", None):
-                # A key/value cache the replay would extend twice; Hugging Face turns it off under gradient
-                # checkpointing too, and the plan was traced without it.
-                config.use_cache = False
-                self._restore.append(lambda: setattr(config, "use_cache", True))
+            # A key/value cache the replay would extend twice; Hugging Face turns it off under gradient
+            # checkpointing too, and the plan was traced without it.
+            self._restore.append(kv_cache_off(model))
         except Exception:
             self.remove()
             raise
@@ -111,6 +108,20 @@ class AppliedPlan:
         """Restores the model's blocks as they were; safe to call twice."""
         while self._restore:
             self._restore.pop()()
+
+
+def kv_cache_off(model):
+    """Turns off the key/value cache of every config the model's modules hold (T5's decoder has its own copy);
+    returns what turns them back on."""
+    configs = {id(c): c for m in model.modules() for c in [getattr(m, "config", None)]
+               if getattr(c, "use_cache", None)}
+    for c in configs.values():
+        c.use_cache = False
+
+    def restore():
+        for c in configs.values():
+            c.use_cache = True
+    return restore
 
 
 def _require_selective_checkpointing():

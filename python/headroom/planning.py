@@ -16,7 +16,7 @@ import tempfile
 import torch
 
 from . import _native
-from .applying import AppliedPlan, Region, applied
+from .applying import AppliedPlan, Region, applied, kv_cache_off
 from .trace import trace_model
 from .trace.recorder import block_of
 
@@ -182,12 +182,8 @@ def _precision(model):
 @contextlib.contextmanager
 def _without_kv_cache(model):
     """Traced as applied: without a key/value cache (applying.AppliedPlan turns it off)."""
-    config = getattr(model, "config", None)
-    if not getattr(config, "use_cache", None):
-        yield
-        return
-    config.use_cache = False
+    restore = kv_cache_off(model)
     try:
         yield
     finally:
-        config.use_cache = True
+        restore()
