@@ -99,16 +99,16 @@ class RegionPolicy {
 
   bool InRegion(OpId o) const { return o != kNone && o >= r_.first && o <= r_.last; }
   std::vector<bool>::reference Save(OpId o) { return r_.save[static_cast<size_t>(o - r_.first)]; }
-  bool Replayed(OpId o) { return o <= r_.last_saving && !Save(o); }
+  bool Replayed(OpId o) const { return o <= r_.last_saving && !r_.save[static_cast<size_t>(o - r_.first)]; }
 
   std::vector<OpId> IntermediateReaders(TensorId storage, const WriteGroup& group) const {
     std::vector<OpId> readers;
     for (OpId o = group.members.front() + 1; o < group.members.back(); ++o) {
       if (std::find(group.members.begin(), group.members.end(), o) != group.members.end()) continue;
       const Op& op = step_.op(o);
-      if (std::any_of(op.inputs.begin(), op.inputs.end(), [&](TensorId in) { return step_.storage(in) == storage; })) {
-        readers.push_back(o);
-      }
+      const bool reads = std::any_of(op.inputs.begin(), op.inputs.end(),
+                                     [&](TensorId in) { return step_.storage(in) == storage; });
+      if (reads) readers.push_back(o);
     }
     return readers;
   }
