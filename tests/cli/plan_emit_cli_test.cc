@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cli/run_command.h"
@@ -92,18 +93,47 @@ TEST(PlanEmitCli, HybridPlanOffloadsTheLayersItNames) {
 TEST(PlanEmitCli, EmitsALoadedPlan) {
   const std::string path = WriteTempFile("gpt2-emit.plan.json", "");
   const std::vector<std::string> setup = {"plan", "--model", "gpt2", "--attention", "eager", "--budget", "60%",
-                                          "--strategy", "sqrt-n", "--emit", "megatron"};
-  std::vector<std::string> out_args = setup, load_args = setup;
+                                          "--strategy", "sqrt-n"};
+  std::vector<std::string> out_args = setup, load_args = setup, emit_args = setup;
   out_args.insert(out_args.end(), {"--out", path});
-  load_args.insert(load_args.end(), {"--load", path});
-  auto planned = RunHeadroom(out_args);
+  load_args.insert(load_args.end(), {"--load", path, "--emit", "megatron"});
+  emit_args.insert(emit_args.end(), {"--emit", "megatron"});
+  ASSERT_EQ(RunHeadroom(out_args).exit_code, 0);
+  auto planned = RunHeadroom(emit_args);
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
   auto loaded = RunHeadroom(load_args);
   ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
   EXPECT_THAT(loaded.out, HasSubstr("--recompute-method uniform --recompute-num-layers 2\n"));
   // Same settings below the title line.
-  auto body = [](const std::string& s) { return s.substr(s.find('\n')); };
+  auto body = [](const std::string& s) { return s.substr(s.find("12 layers.")); };
   EXPECT_EQ(body(planned.out), body(loaded.out));
+}
+
+// With --emit, --out writes the schedule the printed settings run: loaded back, it is a plan whose peak is the one
+// the settings' line gave (Note [Emitted settings' peak]).
+TEST(PlanEmitCli, OutWithEmitWritesWhatTheSettingsRun) {
+  const std::string path = WriteTempFile("gpt2-settings.plan.json", "");
+  const std::vector<std::string> setup = {"plan", "--model", "gpt2", "--attention", "eager", "--budget", "60%",
+                                          "--strategy", "sqrt-n", "--kernels", "cpu"};
+  std::vector<std::string> emit_args = setup, load_args = setup;
+  emit_args.insert(emit_args.end(), {"--emit", "hf", "--out", path});
+  load_args.insert(load_args.end(), {"--load", path, "--emit", "hf"});
+  auto emitted = RunHeadroom(emit_args);
+  ASSERT_EQ(emitted.exit_code, 0) << emitted.err;
+  auto loaded = RunHeadroom(load_args);
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
+  // The settings' schedule is one checkpoint per layer: its own peak and the switch's are one figure.
+  const std::string text = absl::StrReplaceAll(loaded.out, {{"\n# ", " "}});  // the title wraps at 100 columns
+  const std::string line = text.substr(0, text.find("for a budget"));
+  const size_t at = line.find("peak at ");
+  ASSERT_NE(at, std::string::npos) << loaded.out;
+  const std::string settings = line.substr(at + 8, line.find(" (the plan: ") - at - 8);
+  EXPECT_THAT(line, HasSubstr("(the plan: " + settings + ")"));
+  EXPECT_THAT(absl::StrReplaceAll(emitted.out, {{"\n# ", " "}}), HasSubstr("peak at " + settings));
+  auto not_modeled = RunHeadroom({"plan", "--model", "gpt2", "--budget", "60%", "--strategy", "sqrt-n", "--emit",
+                                  "torch-budget", "--out", path});
+  EXPECT_EQ(not_modeled.exit_code, 2);
+  EXPECT_THAT(not_modeled.err, HasSubstr("--out with --emit torch-budget: what these settings run is not modeled"));
 }
 
 TEST(PlanEmitCli, ErrorsAreOneLineNamingTheInput) {
