@@ -82,37 +82,85 @@ absl::StatusOr<std::vector<PeerFigure>> ParsePeers(const json& peers, const Json
   return figures;
 }
 
-}  // namespace
+// An array of `command` flags.
+absl::StatusOr<std::vector<std::string>> StringArray(const json& doc, std::string_view key, std::string_view command,
+                                                     const JsonPath& root) {
+  HEADROOM_ASSIGN_OR_RETURN(const json* array, RequireField(doc, key, root));
+  if (!array->is_array()) {
+    return (root / key).Error(absl::StrFormat("expected an array of %s flags, got %s", command, JsonTypeName(*array)));
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < array->size(); ++i) {
+    HEADROOM_ASSIGN_OR_RETURN(std::string arg, AsString((*array)[i], root / key / i));
+    out.push_back(std::move(arg));
+  }
+  return out;
+}
 
-absl::StatusOr<ValidationFixture> ParseValidationFixture(std::string_view text, std::string_view path) {
-  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(text, path));
-  const JsonPath root(path);
-  if (!doc.is_object()) return root.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
+absl::StatusOr<const json*> RequireObject(const json& doc, std::string_view key, const JsonPath& root) {
+  HEADROOM_ASSIGN_OR_RETURN(const json* object, RequireField(doc, key, root));
+  if (!object->is_object()) {
+    return (root / key).Error(absl::StrFormat("expected an object, got %s", JsonTypeName(*object)));
+  }
+  return object;
+}
+
+absl::StatusOr<uint64_t> RequirePositive(const json& object, std::string_view key, const JsonPath& path) {
+  HEADROOM_ASSIGN_OR_RETURN(uint64_t value, RequireUint(object, key, path));
+  if (value == 0) return (path / key).Error("must be positive (errors are relative to it)");
+  return value;
+}
+
+absl::StatusOr<AppliedPlanRun> ParseRun(const json& run, const JsonPath& path) {
+  if (!run.is_object()) return path.Error(absl::StrFormat("expected an object, got %s", JsonTypeName(run)));
+  AppliedPlanRun out;
+  HEADROOM_ASSIGN_OR_RETURN(out.budget, RequireNonEmptyString(run, "budget", path));
+  HEADROOM_ASSIGN_OR_RETURN(out.strategy, RequireNonEmptyString(run, "strategy", path));
+  if (Present(run, "error")) {
+    HEADROOM_ASSIGN_OR_RETURN(out.error, RequireNonEmptyString(run, "error", path));
+    return out;
+  }
+  HEADROOM_ASSIGN_OR_RETURN(out.chosen_strategy, RequireNonEmptyString(run, "chosen_strategy", path));
+  HEADROOM_ASSIGN_OR_RETURN(const json* plan, RequireObject(run, "plan", path));
+  HEADROOM_ASSIGN_OR_RETURN(out.plan, ParsePlanFile(plan->dump(), (path / "plan").ToString()));
+  HEADROOM_ASSIGN_OR_RETURN(const json* measured, RequireObject(run, "measured", path));
+  HEADROOM_ASSIGN_OR_RETURN(out.measured.peak_allocated_bytes,
+                            RequirePositive(*measured, "peak_allocated_bytes", path / "measured"));
+  HEADROOM_ASSIGN_OR_RETURN(const json* equal, RequireField(*measured, "gradients_bitwise_equal", path / "measured"));
+  if (!equal->is_boolean()) {
+    return (path / "measured" / "gradients_bitwise_equal")
+        .Error(absl::StrFormat("expected true or false, got %s", JsonTypeName(*equal)));
+  }
+  out.measured.gradients_bitwise_equal = equal->get<bool>();
+  return out;
+}
+
+// The fields every fixture has, and its version.
+absl::Status ParseCommon(const json& doc, const JsonPath& root, std::string& name, std::string& description,
+                         std::string& device) {
   HEADROOM_ASSIGN_OR_RETURN(int64_t version, RequireInt(doc, "headroom_fixture_version", root));
   if (version != kValidationFixtureVersion) {
     return (root / "headroom_fixture_version")
         .Error(absl::StrFormat("version %d is not supported (this headroom reads version %d)", version,
                                kValidationFixtureVersion));
   }
+  HEADROOM_ASSIGN_OR_RETURN(name, RequireNonEmptyString(doc, "name", root));
+  HEADROOM_ASSIGN_OR_RETURN(description, RequireNonEmptyString(doc, "description", root));
+  HEADROOM_ASSIGN_OR_RETURN(device, RequireNonEmptyString(doc, "device", root));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ValidationFixture> ParseValidationFixture(std::string_view text, std::string_view path) {
+  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(text, path));
+  const JsonPath root(path);
+  if (!doc.is_object()) return root.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
   ValidationFixture fixture{.path = std::string(path)};
-  HEADROOM_ASSIGN_OR_RETURN(fixture.name, RequireNonEmptyString(doc, "name", root));
-  HEADROOM_ASSIGN_OR_RETURN(fixture.description, RequireNonEmptyString(doc, "description", root));
-  HEADROOM_ASSIGN_OR_RETURN(fixture.device, RequireNonEmptyString(doc, "device", root));
+  HEADROOM_RETURN_IF_ERROR(ParseCommon(doc, root, fixture.name, fixture.description, fixture.device));
 
-  HEADROOM_ASSIGN_OR_RETURN(const json* args, RequireField(doc, "estimate_args", root));
-  if (!args->is_array()) {
-    return (root / "estimate_args")
-        .Error(absl::StrFormat("expected an array of `headroom estimate` flags, got %s", JsonTypeName(*args)));
-  }
-  for (size_t i = 0; i < args->size(); ++i) {
-    HEADROOM_ASSIGN_OR_RETURN(std::string arg, AsString((*args)[i], root / "estimate_args" / i));
-    fixture.estimate_args.push_back(std::move(arg));
-  }
-
-  HEADROOM_ASSIGN_OR_RETURN(const json* measured, RequireField(doc, "measured", root));
-  if (!measured->is_object()) {
-    return (root / "measured").Error(absl::StrFormat("expected an object, got %s", JsonTypeName(*measured)));
-  }
+  HEADROOM_ASSIGN_OR_RETURN(fixture.estimate_args, StringArray(doc, "estimate_args", "`headroom estimate`", root));
+  HEADROOM_ASSIGN_OR_RETURN(const json* measured, RequireObject(doc, "measured", root));
   HEADROOM_ASSIGN_OR_RETURN(fixture.measured, ParseMeasured(*measured, root / "measured"));
   if (Present(doc, "peers")) {
     HEADROOM_ASSIGN_OR_RETURN(fixture.peers, ParsePeers(doc["peers"], root / "peers"));
@@ -120,6 +168,44 @@ absl::StatusOr<ValidationFixture> ParseValidationFixture(std::string_view text, 
 
   // The model last: its errors come from the model parsers, the fixture's
   // own fields are checked first.
+  HEADROOM_ASSIGN_OR_RETURN(const json* model, RequireField(doc, "model", root));
+  HEADROOM_ASSIGN_OR_RETURN(fixture.model, LoadModelDocument(*model, (root / "model").ToString()));
+  return fixture;
+}
+
+absl::StatusOr<std::string> FixtureKind(std::string_view text, std::string_view path) {
+  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(text, path));
+  const JsonPath root(path);
+  if (!doc.is_object()) return root.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
+  if (!Present(doc, "kind")) return std::string();
+  HEADROOM_ASSIGN_OR_RETURN(std::string kind, RequireString(doc, "kind", root));
+  if (kind != kAppliedPlansKind) {
+    return (root / "kind").Error(absl::StrFormat("unknown fixture kind '%s' (%s, or none for a measured step)",
+                                                 kind, kAppliedPlansKind));
+  }
+  return kind;
+}
+
+absl::StatusOr<AppliedPlansFixture> ParseAppliedPlansFixture(std::string_view text, std::string_view path) {
+  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(text, path));
+  const JsonPath root(path);
+  if (!doc.is_object()) return root.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
+  AppliedPlansFixture fixture{.path = std::string(path)};
+  HEADROOM_RETURN_IF_ERROR(ParseCommon(doc, root, fixture.name, fixture.description, fixture.device));
+  HEADROOM_ASSIGN_OR_RETURN(fixture.job_args, StringArray(doc, "job_args", "`headroom plan`", root));
+  HEADROOM_ASSIGN_OR_RETURN(const json* measured, RequireObject(doc, "measured", root));
+  HEADROOM_ASSIGN_OR_RETURN(fixture.store_all.baseline_bytes,
+                            RequireUint(*measured, "baseline_bytes", root / "measured"));
+  HEADROOM_ASSIGN_OR_RETURN(fixture.store_all.peak_allocated_bytes,
+                            RequirePositive(*measured, "store_all_peak_allocated_bytes", root / "measured"));
+  HEADROOM_ASSIGN_OR_RETURN(const json* plans, RequireField(doc, "plans", root));
+  if (!plans->is_array()) {
+    return (root / "plans").Error(absl::StrFormat("expected an array of runs, got %s", JsonTypeName(*plans)));
+  }
+  for (size_t i = 0; i < plans->size(); ++i) {
+    HEADROOM_ASSIGN_OR_RETURN(AppliedPlanRun run, ParseRun((*plans)[i], root / "plans" / i));
+    fixture.runs.push_back(std::move(run));
+  }
   HEADROOM_ASSIGN_OR_RETURN(const json* model, RequireField(doc, "model", root));
   HEADROOM_ASSIGN_OR_RETURN(fixture.model, LoadModelDocument(*model, (root / "model").ToString()));
   return fixture;

@@ -44,6 +44,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/model_source.h"
+#include "planner/plan_json.h"
 
 namespace headroom {
 
@@ -66,6 +67,9 @@ struct MeasuredStep {
   std::optional<uint64_t> peak_reserved_bytes;
   std::optional<uint64_t> driver_used_bytes;
   std::optional<uint64_t> driver_used_before_bytes;
+  // Applied plans only: whether every parameter's gradient equals, bit for
+  // bit, the step's without the plan.
+  std::optional<bool> gradients_bitwise_equal;
 };
 
 // What another memory estimator predicted for the same step.
@@ -87,6 +91,54 @@ struct ValidationFixture {
 
   bool on_cuda() const { return device != "cpu"; }
 };
+
+// An applied-plans fixture: plans that headroom.plan made for one model's
+// step, applied op by op in PyTorch by validation/apply-plans, and measured.
+// `headroom validate` evaluates each plan's schedule again on the fixture's
+// step and compares it with what was measured (report/validation_report.h).
+//
+//   {"headroom_fixture_version": 1, "kind": "applied_plans",
+//    "name", "description", "device",
+//    "model": {the traced step: Headroom graph JSON},
+//    "job_args": ["--precision", "fp32", "--optimizer", "sgd", ...],  (`headroom plan` setup flags)
+//    "measured": {"baseline_bytes", "store_all_peak_allocated_bytes", optional "store_all_seconds"},
+//    "plans": [{"budget": "70%", "strategy": "auto", "chosen_strategy": "chain-dp",
+//               "plan": {a plan file, planner/plan_json.h},
+//               "measured": {"peak_allocated_bytes", "gradients_bitwise_equal", optional "seconds"}},
+//              {"budget": "45%", "strategy": "offload", "error": "why no plan was made"}, ...]}
+//
+// Peaks are the planned tensors' (inputs, activations, gradients,
+// temporaries): bytes above `baseline_bytes`, the tensors live before the
+// step (weights; gradients are None), plus the step's inputs. "versions",
+// "predicted" and the other keys are for people and are not read.
+struct AppliedPlanRun {
+  std::string budget;
+  std::string strategy;         // as asked: a strategy, or "auto"
+  std::string chosen_strategy;  // what ran
+  std::string error;            // why no plan was made; then nothing below is set
+  PlanFile plan;
+  MeasuredStep measured;        // peak_allocated_bytes and gradients_bitwise_equal
+};
+
+struct AppliedPlansFixture {
+  std::string path;
+  std::string name;
+  std::string description;
+  std::string device;
+  LoadedModel model;
+  std::vector<std::string> job_args;
+  MeasuredStep store_all;  // the step without a plan: baseline_bytes and peak_allocated_bytes
+  std::vector<AppliedPlanRun> runs;
+};
+
+inline constexpr std::string_view kAppliedPlansKind = "applied_plans";
+
+// Parses an applied-plans fixture's text; errors name `path` and the field.
+absl::StatusOr<AppliedPlansFixture> ParseAppliedPlansFixture(std::string_view text, std::string_view path);
+
+// The fixture's "kind": kAppliedPlansKind, or empty for an estimate fixture
+// (the kind that has none); errors for a file that is no JSON object.
+absl::StatusOr<std::string> FixtureKind(std::string_view text, std::string_view path);
 
 // Note [Fixture file bound]
 // A fixture embeds a model document, which may be as large as a model file

@@ -1,6 +1,7 @@
 #include "report/validation_report.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -11,6 +12,9 @@
 #include "common/status_macros.h"
 #include "common/text_table.h"
 #include "common/units.h"
+#include "estimators/plan_input.h"
+#include "planner/plan.h"
+#include "planner/schedule.h"
 #include "hardware/gpu_catalog.h"
 
 namespace headroom {
@@ -105,6 +109,8 @@ Table BuildTable(const ValidationRun& run) {
     }
     if (check.passed()) {
       row.emplace_back("ok");
+    } else if (!check.measured.gradients_bitwise_equal.value_or(true)) {
+      row.emplace_back("gradients differ");
     } else if (!check.within_tolerance) {
       row.push_back("outside " + Percent(run.tolerance.allocated));
     } else {
@@ -192,6 +198,48 @@ absl::StatusOr<FixtureCheck> CheckFixture(const ValidationFixture& fixture, cons
   return check;
 }
 
+absl::StatusOr<std::vector<FixtureCheck>> CheckAppliedPlans(const AppliedPlansFixture& fixture, const JobSpec& job,
+                                                            const ValidationTolerance& tolerance) {
+  HEADROOM_ASSIGN_OR_RETURN(const PlanInput in, BuildPlanInput(fixture.model, job, Machine{}));
+  const PlanProblem problem = in.Problem(std::numeric_limits<uint64_t>::max());
+  auto check_of = [&](std::string name, std::string description, const MeasuredStep& measured,
+                      const PlanEvaluation& e, const Graph& scheduled) {
+    FixtureCheck check{.path = fixture.path,
+                       .name = std::move(name),
+                       .description = std::move(description),
+                       .device = fixture.device,
+                       .measured = measured,
+                       .estimated = {.allocated_bytes = e.peak_bytes}};
+    if (e.peak_entry != kNone) {
+      const Op& op = scheduled.op(e.peak_entry);
+      check.estimated.peak_op = op.name;
+      check.estimated.peak_phase = std::string(PhaseName(op.phase));
+    }
+    check.error = RelativeError(e.peak_bytes, measured.peak_allocated_bytes);
+    check.within_tolerance = std::abs(check.error) <= tolerance.allocated;
+    return check;
+  };
+  std::vector<FixtureCheck> checks;
+  const Schedule store_all = StoreAllSchedule(in.step);
+  HEADROOM_ASSIGN_OR_RETURN(const PlanEvaluation none, EvaluateSchedule(problem, store_all));
+  HEADROOM_ASSIGN_OR_RETURN(const Graph step_as_is, MaterializeSchedule(in.step, store_all));
+  checks.push_back(check_of(fixture.name + " no plan", fixture.description, fixture.store_all, none, step_as_is));
+  for (size_t i = 0; i < fixture.runs.size(); ++i) {
+    const AppliedPlanRun& run = fixture.runs[i];
+    if (!run.error.empty()) continue;  // no plan was made: nothing ran
+    const std::string where = absl::StrFormat("plans[%d].plan", i);
+    absl::Status matches = CheckPlanMatchesStep(run.plan, in.step, where);
+    if (!matches.ok()) return matches;
+    HEADROOM_ASSIGN_OR_RETURN(const PlanEvaluation e, EvaluateSchedule(problem, run.plan.schedule));
+    HEADROOM_ASSIGN_OR_RETURN(const Graph scheduled, MaterializeSchedule(in.step, run.plan.schedule));
+    const size_t replays = run.plan.schedule.CountOf(ScheduleAction::kRecompute);
+    checks.push_back(check_of(absl::StrFormat("%s %s %s", fixture.name, run.budget, run.strategy),
+                              absl::StrFormat("%s plan, %d ops replayed", run.chosen_strategy, replays),
+                              run.measured, e, scheduled));
+  }
+  return checks;
+}
+
 bool ValidationRun::all_within_tolerance() const {
   for (const FixtureCheck& check : checks) {
     if (!check.passed()) return false;
@@ -257,6 +305,7 @@ nlohmann::json ValidationJson(const ValidationRun& run) {
                             {"error", check.error},
                             {"within_tolerance", check.within_tolerance},
                             {"passed", check.passed()}};
+    if (m.gradients_bitwise_equal) entry["measured"]["gradients_bitwise_equal"] = *m.gradients_bitwise_equal;
     if (check.reserved_error) {
       entry["measured"]["peak_reserved_bytes"] = *m.peak_reserved_bytes;
       entry["estimated"]["reserved_bytes"] = check.estimated.reserved_bytes;

@@ -94,13 +94,28 @@ struct FixtureCheck {
   bool reserved_within_tolerance = true;
   std::vector<PeerCheck> peers;  // sorted by tool
 
-  bool passed() const { return within_tolerance && reserved_within_tolerance; }
+  bool passed() const {
+    return within_tolerance && reserved_within_tolerance && measured.gradients_bitwise_equal.value_or(true);
+  }
 };
 
 // Estimates the fixture's step as `job` describes it (the capacity plays no
 // part) and compares. Errors are the estimator's, unprefixed.
 absl::StatusOr<FixtureCheck> CheckFixture(const ValidationFixture& fixture, const JobSpec& job,
                                           const ValidationTolerance& tolerance);
+
+// Note [Applied plans checked]
+// An applied-plans fixture (report/validation_fixture.h) gives one check per
+// plan that ran, named "<fixture> <budget> <strategy asked>": the plan's
+// schedule, as PyTorch ran it, is evaluated on the fixture's step built with
+// `job` (the fixture's job_args), and its peak of planned tensors (planner/
+// plan.h) is compared with the peak measured above the step's baseline; a
+// plan whose gradients were not bitwise equal fails whatever its error. One
+// more check, "<fixture> no plan", compares the store-all peak with the step
+// measured without a plan. Estimated peak ops are named; measured ones are
+// not recorded.
+absl::StatusOr<std::vector<FixtureCheck>> CheckAppliedPlans(const AppliedPlansFixture& fixture, const JobSpec& job,
+                                                            const ValidationTolerance& tolerance);
 
 // A fixture that could not be checked: the file, and the one-line reason
 // (which names the file and the field).

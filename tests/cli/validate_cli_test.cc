@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -70,7 +71,7 @@ TEST(ValidateCli, OutsideToleranceExitsOne) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.out, HasSubstr("-6.2%"));
   EXPECT_THAT(r.out, HasSubstr("outside 3%"));
-  EXPECT_THAT(r.err, HasSubstr("headroom validate: 1 of 1 fixtures are outside the tolerance"));
+  EXPECT_THAT(r.err, HasSubstr("headroom validate: 1 of 1 checks are outside the tolerance"));
   // A wider tolerance lets it pass.
   r = RunHeadroom({"validate", path, "--tolerance", "7"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -186,6 +187,77 @@ TEST(ValidateCli, MarkdownAndJson) {
 
   r = RunHeadroom({"validate", path, "--json", "--markdown"});
   EXPECT_EQ(r.exit_code, 2);
+}
+
+// A real applied-plans fixture written by validation/apply-plans (Note [Applied plans checked]).
+nlohmann::json RealPlansFixture() {
+  std::ifstream in(std::string(HEADROOM_SOURCE_DIR) + "/validation/fixtures/plans/llama-gqa.json");
+  return nlohmann::json::parse(in);
+}
+
+// The index of the first plan that ran (the others carry Headroom's reason for making none).
+size_t FirstRun(const nlohmann::json& fixture) {
+  for (size_t i = 0; i < fixture["plans"].size(); ++i) {
+    if (!fixture["plans"][i].contains("error")) return i;
+  }
+  ADD_FAILURE() << "no plan ran";
+  return 0;
+}
+
+TEST(ValidateCli, AppliedPlansGiveACheckPerPlanThatRan) {
+  const nlohmann::json fixture = RealPlansFixture();
+  auto r = RunHeadroom({"validate", "--json", Write("plans.json", fixture)});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  size_t ran = 0;
+  for (const nlohmann::json& run : fixture["plans"]) ran += run.contains("error") ? 0 : 1;
+  ASSERT_EQ(j["fixtures"].size(), ran + 1);
+  EXPECT_EQ(j["fixtures"][0]["name"], "llama-gqa no plan");
+  const nlohmann::json& first = fixture["plans"][FirstRun(fixture)];
+  EXPECT_EQ(j["fixtures"][1]["name"], "llama-gqa " + first["budget"].get<std::string>() + " " +
+                                          first["strategy"].get<std::string>());
+  EXPECT_EQ(j["fixtures"][1]["measured"]["gradients_bitwise_equal"], true);
+  EXPECT_EQ(j["fixtures"][1]["measured"]["peak_allocated_bytes"], first["measured"]["peak_allocated_bytes"]);
+}
+
+TEST(ValidateCli, AnAppliedPlanWhoseGradientsDifferOrWhosePeakIsOffFails) {
+  nlohmann::json fixture = RealPlansFixture();
+  nlohmann::json& run = fixture["plans"][FirstRun(fixture)];
+  run["measured"]["gradients_bitwise_equal"] = false;
+  auto r = RunHeadroom({"validate", Write("grads.json", fixture)});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("gradients differ"));
+  run["measured"]["gradients_bitwise_equal"] = true;
+  run["measured"]["peak_allocated_bytes"] = run["measured"]["peak_allocated_bytes"].get<uint64_t>() * 11 / 10;
+  r = RunHeadroom({"validate", Write("peak.json", fixture)});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("outside 3%"));
+}
+
+TEST(ValidateCli, BadAppliedPlansNameTheFieldAndAStepTheyWereNotMadeFor) {
+  auto error_of = [](const std::string& name, const nlohmann::json& fixture) {
+    auto r = RunHeadroom({"validate", Write(name, fixture)});
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    return r.err;
+  };
+  const nlohmann::json real = RealPlansFixture();
+  const size_t first = FirstRun(real);
+  nlohmann::json f = real;
+  f.erase("job_args");
+  EXPECT_THAT(error_of("no_args.json", f), HasSubstr("job_args: required field is missing"));
+  f = real;
+  f["kind"] = "plans";
+  EXPECT_THAT(error_of("kind.json", f), HasSubstr("kind: unknown fixture kind 'plans'"));
+  f = real;
+  f["plans"][first]["measured"]["gradients_bitwise_equal"] = "yes";
+  EXPECT_THAT(error_of("grads.json", f),
+              HasSubstr(absl::StrCat("plans[", first, "].measured.gradients_bitwise_equal: expected true or false")));
+  f = real;
+  f["job_args"] = {"--grad-accum", "x"};
+  EXPECT_THAT(error_of("flag.json", f), HasSubstr("job_args: Could not convert: --grad-accum = x"));
+  f = real;
+  f["plans"][first]["plan"]["step"]["fingerprint"] = "0000000000000000";
+  EXPECT_THAT(error_of("step.json", f), HasSubstr(absl::StrCat("plans[", first, "].plan")));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Validation fixtures: any byte string is a fixture or an error, never a
-// crash. A parsed fixture keeps the invariants report/validation_fixture.h
+// Validation fixtures, of measured steps and of applied plans: any byte
+// string is a fixture or an error, never a crash. A parsed fixture keeps the invariants report/validation_fixture.h
 // states, and its figures render as text, Markdown and JSON (cells with
 // any characters, peers in any number) without a crash.
 #include <algorithm>
@@ -12,9 +12,35 @@
 #include "report/validation_fixture.h"
 #include "report/validation_report.h"
 
+namespace {
+
+// An applied-plans fixture (report/validation_fixture.h): every run that was
+// not refused names its budget and strategy, holds a schedule and a positive
+// peak, and says whether its gradients were equal.
+void CheckAppliedPlans(std::string_view text) {
+  using namespace headroom;
+  absl::StatusOr<AppliedPlansFixture> fixture = ParseAppliedPlansFixture(text, "fuzz.json");
+  if (!fixture.ok()) return;
+  if (fixture->name.empty() || fixture->store_all.peak_allocated_bytes == 0) __builtin_trap();
+  if (!fixture->model.config && !fixture->model.graph) __builtin_trap();
+  for (const AppliedPlanRun& run : fixture->runs) {
+    if (run.budget.empty() || run.strategy.empty()) __builtin_trap();
+    if (!run.error.empty()) continue;
+    if (run.chosen_strategy.empty() || run.measured.peak_allocated_bytes == 0) __builtin_trap();
+    if (!run.measured.gradients_bitwise_equal.has_value()) __builtin_trap();
+  }
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace headroom;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
+  absl::StatusOr<std::string> kind = FixtureKind(text, "fuzz.json");
+  if (kind.ok() && *kind == kAppliedPlansKind) {
+    CheckAppliedPlans(text);
+    return 0;
+  }
   absl::StatusOr<ValidationFixture> fixture = ParseValidationFixture(text, "fuzz.json");
   if (!fixture.ok()) return 0;
   const ValidationFixture& f = *fixture;
