@@ -144,6 +144,18 @@ class PlanTest(unittest.TestCase):
             self.assertIsNone(p.grad, n)
 
 
+class AllocatorTest(unittest.TestCase):
+    """What runs without a GPU: the allocator's names and its statistics before it is in use. Loading it into
+    PyTorch needs a CUDA device (validation/headroom_validation/pluggable.py runs it there)."""
+
+    def test_unknown_allocators_and_early_statistics_are_refused(self):
+        with self.assertRaisesRegex(ValueError, "unknown allocator 'jemalloc'"):
+            headroom.use_allocator("jemalloc")
+        headroom.use_allocator("pytorch")  # PyTorch's own: nothing to do
+        with self.assertRaisesRegex(RuntimeError, "not in use"):
+            headroom.allocator_stats()
+
+
 @unittest.skipUnless(HAVE_SAC and transformers is not None and HAVE_HEADROOM,
                      "needs PyTorch >= 2.4, transformers and the headroom executable")
 class ReadmeTest(unittest.TestCase):
