@@ -146,7 +146,9 @@ absl::StatusOr<PlanResult> LoadPlan(const std::string& path, const PlanProblem& 
   HEADROOM_ASSIGN_OR_RETURN(PlanFile file, ParsePlanFile(text, path));
   HEADROOM_RETURN_IF_ERROR(CheckPlanMatchesStep(file, *problem.step, path));
   absl::StatusOr<Strategy> strategy = ParseStrategy(file.strategy);
-  if (!strategy.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": strategy: ", strategy.status().message()));
+  if (!strategy.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": strategy: ", strategy.status().message()));
+  }
   PlanProblem structural = problem;  // the budget is checked below, against this run's
   structural.budget = std::numeric_limits<uint64_t>::max();
   absl::Status valid = ValidateSchedule(structural, file.schedule);

@@ -244,20 +244,27 @@ def run_model(name, device, budgets, repeats):
             error = plan.peak_bytes / peak - 1
             rows.append((budget, plan.strategy if strategy == "auto" else strategy, plan.peak_bytes, peak, error,
                          seconds / store_all_seconds - 1, "" if equal else "GRADIENTS DIFFER"))
-    fixture = {
+    fixture = _fixture(name, f"{description}; fp32 on {device.type}, {_shapes(batch)}", device, graph, job_flags,
+                       (baseline, store_all_peak, store_all_seconds), plans)
+    return fixture, rows, store_all_peak
+
+
+def _fixture(name, description, device, model, job_args, store_all, plans):
+    """An applied_plans fixture; store_all is (baseline bytes, peak allocated bytes, seconds) of the step without a
+    plan."""
+    baseline, peak, seconds = store_all
+    return {
         "headroom_fixture_version": FIXTURE_VERSION,
         "kind": "applied_plans",
         "name": name,
-        "description": f"{description}; fp32 on {device.type}, {_shapes(batch)}",
+        "description": description,
         "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(),
         "versions": _versions(),
-        "model": graph,
-        "job_args": job_flags,
-        "measured": {"baseline_bytes": baseline, "store_all_peak_allocated_bytes": store_all_peak,
-                     "store_all_seconds": store_all_seconds},
+        "model": model,
+        "job_args": job_args,
+        "measured": {"baseline_bytes": baseline, "store_all_peak_allocated_bytes": peak, "store_all_seconds": seconds},
         "plans": plans,
     }
-    return fixture, rows, store_all_peak
 
 
 EMIT_FORMATS = ["torch", "hf", "torch-budget"]
@@ -336,20 +343,9 @@ def run_emitted(name, device, budgets, formats, repeats):
                 rows.append((budget, entry["strategy"], predicted, peak,
                              None if predicted is None else predicted / peak - 1, seconds / store_all_seconds - 1,
                              note))
-    fixture = {
-        "headroom_fixture_version": FIXTURE_VERSION,
-        "kind": "applied_plans",
-        "name": f"{name}-emit",
-        "description": f"{spec.description}; eager attention, the --emit settings run as printed; fp32 on "
-                       f"{device.type}, {_shapes(batch)}",
-        "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(),
-        "versions": _versions(),
-        "model": config,
-        "job_args": flags,
-        "measured": {"baseline_bytes": baseline, "store_all_peak_allocated_bytes": store_all_peak,
-                     "store_all_seconds": store_all_seconds},
-        "plans": runs,
-    }
+    fixture = _fixture(f"{name}-emit", f"{spec.description}; eager attention, the --emit settings run as printed; "
+                       f"fp32 on {device.type}, {_shapes(batch)}", device, config, flags,
+                       (baseline, store_all_peak, store_all_seconds), runs)
     return fixture, rows, store_all_peak
 
 
