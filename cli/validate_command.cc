@@ -93,7 +93,8 @@ absl::StatusOr<JobSpec> FixtureJob(const std::string& path, std::string_view fie
   return job;
 }
 
-// One fixture, read and compared: one check for a measured step, one per plan
+// One fixture, read and compared: one check for a measured step, one per rank
+// of a distributed one (Note [Distributed fixtures checked]), one per plan
 // that ran for applied plans (Note [Applied plans checked]); errors name the
 // file and the field.
 absl::StatusOr<std::vector<FixtureCheck>> CheckFixtureFile(const std::string& path,
@@ -111,9 +112,7 @@ absl::StatusOr<std::vector<FixtureCheck>> CheckFixtureFile(const std::string& pa
   } else {
     HEADROOM_ASSIGN_OR_RETURN(ValidationFixture fixture, ParseValidationFixture(text, path));
     HEADROOM_ASSIGN_OR_RETURN(const JobSpec job, FixtureJob(path, "estimate_args", fixture.estimate_args));
-    absl::StatusOr<FixtureCheck> check = CheckFixture(fixture, job, tolerance);
-    if (check.ok()) checks = std::vector<FixtureCheck>{*std::move(check)};
-    else checks = check.status();
+    checks = CheckFixtureRanks(fixture, job, tolerance);
   }
   if (!checks.ok()) {
     const absl::Status in_flags = InFlagTerms(checks.status());

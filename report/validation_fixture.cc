@@ -62,6 +62,38 @@ absl::StatusOr<MeasuredStep> ParseMeasured(const json& measured, const JsonPath&
   return m;
 }
 
+// One rank of a distributed step: the figures every rank has.
+absl::StatusOr<MeasuredStep> ParseRank(const json& rank, const JsonPath& path) {
+  if (!rank.is_object()) return path.Error(absl::StrFormat("expected an object, got %s", JsonTypeName(rank)));
+  MeasuredStep m;
+  HEADROOM_ASSIGN_OR_RETURN(m.baseline_bytes, RequireUint(rank, "baseline_bytes", path));
+  HEADROOM_ASSIGN_OR_RETURN(m.peak_allocated_bytes, RequireUint(rank, "peak_allocated_bytes", path));
+  if (m.peak_allocated_bytes == 0) {
+    return (path / "peak_allocated_bytes").Error("must be positive (errors are relative to it)");
+  }
+  HEADROOM_ASSIGN_OR_RETURN(std::optional<uint64_t> saved, OptionalUint(rank, "saved_for_backward_bytes", path));
+  m.saved_for_backward_bytes = saved.value_or(0);
+  HEADROOM_ASSIGN_OR_RETURN(m.peak_op, OptionalString(rank, "peak_op", path));
+  HEADROOM_ASSIGN_OR_RETURN(m.peak_phase, OptionalString(rank, "peak_phase", path));
+  if (!m.peak_phase.empty()) {
+    absl::StatusOr<Phase> phase = ParsePhase(m.peak_phase);
+    if (!phase.ok()) return (path / "peak_phase").Error(std::string(phase.status().message()));
+  }
+  return m;
+}
+
+absl::StatusOr<std::vector<MeasuredStep>> ParseRanks(const json& ranks, const JsonPath& path) {
+  if (!ranks.is_array()) return path.Error(absl::StrFormat("expected an array, got %s", JsonTypeName(ranks)));
+  if (ranks.size() < 2) return path.Error(absl::StrFormat("%d rank(s): a distributed step has two or more",
+                                                           ranks.size()));
+  std::vector<MeasuredStep> out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    HEADROOM_ASSIGN_OR_RETURN(MeasuredStep rank, ParseRank(ranks[i], path / i));
+    out.push_back(std::move(rank));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<PeerFigure>> ParsePeers(const json& peers, const JsonPath& path) {
   if (!peers.is_object()) {
     return path.Error(absl::StrFormat("expected an object of {\"bytes\", \"what\"} by tool name, got %s",
@@ -164,6 +196,9 @@ absl::StatusOr<ValidationFixture> ParseValidationFixture(std::string_view text, 
   HEADROOM_ASSIGN_OR_RETURN(fixture.measured, ParseMeasured(*measured, root / "measured"));
   if (Present(doc, "peers")) {
     HEADROOM_ASSIGN_OR_RETURN(fixture.peers, ParsePeers(doc["peers"], root / "peers"));
+  }
+  if (Present(doc, "ranks")) {
+    HEADROOM_ASSIGN_OR_RETURN(fixture.ranks, ParseRanks(doc["ranks"], root / "ranks"));
   }
 
   // The model last: its errors come from the model parsers, the fixture's

@@ -22,7 +22,13 @@
 //                 "peak_phase" (the harness cannot always attribute ops: PyTorch 1.13
 //                 under full checkpointing), and on CUDA "peak_reserved_bytes",
 //                 "driver_used_bytes", "driver_used_before_bytes"},
-//    optional "peers": {"<tool>": {"bytes": N, "what": "..."}}}
+//    optional "peers": {"<tool>": {"bytes": N, "what": "..."}},
+//    optional "ranks": [{"baseline_bytes", "peak_allocated_bytes", optional "peak_op",
+//                        "peak_phase", "saved_for_backward_bytes"}, ...]}
+//
+// "ranks" is a step that ran on several processes (torch.distributed,
+// validation/headroom_validation/distributed.py): each rank's figures in rank
+// order, rank 0's also in "measured"; the estimate_args describe one rank.
 //
 // "versions", "setup", "trace" and "notes" describe how the measurement was
 // made; they are for people and are not read. Every error is
@@ -88,6 +94,7 @@ struct ValidationFixture {
   std::vector<std::string> estimate_args;
   MeasuredStep measured;
   std::vector<PeerFigure> peers;  // sorted by tool
+  std::vector<MeasuredStep> ranks;  // a distributed step's ranks, in order; empty for one process
 
   bool on_cuda() const { return device != "cpu"; }
 };

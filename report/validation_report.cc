@@ -167,6 +167,27 @@ double RelativeError(uint64_t estimated, uint64_t measured) {
   return (static_cast<double>(estimated) - static_cast<double>(measured)) / static_cast<double>(measured);
 }
 
+namespace {
+
+// Fills check's measured side, errors and peers from `measured` (the
+// fixture's step, or one of its ranks).
+void Compare(const ValidationFixture& fixture, const MeasuredStep& measured, const ValidationTolerance& tolerance,
+             FixtureCheck& check) {
+  check.measured = measured;
+  check.error = RelativeError(check.estimated.allocated_bytes, measured.peak_allocated_bytes);
+  check.within_tolerance = std::abs(check.error) <= tolerance.allocated;
+  if (fixture.on_cuda() && measured.peak_reserved_bytes && *measured.peak_reserved_bytes > 0) {
+    check.reserved_error = RelativeError(check.estimated.reserved_bytes, *measured.peak_reserved_bytes);
+    check.reserved_within_tolerance = std::abs(*check.reserved_error) <= tolerance.reserved;
+  }
+  for (const PeerFigure& peer : fixture.peers) {
+    check.peers.push_back(
+        {.tool = peer.tool, .bytes = peer.bytes, .error = RelativeError(peer.bytes, measured.peak_allocated_bytes)});
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<FixtureCheck> CheckFixture(const ValidationFixture& fixture, const JobSpec& job,
                                           const ValidationTolerance& tolerance) {
   Machine machine{.budget = kValidationCapacity};
@@ -178,24 +199,28 @@ absl::StatusOr<FixtureCheck> CheckFixture(const ValidationFixture& fixture, cons
     machine.gpu = *gpu;
   }
   HEADROOM_ASSIGN_OR_RETURN(MemoryEstimate estimate, EstimateMemory(fixture.model, job, machine));
-  const MeasuredStep& measured = fixture.measured;
   FixtureCheck check{.path = fixture.path,
                      .name = fixture.name,
                      .description = fixture.description,
                      .device = fixture.device,
-                     .measured = measured,
                      .estimated = EstimatedFigures(estimate, fixture.on_cuda())};
-  check.error = RelativeError(check.estimated.allocated_bytes, measured.peak_allocated_bytes);
-  check.within_tolerance = std::abs(check.error) <= tolerance.allocated;
-  if (fixture.on_cuda() && measured.peak_reserved_bytes && *measured.peak_reserved_bytes > 0) {
-    check.reserved_error = RelativeError(check.estimated.reserved_bytes, *measured.peak_reserved_bytes);
-    check.reserved_within_tolerance = std::abs(*check.reserved_error) <= tolerance.reserved;
-  }
-  for (const PeerFigure& peer : fixture.peers) {
-    check.peers.push_back(
-        {.tool = peer.tool, .bytes = peer.bytes, .error = RelativeError(peer.bytes, measured.peak_allocated_bytes)});
-  }
+  Compare(fixture, fixture.measured, tolerance, check);
   return check;
+}
+
+absl::StatusOr<std::vector<FixtureCheck>> CheckFixtureRanks(const ValidationFixture& fixture, const JobSpec& job,
+                                                            const ValidationTolerance& tolerance) {
+  HEADROOM_ASSIGN_OR_RETURN(FixtureCheck one, CheckFixture(fixture, job, tolerance));
+  if (fixture.ranks.empty()) return std::vector<FixtureCheck>{std::move(one)};
+  std::vector<FixtureCheck> checks;
+  for (size_t rank = 0; rank < fixture.ranks.size(); ++rank) {
+    FixtureCheck check = one;
+    check.name = absl::StrFormat("%s rank %d", fixture.name, rank);
+    check.peers.clear();
+    Compare(fixture, fixture.ranks[rank], tolerance, check);
+    checks.push_back(std::move(check));
+  }
+  return checks;
 }
 
 absl::StatusOr<std::vector<FixtureCheck>> CheckAppliedPlans(const AppliedPlansFixture& fixture, const JobSpec& job,

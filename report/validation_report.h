@@ -104,6 +104,15 @@ struct FixtureCheck {
 absl::StatusOr<FixtureCheck> CheckFixture(const ValidationFixture& fixture, const JobSpec& job,
                                           const ValidationTolerance& tolerance);
 
+// Note [Distributed fixtures checked]
+// A fixture with ranks (a step that ran on several processes) gives one
+// check per rank, "<fixture> rank R": the estimate of one GPU of the layout
+// (the fixture's estimate_args) against that rank's measured peak; peers'
+// figures are compared with each rank's. Without ranks, CheckFixture's one
+// check.
+absl::StatusOr<std::vector<FixtureCheck>> CheckFixtureRanks(const ValidationFixture& fixture, const JobSpec& job,
+                                                            const ValidationTolerance& tolerance);
+
 // Note [Applied plans checked]
 // An applied-plans fixture (report/validation_fixture.h) gives one check per
 // plan that ran, named "<fixture> <budget> <strategy asked>": the plan's

@@ -177,6 +177,40 @@ TEST(ValidationFixture, PeersAreChecked) {
   EXPECT_THAT(ErrorOf(doc), HasSubstr("fixtures/x.json: peers: expected an object"));
 }
 
+// A step on several ranks: validation/record --distributed's file parses with
+// every rank's figures; a malformed rank is named by its index.
+TEST(ValidationFixture, RanksOfADistributedStep) {
+  absl::StatusOr<ValidationFixture> real =
+      LoadValidationFixture(std::string(HEADROOM_VALIDATION_FIXTURES) + "/distributed/gpt2-ddp-2.json");
+  ASSERT_TRUE(real.ok()) << real.status();
+  ASSERT_EQ(real->ranks.size(), 2u);
+  EXPECT_EQ(real->ranks[0].peak_allocated_bytes, real->measured.peak_allocated_bytes);
+  EXPECT_EQ(real->ranks[1].peak_phase, "backward");
+  EXPECT_GT(real->ranks[1].saved_for_backward_bytes, 0u);
+
+  nlohmann::json doc = RealFixture();
+  nlohmann::json rank = {{"baseline_bytes", 10}, {"peak_allocated_bytes", 100}};
+  doc["ranks"] = {rank, rank};
+  absl::StatusOr<ValidationFixture> two = ParseValidationFixture(doc.dump(), "fixtures/x.json");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->ranks[1].peak_allocated_bytes, 100u);
+  EXPECT_TRUE(two->ranks[1].peak_op.empty());
+  doc["ranks"] = {rank};
+  EXPECT_EQ(ErrorOf(doc), "fixtures/x.json: ranks: 1 rank(s): a distributed step has two or more");
+  doc["ranks"] = rank;
+  EXPECT_EQ(ErrorOf(doc), "fixtures/x.json: ranks: expected an array, got object");
+  doc["ranks"] = {rank, {{"baseline_bytes", 10}, {"peak_allocated_bytes", 0}}};
+  EXPECT_EQ(ErrorOf(doc), "fixtures/x.json: ranks[1].peak_allocated_bytes: must be positive (errors are relative to it)");
+  doc["ranks"] = {rank, {{"peak_allocated_bytes", 5}}};
+  EXPECT_EQ(ErrorOf(doc), "fixtures/x.json: ranks[1].baseline_bytes: required field is missing");
+  doc["ranks"] = {rank, 7};
+  EXPECT_EQ(ErrorOf(doc), "fixtures/x.json: ranks[1]: expected an object, got number");
+  nlohmann::json bad_phase = rank;
+  bad_phase["peak_phase"] = "sideways";
+  doc["ranks"] = {rank, bad_phase};
+  EXPECT_THAT(ErrorOf(doc), HasSubstr("fixtures/x.json: ranks[1].peak_phase: "));
+}
+
 // Model errors come from the model parsers, named after the fixture's "model".
 TEST(ValidationFixture, ModelErrorsNameTheFixture) {
   nlohmann::json doc = RealFixture();

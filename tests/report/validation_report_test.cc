@@ -102,6 +102,37 @@ TEST(CheckFixture, ComparesTheEstimateWithTheMeasuredPeak) {
   EXPECT_TRUE(wider->passed());
 }
 
+// Note [Distributed fixtures checked]: one check per rank, each against its
+// own peak; without ranks, the one check of CheckFixture.
+TEST(CheckFixture, EveryRankIsCheckedAgainstTheEstimateOfOneGpu) {
+  absl::StatusOr<ValidationFixture> fixture = LoadValidationFixture(kTestData + "/llama-mha-fp32-adamw-loop.json");
+  ASSERT_TRUE(fixture.ok()) << fixture.status();
+  const JobSpec job = FixtureJob();
+  absl::StatusOr<std::vector<FixtureCheck>> single = CheckFixtureRanks(*fixture, job, {});
+  ASSERT_TRUE(single.ok()) << single.status();
+  ASSERT_EQ(single->size(), 1u);
+  EXPECT_EQ((*single)[0].name, "llama-mha-fp32-adamw-loop");
+  const uint64_t estimated = (*single)[0].estimated.allocated_bytes;
+
+  MeasuredStep close = fixture->measured, far = fixture->measured;
+  close.peak_allocated_bytes = static_cast<uint64_t>(static_cast<double>(estimated) / 1.01);
+  far.peak_allocated_bytes = static_cast<uint64_t>(static_cast<double>(estimated) / 1.10);
+  fixture->ranks = {close, far};
+  fixture->peers = {{.tool = "accelerate", .bytes = close.peak_allocated_bytes}};
+  absl::StatusOr<std::vector<FixtureCheck>> ranks = CheckFixtureRanks(*fixture, job, {.allocated = 0.03});
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  ASSERT_EQ(ranks->size(), 2u);
+  EXPECT_EQ((*ranks)[0].name, "llama-mha-fp32-adamw-loop rank 0");
+  EXPECT_EQ((*ranks)[1].name, "llama-mha-fp32-adamw-loop rank 1");
+  EXPECT_EQ((*ranks)[1].estimated.allocated_bytes, estimated);
+  EXPECT_NEAR((*ranks)[0].error, 0.01, 1e-6);
+  EXPECT_TRUE((*ranks)[0].passed());
+  EXPECT_NEAR((*ranks)[1].error, 0.10, 1e-6);
+  EXPECT_FALSE((*ranks)[1].passed());
+  ASSERT_EQ((*ranks)[1].peers.size(), 1u);  // the peer's error against this rank's peak
+  EXPECT_NEAR((*ranks)[1].peers[0].error, 1.10 / 1.01 - 1, 1e-3);
+}
+
 // On a CUDA fixture the estimate runs on the fixture's GPU (Note [The
 // fixture's GPU]), the rounding and the cuBLAS workspaces count as allocated,
 // and a measured reserved peak is compared too.
