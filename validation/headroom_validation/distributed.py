@@ -5,7 +5,8 @@
 Each configuration (CONFIGS) starts its ranks as processes on this machine (gloo on the loopback address, the
 way torchrun would start them on GPUs with NCCL), each with the allocation hook (validation/alloc_hook.c)
 counting its own tensor bytes. A rank builds the same small Hugging Face model from the same seed, wraps it as
-the layout says (DDP, ZeroRedundancyOptimizer, FSDP2's fully_shard), runs a warm-up step (optimizer state,
+the layout says (DDP, ZeroRedundancyOptimizer, FSDP2's fully_shard, FSDP1, DTensor tensor parallelism, a
+pipeline stage under torch.distributed.pipelining), runs a warm-up step (optimizer state,
 buckets, sharded states exist as in any later step) and then the measured one: the bytes live before it, their
 peak, the op and phase at the peak, and (in a third step) the bytes its forward saves for backward. The fixture
 is an estimate fixture (report/validation_fixture.h) whose `ranks` hold every rank's figures and `measured` rank
@@ -39,14 +40,18 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_si
          "max_position_embeddings": 512, "tie_word_embeddings": False, "use_cache": False}
 
 MICRO_BATCH, SEQ = 2, 256
+PIPELINE_MICRO_BATCHES = 4
 # The step's setup as `headroom estimate` flags (--torch and --transformers are added from what runs).
 STEP_FLAGS = ["--kernels", "cpu", "--micro-batch", str(MICRO_BATCH), "--seq", str(SEQ), "--precision", "fp32",
-              "--optimizer", "adamw", "--optimizer-impl", "foreach", "--checkpoint", "none", "--loop", "hand",
+              "--optimizer", "adamw", "--checkpoint", "none", "--loop", "hand",
               "--attention", "eager"]
 
 # name -> (model config, layout, world size, the layout's headroom flags, description)
 CONFIGS = {
     "gpt2-ddp-2": (GPT2, "ddp", 2, ["--gpus", "2"], "DDP (25 MiB buckets, gradients copied into them)"),
+    "gpt2-ddp-4": (GPT2, "ddp", 4, ["--gpus", "4"], "DDP (25 MiB buckets, gradients copied into them)"),
+    "gpt2-ddp-bucket-view-2": (GPT2, "ddp-bucket-view", 2, ["--gpus", "2"],
+                               "DDP with gradient_as_bucket_view=True (gradients are views of the buckets)"),
     "llama-gqa-ddp-2": (LLAMA, "ddp", 2, ["--gpus", "2"], "DDP (25 MiB buckets, gradients copied into them)"),
     "gpt2-zero1-2": (GPT2, "zero1", 2, ["--gpus", "2", "--zero", "1"],
                      "ZeroRedundancyOptimizer over AdamW (optimizer state sharded), DDP for the gradients"),
@@ -54,6 +59,21 @@ CONFIGS = {
                      "FSDP2 fully_shard on every block and the root, reshard_after_forward=True"),
     "llama-gqa-fsdp2-2": (LLAMA, "fsdp2", 2, ["--gpus", "2", "--fsdp", "full"],
                           "FSDP2 fully_shard on every block and the root, reshard_after_forward=True"),
+    "llama-gqa-tp-2": (LLAMA, "tp", 2, ["--gpus", "2", "--tp", "2"],
+                       "tensor parallel with DTensor (parallelize_module: q/k/v, gate/up, lm_head colwise; o, down, the "
+                       "embedding rowwise; the loss under loss_parallel, as Megatron's vocabulary-parallel head)"),
+    "llama-gqa-pp-1f1b-2": (LLAMA, "pp-1f1b", 2, ["--gpus", "2", "--pp", "2", "--grad-accum",
+                                                 str(PIPELINE_MICRO_BATCHES)],
+                            f"pipelining, 1F1B over {PIPELINE_MICRO_BATCHES} micro-batches, one stage per rank"),
+    "llama-gqa-pp-gpipe-2": (LLAMA, "pp-gpipe", 2, ["--gpus", "2", "--pp", "2", "--grad-accum",
+                                                   str(PIPELINE_MICRO_BATCHES)],
+                             f"pipelining, GPipe over {PIPELINE_MICRO_BATCHES} micro-batches, one stage per rank"),
+    "gpt2-fsdp2-keep-2": (GPT2, "fsdp2-keep", 2, ["--gpus", "2", "--fsdp", "grad-op"],
+                          "FSDP2 fully_shard on every block and the root, reshard_after_forward=False"),
+    "gpt2-fsdp1-full-2": (GPT2, "fsdp1-full", 2, ["--gpus", "2", "--fsdp", "full"],
+                          "FSDP1 FULL_SHARD, one unit per block (transformer auto-wrap) and the root"),
+    "gpt2-fsdp1-grad-op-2": (GPT2, "fsdp1-grad-op", 2, ["--gpus", "2", "--fsdp", "grad-op"],
+                             "FSDP1 SHARD_GRAD_OP, one unit per block (transformer auto-wrap) and the root"),
 }
 
 
@@ -68,23 +88,60 @@ def _model(config):
 
 def _wrap(model, layout):
     """The model and its optimizer as the layout runs them."""
-    adamw = dict(lr=1e-4, foreach=True)
-    if layout == "ddp":
-        model = torch.nn.parallel.DistributedDataParallel(model)
+    adamw = dict(lr=1e-4, foreach=_foreach(layout))
+    if layout in ("ddp", "ddp-bucket-view"):
+        model = torch.nn.parallel.DistributedDataParallel(model,
+                                                          gradient_as_bucket_view=layout == "ddp-bucket-view")
         return model, torch.optim.AdamW(model.parameters(), **adamw)
     if layout == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
         model = torch.nn.parallel.DistributedDataParallel(model)
         return model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, **adamw)
-    if layout == "fsdp2":
+    if layout in ("fsdp2", "fsdp2-keep"):
         from torch.distributed.fsdp import fully_shard
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        reshard = layout == "fsdp2"
         for block in _blocks(model):
-            fully_shard(block, mesh=mesh, reshard_after_forward=True)
-        fully_shard(model, mesh=mesh, reshard_after_forward=True)
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         return model, torch.optim.AdamW(model.parameters(), **adamw)
+    if layout in ("fsdp1-full", "fsdp1-grad-op"):
+        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+        strategy = ShardingStrategy.FULL_SHARD if layout == "fsdp1-full" else ShardingStrategy.SHARD_GRAD_OP
+        model = FullyShardedDataParallel(model, sharding_strategy=strategy, device_id=torch.device("cpu"),
+                                         auto_wrap_policy=ModuleWrapPolicy({type(_blocks(model)[0])}),
+                                         use_orig_params=True)
+        return model, torch.optim.AdamW(model.parameters(), **adamw)
+    if layout == "tp":
+        return _tensor_parallel(model), torch.optim.AdamW(model.parameters(), **adamw)
     raise ValueError(f"unknown layout {layout!r}")
+
+
+def _foreach(layout):
+    """torch.optim's foreach kernels take no mix of DTensor and plain parameters, which tensor parallelism alone
+    leaves (embeddings, norms): there AdamW runs its for-loop."""
+    return not layout.startswith("tp")
+
+
+def _tensor_parallel(model):
+    """Megatron's split of a Llama with DTensor: column-wise q/k/v and gate/up, row-wise o and down, so each rank
+    holds half the heads and half the MLP; the embedding and the head split by vocabulary, the loss computed on
+    the vocabulary shards (loss_parallel), as Megatron's vocabulary-parallel head and cross-entropy do."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for block in model.model.layers:
+        parallelize_module(block, mesh, {
+            "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(), "mlp.down_proj": RowwiseParallel()})
+    parallelize_module(model, mesh, {
+        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
+    return model
 
 
 def _blocks(model):
@@ -92,26 +149,101 @@ def _blocks(model):
     return list(getattr(inner, "h", None) or getattr(inner, "layers"))
 
 
-def _rank(rank, world, port, name, result_path):
-    config, layout, _, _, _ = CONFIGS[name]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    counters = hooks.CpuHook()
-    torch.manual_seed(0)
+def _step(config, layout, rank, world):
+    """One training step of the wrapped model on this rank's batch; phase(name) marks forward, backward, ..."""
     model, optimizer = _wrap(_model(config), layout)
     g = torch.Generator().manual_seed(100 + rank)  # each rank its own data, as a DistributedSampler gives
     ids = torch.randint(0, config["vocab_size"], (MICRO_BATCH, SEQ), generator=g)
     batch = {"input_ids": ids, "labels": ids.clone()}
 
+    # Tensor parallelism computes the loss on the head's vocabulary shards: forward and backward under
+    # loss_parallel, as its documentation asks.
+    if layout == "tp":
+        from torch.distributed.tensor.parallel import loss_parallel
+        sharded_loss = loss_parallel
+    else:
+        sharded_loss = contextlib.nullcontext
+
     def step(phase):
         phase("forward")
-        out = model(**batch)  # the hand loop: the output lives through backward and the step
-        phase("backward")
-        out.loss.backward()
+        with sharded_loss():
+            out = model(**batch)  # the hand loop: the output lives through backward and the step
+            phase("backward")
+            out.loss.backward()
         phase("optimizer")
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         phase("done")
         del out
+    return step
+
+
+class _LlamaStage(torch.nn.Module):
+    """The layers of one pipeline stage of a Llama: the first also embeds the tokens, the last also normalizes
+    and projects to the vocabulary. What the other stages hold is dropped."""
+
+    def __init__(self, model, stage, stages):
+        super().__init__()
+        layers = list(model.model.layers)
+        per = len(layers) // stages
+        self.first, self.last = stage == 0, stage == stages - 1
+        model.model.layers = torch.nn.ModuleList(layers[stage * per:(stage + 1) * per])
+        if not self.first:
+            model.model.embed_tokens = None
+        if not self.last:
+            model.model.norm = torch.nn.Identity()
+            model.lm_head = None
+        self.model = model
+
+    def forward(self, x):
+        if self.first:
+            hidden = self.model.model(input_ids=x).last_hidden_state
+        else:
+            hidden = self.model.model(inputs_embeds=x).last_hidden_state
+        return self.model.lm_head(hidden) if self.last else hidden
+
+
+def _causal_lm_loss(logits, labels):
+    """transformers' ForCausalLMLoss: fp32 logits, labels shifted left by one, mean cross-entropy."""
+    labels = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:].contiguous()
+    logits = logits.float()
+    return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1), ignore_index=-100)
+
+
+def _pipeline_step(config, layout, rank, world):
+    """torch.distributed.pipelining: one stage per rank, PIPELINE_MICRO_BATCHES micro-batches per step under
+    GPipe (every forward, then every backward) or 1F1B (at most stages - stage micro-batches in flight)."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    stage = _LlamaStage(_model(config), rank, world)
+    pipeline = PipelineStage(stage, rank, world, torch.device("cpu"))
+    schedule_class = {"pp-1f1b": Schedule1F1B, "pp-gpipe": ScheduleGPipe}[layout]
+    schedule = schedule_class(pipeline, n_microbatches=PIPELINE_MICRO_BATCHES, loss_fn=_causal_lm_loss)
+    optimizer = torch.optim.AdamW(stage.parameters(), lr=1e-4, foreach=True)
+    g = torch.Generator().manual_seed(100)  # one batch enters the first stage; the last one scores it
+    ids = torch.randint(0, config["vocab_size"], (MICRO_BATCH * PIPELINE_MICRO_BATCHES, SEQ), generator=g)
+
+    def step(phase):
+        phase("forward")  # forwards and backwards interleave: the peak's phase is not recorded
+        if stage.first:
+            schedule.step(ids)
+        elif stage.last:
+            # The default (return_outputs=True) keeps every micro-batch's logits until the step returns them.
+            schedule.step(target=ids, losses=[], return_outputs=False)
+        else:
+            schedule.step()
+        phase("optimizer")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        phase("done")
+    return step
+
+
+def _rank(rank, world, port, name, result_path):
+    config, layout, _, _, _ = CONFIGS[name]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    counters = hooks.CpuHook()
+    torch.manual_seed(0)
+    step = (_pipeline_step if layout.startswith("pp-") else _step)(config, layout, rank, world)
 
     step(lambda phase: None)
     gc.collect()
@@ -132,6 +264,8 @@ def _rank(rank, world, port, name, result_path):
     i = counters.peak_mark()
     if 0 <= i < len(marker.ops):
         measured["peak_op"], measured["peak_phase"] = marker.ops[i]
+        if layout.startswith("pp-") and measured["peak_phase"] == "forward":
+            del measured["peak_phase"]  # the schedule's forwards and backwards are not told apart
     # The same step again, its forward's saved tensors counted (as validation/record does, in a step of its own).
     saved = hooks.SavedTensors()
     forward_hooks = contextlib.ExitStack()
@@ -194,7 +328,8 @@ def fixture(name, ranks):
         "device": "cpu",
         "versions": versions,
         "model": config,
-        "estimate_args": ["--torch", torch_flag, "--transformers", tf_flag, *STEP_FLAGS, *flags],
+        "estimate_args": ["--torch", torch_flag, "--transformers", tf_flag, *STEP_FLAGS, "--optimizer-impl",
+                          "foreach" if _foreach(layout) else "for-loop", *flags],
         "measured": measured,
         "ranks": [{k: v for k, v in r.items() if k != "rank"} for r in ranks],
         "setup": {"layout": layout, "world_size": world},

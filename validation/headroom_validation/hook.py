@@ -138,9 +138,10 @@ class SavedTensors:
         self.storages = {}
 
     def pack(self, t):
-        if t.device.type != "meta":
-            s = t.storage()
-            self.storages[s.data_ptr()] = s.nbytes()
+        for plain in _plain_tensors(t):
+            if plain.device.type != "meta":
+                s = plain.storage()
+                self.storages[s.data_ptr()] = s.nbytes()
         return t
 
     def hooks(self):
@@ -148,3 +149,14 @@ class SavedTensors:
 
     def bytes(self):
         return sum(self.storages.values())
+
+
+def _plain_tensors(t):
+    """The tensors that hold t's bytes: t itself, or for a wrapper subclass (a DTensor, an asynchronous
+    collective's result) the tensors inside it."""
+    flatten = getattr(t, "__tensor_flatten__", None)
+    if flatten is None:
+        return [t]
+    names, _ = flatten()
+    inner = [getattr(t, name) for name in names]
+    return [p for i in inner if isinstance(i, torch.Tensor) for p in _plain_tensors(i)]
