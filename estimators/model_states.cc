@@ -131,7 +131,7 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
       s.fp8 = n * precision.fp8_weight_cache_bytes_per_param;
     }
     const bool expert = t.name.find(".experts.") != std::string::npos;
-    const double share = expert ? 1.0 / layout.expert_parallel : 1.0;
+    const double share = ParameterShare(t, layout);
     double* into = expert ? stage.expert : stage.dense;
     const uint64_t parts[7] = {s.weights, s.master, s.grad, s.grad16, s.optimizer, s.fp8, s.ema};
     for (int i = 0; i < 7; ++i) into[i] += static_cast<double>(parts[i]) * share;
@@ -234,6 +234,10 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     if (candidate.gpu_bytes() > worst.gpu_bytes()) worst = candidate;
   }
   return worst;
+}
+
+double ParameterShare(const Tensor& t, const ParallelLayout& layout) {
+  return t.name.find(".experts.") != std::string::npos ? 1.0 / layout.expert_parallel : 1.0;
 }
 
 }  // namespace headroom

@@ -44,8 +44,12 @@
 // FSDP all-gathers one wrapped unit (a transformer block under the usual
 // transformer auto-wrap policy; the remaining parameters form the root unit)
 // before using it and, with the default BACKWARD_PRE prefetch, the next one
-// while the current one computes: two units of unsharded 16-bit parameters
-// plus one unit of unsharded gradients before the reduce-scatter.
+// while the current one computes: gathered_parameters bounds that by two of
+// the largest unit's unsharded parameters plus one unit of unsharded
+// gradients. It is the figure where one number stands for the step (the
+// fullest pipeline stage, the planner's fixed bytes); the estimate's replay
+// gathers and frees each unit at the ops that do (Note [FSDP units in the
+// step] in estimators/step_replay.h).
 #ifndef HEADROOM_ESTIMATORS_MODEL_STATES_H_
 #define HEADROOM_ESTIMATORS_MODEL_STATES_H_
 
@@ -110,6 +114,10 @@ int PipelineStageOf(int layer, bool before_first_block, int num_layers, int stag
 // "...q_proj"), as DeepSpeed's model_to_params counts a module's own
 // (non-recursive) parameters. `name` receives the module's name.
 uint64_t LargestModuleParameters(const Graph& forward, std::string* name = nullptr);
+
+// The share of parameter `t` one GPU holds before sharding: 1 / the expert
+// parallel degree for an MoE expert (a name containing ".experts."), else 1.
+double ParameterShare(const Tensor& t, const ParallelLayout& layout);
 
 }  // namespace headroom
 

@@ -86,6 +86,46 @@ void AppendSplit(uint64_t total, std::span<const uint64_t> weights, BudgetCatego
   }
 }
 
+// Note [FSDP units in the step]: each unit's gathered parameters, unsharded
+// gradients and, when they come and go with the step, its gradient shard
+// (states.gradients split over the units by their trainable elements).
+void AppendFsdpUnits(const Graph& forward, const ModelStates& states, const JobSpec& job, const EstimateSetup& setup,
+                     bool gradients_by_unit, std::vector<ResidentBlock>& out) {
+  std::map<int, uint64_t> elements, trained;  // unit -> parameter elements this rank gathers (its experts')
+  for (const Tensor& t : forward.tensors()) {
+    if (t.role != TensorRole::kParameter) continue;
+    const int unit = std::max(t.layer, -1);
+    const auto n = static_cast<uint64_t>(static_cast<double>(t.elements()) * ParameterShare(t, job.layout));
+    elements[unit] += n;
+    trained[unit] += job.training && t.trainable && !IsQuantized(t.dtype) ? n : 0;
+  }
+  uint64_t all_trained = 0;
+  for (const auto& [unit, n] : trained) all_trained += n;
+  const uint64_t gathered_per = DTypeBytes(setup.precision.weight_dtype, 1);
+  const FsdpBlock parameters = ReshardsAfterForward(job.layout.sharding) ? FsdpBlock::kParameters
+                                                                          : FsdpBlock::kParametersUntilBackward;
+  uint64_t shards_left = gradients_by_unit ? states.gradients : 0;
+  uint64_t trained_left = all_trained;
+  for (const auto& [unit, n] : elements) {
+    out.push_back({.bytes = n * gathered_per, .category = BudgetCategory::kGatheredParameters, .fsdp = parameters,
+                   .fsdp_unit = unit});
+    const uint64_t t = trained[unit];
+    if (t == 0) continue;
+    out.push_back({.bytes = t * gathered_per, .category = BudgetCategory::kGradients,
+                   .fsdp = FsdpBlock::kUnshardedGradients, .fsdp_unit = unit});
+    if (shards_left == 0) continue;
+    // The last unit takes what rounding left, so the shards sum to the category's bytes.
+    const double share = static_cast<double>(t) / static_cast<double>(all_trained);
+    const uint64_t shard =
+        t == trained_left ? shards_left
+                          : std::min(shards_left, static_cast<uint64_t>(static_cast<double>(states.gradients) * share));
+    out.push_back({.bytes = shard, .category = BudgetCategory::kGradients, .fsdp = FsdpBlock::kShardedGradients,
+                   .fsdp_unit = unit});
+    shards_left -= shard;
+    trained_left -= t;
+  }
+}
+
 // Appends `total` bytes as blocks of `chunk` bytes, the last one smaller.
 void AppendChunks(uint64_t total, uint64_t chunk, BudgetCategory category, std::vector<ResidentBlock>& out) {
   for (uint64_t given = 0; given < total; given += chunk) {
@@ -179,6 +219,99 @@ struct HeldBlock {
   BudgetCategory category;
 };
 
+// Note [FSDP units in the step]: when each unit block is allocated and freed,
+// by op. At an op: `before` blocks are allocated ahead of its tensors; after
+// its frees, `after` blocks are allocated, then `release` blocks freed.
+// Indices are into the step's unit blocks.
+struct FsdpSchedule {
+  std::map<OpId, std::vector<size_t>> before, after, release;
+};
+
+FsdpSchedule ScheduleFsdpUnits(const Graph& step, std::span<const ResidentBlock> units) {
+  struct UnitOps {
+    OpId first_forward = kNone, last_forward = kNone, first_backward = kNone, last_backward = kNone;
+    OpId first_gradient = kNone;  // the first op that makes a gradient of the unit's parameters
+  };
+  std::map<int, UnitOps> ops;
+  OpId backward_end = kNone;
+  auto first = [](OpId& at, OpId op) { at = at == kNone ? op : at; };
+  for (const Op& op : step.ops()) {
+    if (op.phase == Phase::kOptimizer) continue;
+    UnitOps& u = ops[std::max(op.layer, -1)];
+    // A replayed forward op runs in backward, after the gradients of the units behind it.
+    if (op.phase == Phase::kBackward || op.recompute) {
+      first(u.first_backward, op.id);
+      u.last_backward = op.id;
+      backward_end = op.id;
+      for (TensorId out : op.outputs) {
+        if (IsParameterGradient(step, step.tensor(out))) first(u.first_gradient, op.id);
+      }
+    } else {
+      first(u.first_forward, op.id);
+      u.last_forward = op.id;
+    }
+  }
+  const OpId last_op = static_cast<OpId>(step.num_ops()) - 1;
+  // The root is gathered from the first op until backward ends (the whole step without one).
+  UnitOps& root = ops[-1];
+  root.first_forward = 0;
+  root.last_backward = backward_end != kNone ? backward_end : last_op;
+  // Backward order: the unit whose backward starts just before a block's prefetches it; the first one (the
+  // root's, which runs the loss's backward) prefetches the last block.
+  std::vector<std::pair<OpId, int>> backward_order;
+  for (const auto& [unit, u] : ops) {
+    if (u.first_backward != kNone) backward_order.emplace_back(u.first_backward, unit);
+  }
+  std::sort(backward_order.begin(), backward_order.end());
+  std::map<int, OpId> prefetch;
+  for (size_t i = 0; i < backward_order.size(); ++i) {
+    prefetch[backward_order[i].second] = i == 0 ? backward_order[0].first : backward_order[i - 1].first;
+  }
+
+  FsdpSchedule out;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const ResidentBlock& block = units[i];
+    const UnitOps& u = ops[block.fsdp_unit];
+    const OpId end = u.last_backward != kNone ? u.last_backward : u.last_forward;
+    // A unit none of whose ops say its layer (a graph file's) is held as the root is.
+    const bool as_root = block.fsdp_unit < 0 || (u.first_forward == kNone && u.first_backward == kNone);
+    switch (block.fsdp) {
+      case FsdpBlock::kParameters:
+        if (as_root) {
+          out.before[0].push_back(i);
+          out.release[root.last_backward].push_back(i);
+          break;
+        }
+        if (u.first_forward != kNone) {
+          out.before[u.first_forward].push_back(i);
+          out.release[u.last_forward].push_back(i);
+        }
+        if (u.first_backward != kNone) {
+          out.before[prefetch[block.fsdp_unit]].push_back(i);
+          out.release[u.last_backward].push_back(i);
+        }
+        break;
+      case FsdpBlock::kParametersUntilBackward: {
+        out.before[as_root ? 0 : u.first_forward != kNone ? u.first_forward : u.first_backward].push_back(i);
+        out.release[as_root ? root.last_backward : end].push_back(i);
+        break;
+      }
+      case FsdpBlock::kUnshardedGradients:
+        if (u.first_gradient == kNone) break;
+        out.before[u.first_gradient].push_back(i);
+        out.release[block.fsdp_unit < 0 ? root.last_backward : end].push_back(i);
+        break;
+      case FsdpBlock::kShardedGradients:  // the reduce-scatter's output, kept until the step ends
+        if (u.first_gradient == kNone) break;
+        out.after[block.fsdp_unit < 0 ? root.last_backward : end].push_back(i);
+        break;
+      case FsdpBlock::kResident:
+        break;
+    }
+  }
+  return out;
+}
+
 // The first attention op (eager attention's core, or a fused attention
 // kernel) of each layer that has one, in op order.
 std::vector<OpId> FirstAttentionOps(const Graph& step) {
@@ -220,15 +353,22 @@ std::vector<ResidentBlock> ResidentBlocks(const Graph& forward, const ModelState
   AppendSplit(states.ema_weights, trained_elements, BudgetCategory::kEmaWeights, flat, 1, out);
   AppendChunks(states.communication_buffers, kDdpBucketBytes, BudgetCategory::kCommunicationBuffers, out);
   AppendSplit(states.master_weights, trained_elements, BudgetCategory::kMasterWeights, flat, 1, out);
+  // Note [FSDP units in the step]: a single micro-batch's gradient shards come and go with the step.
+  const bool fsdp_units = IsFsdp(job.layout.sharding);
+  const bool gradients_by_unit = fsdp_units && job.training && job.grad_accum == 1 && !job.keep_gradients;
   // Note [Gradients: resident or by liveness]: the others are step tensors.
-  if (setup.persistent_gradients) {
+  if (setup.persistent_gradients && !gradients_by_unit) {
     AppendSplit(states.gradients, trained_elements, BudgetCategory::kGradients, flat_gradients, 1, out);
   }
   const size_t first_state = out.size();
   AppendSplit(states.optimizer_state, state_bytes, BudgetCategory::kOptimizerState, flat, moments, out);
   // Note [The first step in the replay]: torch.optim's state appears in the first step() call.
   for (size_t i = first_state; i < out.size(); ++i) out[i].from_first_step = !flat && !setup.persistent_gradients;
-  AppendSplit(states.gathered_parameters, {}, BudgetCategory::kGatheredParameters, true, 1, out);
+  if (fsdp_units) {
+    AppendFsdpUnits(forward, states, job, setup, gradients_by_unit, out);
+  } else {
+    AppendSplit(states.gathered_parameters, {}, BudgetCategory::kGatheredParameters, true, 1, out);
+  }
   if (extras.kv_cache > 0) {
     const auto layers = static_cast<uint64_t>(std::max(1, extras.kv_cache_layers));
     if (extras.kv_cache_in_forward) {
@@ -296,8 +436,11 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
 
   SequenceWriter writer(out);
   std::vector<ResidentBlock> from_first_step;
+  std::vector<ResidentBlock> units;  // Note [FSDP units in the step]
   for (const ResidentBlock& block : resident) {
-    if (block.from_first_step) {
+    if (block.fsdp != FsdpBlock::kResident) {
+      units.push_back(block);
+    } else if (block.from_first_step) {
       from_first_step.push_back(block);
     } else if (fill_in_forward && block.attention_layer >= 0) {
       filled_at[attention_ops[static_cast<size_t>(block.attention_layer)]].push_back(block);
@@ -305,6 +448,20 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
       writer.Allocate(block.bytes, block.category, block.stream, 0, Site::kResident, kNone);
     }
   }
+
+  const FsdpSchedule unit_schedule = ScheduleFsdpUnits(step, units);
+  std::vector<uint64_t> unit_pointer(units.size(), 0);
+  auto allocate_units = [&](const std::map<OpId, std::vector<size_t>>& at, OpId op, uint64_t now) {
+    if (auto it = at.find(op); it != at.end()) {
+      for (size_t i : it->second) {
+        unit_pointer[i] = writer.Allocate(units[i].bytes, units[i].category, 0, now, Site::kStep, op);
+      }
+    }
+  };
+  auto free_unit = [&](size_t i, uint64_t now) {
+    writer.Free(unit_pointer[i], units[i].bytes, units[i].category, 0, now);
+    unit_pointer[i] = 0;
+  };
 
   std::vector<uint64_t> pointer(step.num_tensors(), 0);
   std::vector<HeldBlock> held;
@@ -349,6 +506,7 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
         }
         filled_at.erase(filled);
       }
+      allocate_units(unit_schedule.before, op, now);
       for (TensorId id : order.Beginning(op)) {
         pointer[static_cast<size_t>(id)] =
             writer.Allocate(step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now, Site::kStep, op);
@@ -360,15 +518,20 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
         writer.Free(p, step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now);
         p = 0;
       }
+      allocate_units(unit_schedule.after, op, now);
+      if (auto it = unit_schedule.release.find(op); it != unit_schedule.release.end()) {
+        for (size_t i : it->second) free_unit(i, now);
+      }
     }
     if (num_ops == 0) optimizer_step(0);
     time += static_cast<uint64_t>(num_ops) + 1;
-    // What outlives the step's last op (its outputs) is dropped before the next step.
+    // What outlives the step's last op (its outputs, gradient shards) is dropped before the next step.
     for (TensorId id = 0; id < static_cast<TensorId>(pointer.size()); ++id) {
       uint64_t& p = pointer[static_cast<size_t>(id)];
       writer.Free(p, step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, time);
       p = 0;
     }
+    for (size_t i = 0; i < units.size(); ++i) free_unit(i, time);
   };
   // Note [The first step in the replay]: the first and the last steps' peaks are never the sequence's.
   const int steps = from_first_step.empty() ? 1 : kStepsUntilSettled;

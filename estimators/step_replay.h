@@ -59,6 +59,35 @@
 // cache tensor per layer; Note [KV cache in the forward]). Buffers are one
 // block per buffer tensor.
 //
+// Note [FSDP units in the step]
+// FSDP wraps each transformer block as a unit and the remaining parameters
+// (embeddings, final norm, head) as the root unit, and all-gathers a unit's
+// parameters only while it runs (torch/distributed/fsdp/_fully_shard/
+// _fsdp_state.py and _fsdp_param_group.py for FSDP2, _runtime_utils.py for
+// FSDP1), so the gathered bytes follow the step:
+//  - the root unit is gathered at the first op and kept until backward ends:
+//    neither FSDP reshards the root after forward, whose parameters backward
+//    needs first (FSDP1: "_post_forward_reshard", free only if not root;
+//    FSDP2: the root's post_forward_mesh_info is None);
+//  - a block is gathered at its first forward op and, under FULL_SHARD and
+//    HYBRID_SHARD, freed after its last; for backward it is gathered again
+//    when the unit before it in backward order starts its backward (the
+//    default backward prefetch: BACKWARD_PRE in FSDP1, FSDP2's implicit
+//    prefetch of the next unit in reverse post-forward order), the last
+//    block when backward starts, and freed after its last backward op.
+//    Under SHARD_GRAD_OP (FSDP2: reshard_after_forward=False) it stays
+//    gathered from its first forward op to its last backward op;
+//  - its gradients exist unsharded from the first op that makes a gradient
+//    of its parameters to its last backward op, where the reduce-scatter
+//    leaves this rank's shard, which lives until zero_grad(set_to_none=True)
+//    after the optimizer step. With gradient accumulation or kept gradients
+//    the shards are resident instead (Note [Gradients: resident or by
+//    liveness] in memory_estimate.h).
+// Measured with gloo on two CPU ranks (validation/fixtures/distributed):
+// FSDP2 and FSDP1 FULL_SHARD peak at the start of backward holding the root
+// and the prefetched last block; FSDP2 without resharding and SHARD_GRAD_OP
+// hold the root and every block there.
+//
 // Note [KV cache in the forward]
 // A paged server (vLLM) allocates its cache before it serves, so a paged KV
 // cache is resident from the start. transformers' DynamicCache has no
@@ -185,6 +214,15 @@ inline constexpr size_t kNumBudgetCategories = 14;
 constexpr size_t CategoryIndex(BudgetCategory category) { return static_cast<size_t>(category); }
 using CategoryBytes = std::array<uint64_t, kNumBudgetCategories>;
 
+// What an FSDP unit's block holds (Note [FSDP units in the step]).
+enum class FsdpBlock : uint8_t {
+  kResident,               // not a unit's
+  kParameters,             // the gathered parameters, freed after forward and gathered again for backward
+  kParametersUntilBackward,  // the same, kept from forward through backward (SHARD_GRAD_OP)
+  kUnshardedGradients,     // the unit's gradients before the reduce-scatter
+  kShardedGradients,       // this rank's shard of them, from the reduce-scatter to zero_grad
+};
+
 // One allocation of the resident state (Note [Resident blocks]).
 // The steps the sequence covers when the first step creates state (Note [The
 // first step in the replay]): the first, the measured one, one more.
@@ -201,6 +239,10 @@ struct ResidentBlock {
   // allocated at the first attention op of the step's n-th attention layer,
   // this n (counted from 0); -1: before the step.
   int attention_layer = -1;
+  // An FSDP unit's block (Note [FSDP units in the step]): what it holds, and
+  // the unit (a block's layer, -1 the root).
+  FsdpBlock fsdp = FsdpBlock::kResident;
+  int fsdp_unit = -1;
 };
 
 // The resident state beyond the model states.
@@ -220,7 +262,8 @@ struct ResidentExtras {
 // units, the KV cache or recurrent state, then the cuBLAS workspaces. `forward` is the forward
 // graph of the parameters this GPU holds (one pipeline stage's under
 // --pp); `states` its model states. The blocks of each category sum to the
-// category's bytes in `states`.
+// category's bytes in `states`, but under FSDP, whose gathered parameters
+// and gradients are each unit's (Note [FSDP units in the step]).
 std::vector<ResidentBlock> ResidentBlocks(const Graph& forward, const ModelStates& states, const JobSpec& job,
                                           const EstimateSetup& setup, const ResidentExtras& extras);
 

@@ -12,13 +12,14 @@
 namespace headroom {
 namespace {
 
-constexpr NameTable<Sharding, 15> kShardingNames("sharding", {{
+constexpr NameTable<Sharding, 17> kShardingNames("sharding", {{
     {"none", Sharding::kReplicated},
     {"zero1", Sharding::kZero1},
     {"zero2", Sharding::kZero2},
     {"zero3", Sharding::kZero3},
     {"fsdp-full", Sharding::kFsdpFull},
     {"fsdp-hybrid", Sharding::kFsdpHybrid},
+    {"fsdp-grad-op", Sharding::kFsdpGradOp},
     {"ddp", Sharding::kReplicated, kAlias},
     {"zero0", Sharding::kReplicated, kAlias},
     {"zero-0", Sharding::kReplicated, kAlias},
@@ -28,11 +29,13 @@ constexpr NameTable<Sharding, 15> kShardingNames("sharding", {{
     {"fsdp", Sharding::kFsdpFull, kAlias},
     {"full_shard", Sharding::kFsdpFull, kAlias},
     {"hybrid_shard", Sharding::kFsdpHybrid, kAlias},
+    {"shard_grad_op", Sharding::kFsdpGradOp, kAlias},
 }});
 
-constexpr NameTable<Sharding, 2> kFsdpStrategyNames("FSDP sharding strategy", {{
+constexpr NameTable<Sharding, 3> kFsdpStrategyNames("FSDP sharding strategy", {{
     {"full", Sharding::kFsdpFull},
     {"hybrid", Sharding::kFsdpHybrid},
+    {"grad-op", Sharding::kFsdpGradOp},
 }});
 
 constexpr NameTable<Offload, 4> kOffloadNames("offload", {{
@@ -87,6 +90,10 @@ bool IsDeepSpeed(Sharding sharding) {
 }
 
 bool IsFsdp(Sharding sharding) {
+  return sharding == Sharding::kFsdpFull || sharding == Sharding::kFsdpHybrid || sharding == Sharding::kFsdpGradOp;
+}
+
+bool ReshardsAfterForward(Sharding sharding) {
   return sharding == Sharding::kFsdpFull || sharding == Sharding::kFsdpHybrid;
 }
 

@@ -32,6 +32,7 @@ enum class Sharding {
   kZero3,      // + parameters partitioned, gathered layer by layer
   kFsdpFull,   // PyTorch FSDP FULL_SHARD
   kFsdpHybrid, // FSDP HYBRID_SHARD: FULL_SHARD inside a group, replicated across groups
+  kFsdpGradOp, // FSDP SHARD_GRAD_OP (FSDP2: reshard_after_forward=False): gathered units stay until backward
 };
 
 std::string_view ShardingName(Sharding sharding);  // "none", "zero1", ..., "fsdp-hybrid"
@@ -39,7 +40,11 @@ std::string_view ShardingName(Sharding sharding);  // "none", "zero1", ..., "fsd
 absl::StatusOr<Sharding> ParseSharding(std::string_view name);
 bool IsDeepSpeed(Sharding sharding);
 bool IsFsdp(Sharding sharding);
-// FSDP's strategies by their short names: "full" (FULL_SHARD), "hybrid" (HYBRID_SHARD).
+// Whether FSDP frees a unit's gathered parameters after its forward (and gathers them again for backward):
+// FULL_SHARD and HYBRID_SHARD do, SHARD_GRAD_OP does not.
+bool ReshardsAfterForward(Sharding sharding);
+// FSDP's strategies by their short names: "full" (FULL_SHARD), "hybrid" (HYBRID_SHARD), "grad-op"
+// (SHARD_GRAD_OP).
 absl::StatusOr<Sharding> ParseFsdpStrategy(std::string_view name);
 std::string_view FsdpStrategyName(Sharding sharding);  // "unknown" unless IsFsdp(sharding)
 // DeepSpeed's ZeRO stage 0-3 as a sharding (stage 0 partitions nothing), and back.

@@ -334,6 +334,14 @@ TEST(EstimateCli, EmitDeepSpeedAndFsdp) {
   EXPECT_THAT(fsdp.out, HasSubstr("ShardingStrategy.HYBRID_SHARD"));
   EXPECT_THAT(fsdp.out, HasSubstr("LlamaDecoderLayer"));
   EXPECT_THAT(fsdp.out, HasSubstr("torchrun --nnodes=2 --nproc_per_node=8"));
+  auto grad_op = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "h100", "--gpus", "8", "--fsdp",
+                              "grad-op", "--emit", "fsdp"});
+  ASSERT_EQ(grad_op.exit_code, 0) << grad_op.err;
+  EXPECT_THAT(grad_op.out, HasSubstr("ShardingStrategy.SHARD_GRAD_OP"));
+  auto unknown = RunHeadroom({"estimate", "--model", "llama-3-8b", "--gpu", "h100", "--gpus", "8", "--fsdp", "half"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("--fsdp"));
+  EXPECT_THAT(unknown.err, HasSubstr("grad-op"));
 }
 
 TEST(EstimateCli, Zero3OnEightGpusFits) {

@@ -5,6 +5,7 @@
 #include "estimators/step_replay.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <utility>
 #include <string>
@@ -187,6 +188,48 @@ TEST(EstimateMemory, ResidentBlocksSumToTheModelStates) {
 // default policy cannot put the second in the first's 12 MiB segment and
 // reserves both; expandable segments grow one segment in 20 MiB pages and
 // reserve no more than the pages the largest live set needs.
+// Note [FSDP units in the step]: GPT-2 peaks at the loss's backward, where
+// FULL_SHARD holds the root unit and the last block (prefetched for
+// backward) gathered, SHARD_GRAD_OP the root and every block, and no
+// gradient exists yet; each unit's bytes are its parameters' own.
+TEST(EstimateMemory, FsdpUnitsAreGatheredWhileTheyRun) {
+  const LoadedModel gpt2 = Gpt2();
+  JobSpec full;
+  full.layout = {.gpus = 2, .sharding = Sharding::kFsdpFull};
+  JobSpec grad_op = full;
+  grad_op.layout.sharding = Sharding::kFsdpGradOp;
+  const EstimateSetup setup = ResolveSetup(gpt2, full);
+  absl::StatusOr<Graph> forward = BuildForwardGraph(gpt2, full, setup);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  std::map<int, uint64_t> unit_bytes;
+  for (const Tensor& t : forward->tensors()) {
+    if (t.role != TensorRole::kParameter) continue;
+    unit_bytes[std::max(t.layer, -1)] += DTypeBytes(setup.precision.weight_dtype, t.elements());
+  }
+  const int last_block = unit_bytes.rbegin()->first;
+  ASSERT_EQ(last_block, 11);
+
+  absl::StatusOr<MemoryEstimate> sharded = EstimateMemory(gpt2, full, Machine{.budget = kRoomy});
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  EXPECT_EQ(sharded->peak_op, "loss.log_softmax.backward");
+  EXPECT_EQ(sharded->gathered_parameters, unit_bytes[-1] + unit_bytes[last_block]);
+  EXPECT_EQ(sharded->gradients, 0u);
+
+  absl::StatusOr<MemoryEstimate> kept = EstimateMemory(gpt2, grad_op, Machine{.budget = kRoomy});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  uint64_t every_unit = 0;
+  for (const auto& [unit, bytes] : unit_bytes) every_unit += bytes;
+  EXPECT_EQ(kept->gathered_parameters, every_unit);
+  EXPECT_EQ(kept->activations, sharded->activations);
+
+  // With accumulation the gradient shards stay between micro-batches: resident.
+  JobSpec accumulating = full;
+  accumulating.grad_accum = 4;
+  absl::StatusOr<MemoryEstimate> accumulated = EstimateMemory(gpt2, accumulating, Machine{.budget = kRoomy});
+  ASSERT_TRUE(accumulated.ok()) << accumulated.status();
+  EXPECT_GT(accumulated->gradients, 0u);
+}
+
 TEST(ReplayAllocations, ExpandableSegmentsReserveNoMoreThanNeeded) {
   Graph g("grow");
   const TensorId x = g.AddTensor({.name = "x", .shape = {16}, .role = TensorRole::kInput});
