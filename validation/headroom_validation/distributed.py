@@ -268,16 +268,8 @@ def _rank(rank, world, port, name, result_path):
             del measured["peak_phase"]  # the schedule's forwards and backwards are not told apart
     # The same step again, its forward's saved tensors counted (as validation/record does, in a step of its own).
     saved = hooks.SavedTensors()
-    forward_hooks = contextlib.ExitStack()
-
-    def saved_phase(name):
-        if name == "forward":
-            forward_hooks.enter_context(saved.hooks())
-        else:
-            forward_hooks.close()
-
     counters.reset_peak()
-    step(saved_phase)
+    step(saved.forward_phase())
     measured["repeat_peak_allocated_bytes"] = counters.peak()
     measured["saved_for_backward_bytes"] = saved.bytes()
     with open(result_path, "w") as f:

@@ -147,6 +147,18 @@ class SavedTensors:
     def hooks(self):
         return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
 
+    def forward_phase(self):
+        """A phase(name) callback for a step that counts what its forward saves: the hooks are on from the
+        "forward" phase to the next one."""
+        stack = contextlib.ExitStack()
+
+        def phase(name):
+            if name == "forward":
+                stack.enter_context(self.hooks())
+            else:
+                stack.close()
+        return phase
+
     def bytes(self):
         return sum(self.storages.values())
 

@@ -63,16 +63,8 @@ def measure(cfg, device, trace_path):
     # Saved tensors are counted in a third step: PyTorch 1.13 fails a backward that runs under both a
     # dispatch mode and saved-tensor hooks. That step's peak must repeat the measured one.
     saved = hooks.SavedTensors()
-    forward_hooks = contextlib.ExitStack()
-
-    def saved_phase(name):
-        if name == "forward":
-            forward_hooks.enter_context(saved.hooks())
-        else:
-            forward_hooks.close()
-
     counters.reset_peak()
-    out = w.step(saved_phase)
+    out = w.step(saved.forward_phase())
     del out
     repeat_peak = counters.peak()
     if reserved:
