@@ -94,7 +94,8 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--pp", f.pp, "Pipeline parallel degree (1F1B)");
   app.add_option("--ep", f.ep, "Expert parallel degree (MoE)");
   app.add_option("--zero", f.zero, "DeepSpeed ZeRO stage 0-3");
-  app.add_option("--fsdp", f.fsdp, "FSDP sharding: full, hybrid or grad-op (SHARD_GRAD_OP; FSDP2's reshard_after_forward=False)");
+  app.add_option("--fsdp", f.fsdp,
+                 "FSDP sharding: full, hybrid or grad-op (SHARD_GRAD_OP; FSDP2's reshard_after_forward=False)");
   app.add_option("--shard-group", f.shard_group, "GPUs per FSDP hybrid shard group (default 8)");
   app.add_option("--offload", f.offload, "CPU offload: none, optimizer or all (parameters too)");
   app.add_option("--precision", f.precision,

@@ -52,9 +52,9 @@ nlohmann::json DeepSpeedConfig(const JobSpec& job) {
 std::string FsdpSettings(const JobSpec& job, std::string_view block_class) {
   const ParallelLayout& layout = job.layout;
   const bool hybrid = layout.sharding == Sharding::kFsdpHybrid;
-  const std::string strategy = hybrid                                           ? "HYBRID_SHARD"
-                               : layout.sharding == Sharding::kFsdpGradOp ? "SHARD_GRAD_OP"
-                                                                          : "FULL_SHARD";
+  std::string strategy = "FULL_SHARD";
+  if (hybrid) strategy = "HYBRID_SHARD";
+  if (layout.sharding == Sharding::kFsdpGradOp) strategy = "SHARD_GRAD_OP";
   std::string dtype = "torch.float32";
   if (job.precision == Precision::kBf16Mixed || job.precision == Precision::kBf16) dtype = "torch.bfloat16";
   if (job.precision == Precision::kFp16Mixed || job.precision == Precision::kFp16) dtype = "torch.float16";

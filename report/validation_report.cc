@@ -176,6 +176,9 @@ void Compare(const ValidationFixture& fixture, const MeasuredStep& measured, con
   check.measured = measured;
   check.error = RelativeError(check.estimated.allocated_bytes, measured.peak_allocated_bytes);
   check.within_tolerance = std::abs(check.error) <= tolerance.allocated;
+  check.reserved_error.reset();
+  check.reserved_within_tolerance = true;
+  check.peers.clear();
   if (fixture.on_cuda() && measured.peak_reserved_bytes && *measured.peak_reserved_bytes > 0) {
     check.reserved_error = RelativeError(check.estimated.reserved_bytes, *measured.peak_reserved_bytes);
     check.reserved_within_tolerance = std::abs(*check.reserved_error) <= tolerance.reserved;
@@ -216,7 +219,6 @@ absl::StatusOr<std::vector<FixtureCheck>> CheckFixtureRanks(const ValidationFixt
   for (size_t rank = 0; rank < fixture.ranks.size(); ++rank) {
     FixtureCheck check = one;
     check.name = absl::StrFormat("%s rank %d", fixture.name, rank);
-    check.peers.clear();
     Compare(fixture, fixture.ranks[rank], tolerance, check);
     checks.push_back(std::move(check));
   }
