@@ -60,8 +60,9 @@ CONFIGS = {
     "llama-gqa-fsdp2-2": (LLAMA, "fsdp2", 2, ["--gpus", "2", "--fsdp", "full"],
                           "FSDP2 fully_shard on every block and the root, reshard_after_forward=True"),
     "llama-gqa-tp-2": (LLAMA, "tp", 2, ["--gpus", "2", "--tp", "2"],
-                       "tensor parallel with DTensor (parallelize_module: q/k/v, gate/up, lm_head colwise; o, down, the "
-                       "embedding rowwise; the loss under loss_parallel, as Megatron's vocabulary-parallel head)"),
+                       "tensor parallel with DTensor (parallelize_module: q/k/v, gate/up, lm_head colwise; o, "
+                       "down, the embedding rowwise; the loss under loss_parallel, as Megatron's vocabulary-parallel "
+                       "head)"),
     "llama-gqa-pp-1f1b-2": (LLAMA, "pp-1f1b", 2, ["--gpus", "2", "--pp", "2", "--grad-accum",
                                                  str(PIPELINE_MICRO_BATCHES)],
                             f"pipelining, 1F1B over {PIPELINE_MICRO_BATCHES} micro-batches, one stage per rank"),
