@@ -20,24 +20,6 @@ bool IsViewOp(const Graph& step, const Op& op) {
                      [&step](TensorId t) { return step.tensor(t).view_of != kNone; });
 }
 
-// The layer runs of forward ops: a layer whose ops are one contiguous run
-// (one call of its block) is a candidate region.
-std::vector<CheckpointRegion> LayerRuns(const Graph& step) {
-  std::map<int, int> runs_of_layer;
-  std::vector<CheckpointRegion> runs;
-  for (const Op& op : step.ops()) {
-    const bool in_layer = IsRecomputable(op) && op.layer >= 0;
-    if (in_layer && !runs.empty() && runs.back().layer == op.layer && runs.back().last == op.id - 1) {
-      runs.back().last = op.id;
-      continue;
-    }
-    if (!in_layer) continue;
-    runs.push_back({.layer = op.layer, .first = op.id, .last = op.id});
-    ++runs_of_layer[op.layer];
-  }
-  std::erase_if(runs, [&runs_of_layer](const CheckpointRegion& r) { return runs_of_layer[r.layer] > 1; });
-  return runs;
-}
 
 // Decides the policy of one region (Note [Selective checkpoint semantics]);
 // false when the region cannot be checkpointed or has nothing to replay.
@@ -244,7 +226,22 @@ absl::StatusOr<SelectiveCheckpoint> Realize(const Graph& step, const std::vector
 
 }  // namespace
 
-std::vector<CheckpointRegion> LayerRegions(const Graph& step) { return LayerRuns(step); }
+std::vector<CheckpointRegion> LayerRegions(const Graph& step) {
+  std::map<int, int> runs_of_layer;
+  std::vector<CheckpointRegion> runs;
+  for (const Op& op : step.ops()) {
+    const bool in_layer = IsRecomputable(op) && op.layer >= 0;
+    if (in_layer && !runs.empty() && runs.back().layer == op.layer && runs.back().last == op.id - 1) {
+      runs.back().last = op.id;
+      continue;
+    }
+    if (!in_layer) continue;
+    runs.push_back({.layer = op.layer, .first = op.id, .last = op.id});
+    ++runs_of_layer[op.layer];
+  }
+  std::erase_if(runs, [&runs_of_layer](const CheckpointRegion& r) { return runs_of_layer[r.layer] > 1; });
+  return runs;
+}
 
 absl::StatusOr<SelectiveCheckpoint> RealizeSelectiveCheckpoint(const Graph& step, const Schedule& plan) {
   HEADROOM_RETURN_IF_ERROR(MaterializeSchedule(step, plan).status());
@@ -252,7 +249,7 @@ absl::StatusOr<SelectiveCheckpoint> RealizeSelectiveCheckpoint(const Graph& step
   for (const ScheduleEntry& e : plan.entries) {
     if (e.action == ScheduleAction::kRecompute) wanted[static_cast<size_t>(e.target)] = true;
   }
-  return Realize(step, wanted, LayerRuns(step));
+  return Realize(step, wanted, LayerRegions(step));
 }
 
 absl::StatusOr<SelectiveCheckpoint> RealizeFullCheckpoints(const Graph& step,

@@ -569,29 +569,18 @@ double ActivationMemoryBudget(const StackPlan& plan) {
 
 namespace {
 
-// The step's forward ops of `layer`, and of its attention core (the ops from
-// its first core op to its last: the attention function's call).
-struct LayerOps {
-  std::vector<CheckpointRegion> layers;  // in layer order
-
-  const CheckpointRegion* Of(int layer) const {
-    for (const CheckpointRegion& r : layers) {
-      if (r.layer == layer) return &r;
-    }
-    return nullptr;
+// The forward ops of `layer`, from the step's layer regions (LayerRegions).
+absl::StatusOr<CheckpointRegion> LayerRegion(const std::vector<CheckpointRegion>& layers, int layer) {
+  for (const CheckpointRegion& r : layers) {
+    if (r.layer == layer) return CheckpointRegion{.layer = layer, .first = r.first, .last = r.last};
   }
-};
-
-absl::StatusOr<CheckpointRegion> LayerRegion(const LayerOps& ops, int layer) {
-  const CheckpointRegion* r = ops.Of(layer);
-  if (r == nullptr) {
-    return absl::UnimplementedError(absl::StrFormat("layer %d's ops are not one run of the step (a block called "
-                                                    "more than once)", layer));
-  }
-  return CheckpointRegion{.layer = layer, .first = r->first, .last = r->last};
+  return absl::UnimplementedError(absl::StrFormat("layer %d's ops are not one run of the step (a block called "
+                                                  "more than once)", layer));
 }
 
-absl::StatusOr<CheckpointRegion> CoreRegion(const Graph& step, const LayerOps& ops, int layer) {
+// The ops of `layer`'s attention core: from its first core op to its last (the attention function's call).
+absl::StatusOr<CheckpointRegion> CoreRegion(const Graph& step, const std::vector<CheckpointRegion>& ops,
+                                            int layer) {
   HEADROOM_ASSIGN_OR_RETURN(CheckpointRegion whole, LayerRegion(ops, layer));
   CheckpointRegion core{.layer = layer};
   for (OpId o = whole.first; o <= whole.last; ++o) {
@@ -609,7 +598,7 @@ absl::StatusOr<CheckpointRegion> CoreRegion(const Graph& step, const LayerOps& o
 
 absl::StatusOr<std::vector<CheckpointRegion>> SettingsRegions(EmitFormat format, const StackPlan& plan,
                                                               const Graph& step) {
-  const LayerOps ops{.layers = LayerRegions(step)};
+  const std::vector<CheckpointRegion> ops = LayerRegions(step);
   std::vector<CheckpointRegion> regions;
   auto whole_layers = [&](const std::vector<int>& layers) -> absl::Status {
     for (int layer : layers) {
