@@ -72,6 +72,10 @@ nlohmann::json PlanFileToJson(const PlanFile& file) {
 
 absl::StatusOr<PlanFile> ParsePlanFile(std::string_view text, std::string_view origin) {
   HEADROOM_ASSIGN_OR_RETURN(const nlohmann::json doc, ParseJsonDocument(text, origin));
+  return ParsePlanDocument(doc, origin);
+}
+
+absl::StatusOr<PlanFile> ParsePlanDocument(const nlohmann::json& doc, std::string_view origin) {
   const JsonPath root(origin);
   if (!doc.is_object()) return root.Error(absl::StrFormat("expected an object, got %s", JsonTypeName(doc)));
   HEADROOM_ASSIGN_OR_RETURN(std::string format, RequireString(doc, "format", root));

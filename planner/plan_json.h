@@ -70,6 +70,8 @@ nlohmann::json PlanFileToJson(const PlanFile& file);
 
 // Errors (InvalidArgument) name `origin` and the field at fault.
 absl::StatusOr<PlanFile> ParsePlanFile(std::string_view text, std::string_view origin);
+// The same for a plan already parsed as JSON (one embedded in another document).
+absl::StatusOr<PlanFile> ParsePlanDocument(const nlohmann::json& doc, std::string_view origin);
 
 // Checks that `file` was planned for `step` (Note [Plan file format]).
 absl::Status CheckPlanMatchesStep(const PlanFile& file, const Graph& step, std::string_view origin);
