@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -101,18 +102,17 @@ absl::StatusOr<std::vector<FixtureCheck>> CheckFixtureFile(const std::string& pa
                                                            const ValidationTolerance& tolerance) {
   // Note [Fixture file bound].
   HEADROOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, kMaxFixtureFileBytes));
-  HEADROOM_ASSIGN_OR_RETURN(const std::string kind, FixtureKind(text, path));
+  HEADROOM_ASSIGN_OR_RETURN(const auto fixture, ParseFixture(text, path));
   std::string what = "estimate";
   absl::StatusOr<std::vector<FixtureCheck>> checks;
-  if (kind == kAppliedPlansKind) {
-    HEADROOM_ASSIGN_OR_RETURN(AppliedPlansFixture fixture, ParseAppliedPlansFixture(text, path));
-    HEADROOM_ASSIGN_OR_RETURN(const JobSpec job, FixtureJob(path, "job_args", fixture.job_args));
+  if (const auto* plans = std::get_if<AppliedPlansFixture>(&fixture)) {
+    HEADROOM_ASSIGN_OR_RETURN(const JobSpec job, FixtureJob(path, "job_args", plans->job_args));
     what = "plans";
-    checks = CheckAppliedPlans(fixture, job, tolerance);
+    checks = CheckAppliedPlans(*plans, job, tolerance);
   } else {
-    HEADROOM_ASSIGN_OR_RETURN(ValidationFixture fixture, ParseValidationFixture(text, path));
-    HEADROOM_ASSIGN_OR_RETURN(const JobSpec job, FixtureJob(path, "estimate_args", fixture.estimate_args));
-    checks = CheckFixtureRanks(fixture, job, tolerance);
+    const ValidationFixture& step = std::get<ValidationFixture>(fixture);
+    HEADROOM_ASSIGN_OR_RETURN(const JobSpec job, FixtureJob(path, "estimate_args", step.estimate_args));
+    checks = CheckFixtureRanks(step, job, tolerance);
   }
   if (!checks.ok()) {
     const absl::Status in_flags = InFlagTerms(checks.status());

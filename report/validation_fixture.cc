@@ -38,24 +38,33 @@ absl::StatusOr<std::string> OptionalString(const json& object, std::string_view 
   return RequireString(object, key, path);
 }
 
+absl::StatusOr<uint64_t> RequirePositive(const json& object, std::string_view key, const JsonPath& path) {
+  HEADROOM_ASSIGN_OR_RETURN(uint64_t value, RequireUint(object, key, path));
+  if (value == 0) return (path / key).Error("must be positive (errors are relative to it)");
+  return value;
+}
+
+// An optional "peak_phase": empty, or a phase name (graph/graph.h PhaseName).
+absl::StatusOr<std::string> OptionalPhase(const json& object, const JsonPath& path) {
+  HEADROOM_ASSIGN_OR_RETURN(std::string phase, OptionalString(object, "peak_phase", path));
+  if (!phase.empty()) {
+    absl::StatusOr<Phase> parsed = ParsePhase(phase);
+    if (!parsed.ok()) return (path / "peak_phase").Error(std::string(parsed.status().message()));
+  }
+  return phase;
+}
+
 absl::StatusOr<MeasuredStep> ParseMeasured(const json& measured, const JsonPath& path) {
   MeasuredStep m;
   HEADROOM_ASSIGN_OR_RETURN(m.baseline_bytes, RequireUint(measured, "baseline_bytes", path));
-  HEADROOM_ASSIGN_OR_RETURN(m.peak_allocated_bytes, RequireUint(measured, "peak_allocated_bytes", path));
-  if (m.peak_allocated_bytes == 0) {
-    return (path / "peak_allocated_bytes").Error("must be positive (errors are relative to it)");
-  }
+  HEADROOM_ASSIGN_OR_RETURN(m.peak_allocated_bytes, RequirePositive(measured, "peak_allocated_bytes", path));
   HEADROOM_ASSIGN_OR_RETURN(m.saved_for_backward_bytes, RequireUint(measured, "saved_for_backward_bytes", path));
   HEADROOM_ASSIGN_OR_RETURN(m.repeat_peak_allocated_bytes,
                             RequireUint(measured, "repeat_peak_allocated_bytes", path));
   HEADROOM_ASSIGN_OR_RETURN(m.end_of_forward_bytes, OptionalUint(measured, "end_of_forward_bytes", path));
   HEADROOM_ASSIGN_OR_RETURN(m.ops, OptionalUint(measured, "ops", path));
   HEADROOM_ASSIGN_OR_RETURN(m.peak_op, OptionalString(measured, "peak_op", path));
-  HEADROOM_ASSIGN_OR_RETURN(m.peak_phase, OptionalString(measured, "peak_phase", path));
-  if (!m.peak_phase.empty()) {
-    absl::StatusOr<Phase> phase = ParsePhase(m.peak_phase);
-    if (!phase.ok()) return (path / "peak_phase").Error(std::string(phase.status().message()));
-  }
+  HEADROOM_ASSIGN_OR_RETURN(m.peak_phase, OptionalPhase(measured, path));
   HEADROOM_ASSIGN_OR_RETURN(m.peak_reserved_bytes, OptionalUint(measured, "peak_reserved_bytes", path));
   HEADROOM_ASSIGN_OR_RETURN(m.driver_used_bytes, OptionalUint(measured, "driver_used_bytes", path));
   HEADROOM_ASSIGN_OR_RETURN(m.driver_used_before_bytes, OptionalUint(measured, "driver_used_before_bytes", path));
@@ -67,18 +76,11 @@ absl::StatusOr<MeasuredStep> ParseRank(const json& rank, const JsonPath& path) {
   if (!rank.is_object()) return path.Error(absl::StrFormat("expected an object, got %s", JsonTypeName(rank)));
   MeasuredStep m;
   HEADROOM_ASSIGN_OR_RETURN(m.baseline_bytes, RequireUint(rank, "baseline_bytes", path));
-  HEADROOM_ASSIGN_OR_RETURN(m.peak_allocated_bytes, RequireUint(rank, "peak_allocated_bytes", path));
-  if (m.peak_allocated_bytes == 0) {
-    return (path / "peak_allocated_bytes").Error("must be positive (errors are relative to it)");
-  }
+  HEADROOM_ASSIGN_OR_RETURN(m.peak_allocated_bytes, RequirePositive(rank, "peak_allocated_bytes", path));
   HEADROOM_ASSIGN_OR_RETURN(std::optional<uint64_t> saved, OptionalUint(rank, "saved_for_backward_bytes", path));
   m.saved_for_backward_bytes = saved.value_or(0);
   HEADROOM_ASSIGN_OR_RETURN(m.peak_op, OptionalString(rank, "peak_op", path));
-  HEADROOM_ASSIGN_OR_RETURN(m.peak_phase, OptionalString(rank, "peak_phase", path));
-  if (!m.peak_phase.empty()) {
-    absl::StatusOr<Phase> phase = ParsePhase(m.peak_phase);
-    if (!phase.ok()) return (path / "peak_phase").Error(std::string(phase.status().message()));
-  }
+  HEADROOM_ASSIGN_OR_RETURN(m.peak_phase, OptionalPhase(rank, path));
   return m;
 }
 
@@ -137,11 +139,6 @@ absl::StatusOr<const json*> RequireObject(const json& doc, std::string_view key,
   return object;
 }
 
-absl::StatusOr<uint64_t> RequirePositive(const json& object, std::string_view key, const JsonPath& path) {
-  HEADROOM_ASSIGN_OR_RETURN(uint64_t value, RequireUint(object, key, path));
-  if (value == 0) return (path / key).Error("must be positive (errors are relative to it)");
-  return value;
-}
 
 absl::StatusOr<AppliedPlanRun> ParseRun(const json& run, const JsonPath& path) {
   if (!run.is_object()) return path.Error(absl::StrFormat("expected an object, got %s", JsonTypeName(run)));
@@ -154,7 +151,7 @@ absl::StatusOr<AppliedPlanRun> ParseRun(const json& run, const JsonPath& path) {
   }
   HEADROOM_ASSIGN_OR_RETURN(out.chosen_strategy, RequireNonEmptyString(run, "chosen_strategy", path));
   HEADROOM_ASSIGN_OR_RETURN(const json* plan, RequireObject(run, "plan", path));
-  HEADROOM_ASSIGN_OR_RETURN(out.plan, ParsePlanFile(plan->dump(), (path / "plan").ToString()));
+  HEADROOM_ASSIGN_OR_RETURN(out.plan, ParsePlanDocument(*plan, (path / "plan").ToString()));
   HEADROOM_ASSIGN_OR_RETURN(const json* measured, RequireObject(run, "measured", path));
   HEADROOM_ASSIGN_OR_RETURN(out.measured.peak_allocated_bytes,
                             RequirePositive(*measured, "peak_allocated_bytes", path / "measured"));
@@ -182,12 +179,9 @@ absl::Status ParseCommon(const json& doc, const JsonPath& root, std::string& nam
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<ValidationFixture> ParseValidationFixture(std::string_view text, std::string_view path) {
-  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(text, path));
+// The fields of a measured step's fixture, from its JSON object.
+absl::StatusOr<ValidationFixture> ParseStepDocument(const json& doc, std::string_view path) {
   const JsonPath root(path);
-  if (!doc.is_object()) return root.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
   ValidationFixture fixture{.path = std::string(path)};
   HEADROOM_RETURN_IF_ERROR(ParseCommon(doc, root, fixture.name, fixture.description, fixture.device));
 
@@ -208,23 +202,9 @@ absl::StatusOr<ValidationFixture> ParseValidationFixture(std::string_view text, 
   return fixture;
 }
 
-absl::StatusOr<std::string> FixtureKind(std::string_view text, std::string_view path) {
-  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(text, path));
+// The fields of an applied-plans fixture, from its JSON object.
+absl::StatusOr<AppliedPlansFixture> ParseAppliedPlansDocument(const json& doc, std::string_view path) {
   const JsonPath root(path);
-  if (!doc.is_object()) return root.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
-  if (!Present(doc, "kind")) return std::string();
-  HEADROOM_ASSIGN_OR_RETURN(std::string kind, RequireString(doc, "kind", root));
-  if (kind != kAppliedPlansKind) {
-    return (root / "kind").Error(absl::StrFormat("unknown fixture kind '%s' (%s, or none for a measured step)",
-                                                 kind, kAppliedPlansKind));
-  }
-  return kind;
-}
-
-absl::StatusOr<AppliedPlansFixture> ParseAppliedPlansFixture(std::string_view text, std::string_view path) {
-  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(text, path));
-  const JsonPath root(path);
-  if (!doc.is_object()) return root.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
   AppliedPlansFixture fixture{.path = std::string(path)};
   HEADROOM_RETURN_IF_ERROR(ParseCommon(doc, root, fixture.name, fixture.description, fixture.device));
   HEADROOM_ASSIGN_OR_RETURN(fixture.job_args, StringArray(doc, "job_args", "`headroom plan`", root));
@@ -243,6 +223,55 @@ absl::StatusOr<AppliedPlansFixture> ParseAppliedPlansFixture(std::string_view te
   }
   HEADROOM_ASSIGN_OR_RETURN(const json* model, RequireField(doc, "model", root));
   HEADROOM_ASSIGN_OR_RETURN(fixture.model, LoadModelDocument(*model, (root / "model").ToString()));
+  return fixture;
+}
+
+// A fixture's text as its JSON object.
+absl::StatusOr<json> ParseObject(std::string_view text, std::string_view path) {
+  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(text, path));
+  if (!doc.is_object()) {
+    return JsonPath(path).Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
+  }
+  return doc;
+}
+
+// The fixture's JSON object, and its "kind": kAppliedPlansKind, or empty for
+// a measured step (the kind that has none).
+absl::StatusOr<std::pair<json, std::string>> ParseKindAndDocument(std::string_view text, std::string_view path) {
+  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseObject(text, path));
+  const JsonPath root(path);
+  std::string kind;
+  if (Present(doc, "kind")) {
+    HEADROOM_ASSIGN_OR_RETURN(kind, RequireString(doc, "kind", root));
+    if (kind != kAppliedPlansKind) {
+      return (root / "kind").Error(absl::StrFormat("unknown fixture kind '%s' (%s, or none for a measured step)",
+                                                   kind, kAppliedPlansKind));
+    }
+  }
+  return std::make_pair(std::move(doc), std::move(kind));
+}
+
+}  // namespace
+
+absl::StatusOr<ValidationFixture> ParseValidationFixture(std::string_view text, std::string_view path) {
+  HEADROOM_ASSIGN_OR_RETURN(const json doc, ParseObject(text, path));
+  return ParseStepDocument(doc, path);
+}
+
+absl::StatusOr<AppliedPlansFixture> ParseAppliedPlansFixture(std::string_view text, std::string_view path) {
+  HEADROOM_ASSIGN_OR_RETURN(const json doc, ParseObject(text, path));
+  return ParseAppliedPlansDocument(doc, path);
+}
+
+absl::StatusOr<std::variant<ValidationFixture, AppliedPlansFixture>> ParseFixture(std::string_view text,
+                                                                                  std::string_view path) {
+  HEADROOM_ASSIGN_OR_RETURN(auto parsed, ParseKindAndDocument(text, path));
+  const auto& [doc, kind] = parsed;
+  if (kind == kAppliedPlansKind) {
+    HEADROOM_ASSIGN_OR_RETURN(AppliedPlansFixture fixture, ParseAppliedPlansDocument(doc, path));
+    return fixture;
+  }
+  HEADROOM_ASSIGN_OR_RETURN(ValidationFixture fixture, ParseStepDocument(doc, path));
   return fixture;
 }
 

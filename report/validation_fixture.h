@@ -46,6 +46,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -143,9 +144,11 @@ inline constexpr std::string_view kAppliedPlansKind = "applied_plans";
 // Parses an applied-plans fixture's text; errors name `path` and the field.
 absl::StatusOr<AppliedPlansFixture> ParseAppliedPlansFixture(std::string_view text, std::string_view path);
 
-// The fixture's "kind": kAppliedPlansKind, or empty for an estimate fixture
-// (the kind that has none); errors for a file that is no JSON object.
-absl::StatusOr<std::string> FixtureKind(std::string_view text, std::string_view path);
+// A fixture of either kind, as its "kind" says (kAppliedPlansKind, or none
+// for a measured step), its text parsed once; errors name `path` and the
+// field, an unknown kind among them.
+absl::StatusOr<std::variant<ValidationFixture, AppliedPlansFixture>> ParseFixture(std::string_view text,
+                                                                                  std::string_view path);
 
 // Note [Fixture file bound]
 // A fixture embeds a model document, which may be as large as a model file

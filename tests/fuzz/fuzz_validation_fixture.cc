@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <variant>
 
 #include "graph/graph.h"
 #include "report/validation_fixture.h"
@@ -17,13 +18,11 @@ namespace {
 // An applied-plans fixture (report/validation_fixture.h): every run that was
 // not refused names its budget and strategy, holds a schedule and a positive
 // peak, and says whether its gradients were equal.
-void CheckAppliedPlans(std::string_view text) {
+void CheckAppliedPlans(const headroom::AppliedPlansFixture& fixture) {
   using namespace headroom;
-  absl::StatusOr<AppliedPlansFixture> fixture = ParseAppliedPlansFixture(text, "fuzz.json");
-  if (!fixture.ok()) return;
-  if (fixture->name.empty() || fixture->store_all.peak_allocated_bytes == 0) __builtin_trap();
-  if (!fixture->model.config && !fixture->model.graph) __builtin_trap();
-  for (const AppliedPlanRun& run : fixture->runs) {
+  if (fixture.name.empty() || fixture.store_all.peak_allocated_bytes == 0) __builtin_trap();
+  if (!fixture.model.config && !fixture.model.graph) __builtin_trap();
+  for (const AppliedPlanRun& run : fixture.runs) {
     if (run.budget.empty() || run.strategy.empty()) __builtin_trap();
     if (!run.error.empty()) continue;
     if (run.chosen_strategy.empty() || run.measured.peak_allocated_bytes == 0) __builtin_trap();
@@ -36,14 +35,13 @@ void CheckAppliedPlans(std::string_view text) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace headroom;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<std::string> kind = FixtureKind(text, "fuzz.json");
-  if (kind.ok() && *kind == kAppliedPlansKind) {
-    CheckAppliedPlans(text);
+  absl::StatusOr<std::variant<ValidationFixture, AppliedPlansFixture>> fixture = ParseFixture(text, "fuzz.json");
+  if (!fixture.ok()) return 0;
+  if (const auto* plans = std::get_if<AppliedPlansFixture>(&*fixture)) {
+    CheckAppliedPlans(*plans);
     return 0;
   }
-  absl::StatusOr<ValidationFixture> fixture = ParseValidationFixture(text, "fuzz.json");
-  if (!fixture.ok()) return 0;
-  const ValidationFixture& f = *fixture;
+  const ValidationFixture& f = std::get<ValidationFixture>(*fixture);
   const MeasuredStep& m = f.measured;
   if (f.name.empty() || f.description.empty() || f.device.empty()) __builtin_trap();
   if (m.peak_allocated_bytes == 0) __builtin_trap();
