@@ -48,6 +48,9 @@ constexpr std::pair<std::string_view, std::string_view> kFieldFlags[] = {
     {"tensor_parallel", "--tp"},
     {"sequence_parallel", "--sp"},
     {"pipeline_parallel", "--pp"},
+    {"pipeline_schedule", "--pp-schedule"},
+    {"pipeline_stage", "--pp-stage"},
+    {"torch_parallel", "--torch-parallel"},
     {"expert_parallel", "--ep"},
     {"sharding", "--zero or --fsdp"},
     {"hybrid_shard_group", "--shard-group"},
@@ -68,6 +71,9 @@ absl::Status SetLayout(const JobFlags& f, ParallelLayout& layout) {
   layout.tensor_parallel = f.tp;
   layout.sequence_parallel = f.sp;
   layout.pipeline_parallel = f.pp;
+  HEADROOM_ASSIGN_OR_RETURN(layout.pipeline_schedule, ForFlag("--pp-schedule", ParsePipelineSchedule(f.pp_schedule)));
+  layout.pipeline_stage = f.pp_stage;
+  layout.torch_parallel = f.torch_parallel;
   layout.expert_parallel = f.ep;
   layout.hybrid_shard_group = f.shard_group;
   if (f.zero && !f.fsdp.empty()) {
@@ -91,7 +97,15 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--gpus", f.gpus, "Total GPUs (data parallel = gpus / (tp * pp))");
   app.add_option("--tp", f.tp, "Tensor parallel degree");
   app.add_flag("--sp", f.sp, "Sequence parallel (with --tp)");
-  app.add_option("--pp", f.pp, "Pipeline parallel degree (1F1B)");
+  app.add_option("--pp", f.pp, "Pipeline parallel degree");
+  app.add_option("--pp-schedule", f.pp_schedule,
+                 "Pipeline schedule: 1f1b (default; stage s holds min(pp - s, grad-accum) micro-batches) or gpipe "
+                 "(every forward before any backward: each stage holds all grad-accum micro-batches)");
+  app.add_option("--pp-stage", f.pp_stage,
+                 "The pipeline stage (0 first) whose GPU to estimate or plan (default: the fullest)");
+  app.add_flag("--torch-parallel", f.torch_parallel,
+               "--tp/--pp run by torch.distributed (DTensor parallelize_module, pipelining) rather than "
+               "Megatron-LM: the model's own modules and PyTorch's gradients");
   app.add_option("--ep", f.ep, "Expert parallel degree (MoE)");
   app.add_option("--zero", f.zero, "DeepSpeed ZeRO stage 0-3");
   app.add_option("--fsdp", f.fsdp,

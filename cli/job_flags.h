@@ -31,6 +31,9 @@ struct JobFlags {
   int tp = 1;
   bool sp = false;
   int pp = 1;
+  std::string pp_schedule = "1f1b";
+  int pp_stage = -1;  // -1: the fullest stage
+  bool torch_parallel = false;
   int ep = 1;
   std::optional<int> zero;
   std::string fsdp;

@@ -164,7 +164,7 @@ EstimateSetup ResolveSetup(const LoadedModel& model, const JobSpec& job) {
     setup.framework = Framework::kDeepSpeed;
   } else if (IsFsdp(layout.sharding)) {
     setup.framework = Framework::kFsdp;
-  } else if (layout.tensor_parallel > 1 || layout.pipeline_parallel > 1) {
+  } else if ((layout.tensor_parallel > 1 || layout.pipeline_parallel > 1) && !layout.torch_parallel) {
     setup.framework = Framework::kMegatron;
   } else if (amp && !job.lora.enabled()) {
     setup.framework = Framework::kAutocast;
@@ -178,8 +178,9 @@ EstimateSetup ResolveSetup(const LoadedModel& model, const JobSpec& job) {
     setup.precision.weight_dtype = DType::kF32;
     setup.precision.master_weights = false;
   }
-  setup.persistent_gradients = job.grad_accum > 1 || job.keep_gradients || setup.framework == Framework::kDeepSpeed ||
-                               setup.framework == Framework::kFsdp || setup.framework == Framework::kMegatron;
+  setup.gradients_outlive_step = job.keep_gradients || setup.framework == Framework::kDeepSpeed ||
+                                 setup.framework == Framework::kFsdp || setup.framework == Framework::kMegatron;
+  setup.persistent_gradients = job.grad_accum > 1 || setup.gradients_outlive_step;
   setup.seq_len = ResolveSeqLen(model, job);
   return setup;
 }
@@ -257,6 +258,7 @@ absl::StatusOr<Graph> BuildForwardGraph(const LoadedModel& model, const JobSpec&
                      .training = job.training,
                      .tensor_parallel = layout.tensor_parallel,
                      .sequence_parallel = layout.sequence_parallel,
+                     .loss_parallel = layout.tensor_parallel > 1 && layout.torch_parallel,
                      .lora = job.lora,
                      .rms_norm = job.rms_norm.value_or(setup.framework == Framework::kMegatron
                                                            ? RmsNormImpl::kFused
@@ -286,7 +288,8 @@ absl::StatusOr<Graph> BuildStep(const Graph& forward, const JobSpec& job, const 
   }
   StepOptions options{.training = job.training,
                       .checkpoint = std::move(plan),
-                      .gradients_preexist = job.training && job.grad_accum > 1,
+                      // Note [Gradients in the first backward] in memory_estimate.h: not yet in the first.
+                      .gradients_preexist = job.training && job.grad_accum > 1 && setup.persistent_gradients,
                       .optimizer_step = job.training,
                       .hold_model_outputs = job.training && job.loop == TrainingLoop::kHand,
                       .autocast_weight_cache = job.training && setup.autocast,
@@ -331,14 +334,19 @@ PeakAttribution AttributePeak(const Graph& step, const EstimateSetup& setup) {
   return out;
 }
 
+absl::StatusOr<ModelStates> StageModelStates(const Graph& forward, const JobSpec& job, const EstimateSetup& setup,
+                                             int stage) {
+  return EstimateModelStates(forward, {.precision = setup.precision,
+                                       .optimizer = job.optimizer,
+                                       .layout = job.layout,
+                                       .ema = job.ema,
+                                       .training = job.training,
+                                       .pipeline_stage = stage});
+}
+
 absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const PeakAttribution& peak,
                                                   const JobSpec& job, const EstimateSetup& setup) {
   const MemoryProfile& profile = peak.profile;
-  ModelStateOptions state_options{.precision = setup.precision,
-                                  .optimizer = job.optimizer,
-                                  .layout = job.layout,
-                                  .ema = job.ema,
-                                  .training = job.training};
   const int stages = job.layout.pipeline_parallel;
   const int num_layers = LayersOf(forward);
   uint64_t saved_total = profile.saved_bytes_outside_layers;
@@ -347,9 +355,10 @@ absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const Pe
 
   WorstStage worst;
   uint64_t worst_total = 0;
-  for (int s = 0; s < stages; ++s) {
-    state_options.pipeline_stage = s;
-    HEADROOM_ASSIGN_OR_RETURN(ModelStates states, EstimateModelStates(forward, state_options));
+  const int first = job.layout.pipeline_stage >= 0 ? job.layout.pipeline_stage : 0;
+  const int last = job.layout.pipeline_stage >= 0 ? job.layout.pipeline_stage : stages - 1;
+  for (int s = first; s <= last; ++s) {
+    HEADROOM_ASSIGN_OR_RETURN(ModelStates states, StageModelStates(forward, job, setup, s));
     uint64_t stage_activations = peak.activations;
     if (stages > 1) {
       uint64_t saved = s == stages - 1 ? profile.saved_bytes_outside_layers : 0;
@@ -358,14 +367,14 @@ absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const Pe
           saved += profile.saved_bytes_by_layer[layer];
         }
       }
-      const auto in_flight = static_cast<uint64_t>(std::min<int64_t>(stages - s, job.grad_accum));
+      const auto in_flight = static_cast<uint64_t>(job.layout.MicroBatchesInFlight(s, job.grad_accum));
       HEADROOM_ASSIGN_OR_RETURN(
           const uint64_t in_flight_bytes,
           CheckedMul(in_flight, saved, absl::StrFormat("pipeline stage %d: in-flight micro-batches x saved bytes", s)));
       stage_activations = in_flight_bytes + transient;  // transient < 2^62: Note [Size bounds]
     }
     const uint64_t total = SaturatingAdd(states.gpu_bytes(), stage_activations);
-    if (s == 0 || total > worst_total) {
+    if (s == first || total > worst_total) {
       worst_total = total;
       worst.states = std::move(states);
       worst.activations = stage_activations;

@@ -8,7 +8,7 @@
 //   HEADROOM_ASSIGN_OR_RETURN(Graph forward, BuildForwardGraph(model, job, setup));
 //   HEADROOM_ASSIGN_OR_RETURN(Graph step, BuildStep(forward, job, setup));      // or the fixed graph
 //   const PeakAttribution peak = AttributePeak(step, setup);
-//   HEADROOM_ASSIGN_OR_RETURN(WorstStage stage, FindWorstPipelineStage(forward, peak, job, setup));
+//   HEADROOM_ASSIGN_OR_RETURN(ModelStates states, StageModelStates(forward, job, setup, stage));
 //   OptimizerTemporaries temporaries = OptimizerStepTemporaries(forward, job, setup);
 //   Overheads overheads = EstimateJobOverheads(machine, job);
 //   ... the allocator replay of the step (estimators/step_replay.h) ...
@@ -49,6 +49,9 @@ struct EstimateSetup {
   bool autocast = false;
   // Note [Gradients: resident or by liveness] in memory_estimate.h.
   bool persistent_gradients = false;
+  // Whether the gradients exist before the step starts (zero_grad(set_to_none=False), or a framework's own
+  // gradient buffers); without, a step with accumulation makes them in its first micro-batch's backward.
+  bool gradients_outlive_step = false;
   int64_t seq_len = 0;  // ResolveSeqLen; 0 for models without sequences
 };
 
@@ -85,7 +88,13 @@ struct PeakAttribution {
 };
 PeakAttribution AttributePeak(const Graph& step, const EstimateSetup& setup);
 
-// Note [Pipeline 1F1B] in memory_estimate.h: the stage with the most bytes.
+// The model states pipeline stage `stage` of `forward` (the whole model's graph) holds; the whole model's
+// without --pp.
+absl::StatusOr<ModelStates> StageModelStates(const Graph& forward, const JobSpec& job, const EstimateSetup& setup,
+                                             int stage);
+
+// Note [Pipeline 1F1B] in memory_estimate.h: the stage with the most bytes by its model states and saved
+// activations, for the planner, which plans one stage (--pp-stage, when given, is that stage).
 struct WorstStage {
   int stage = 0;
   ModelStates states;

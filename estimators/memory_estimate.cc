@@ -105,6 +105,98 @@ absl::Status CheckTotal(const MemoryEstimate& e) {
   return absl::OkStatus();
 }
 
+// The estimate of one GPU: `step` on `forward` (pipeline stage `stage`'s own under --pp, the whole step's
+// without), holding `states` and `in_flight` micro-batches.
+absl::StatusOr<MemoryEstimate> EstimateStage(const LoadedModel& model, const JobSpec& job, const Machine& machine,
+                                             const EstimateSetup& setup, const Graph& forward, const Graph& step,
+                                             const ModelStates& states, int stage, int in_flight,
+                                             AllocationTrace* replayed) {
+  MemoryEstimate out;
+  out.framework = std::string(FrameworkName(setup.framework));
+  out.seq_len = setup.seq_len;
+  out.pipeline_stage = stage;
+  out.host_bytes = states.host_bytes;
+  out.parameters = states.model_parameters;
+  out.trainable_parameters = states.trainable_parameters;
+  out.capacity = machine.capacity();
+  out.overheads = EstimateJobOverheads(machine, job);
+  HEADROOM_ASSIGN_OR_RETURN(const uint64_t kv_cache, KvCacheFor(model, job, setup));
+  // Note [Allocator replay]: resident state, the step, the optimizer's temporaries.
+  const ResidentExtras extras{
+      .kv_cache = kv_cache,
+      .kv_cache_layers = !model.config ? 1
+                         : model.config->family == ModelFamily::kEncoderDecoder
+                             ? static_cast<int>(model.config->decoder_layers)
+                         : model.config->family == ModelFamily::kVisionLanguage
+                             ? static_cast<int>(model.config->text_tower().num_layers)
+                             : static_cast<int>(model.config->num_layers),
+      // Note [KV cache in the forward]: transformers' DynamicCache; a decoder's layers only.
+      .kv_cache_in_forward = job.kv_block_size == 0 && model.config && model.config->family == ModelFamily::kDecoder,
+      .recurrent_state = RecurrentStateFor(model, job, setup),
+      .cublas_workspace = machine.gpu != nullptr ? machine.gpu->cublas_workspace_bytes : 0,
+      .streams = job.overheads.streams,
+      .cublas_handles = CublasHandles(job)};
+  const std::vector<ResidentBlock> resident = ResidentBlocks(forward, states, job, setup, extras);
+  OptimizerTemporaries temporaries = OptimizerStepTemporaries(forward, job, setup);
+  // Note [Gradients: resident or by liveness].
+  const ProfileOptions profile{.count_parameter_gradients = !setup.persistent_gradients};
+  HEADROOM_ASSIGN_OR_RETURN(StepAllocations sequence,
+                            BuildStepAllocations(step, resident,
+                                                 {.profile = profile,
+                                                  .autocast = setup.autocast,
+                                                  .in_flight = in_flight,
+                                                  .optimizer_temporaries = std::move(temporaries)}));
+  const uint64_t device_bytes =
+      out.capacity > out.overheads.cuda_context ? out.capacity - out.overheads.cuda_context : 0;
+  HEADROOM_ASSIGN_OR_RETURN(const AllocatorReplay replay, ReplayAllocations(sequence, job.allocator, device_bytes));
+
+  auto at_peak = [&](BudgetCategory category) { return sequence.bytes_at_peak[CategoryIndex(category)]; };
+  out.weights = at_peak(BudgetCategory::kWeights);
+  out.master_weights = at_peak(BudgetCategory::kMasterWeights);
+  out.gradients = at_peak(BudgetCategory::kGradients);
+  out.optimizer_state = at_peak(BudgetCategory::kOptimizerState);
+  out.gathered_parameters = at_peak(BudgetCategory::kGatheredParameters);
+  out.communication_buffers = at_peak(BudgetCategory::kCommunicationBuffers);
+  out.fp8_weight_cache = at_peak(BudgetCategory::kFp8WeightCache);
+  out.ema_weights = at_peak(BudgetCategory::kEmaWeights);
+  out.activations = at_peak(BudgetCategory::kActivations);
+  out.activation_gradients = at_peak(BudgetCategory::kActivationGradients);
+  out.temporaries = at_peak(BudgetCategory::kTemporaries);
+  out.kv_cache = at_peak(BudgetCategory::kKvCache);
+  out.recurrent_state = at_peak(BudgetCategory::kRecurrentState);
+  out.overheads.cublas_workspace = at_peak(BudgetCategory::kCublasWorkspace);
+  // Note [Allocator rounding and cache].
+  out.overheads.allocator_rounding = replay.peak_allocated_bytes - sequence.peak_bytes;
+  out.overheads.allocator_cached = replay.peak_reserved_bytes - replay.peak_allocated_bytes;
+  out.alloc_conf = FormatAllocConf(job.allocator);
+  out.allocator_out_of_memory = replay.out_of_memory;
+  HEADROOM_RETURN_IF_ERROR(CheckTotal(out));
+
+  if (sequence.peak_at_optimizer_temporaries) {
+    out.peak_op = absl::StrFormat("optimizer step (%s %s)", OptimizerName(job.optimizer),
+                                  OptimizerImplName(job.optimizer_impl));
+    out.peak_phase = "optimizer";
+  } else if (sequence.peak_op != kNone) {
+    const Op& op = step.op(sequence.peak_op);
+    out.peak_op = op.name.empty() ? op.kind : op.name;
+    out.peak_phase = std::string(PhaseName(op.phase));
+    for (TensorId id : sequence.largest_live) {
+      const Tensor& t = step.tensor(id);
+      out.largest_live.push_back({.name = t.name,
+                                  .role = std::string(TensorRoleName(t.role)),
+                                  .dtype = std::string(DTypeName(t.dtype)),
+                                  .shape = t.shape,
+                                  .bytes = t.bytes()});
+    }
+  } else {
+    out.peak_op = "before the step";
+    out.peak_phase = "resident state only";
+  }
+  if (replayed != nullptr) *replayed = std::move(sequence.trace);
+
+  return out;
+}
+
 }  // namespace
 
 uint64_t MemoryEstimate::allocated_bytes() const {
@@ -174,112 +266,65 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
   } else {
     HEADROOM_ASSIGN_OR_RETURN(step, BuildStep(forward, job, setup));
   }
+  const StepSeconds time = EstimateJobStepTime(step, machine, job, setup);
 
-  const PeakAttribution peak = AttributePeak(step, setup);
-  HEADROOM_ASSIGN_OR_RETURN(const WorstStage stage, FindWorstPipelineStage(forward, peak, job, setup));
-  // Note [Pipeline 1F1B]: under --pp the worst stage's own step is replayed.
   const int stages = job.layout.pipeline_parallel;
-  const Graph* stage_forward = &forward;
-  const Graph* stage_step = &step;
-  Graph pipeline_forward, pipeline_step;
-  int in_flight = 1;
-  if (stages > 1) {
+  MemoryEstimate out;
+  if (stages == 1) {
+    HEADROOM_ASSIGN_OR_RETURN(const ModelStates states, StageModelStates(forward, job, setup, 0));
+    HEADROOM_ASSIGN_OR_RETURN(out, EstimateStage(model, job, machine, setup, forward, step, states, 0, 1, replayed));
+  } else {
     if (whole_step) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "pipeline_parallel %d: a graph file with its own backward cannot be cut into pipeline stages", stages));
     }
-    HEADROOM_ASSIGN_OR_RETURN(pipeline_forward, PipelineStageForward(forward, stage.stage, stages));
-    HEADROOM_ASSIGN_OR_RETURN(pipeline_step, BuildStep(pipeline_forward, job, setup));
-    stage_forward = &pipeline_forward;
-    stage_step = &pipeline_step;
-    in_flight = static_cast<int>(std::min<int64_t>(stages - stage.stage, job.grad_accum));
-  }
-
-  MemoryEstimate out;
-  out.framework = std::string(FrameworkName(setup.framework));
-  out.seq_len = setup.seq_len;
-  out.pipeline_stage = stage.stage;
-  out.host_bytes = stage.states.host_bytes;
-  out.parameters = stage.states.model_parameters;
-  out.trainable_parameters = stage.states.trainable_parameters;
-  out.capacity = machine.capacity();
-  out.overheads = EstimateJobOverheads(machine, job);
-  HEADROOM_ASSIGN_OR_RETURN(const uint64_t kv_cache, KvCacheFor(model, job, setup));
-
-  // Note [Allocator replay]: resident state, the step, the optimizer's temporaries.
-  const ResidentExtras extras{
-      .kv_cache = kv_cache,
-      .kv_cache_layers = !model.config ? 1
-                         : model.config->family == ModelFamily::kEncoderDecoder
-                             ? static_cast<int>(model.config->decoder_layers)
-                         : model.config->family == ModelFamily::kVisionLanguage
-                             ? static_cast<int>(model.config->text_tower().num_layers)
-                             : static_cast<int>(model.config->num_layers),
-      // Note [KV cache in the forward]: transformers' DynamicCache; a decoder's layers only.
-      .kv_cache_in_forward = job.kv_block_size == 0 && model.config && model.config->family == ModelFamily::kDecoder,
-      .recurrent_state = RecurrentStateFor(model, job, setup),
-      .cublas_workspace = machine.gpu != nullptr ? machine.gpu->cublas_workspace_bytes : 0,
-      .streams = job.overheads.streams,
-      .cublas_handles = CublasHandles(job)};
-  const std::vector<ResidentBlock> resident = ResidentBlocks(*stage_forward, stage.states, job, setup, extras);
-  OptimizerTemporaries temporaries = OptimizerStepTemporaries(*stage_forward, job, setup);
-  // Note [Gradients: resident or by liveness].
-  const ProfileOptions profile{.count_parameter_gradients = !setup.persistent_gradients};
-  HEADROOM_ASSIGN_OR_RETURN(StepAllocations sequence,
-                            BuildStepAllocations(*stage_step, resident,
-                                                 {.profile = profile,
-                                                  .autocast = setup.autocast,
-                                                  .in_flight = in_flight,
-                                                  .optimizer_temporaries = std::move(temporaries)}));
-  const uint64_t device_bytes =
-      out.capacity > out.overheads.cuda_context ? out.capacity - out.overheads.cuda_context : 0;
-  HEADROOM_ASSIGN_OR_RETURN(const AllocatorReplay replay, ReplayAllocations(sequence, job.allocator, device_bytes));
-
-  auto at_peak = [&](BudgetCategory category) { return sequence.bytes_at_peak[CategoryIndex(category)]; };
-  out.weights = at_peak(BudgetCategory::kWeights);
-  out.master_weights = at_peak(BudgetCategory::kMasterWeights);
-  out.gradients = at_peak(BudgetCategory::kGradients);
-  out.optimizer_state = at_peak(BudgetCategory::kOptimizerState);
-  out.gathered_parameters = at_peak(BudgetCategory::kGatheredParameters);
-  out.communication_buffers = at_peak(BudgetCategory::kCommunicationBuffers);
-  out.fp8_weight_cache = at_peak(BudgetCategory::kFp8WeightCache);
-  out.ema_weights = at_peak(BudgetCategory::kEmaWeights);
-  out.activations = at_peak(BudgetCategory::kActivations);
-  out.activation_gradients = at_peak(BudgetCategory::kActivationGradients);
-  out.temporaries = at_peak(BudgetCategory::kTemporaries);
-  out.kv_cache = at_peak(BudgetCategory::kKvCache);
-  out.recurrent_state = at_peak(BudgetCategory::kRecurrentState);
-  out.overheads.cublas_workspace = at_peak(BudgetCategory::kCublasWorkspace);
-  // Note [Allocator rounding and cache].
-  out.overheads.allocator_rounding = replay.peak_allocated_bytes - sequence.peak_bytes;
-  out.overheads.allocator_cached = replay.peak_reserved_bytes - replay.peak_allocated_bytes;
-  out.alloc_conf = FormatAllocConf(job.allocator);
-  out.allocator_out_of_memory = replay.out_of_memory;
-  HEADROOM_RETURN_IF_ERROR(CheckTotal(out));
-
-  if (sequence.peak_at_optimizer_temporaries) {
-    out.peak_op = absl::StrFormat("optimizer step (%s %s)", OptimizerName(job.optimizer),
-                                  OptimizerImplName(job.optimizer_impl));
-    out.peak_phase = "optimizer";
-  } else if (sequence.peak_op != kNone) {
-    const Op& op = stage_step->op(sequence.peak_op);
-    out.peak_op = op.name.empty() ? op.kind : op.name;
-    out.peak_phase = std::string(PhaseName(op.phase));
-    for (TensorId id : sequence.largest_live) {
-      const Tensor& t = stage_step->tensor(id);
-      out.largest_live.push_back({.name = t.name,
-                                  .role = std::string(TensorRoleName(t.role)),
-                                  .dtype = std::string(DTypeName(t.dtype)),
-                                  .shape = t.shape,
-                                  .bytes = t.bytes()});
+    // Note [Pipeline 1F1B]: each stage's own step is replayed; the estimate is the fullest stage's.
+    const int first = job.layout.pipeline_stage >= 0 ? job.layout.pipeline_stage : 0;
+    const int last = job.layout.pipeline_stage >= 0 ? job.layout.pipeline_stage : stages - 1;
+    std::vector<StagePeak> peaks;
+    for (int s = first; s <= last; ++s) {
+      HEADROOM_ASSIGN_OR_RETURN(const Graph stage_forward, PipelineStageForward(forward, s, stages));
+      HEADROOM_ASSIGN_OR_RETURN(const ModelStates states, StageModelStates(forward, job, setup, s));
+      // Note [Gradients in the first backward] in memory_estimate.h: the first backward, and the later ones.
+      const int in_flight = job.layout.MicroBatchesInFlight(s, job.grad_accum);
+      std::vector<std::pair<int, EstimateSetup>> moments;
+      if (setup.gradients_outlive_step) {
+        moments.push_back({in_flight, setup});
+      } else {
+        EstimateSetup first_backward = setup;
+        first_backward.persistent_gradients = false;
+        moments.push_back({in_flight, first_backward});
+        const int later = job.grad_accum > in_flight ? in_flight : in_flight - 1;
+        if (later >= 1) moments.push_back({later, setup});
+      }
+      MemoryEstimate fullest;
+      AllocationTrace fullest_trace;
+      for (size_t i = 0; i < moments.size(); ++i) {
+        const auto& [held, moment_setup] = moments[i];
+        HEADROOM_ASSIGN_OR_RETURN(const Graph stage_step, BuildStep(stage_forward, job, moment_setup));
+        AllocationTrace trace;
+        HEADROOM_ASSIGN_OR_RETURN(MemoryEstimate e,
+                                  EstimateStage(model, job, machine, moment_setup, stage_forward, stage_step, states,
+                                                s, held, replayed != nullptr ? &trace : nullptr));
+        if (i == 0 || e.total_bytes() > fullest.total_bytes()) {
+          fullest = std::move(e);
+          fullest_trace = std::move(trace);
+        }
+      }
+      const StagePeak peak{.stage = s,
+                           .in_flight = in_flight,
+                           .allocated_bytes = fullest.allocated_bytes(),
+                           .reserved_bytes = fullest.reserved_bytes(),
+                           .peak_op = fullest.peak_op,
+                           .peak_phase = fullest.peak_phase};
+      if (s == first || fullest.total_bytes() > out.total_bytes()) {
+        out = std::move(fullest);
+        if (replayed != nullptr) *replayed = std::move(fullest_trace);
+      }
+      peaks.push_back(peak);
     }
-  } else {
-    out.peak_op = "before the step";
-    out.peak_phase = "resident state only";
+    out.pipeline_stages = std::move(peaks);
   }
-  if (replayed != nullptr) *replayed = std::move(sequence.trace);
-
-  const StepSeconds time = EstimateJobStepTime(step, machine, job, setup);
   out.step_seconds = time.step;
   out.recompute_seconds = time.recompute;
   return out;

@@ -39,6 +39,10 @@
 // (tensor/pipeline parallel) keep 16-bit parameters and fp32 masters; the
 // graph is then built in pure 16-bit and the masters/gradients come from
 // estimators/model_states.h. Both come to 18 bytes per parameter with AdamW.
+// Tensor or pipeline parallelism is Megatron's unless --torch-parallel says
+// torch.distributed runs it (DTensor, pipelining): then the model's own
+// modules run (transformers' eager RMSNorm, not Megatron's fused one) and
+// PyTorch makes the gradients, as on one GPU.
 //
 // Note [Gradients: resident or by liveness]
 // A single micro-batch on plain PyTorch >= 2.0 frees .grad at zero_grad()
@@ -47,18 +51,40 @@
 // accumulation, ZeRO, FSDP, Megatron or zero_grad(set_to_none=False)
 // (JobSpec::keep_gradients) they are a persistent buffer: counted whole.
 //
+// Note [Gradients in the first backward]
+// With accumulation and zero_grad(set_to_none=True), a step's first
+// micro-batch makes the gradients during its backward; the later ones add
+// into them. On one GPU every micro-batch holds the same activations, so the
+// later ones' peak (gradients resident) is the step's. A pipeline stage
+// holds more micro-batches in its first backward than in any later one when
+// all its forwards come first (GPipe; a 1F1B stage with no more
+// micro-batches than the stages after it): there, the first backward, with
+// every micro-batch in flight and the gradients made as it runs, can be the
+// peak (llama-gqa-pp-gpipe-2 in validation/fixtures/distributed: both
+// ranks peak in it). Each stage is therefore replayed at both moments, its
+// first backward (gradients by liveness, StepOptions::gradients_preexist
+// off) and the later ones (gradients resident; the in-flight count one less
+// when every forward came first), and the larger is the stage's. Where the
+// gradients outlive the step (a framework's gradient buffers,
+// --keep-grads) they are resident at both, and one replay is the stage's.
+//
 // Note [Pipeline 1F1B]
 // Under 1F1B (Narayanan et al. 2021, PipeDream-Flush) stage s of p holds
 // min(p - s, m) micro-batches in flight (m micro-batches per step): the
 // first stage stores p micro-batches of its layers' activations
-// (Korthikanti et al. 2022, Section 4.2.3). The worst stage is found by
-// charging each stage its layers' saved-for-backward bytes (ProfileMemory's
-// saved_bytes_by_layer) times its in-flight count, plus the whole step's
-// transient working set, and its model states (FindWorstPipelineStage).
-// That stage's bytes are then those of its own step (Note [Pipeline stage
-// step] in estimate_stages.cc) replayed after the forwards of its other
-// micro-batches in flight (Note [Pipeline warm-up in the replay] in
-// estimators/step_replay.h).
+// (Korthikanti et al. 2022, Section 4.2.3). Under GPipe (Huang et al. 2019)
+// every stage holds all m (ParallelLayout::MicroBatchesInFlight). Each
+// stage's bytes are those of its own step (Note [Pipeline stage step] in
+// estimate_stages.cc) replayed after the forwards of its other micro-batches
+// in flight (Note [Pipeline warm-up in the replay] in
+// estimators/step_replay.h), with its own model states; the estimate is the
+// stage with the most total bytes, every stage's peaks beside it. Which
+// stage that is cannot be told without the replay: the first holds the most
+// micro-batches and the embedding, the last the head and the loss's logits,
+// which on a small vocabulary-heavy model outweigh the first's extra
+// micro-batch (llama-gqa-pp-1f1b-2 in validation/fixtures/distributed).
+// The planner plans one stage, found by the cheaper count of
+// FindWorstPipelineStage (estimate_stages.h) or named by --pp-stage.
 #ifndef HEADROOM_ESTIMATORS_MEMORY_ESTIMATE_H_
 #define HEADROOM_ESTIMATORS_MEMORY_ESTIMATE_H_
 
@@ -91,6 +117,16 @@ struct BudgetRow {
   std::string note;
 };
 
+// One pipeline stage's peaks (Note [Pipeline 1F1B]).
+struct StagePeak {
+  int stage = 0;
+  int in_flight = 1;  // micro-batches whose activations it holds at once
+  uint64_t allocated_bytes = 0;
+  uint64_t reserved_bytes = 0;
+  std::string peak_op;
+  std::string peak_phase;
+};
+
 struct MemoryEstimate {
   // Model states (per GPU).
   uint64_t weights = 0;          // incl. buffers and autocast's 16-bit copies
@@ -119,7 +155,9 @@ struct MemoryEstimate {
 
   uint64_t capacity = 0;
   uint64_t host_bytes = 0;  // per rank, offloaded states
-  int pipeline_stage = 0;
+  int pipeline_stage = 0;  // the stage estimated: --pp-stage, or the fullest (the most total bytes)
+  // Under --pp, every stage replayed (one with --pp-stage), first to last.
+  std::vector<StagePeak> pipeline_stages;
   uint64_t parameters = 0;            // whole model (one TP shard)
   uint64_t trainable_parameters = 0;  // on this GPU's stage
   int64_t seq_len = 0;

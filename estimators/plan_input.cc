@@ -65,7 +65,7 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
       HEADROOM_ASSIGN_OR_RETURN(stage_forward, PipelineStageForward(forward, stage.stage, stages));
       HEADROOM_ASSIGN_OR_RETURN(in.step, BuildStep(stage_forward, unplanned, setup));
       in.pipeline_stage = stage.stage;
-      in.in_flight = static_cast<int>(std::min<int64_t>(stages - stage.stage, job.grad_accum));
+      in.in_flight = job.layout.MicroBatchesInFlight(stage.stage, job.grad_accum);
     }
     const Overheads overheads = EstimateJobOverheads(machine, unplanned);
     in.fixed.other = overheads.cuda_context + overheads.cublas_workspace + s.communication_buffers;

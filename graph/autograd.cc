@@ -69,7 +69,10 @@ BackwardRule BackwardRuleFor(const Graph& graph, const Op& op) {
   if (IsFlashAttentionKind(kind)) return BackwardRule::kFlashAttention;
   if (kind.starts_with("embedding")) return BackwardRule::kEmbedding;
   // contiguous()/clone() hand the output gradient back (CloneBackward).
-  if (kind == "add" || kind == "add_mask" || kind == "residual_add" || kind == "contiguous" || kind == "clone") {
+  // log_softmax under loss_parallel: nll_loss's backward already wrote its input's gradient (Note
+  // [loss_parallel's cross-entropy] in graph/ops.cc).
+  if (kind == "add" || kind == "add_mask" || kind == "residual_add" || kind == "contiguous" || kind == "clone" ||
+      kind == "log_softmax_parallel") {
     return BackwardRule::kPassThrough;
   }
   const bool all_views =
@@ -283,6 +286,19 @@ absl::Status AppendBackward(Graph& step, BackwardPass& pass) {
                                                .layer = fwd.layer});
       grow();
       bwd.outputs.push_back(product);
+    }
+    // Note [loss_parallel's cross-entropy] in graph/ops.cc: zeros_like(x) and exp(x) beside the gradient.
+    if (fwd.kind == "nll_loss_parallel" && !fwd.inputs.empty()) {
+      const Tensor& x = step.tensor(fwd.inputs.front());
+      for (const char* temporary : {"zeros", "exp"}) {
+        const TensorId t = step.AddTensor({.name = absl::StrFormat("%s.%s", fwd.name, temporary),
+                                           .shape = x.shape,
+                                           .dtype = x.dtype,
+                                           .role = TensorRole::kTemporary,
+                                           .layer = fwd.layer});
+        grow();
+        bwd.outputs.push_back(t);
+      }
     }
     step.AddOp(std::move(bwd));
   }

@@ -815,6 +815,36 @@ TensorId OpEmitter::CrossEntropy(const std::string& name, TensorId logits, Tenso
   return loss;
 }
 
+// Note [loss_parallel's cross-entropy]
+// Under torch.distributed.tensor.parallel.loss_parallel each rank holds its
+// vocabulary shard of the logits; log_softmax runs on the shard (its
+// all-reduces exchange one value per row) and its output is saved, as in
+// CrossEntropy. Backward is one function for nll_loss and log_softmax
+// together (_nll_loss_and_log_softmax_backward in
+// torch/distributed/tensor/parallel/loss.py, PyTorch 2.15): zeros_like(x),
+// exp(x), their sum, and the sum times the output gradient, so three tensors
+// of the shard's size are live at once in nll_loss's backward
+// (nll_loss_parallel: the gradient and two temporaries, graph/autograd.cc);
+// log_softmax's backward then only casts that gradient to the input's dtype
+// (_log_softmax_backward_handler), a pass-through in the same dtype. Seen on
+// llama-gqa-tp-2 (validation/fixtures/distributed): the rank's peak is in
+// nll_loss_backward.
+TensorId OpEmitter::LossParallelCrossEntropy(const std::string& name, TensorId logits, TensorId labels) {
+  const Tensor lt = graph_.tensor(logits);
+  const bool rg = RequiresGrad(logits);
+  TensorId log_probs = NewTensor(name + ".log_probs", lt.shape, lt.dtype);
+  Op log_softmax{.kind = "log_softmax_parallel", .name = name + ".log_softmax", .inputs = {logits},
+                 .outputs = {log_probs}, .flops = 5.0 * static_cast<double>(lt.elements()), .compute_dtype = lt.dtype};
+  if (rg) log_softmax.saved = {log_probs};
+  Emit(std::move(log_softmax), rg);
+  TensorId loss = NewTensor(name + ".loss", {}, DType::kF32);
+  Op nll{.kind = "nll_loss_parallel", .name = name, .inputs = {log_probs, labels}, .outputs = {loss},
+         .flops = static_cast<double>(lt.shape.empty() ? 1 : lt.shape.front()), .compute_dtype = lt.dtype};
+  if (rg) nll.saved = {log_probs, labels};
+  Emit(std::move(nll), rg);
+  return loss;
+}
+
 TensorId OpEmitter::DequantizeNf4(const std::string& name, TensorId weight,
                                   const std::vector<TensorId>& constants,
                                   std::vector<int64_t> shape) {

@@ -271,6 +271,8 @@ class OpEmitter {
   // returns the scalar loss. Under autocast, f32 runs where the runtime's
   // autocast puts it (Note [Cross-entropy under autocast] in ops.cc).
   TensorId CrossEntropy(const std::string& name, TensorId logits, TensorId labels);
+  // Cross-entropy over logits sharded by vocabulary under torch.distributed's loss_parallel.
+  TensorId LossParallelCrossEntropy(const std::string& name, TensorId logits, TensorId labels);
   TensorId DequantizeNf4(const std::string& name, TensorId weight,
                          const std::vector<TensorId>& constants, std::vector<int64_t> shape);
   // Collectives over the tensor-parallel group of size `group`.

@@ -68,6 +68,13 @@ absl::Status ValidateJob(const JobSpec& job) {
   } else if (job.context > 0) {
     return absl::InvalidArgumentError("context: a KV cache is for inference");
   }
+  if (job.layout.pipeline_parallel > 1 && job.layout.pipeline_schedule == PipelineSchedule::kGPipe &&
+      job.grad_accum > kMaxGpipeMicroBatches) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "grad_accum: GPipe holds every micro-batch's activations and the estimate replays each; %d micro-batches "
+        "is beyond the %d it replays",
+        job.grad_accum, kMaxGpipeMicroBatches));
+  }
   return job.layout.Validate();
 }
 

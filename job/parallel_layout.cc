@@ -32,6 +32,12 @@ constexpr NameTable<Sharding, 17> kShardingNames("sharding", {{
     {"shard_grad_op", Sharding::kFsdpGradOp, kAlias},
 }});
 
+constexpr NameTable<PipelineSchedule, 3> kPipelineScheduleNames("pipeline schedule", {{
+    {"1f1b", PipelineSchedule::k1F1B},
+    {"gpipe", PipelineSchedule::kGPipe},
+    {"fill-drain", PipelineSchedule::kGPipe, kAlias},
+}});
+
 constexpr NameTable<Sharding, 3> kFsdpStrategyNames("FSDP sharding strategy", {{
     {"full", Sharding::kFsdpFull},
     {"hybrid", Sharding::kFsdpHybrid},
@@ -85,6 +91,12 @@ std::string_view ShardingName(Sharding sharding) { return kShardingNames.Name(sh
 
 absl::StatusOr<Sharding> ParseSharding(std::string_view name) { return kShardingNames.Parse(name); }
 
+std::string_view PipelineScheduleName(PipelineSchedule schedule) { return kPipelineScheduleNames.Name(schedule); }
+
+absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(std::string_view name) {
+  return kPipelineScheduleNames.Parse(name);
+}
+
 bool IsDeepSpeed(Sharding sharding) {
   return sharding == Sharding::kZero1 || sharding == Sharding::kZero2 || sharding == Sharding::kZero3;
 }
@@ -111,6 +123,11 @@ absl::Status ParallelLayout::Validate() const {
     if (value > kMaxGpus) {
       return absl::InvalidArgumentError(absl::StrFormat("%s: must be at most %d, got %d", field, kMaxGpus, value));
     }
+  }
+  if (pipeline_stage < -1 || pipeline_stage >= pipeline_parallel) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pipeline_stage: stage %d does not exist; a pipeline of %d stages has stages 0 to %d", pipeline_stage,
+        pipeline_parallel, pipeline_parallel - 1));
   }
   if (gpus % (static_cast<int64_t>(tensor_parallel) * pipeline_parallel) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -140,6 +157,14 @@ absl::Status ParallelLayout::Validate() const {
         "offload: parameter offload needs ZeRO stage 3 or FSDP (stages 1-2 keep parameters on the GPU)");
   }
   return absl::OkStatus();
+}
+
+int ParallelLayout::MicroBatchesInFlight(int stage, int64_t micro_batches) const {
+  if (pipeline_parallel == 1) return 1;
+  const int64_t held = pipeline_schedule == PipelineSchedule::kGPipe ? micro_batches
+                                                                     : std::min<int64_t>(pipeline_parallel - stage,
+                                                                                         micro_batches);
+  return static_cast<int>(std::max<int64_t>(1, held));
 }
 
 std::string ParallelLayout::Describe() const {

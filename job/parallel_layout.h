@@ -8,7 +8,7 @@
 //   layout.shard_group()     -> 8   (ranks a ZeRO/FSDP shard is split across)
 //
 // Invariants (Validate(), whose errors name the field): every degree in
-// [1, kMaxGpus]; gpus is a multiple of
+// [1, kMaxGpus]; pipeline_stage -1 or below pipeline_parallel; gpus is a multiple of
 // tensor_parallel * pipeline_parallel; expert_parallel divides the data
 // parallel degree; FSDP's hybrid shard group divides the data parallel
 // degree; offload needs ZeRO (DeepSpeed's ZeRO-Offload, stages 1-3) or FSDP
@@ -51,6 +51,14 @@ std::string_view FsdpStrategyName(Sharding sharding);  // "unknown" unless IsFsd
 absl::StatusOr<Sharding> ZeroStageSharding(int stage);
 int ZeroStage(Sharding sharding);
 
+// The order a pipeline stage runs its micro-batches in: 1F1B (PipeDream-Flush; torch.distributed.pipelining's
+// Schedule1F1B, Megatron's default) starts a backward as soon as the last stage can, so stage s of p holds
+// min(p - s, m) micro-batches' activations; GPipe (ScheduleGPipe) runs every forward before any backward, so
+// every stage holds all m.
+enum class PipelineSchedule { k1F1B, kGPipe };
+std::string_view PipelineScheduleName(PipelineSchedule schedule);  // "1f1b", "gpipe"
+absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(std::string_view name);
+
 // What is offloaded to host memory: nothing, the optimizer state (with the
 // fp32 masters and gradients), or the parameters too.
 enum class Offload { kOff, kOptimizer, kAll };
@@ -65,7 +73,15 @@ struct ParallelLayout {
   int tensor_parallel = 1;
   bool sequence_parallel = false;
   int pipeline_parallel = 1;
+  PipelineSchedule pipeline_schedule = PipelineSchedule::k1F1B;
+  // The stage whose GPU is estimated (0 first); -1: the fullest.
+  int pipeline_stage = -1;
   int expert_parallel = 1;
+  // Tensor and pipeline parallelism by torch.distributed (DTensor's parallelize_module, pipelining, as
+  // torchtitan runs them) rather than Megatron-LM: the model's own modules and PyTorch's gradients, not
+  // Megatron's fused kernels and contiguous gradient buffer (Note [Which framework a setup means] in
+  // estimators/memory_estimate.h).
+  bool torch_parallel = false;
   Sharding sharding = Sharding::kReplicated;
   // Ranks per FSDP hybrid shard group (usually the GPUs of one node).
   int hybrid_shard_group = 8;
@@ -81,6 +97,8 @@ struct ParallelLayout {
   int data_parallel() const {
     return static_cast<int>(gpus / (static_cast<int64_t>(tensor_parallel) * pipeline_parallel));
   }
+  // Micro-batches whose activations pipeline stage `stage` holds at once when a step runs `micro_batches`.
+  int MicroBatchesInFlight(int stage, int64_t micro_batches) const;
   // Ranks that together hold one copy of the sharded model states.
   int shard_group() const;
   absl::Status Validate() const;

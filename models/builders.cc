@@ -162,6 +162,9 @@ absl::Status Builder::CheckOptions() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("tensor_parallel must be >= 1, got %d", o_.tensor_parallel));
   }
+  if (o_.loss_parallel && o_.tensor_parallel == 1) {
+    return absl::InvalidArgumentError("loss_parallel needs tensor_parallel > 1");
+  }
   if (o_.sequence_parallel && o_.tensor_parallel == 1) {
     return absl::InvalidArgumentError("sequence_parallel needs tensor_parallel > 1");
   }
@@ -470,7 +473,8 @@ TensorId Builder::CausalLmLoss(TensorId logits, int64_t vocab) {
     flat = e_.View("loss.logits_flat", shifted, {b * (s - 1), vocab});
     flat_labels = e_.View("loss.labels_flat", shifted_labels, {b * (s - 1)});
   }
-  TensorId loss = e_.CrossEntropy("loss", flat, flat_labels);
+  TensorId loss = o_.loss_parallel ? e_.LossParallelCrossEntropy("loss", flat, flat_labels)
+                                   : e_.CrossEntropy("loss", flat, flat_labels);
   // transformers' ForCausalLMLoss binds the upcast copy to a local, alive
   // until the loss returns.
   if (logits != model_logits) e_.ScopeEnd("loss.returns", {logits});

@@ -139,6 +139,9 @@ struct BuildOptions {
   // norms and dropouts work on seq_len/t tokens; all_gather before and
   // reduce_scatter after each parallel region.
   bool sequence_parallel = false;
+  // The loss on vocabulary shards by torch.distributed's loss_parallel (Note [loss_parallel's cross-entropy]
+  // in graph/ops.cc) rather than Megatron's; needs tensor_parallel > 1.
+  bool loss_parallel = false;
   LoraOptions lora;
   RmsNormImpl rms_norm = RmsNormImpl::kEager;
   // The PyTorch version and kernels that run the step (graph/torch_runtime.h).

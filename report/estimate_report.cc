@@ -75,7 +75,11 @@ void WriteHeader(const EstimateReport& r, std::ostream& out) {
            "batch and sequence flags do not apply)\n";
   }
   out << "layout: " << job.layout.Describe() << " [" << e.framework << "]";
-  if (job.layout.pipeline_parallel > 1) out << ", worst stage " << e.pipeline_stage;
+  if (job.layout.pipeline_parallel > 1) {
+    out << ", stage " << e.pipeline_stage
+        << (job.layout.pipeline_stage < 0 ? " (the fullest)" : "") << " under "
+        << PipelineScheduleName(job.layout.pipeline_schedule);
+  }
   out << "\n";
   const Machine& machine = *r.machine;
   out << "GPU:    "
@@ -102,6 +106,21 @@ void WriteBudget(const MemoryEstimate& e, std::ostream& out) {
   out << "\n";
 }
 
+// Each pipeline stage's allocated peak, when more than one was replayed: all of them up to eight stages, else
+// the first, the fullest and the last.
+void WriteStages(const MemoryEstimate& e, std::ostream& out) {
+  const std::vector<StagePeak>& stages = e.pipeline_stages;
+  if (stages.size() < 2) return;
+  std::vector<std::string> items;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const StagePeak& s = stages[i];
+    if (stages.size() > 8 && i != 0 && i + 1 != stages.size() && s.stage != e.pipeline_stage) continue;
+    items.push_back(absl::StrFormat("%d: %s (%d in flight)", s.stage, FormatBytes(s.allocated_bytes), s.in_flight));
+  }
+  out << "stages:  allocated at each stage's peak: " << absl::StrJoin(items, ", ") << (stages.size() > 8 ? ", ..." : "")
+      << "\n";
+}
+
 void WriteVerdict(const EstimateReport& r, std::ostream& out) {
   const MemoryEstimate& e = *r.estimate;
   if (e.fits()) {
@@ -118,6 +137,7 @@ void WriteVerdict(const EstimateReport& r, std::ostream& out) {
   out << "peak:    " << e.peak_op << " (" << e.peak_phase << ")";
   if (e.step_seconds > 0) out << "; roofline step time " << Seconds(e.step_seconds);
   out << "\n";
+  WriteStages(e, out);
   if (!r.limits) return;
   const FitLimits& limits = *r.limits;
   out << "limits:  ";
@@ -198,6 +218,22 @@ std::string EstimateText(const EstimateReport& r) {
   return out.str();
 }
 
+namespace {
+
+nlohmann::json PipelineStagesJson(const MemoryEstimate& e) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StagePeak& s : e.pipeline_stages) {
+    stages.push_back({{"stage", s.stage},
+                      {"in_flight", s.in_flight},
+                      {"allocated_bytes", s.allocated_bytes},
+                      {"reserved_bytes", s.reserved_bytes},
+                      {"peak", {{"op", s.peak_op}, {"phase", s.peak_phase}}}});
+  }
+  return stages;
+}
+
+}  // namespace
+
 nlohmann::json EstimateJson(const EstimateReport& r) {
   const MemoryEstimate& e = *r.estimate;
   const JobSpec& job = *r.job;
@@ -215,6 +251,7 @@ nlohmann::json EstimateJson(const EstimateReport& r) {
       {"host_bytes", e.host_bytes},
       {"framework", e.framework},
       {"pipeline_stage", e.pipeline_stage},
+      {"pipeline_stages", PipelineStagesJson(e)},
       {"step_seconds", e.step_seconds},
   };
   j["schema_version"] = 1;

@@ -213,11 +213,28 @@ absl::StatusOr<FixtureCheck> CheckFixture(const ValidationFixture& fixture, cons
 
 absl::StatusOr<std::vector<FixtureCheck>> CheckFixtureRanks(const ValidationFixture& fixture, const JobSpec& job,
                                                             const ValidationTolerance& tolerance) {
-  HEADROOM_ASSIGN_OR_RETURN(FixtureCheck one, CheckFixture(fixture, job, tolerance));
-  if (fixture.ranks.empty()) return std::vector<FixtureCheck>{std::move(one)};
+  if (fixture.ranks.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(FixtureCheck one, CheckFixture(fixture, job, tolerance));
+    return std::vector<FixtureCheck>{std::move(one)};
+  }
+  // Note [Distributed fixtures checked]: one estimate, or under --pp one per stage.
+  const int stages = job.layout.pipeline_parallel;
+  std::vector<FixtureCheck> estimates;
+  if (stages > 1 && job.layout.pipeline_stage < 0) {
+    for (int stage = 0; stage < stages; ++stage) {
+      JobSpec stage_job = job;
+      stage_job.layout.pipeline_stage = stage;
+      HEADROOM_ASSIGN_OR_RETURN(FixtureCheck check, CheckFixture(fixture, stage_job, tolerance));
+      estimates.push_back(std::move(check));
+    }
+  } else {
+    HEADROOM_ASSIGN_OR_RETURN(FixtureCheck check, CheckFixture(fixture, job, tolerance));
+    estimates.push_back(std::move(check));
+  }
+  const size_t ranks_per_stage = static_cast<size_t>(std::max(1, job.layout.gpus / stages));
   std::vector<FixtureCheck> checks;
   for (size_t rank = 0; rank < fixture.ranks.size(); ++rank) {
-    FixtureCheck check = one;
+    FixtureCheck check = estimates[std::min(rank / ranks_per_stage, estimates.size() - 1)];
     check.name = absl::StrFormat("%s rank %d", fixture.name, rank);
     Compare(fixture, fixture.ranks[rank], tolerance, check);
     checks.push_back(std::move(check));

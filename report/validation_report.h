@@ -108,8 +108,11 @@ absl::StatusOr<FixtureCheck> CheckFixture(const ValidationFixture& fixture, cons
 // A fixture with ranks (a step that ran on several processes) gives one
 // check per rank, "<fixture> rank R": the estimate of one GPU of the layout
 // (the fixture's estimate_args) against that rank's measured peak; peers'
-// figures are compared with each rank's. Without ranks, CheckFixture's one
-// check.
+// figures are compared with each rank's. Under --pp (without --pp-stage)
+// rank R is checked against the estimate of its own stage, R / (gpus / pp):
+// ranks are numbered stage by stage, as torch.distributed.pipelining's
+// examples and Megatron's rank order (pipeline outermost) number them.
+// Without ranks, CheckFixture's one check.
 absl::StatusOr<std::vector<FixtureCheck>> CheckFixtureRanks(const ValidationFixture& fixture, const JobSpec& job,
                                                             const ValidationTolerance& tolerance);
 

@@ -375,5 +375,94 @@ TEST(EstimateMemory, PipelineStagesOfAWholeStepGraphAreRefused) {
   EXPECT_THAT(std::string(e.status().message()), StartsWith("pipeline_parallel 2: a graph file with its own backward"));
 }
 
+// Note [Pipeline 1F1B]: every stage is replayed and the estimate is the fullest; --pp-stage estimates one
+// stage, with the figures the list gives it. GPipe holds every micro-batch on every stage, so each stage
+// needs more than under 1F1B, the last stage most of all (one micro-batch under 1F1B, all of them here).
+TEST(EstimateMemory, EveryPipelineStageIsReplayed) {
+  const LoadedModel gpt2 = Gpt2();
+  JobSpec job;
+  job.layout = {.gpus = 2, .pipeline_parallel = 2};
+  job.grad_accum = 4;
+  absl::StatusOr<MemoryEstimate> all = EstimateMemory(gpt2, job, {.budget = kRoomy});
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->pipeline_stages.size(), 2u);
+  EXPECT_EQ(all->pipeline_stages[0].in_flight, 2);
+  EXPECT_EQ(all->pipeline_stages[1].in_flight, 1);
+  for (const StagePeak& stage : all->pipeline_stages) {
+    EXPECT_LE(stage.allocated_bytes, all->allocated_bytes());
+    job.layout.pipeline_stage = stage.stage;
+    absl::StatusOr<MemoryEstimate> one = EstimateMemory(gpt2, job, {.budget = kRoomy});
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_EQ(one->pipeline_stage, stage.stage);
+    ASSERT_EQ(one->pipeline_stages.size(), 1u);
+    EXPECT_EQ(one->allocated_bytes(), stage.allocated_bytes);
+    EXPECT_EQ(one->peak_op, stage.peak_op);
+  }
+  EXPECT_EQ(all->allocated_bytes(), all->pipeline_stages[all->pipeline_stage].allocated_bytes);
+
+  job.layout.pipeline_stage = -1;
+  job.layout.pipeline_schedule = PipelineSchedule::kGPipe;
+  absl::StatusOr<MemoryEstimate> gpipe = EstimateMemory(gpt2, job, {.budget = kRoomy});
+  ASSERT_TRUE(gpipe.ok()) << gpipe.status();
+  ASSERT_EQ(gpipe->pipeline_stages.size(), 2u);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(gpipe->pipeline_stages[s].in_flight, 4);
+    EXPECT_GT(gpipe->pipeline_stages[s].allocated_bytes, all->pipeline_stages[s].allocated_bytes);
+  }
+}
+
+// Note [Gradients in the first backward]: under GPipe with PyTorch's own gradients (--torch-parallel), the
+// peak is the first backward, where the gradients are made as it runs: fewer of them are live at the peak
+// than the stage's whole gradient buffer, which Megatron's layout holds throughout.
+TEST(EstimateMemory, GpipeFirstBackwardMakesItsGradients) {
+  const LoadedModel gpt2 = Gpt2();
+  JobSpec job;
+  job.layout = {.gpus = 2, .pipeline_parallel = 2, .pipeline_schedule = PipelineSchedule::kGPipe};
+  job.grad_accum = 4;
+  absl::StatusOr<MemoryEstimate> megatron = EstimateMemory(gpt2, job, {.budget = kRoomy});
+  ASSERT_TRUE(megatron.ok()) << megatron.status();
+  job.layout.torch_parallel = true;
+  job.precision = Precision::kFp32;
+  absl::StatusOr<MemoryEstimate> torch = EstimateMemory(gpt2, job, {.budget = kRoomy});
+  ASSERT_TRUE(torch.ok()) << torch.status();
+  EXPECT_EQ(torch->framework, "pytorch");
+  EXPECT_EQ(torch->peak_phase, "backward");
+  job.precision = Precision::kFp32;
+  job.layout.torch_parallel = false;
+  absl::StatusOr<MemoryEstimate> megatron_fp32 = EstimateMemory(gpt2, job, {.budget = kRoomy});
+  ASSERT_TRUE(megatron_fp32.ok()) << megatron_fp32.status();
+  EXPECT_EQ(megatron_fp32->framework, "megatron");
+  EXPECT_LT(torch->gradients, megatron_fp32->gradients);
+  EXPECT_GT(megatron->gradients, 0u);
+}
+
+// Note [loss_parallel's cross-entropy]: under --tp with --torch-parallel, nll_loss's backward writes the
+// gradient of the logits' shard beside two temporaries of its size, and log_softmax's backward hands it on.
+TEST(BuildStep, LossParallelBackwardIsOneFunction) {
+  const LoadedModel gpt2 = Gpt2();
+  JobSpec job;
+  job.layout = {.gpus = 2, .tensor_parallel = 2, .torch_parallel = true};
+  job.precision = Precision::kFp32;
+  const EstimateSetup setup = ResolveSetup(gpt2, job);
+  absl::StatusOr<Graph> forward = BuildForwardGraph(gpt2, job, setup);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  absl::StatusOr<Graph> step = BuildStep(*forward, job, setup);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const Op* nll = nullptr;
+  const Op* log_softmax = nullptr;
+  for (const Op& op : step->ops()) {
+    if (op.kind == "nll_loss_parallel_backward") nll = &op;
+    if (op.kind == "log_softmax_parallel_backward") log_softmax = &op;
+  }
+  ASSERT_NE(nll, nullptr);
+  ASSERT_NE(log_softmax, nullptr);
+  ASSERT_EQ(nll->outputs.size(), 3u);
+  const Tensor& grad = step->tensor(nll->outputs[0]);
+  EXPECT_EQ(grad.shape.back(), 50257 / 2 + 1);  // the head's vocabulary shard
+  for (TensorId t : nll->outputs) EXPECT_EQ(step->tensor(t).bytes(), grad.bytes());
+  ASSERT_EQ(log_softmax->outputs.size(), 1u);
+  EXPECT_EQ(step->tensor(log_softmax->outputs[0]).view_of, nll->outputs[0]);
+}
+
 }  // namespace
 }  // namespace headroom

@@ -70,6 +70,9 @@ JobSpec FuzzedJob(FuzzedDataProvider& in) {
   ParallelLayout& layout = job.layout;
   layout.tensor_parallel = Pick(in, {1, 1, 2, 4});
   layout.pipeline_parallel = Pick(in, {1, 1, 2, 3});
+  layout.pipeline_schedule = in.ConsumeBool() ? PipelineSchedule::kGPipe : PipelineSchedule::k1F1B;
+  layout.pipeline_stage = in.ConsumeIntegralInRange<int>(-1, layout.pipeline_parallel - 1);
+  layout.torch_parallel = in.ConsumeBool();
   layout.gpus = layout.tensor_parallel * layout.pipeline_parallel * Pick(in, {1, 2, 4});
   layout.sequence_parallel = layout.tensor_parallel > 1 && in.ConsumeBool();
   layout.expert_parallel = Pick(in, {1, 1, 2});

@@ -52,5 +52,34 @@ TEST(ValidateJob, TrainingAndInferenceOptionsDoNotMix) {
   EXPECT_TRUE(ValidateJob({.training = false, .context = 128}).ok());
 }
 
+// Stage s of p holds min(p - s, m) micro-batches under 1F1B and all m under GPipe; the stage asked for must
+// exist; GPipe's micro-batches are bounded, since the estimate replays each.
+TEST(ParallelLayout, PipelineSchedulesAndStages) {
+  ParallelLayout layout{.gpus = 4, .pipeline_parallel = 4};
+  EXPECT_EQ(layout.MicroBatchesInFlight(0, 8), 4);
+  EXPECT_EQ(layout.MicroBatchesInFlight(3, 8), 1);
+  EXPECT_EQ(layout.MicroBatchesInFlight(0, 2), 2);
+  layout.pipeline_schedule = PipelineSchedule::kGPipe;
+  EXPECT_EQ(layout.MicroBatchesInFlight(3, 8), 8);
+  EXPECT_EQ(ParallelLayout{}.MicroBatchesInFlight(0, 8), 1);
+
+  EXPECT_EQ(*ParsePipelineSchedule("gpipe"), PipelineSchedule::kGPipe);
+  EXPECT_EQ(*ParsePipelineSchedule("1f1b"), PipelineSchedule::k1F1B);
+  EXPECT_EQ(PipelineScheduleName(PipelineSchedule::kGPipe), "gpipe");
+  EXPECT_FALSE(ParsePipelineSchedule("zero-bubble").ok());
+
+  layout.pipeline_stage = 4;
+  EXPECT_THAT(std::string(layout.Validate().message()), StartsWith("pipeline_stage: stage 4 does not exist"));
+  layout.pipeline_stage = 3;
+  EXPECT_TRUE(layout.Validate().ok());
+
+  JobSpec job;
+  job.layout = layout;
+  job.grad_accum = kMaxGpipeMicroBatches + 1;
+  EXPECT_THAT(Error(job), StartsWith("grad_accum: GPipe holds every micro-batch's activations"));
+  job.layout.pipeline_schedule = PipelineSchedule::k1F1B;
+  EXPECT_TRUE(ValidateJob(job).ok());
+}
+
 }  // namespace
 }  // namespace headroom

@@ -46,6 +46,10 @@ STEP_FLAGS = ["--kernels", "cpu", "--micro-batch", str(MICRO_BATCH), "--seq", st
               "--optimizer", "adamw", "--checkpoint", "none", "--loop", "hand",
               "--attention", "eager"]
 
+# Tensor and pipeline parallelism by torch.distributed, not Megatron-LM: transformers' modules as written,
+# PyTorch's gradients.
+HF_MODULES = ["--torch-parallel"]
+
 # name -> (model config, layout, world size, the layout's headroom flags, description)
 CONFIGS = {
     "gpt2-ddp-2": (GPT2, "ddp", 2, ["--gpus", "2"], "DDP (25 MiB buckets, gradients copied into them)"),
@@ -59,15 +63,15 @@ CONFIGS = {
                      "FSDP2 fully_shard on every block and the root, reshard_after_forward=True"),
     "llama-gqa-fsdp2-2": (LLAMA, "fsdp2", 2, ["--gpus", "2", "--fsdp", "full"],
                           "FSDP2 fully_shard on every block and the root, reshard_after_forward=True"),
-    "llama-gqa-tp-2": (LLAMA, "tp", 2, ["--gpus", "2", "--tp", "2"],
+    "llama-gqa-tp-2": (LLAMA, "tp", 2, ["--gpus", "2", "--tp", "2", *HF_MODULES],
                        "tensor parallel with DTensor (parallelize_module: q/k/v, gate/up, lm_head colwise; o, "
                        "down, the embedding rowwise; the loss under loss_parallel, as Megatron's vocabulary-parallel "
                        "head)"),
     "llama-gqa-pp-1f1b-2": (LLAMA, "pp-1f1b", 2, ["--gpus", "2", "--pp", "2", "--grad-accum",
-                                                 str(PIPELINE_MICRO_BATCHES)],
+                                                 str(PIPELINE_MICRO_BATCHES), *HF_MODULES],
                             f"pipelining, 1F1B over {PIPELINE_MICRO_BATCHES} micro-batches, one stage per rank"),
-    "llama-gqa-pp-gpipe-2": (LLAMA, "pp-gpipe", 2, ["--gpus", "2", "--pp", "2", "--grad-accum",
-                                                   str(PIPELINE_MICRO_BATCHES)],
+    "llama-gqa-pp-gpipe-2": (LLAMA, "pp-gpipe", 2, ["--gpus", "2", "--pp", "2", "--pp-schedule", "gpipe",
+                                                   "--grad-accum", str(PIPELINE_MICRO_BATCHES), *HF_MODULES],
                              f"pipelining, GPipe over {PIPELINE_MICRO_BATCHES} micro-batches, one stage per rank"),
     "gpt2-fsdp2-keep-2": (GPT2, "fsdp2-keep", 2, ["--gpus", "2", "--fsdp", "grad-op"],
                           "FSDP2 fully_shard on every block and the root, reshard_after_forward=False"),
