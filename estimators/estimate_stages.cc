@@ -160,7 +160,7 @@ EstimateSetup ResolveSetup(const LoadedModel& model, const JobSpec& job) {
   const ParallelLayout& layout = job.layout;
   // Note [Which framework a setup means].
   const bool amp = job.precision == Precision::kBf16Mixed || job.precision == Precision::kFp16Mixed;
-  if (IsDeepSpeed(layout.sharding) || layout.deepspeed_stage0) {
+  if (layout.deepspeed()) {
     setup.framework = Framework::kDeepSpeed;
   } else if (IsFsdp(layout.sharding)) {
     setup.framework = Framework::kFsdp;

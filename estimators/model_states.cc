@@ -94,7 +94,7 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     if (t.role == TensorRole::kParameter) num_layers = std::max(num_layers, t.layer + 1);
   }
 
-  const bool deepspeed = IsDeepSpeed(layout.sharding) || layout.deepspeed_stage0;
+  const bool deepspeed = layout.deepspeed();
   const DType state_dtype = precision.master_weights ? DType::kF32 : precision.optimizer_state_dtype;
   std::vector<StageSums> sums(static_cast<size_t>(stages));
   uint64_t model_parameters = 0;
@@ -141,12 +141,22 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     stage.units[t.layer] += n;
   }
 
+  // Note [ZeroRedundancyOptimizer]
+  // torch.distributed.optim.ZeroRedundancyOptimizer (--zero 1 --torch-parallel) wraps a local optimizer of
+  // the parameters its rank owns (torch/distributed/optim/zero_redundancy_optimizer.py: a sorted-greedy
+  // partition by size, so each rank owns close to 1/N of them) and broadcasts each updated parameter from
+  // its owner in place. DDP still all-reduces every gradient through its buckets, so the gradients and the
+  // buckets are whole on every rank; only the optimizer state (and its step's temporaries) is divided.
+  // Measured on gpt2-zero1-2 (validation/fixtures/distributed).
+  //
   // Sharding divisors: dense states split over the shard group; expert states
   // over the expert-data-parallel ranks that hold the same experts.
   const Sharding sharding = layout.sharding;
   const double dense_group = layout.shard_group();
   const double expert_group = std::max(1.0, dense_group / layout.expert_parallel);
   const bool shard_optimizer = sharding != Sharding::kReplicated;
+  // Note [ZeroRedundancyOptimizer]: the optimizer state sharded, the gradients whole, DDP's buckets beside.
+  const bool zero_redundancy = sharding == Sharding::kZero1 && !deepspeed;
   const bool shard_grad16 = sharding == Sharding::kZero2 || sharding == Sharding::kZero3 || IsFsdp(sharding);
   const bool shard_weights = sharding == Sharding::kZero3 || IsFsdp(sharding);
   const bool fsdp = IsFsdp(sharding);
@@ -169,7 +179,7 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     };
     uint64_t weights = part(0, shard_weights);
     uint64_t master = part(1, shard_optimizer);
-    uint64_t grad = part(2, shard_optimizer);
+    uint64_t grad = part(2, shard_optimizer && !zero_redundancy);
     uint64_t grad16 = part(3, shard_grad16);
     uint64_t optimizer = part(4, shard_optimizer);
     uint64_t ema = part(6, shard_optimizer);
@@ -199,7 +209,7 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     out.host_bytes = host;
     // Megatron (tensor/pipeline parallel) reduces from its contiguous
     // main_grad buffer: no second copy.
-    if (sharding == Sharding::kReplicated && layout.data_parallel() > 1 && options.training &&
+    if ((sharding == Sharding::kReplicated || zero_redundancy) && layout.data_parallel() > 1 && options.training &&
         !layout.deepspeed_stage0 && layout.tensor_parallel == 1 && layout.pipeline_parallel == 1) {
       out.communication_buffers = grad;
     }

@@ -148,6 +148,14 @@ absl::Status ParallelLayout::Validate() const {
     return absl::InvalidArgumentError(
         "sequence_parallel: sequence parallelism needs a tensor-parallel degree above 1");
   }
+  if (torch_parallel && (deepspeed_stage0 || sharding == Sharding::kZero2 || sharding == Sharding::kZero3)) {
+    return absl::InvalidArgumentError(
+        "torch_parallel: torch.distributed has ZeRO stage 1 (ZeroRedundancyOptimizer); it shards gradients and "
+        "parameters with FSDP (--fsdp), not ZeRO stages 0, 2 or 3");
+  }
+  if (torch_parallel && sharding == Sharding::kZero1 && (offload_optimizer || offload_params)) {
+    return absl::InvalidArgumentError("offload: ZeroRedundancyOptimizer keeps its optimizer state on the GPU");
+  }
   if ((offload_optimizer || offload_params) && sharding == Sharding::kReplicated) {
     return absl::InvalidArgumentError(
         "offload: CPU offload needs ZeRO (stage 1, 2 or 3) or FSDP (full or hybrid) sharding");

@@ -77,10 +77,11 @@ struct ParallelLayout {
   // The stage whose GPU is estimated (0 first); -1: the fullest.
   int pipeline_stage = -1;
   int expert_parallel = 1;
-  // Tensor and pipeline parallelism by torch.distributed (DTensor's parallelize_module, pipelining, as
-  // torchtitan runs them) rather than Megatron-LM: the model's own modules and PyTorch's gradients, not
-  // Megatron's fused kernels and contiguous gradient buffer (Note [Which framework a setup means] in
-  // estimators/memory_estimate.h).
+  // The layout as torch.distributed runs it rather than Megatron-LM or DeepSpeed: tensor and pipeline
+  // parallelism by DTensor's parallelize_module and pipelining (as torchtitan runs them), ZeRO-1 by
+  // ZeroRedundancyOptimizer over DDP. The model's own modules and PyTorch's gradients, not Megatron's fused
+  // kernels and contiguous gradient buffer or DeepSpeed's flat partitions (Note [Which framework a setup
+  // means] in estimators/memory_estimate.h). ZeRO stages 2-3 are FSDP's in torch.distributed.
   bool torch_parallel = false;
   Sharding sharding = Sharding::kReplicated;
   // Ranks per FSDP hybrid shard group (usually the GPUs of one node).
@@ -97,6 +98,8 @@ struct ParallelLayout {
   int data_parallel() const {
     return static_cast<int>(gpus / (static_cast<int64_t>(tensor_parallel) * pipeline_parallel));
   }
+  // Whether DeepSpeed runs the job (a ZeRO stage without torch_parallel).
+  bool deepspeed() const { return (IsDeepSpeed(sharding) || deepspeed_stage0) && !torch_parallel; }
   // Micro-batches whose activations pipeline stage `stage` holds at once when a step runs `micro_batches`.
   int MicroBatchesInFlight(int stage, int64_t micro_batches) const;
   // Ranks that together hold one copy of the sharded model states.

@@ -173,6 +173,19 @@ TEST(ModelStates, FsdpFullAndHybrid) {
   EXPECT_EQ(hybrid.gpu_bytes(), full.gpu_bytes());
 }
 
+// Note [ZeroRedundancyOptimizer]: torch.distributed's ZeRO-1 divides the moments only; the gradients and
+// DDP's buckets stay whole. fp32: 4P weights + 4P gradients + 4P buckets + 8P/N moments.
+TEST(ModelStates, ZeroRedundancyOptimizerShardsTheMomentsOnly) {
+  const ModelStates s = Estimate(ToyModel(), Precision::kFp32,
+                                 {.gpus = 4, .torch_parallel = true, .sharding = Sharding::kZero1});
+  EXPECT_EQ(s.gradients, 4 * kP);
+  EXPECT_EQ(s.communication_buffers, 4 * kP);
+  EXPECT_EQ(s.optimizer_state, 8 * kP / 4);
+  EXPECT_EQ(s.gpu_bytes(), 12 * kP + 8 * kP / 4);
+  const ParallelLayout zero3{.gpus = 4, .torch_parallel = true, .sharding = Sharding::kZero3};
+  EXPECT_THAT(std::string(zero3.Validate().message()), HasSubstr("FSDP (--fsdp), not ZeRO stages 0, 2 or 3"));
+}
+
 TEST(ModelStates, DdpKeepsGradientBuckets) {
   const ModelStates s = Estimate(ToyModel(), Precision::kBf16Mixed, {.gpus = 4});
   EXPECT_EQ(s.communication_buffers, 4 * kP);

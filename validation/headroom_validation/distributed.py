@@ -46,9 +46,9 @@ STEP_FLAGS = ["--kernels", "cpu", "--micro-batch", str(MICRO_BATCH), "--seq", st
               "--optimizer", "adamw", "--checkpoint", "none", "--loop", "hand",
               "--attention", "eager"]
 
-# Tensor and pipeline parallelism by torch.distributed, not Megatron-LM: transformers' modules as written,
-# PyTorch's gradients.
-HF_MODULES = ["--torch-parallel"]
+# The layout as torch.distributed runs it, not Megatron-LM or DeepSpeed: transformers' modules as written,
+# PyTorch's gradients, ZeRO-1 by ZeroRedundancyOptimizer.
+TORCH_DISTRIBUTED = ["--torch-parallel"]
 
 # name -> (model config, layout, world size, the layout's headroom flags, description)
 CONFIGS = {
@@ -57,21 +57,21 @@ CONFIGS = {
     "gpt2-ddp-bucket-view-2": (GPT2, "ddp-bucket-view", 2, ["--gpus", "2"],
                                "DDP with gradient_as_bucket_view=True (gradients are views of the buckets)"),
     "llama-gqa-ddp-2": (LLAMA, "ddp", 2, ["--gpus", "2"], "DDP (25 MiB buckets, gradients copied into them)"),
-    "gpt2-zero1-2": (GPT2, "zero1", 2, ["--gpus", "2", "--zero", "1"],
+    "gpt2-zero1-2": (GPT2, "zero1", 2, ["--gpus", "2", "--zero", "1", *TORCH_DISTRIBUTED],
                      "ZeroRedundancyOptimizer over AdamW (optimizer state sharded), DDP for the gradients"),
     "gpt2-fsdp2-2": (GPT2, "fsdp2", 2, ["--gpus", "2", "--fsdp", "full"],
                      "FSDP2 fully_shard on every block and the root, reshard_after_forward=True"),
     "llama-gqa-fsdp2-2": (LLAMA, "fsdp2", 2, ["--gpus", "2", "--fsdp", "full"],
                           "FSDP2 fully_shard on every block and the root, reshard_after_forward=True"),
-    "llama-gqa-tp-2": (LLAMA, "tp", 2, ["--gpus", "2", "--tp", "2", *HF_MODULES],
+    "llama-gqa-tp-2": (LLAMA, "tp", 2, ["--gpus", "2", "--tp", "2", *TORCH_DISTRIBUTED],
                        "tensor parallel with DTensor (parallelize_module: q/k/v, gate/up, lm_head colwise; o, "
                        "down, the embedding rowwise; the loss under loss_parallel, as Megatron's vocabulary-parallel "
                        "head)"),
     "llama-gqa-pp-1f1b-2": (LLAMA, "pp-1f1b", 2, ["--gpus", "2", "--pp", "2", "--grad-accum",
-                                                 str(PIPELINE_MICRO_BATCHES), *HF_MODULES],
+                                                 str(PIPELINE_MICRO_BATCHES), *TORCH_DISTRIBUTED],
                             f"pipelining, 1F1B over {PIPELINE_MICRO_BATCHES} micro-batches, one stage per rank"),
     "llama-gqa-pp-gpipe-2": (LLAMA, "pp-gpipe", 2, ["--gpus", "2", "--pp", "2", "--pp-schedule", "gpipe",
-                                                   "--grad-accum", str(PIPELINE_MICRO_BATCHES), *HF_MODULES],
+                                                   "--grad-accum", str(PIPELINE_MICRO_BATCHES), *TORCH_DISTRIBUTED],
                              f"pipelining, GPipe over {PIPELINE_MICRO_BATCHES} micro-batches, one stage per rank"),
     "gpt2-fsdp2-keep-2": (GPT2, "fsdp2-keep", 2, ["--gpus", "2", "--fsdp", "grad-op"],
                           "FSDP2 fully_shard on every block and the root, reshard_after_forward=False"),
