@@ -120,7 +120,12 @@ Fix Candidate(std::string change, FixKind kind, JobSpec job, std::string note = 
 }
 
 // A sharding change replaces the layout's sharding (and DeepSpeed's stage 0).
+// torch.distributed has ZeRO stage 1 (ZeroRedundancyOptimizer) and FSDP for the rest (ParallelLayout::
+// torch_parallel): a ZeRO-2 or ZeRO-3 fix is FSDP's full sharding there.
 JobSpec WithSharding(JobSpec job, Sharding sharding) {
+  if (job.layout.torch_parallel && (sharding == Sharding::kZero2 || sharding == Sharding::kZero3)) {
+    sharding = Sharding::kFsdpFull;
+  }
   job.layout.sharding = sharding;
   job.layout.deepspeed_stage0 = false;
   return job;
@@ -215,9 +220,12 @@ std::vector<Fix> Shardings(const JobSpec& job) {
   for (Sharding s : {Sharding::kZero1, Sharding::kZero2, Sharding::kZero3, Sharding::kFsdpFull}) {
     if (static_cast<int>(s) <= static_cast<int>(layout.sharding) && sharded) continue;
     JobSpec j = WithSharding(job, s);
+    if (j.layout.sharding != s) continue;  // FSDP's own candidate comes last
     j.layout.offload_optimizer = j.layout.offload_params = false;
-    out.push_back(Candidate(IsFsdp(s) ? "FSDP full sharding" : absl::StrFormat("DeepSpeed ZeRO-%d", static_cast<int>(s)),
-                            FixKind::kExact, j));
+    const std::string name = IsFsdp(s)                ? "FSDP full sharding"
+                             : layout.torch_parallel ? "ZeroRedundancyOptimizer (ZeRO-1)"
+                                                      : absl::StrFormat("DeepSpeed ZeRO-%d", static_cast<int>(s));
+    out.push_back(Candidate(name, FixKind::kExact, j));
   }
   return out;
 }
@@ -240,7 +248,9 @@ Applicability OffloadAllApplies(const LoadedModel&, const JobSpec& job) {
 std::vector<Fix> OffloadAll(const JobSpec& job) {
   JobSpec j = IsFsdp(job.layout.sharding) ? job : WithSharding(job, Sharding::kZero3);
   j.layout.offload_optimizer = j.layout.offload_params = true;
-  return {Candidate("parameters and optimizer offloaded to CPU (ZeRO-3 Offload)", FixKind::kExact, j,
+  return {Candidate(IsFsdp(j.layout.sharding) ? "parameters and optimizer offloaded to CPU (FSDP CPUOffload)"
+                                               : "parameters and optimizer offloaded to CPU (ZeRO-3 Offload)",
+                    FixKind::kExact, j,
                     "CPU Adam time not included")};
 }
 

@@ -22,6 +22,8 @@ namespace {
 // PyTorch DDP's default bucket_cap_mb (Note [Resident blocks]).
 constexpr uint64_t kDdpBucketBytes = uint64_t{25} << 20;
 constexpr size_t kLargestLiveListed = 16;
+// Note [Pipeline warm-up in the replay]: warm-up forwards replayed with their transients.
+constexpr int kWarmUpsReplayedWhole = 8;
 
 bool IsQuantized(DType dtype) {
   return dtype == DType::kNF4 || dtype == DType::kI8 || dtype == DType::kU8 || dtype == DType::kF8E4M3 ||
@@ -541,12 +543,14 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
     writer.set_counting_peak(true);
   }
 
-  // Note [Pipeline warm-up in the replay]: the other micro-batches' forwards.
+  // Note [Pipeline warm-up in the replay]: the other micro-batches' forwards, later ones' held tensors only.
   for (int micro_batch = 1; micro_batch < in_flight; ++micro_batch) {
+    const bool whole = micro_batch <= kWarmUpsReplayedWhole;
     for (OpId op = 0; op <= forward_end; ++op) {
       for (TensorId id : order.Beginning(op)) {
         const Tensor& t = step.tensor(id);
         if (t.role == TensorRole::kGradient) continue;  // gradient buffers are shared by the micro-batches
+        if (!whole && life[static_cast<size_t>(id)].last <= forward_end) continue;
         const BudgetCategory c = category[static_cast<size_t>(id)];
         const uint64_t p = writer.Allocate(t.bytes(), c, 0, time + static_cast<uint64_t>(op), Site::kWarmUp, op);
         if (life[static_cast<size_t>(id)].last > forward_end) {
@@ -556,6 +560,7 @@ absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::spa
         }
       }
       for (TensorId id : order.Ending(op)) {
+        if (!whole) continue;  // a later warm-up's transients were not allocated
         uint64_t& p = pointer[static_cast<size_t>(id)];
         writer.Free(p, step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, time + static_cast<uint64_t>(op));
         p = 0;

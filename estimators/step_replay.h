@@ -156,7 +156,12 @@
 // forward (what backward reads, and the micro-batch's inputs): those held
 // blocks are the in-flight micro-batches' saved activations. They stay
 // through the step's forward and backward and are freed before the
-// optimizer step, as the cool-down backwards of 1F1B free them.
+// optimizer step, as the cool-down backwards of 1F1B free them. Beyond the
+// first 8 warm-ups (kWarmUpsReplayedWhole) (GPipe holds every micro-batch of the
+// step, thousands at most) only the held tensors are allocated: a forward's
+// transients peak on fewer held blocks than the step's own forward's, so
+// they never make the peak, and replaying each would make the estimate's
+// time grow with the micro-batches.
 //
 // Note [Replay capacity]
 // The sequence is replayed on a device of the size the GPU leaves the

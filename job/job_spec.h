@@ -99,7 +99,7 @@ inline constexpr int64_t kMaxMicroBatch = int64_t{1} << 20;
 inline constexpr int64_t kMaxSeqLen = int64_t{1} << 24;        // tokens, also the KV context
 inline constexpr int64_t kMaxGradAccum = int64_t{1} << 20;
 // Micro-batches per step under a GPipe pipeline schedule, where all of them are in flight at once.
-inline constexpr int64_t kMaxGpipeMicroBatches = 4096;
+inline constexpr int64_t kMaxGpipeMicroBatches = 256;
 inline constexpr int kMaxStreams = 1024;
 
 // Checks every field against its range and the fields against each other
