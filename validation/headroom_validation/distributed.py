@@ -41,6 +41,7 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_si
 
 MICRO_BATCH, SEQ = 2, 256
 PIPELINE_MICRO_BATCHES = 4
+ACCUMULATED = 2  # micro-batches per step of the no_sync configuration
 # The step's setup as `headroom estimate` flags (--torch and --transformers are added from what runs).
 STEP_FLAGS = ["--kernels", "cpu", "--micro-batch", str(MICRO_BATCH), "--seq", str(SEQ), "--precision", "fp32",
               "--optimizer", "adamw", "--checkpoint", "none", "--loop", "hand",
@@ -79,6 +80,14 @@ CONFIGS = {
                           "FSDP1 FULL_SHARD, one unit per block (transformer auto-wrap) and the root"),
     "gpt2-fsdp1-grad-op-2": (GPT2, "fsdp1-grad-op", 2, ["--gpus", "2", "--fsdp", "grad-op"],
                              "FSDP1 SHARD_GRAD_OP, one unit per block (transformer auto-wrap) and the root"),
+    "gpt2-ddp-no-sync-2": (GPT2, "ddp-no-sync", 2, ["--gpus", "2", "--grad-accum", str(ACCUMULATED)],
+                           f"DDP, {ACCUMULATED} micro-batches per step, all but the last under no_sync()"),
+    "llama-gqa-fsdp-tp-4": (LLAMA, "fsdp-tp", 4, ["--gpus", "4", "--tp", "2", "--fsdp", "full", *TORCH_DISTRIBUTED],
+                            "FSDP2 over tensor parallelism on a 2x2 mesh: the tensor-parallel plan of llama-gqa-tp-2 "
+                            "within each pair of ranks, fully_shard on every block and the root across the pairs"),
+    "gpt2-hsdp-4": (GPT2, "hsdp", 4, ["--gpus", "4", "--fsdp", "hybrid", "--shard-group", "2"],
+                    "FSDP2 fully_shard on a 2x2 mesh (replicated across 2 groups, sharded within each of 2 ranks: "
+                    "HYBRID_SHARD), every block and the root"),
 }
 
 
@@ -94,7 +103,7 @@ def _model(config):
 def _wrap(model, layout):
     """The model and its optimizer as the layout runs them."""
     adamw = dict(lr=1e-4, foreach=_foreach(layout))
-    if layout in ("ddp", "ddp-bucket-view"):
+    if layout in ("ddp", "ddp-bucket-view", "ddp-no-sync"):
         model = torch.nn.parallel.DistributedDataParallel(model,
                                                           gradient_as_bucket_view=layout == "ddp-bucket-view")
         return model, torch.optim.AdamW(model.parameters(), **adamw)
@@ -102,11 +111,16 @@ def _wrap(model, layout):
         from torch.distributed.optim import ZeroRedundancyOptimizer
         model = torch.nn.parallel.DistributedDataParallel(model)
         return model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, **adamw)
-    if layout in ("fsdp2", "fsdp2-keep"):
+    if layout in ("fsdp2", "fsdp2-keep", "hsdp"):
         from torch.distributed.fsdp import fully_shard
         from torch.distributed.device_mesh import init_device_mesh
-        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-        reshard = layout == "fsdp2"
+        world = dist.get_world_size()
+        # HSDP: a 2-D mesh, the parameters replicated along its first dimension and sharded along its second.
+        if layout == "hsdp":
+            mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("replicate", "shard"))
+        else:
+            mesh = init_device_mesh("cpu", (world,))
+        reshard = layout != "fsdp2-keep"
         for block in _blocks(model):
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
@@ -120,7 +134,18 @@ def _wrap(model, layout):
                                          use_orig_params=True)
         return model, torch.optim.AdamW(model.parameters(), **adamw)
     if layout == "tp":
-        return _tensor_parallel(model), torch.optim.AdamW(model.parameters(), **adamw)
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        return _tensor_parallel(model, mesh), torch.optim.AdamW(model.parameters(), **adamw)
+    if layout == "fsdp-tp":
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh("cpu", (dist.get_world_size() // 2, 2), mesh_dim_names=("dp", "tp"))
+        model = _tensor_parallel(model, mesh["tp"])
+        for block in _blocks(model):
+            fully_shard(block, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
+        return model, torch.optim.AdamW(model.parameters(), **adamw)
     raise ValueError(f"unknown layout {layout!r}")
 
 
@@ -130,14 +155,12 @@ def _foreach(layout):
     return not layout.startswith("tp")
 
 
-def _tensor_parallel(model):
+def _tensor_parallel(model, mesh):
     """Megatron's split of a Llama with DTensor: column-wise q/k/v and gate/up, row-wise o and down, so each rank
     holds half the heads and half the MLP; the embedding and the head split by vocabulary, the loss computed on
     the vocabulary shards (loss_parallel), as Megatron's vocabulary-parallel head and cross-entropy do."""
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in model.model.layers:
         parallelize_module(block, mesh, {
             "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
@@ -157,17 +180,38 @@ def _blocks(model):
 def _step(config, layout, rank, world):
     """One training step of the wrapped model on this rank's batch; phase(name) marks forward, backward, ..."""
     model, optimizer = _wrap(_model(config), layout)
-    g = torch.Generator().manual_seed(100 + rank)  # each rank its own data, as a DistributedSampler gives
+    # Each data-parallel rank its own data, as a DistributedSampler gives; the ranks of a tensor-parallel
+    # pair (2x2 mesh, rank = 2 * dp + tp) the same.
+    g = torch.Generator().manual_seed(100 + (rank // 2 if layout == "fsdp-tp" else rank))
     ids = torch.randint(0, config["vocab_size"], (MICRO_BATCH, SEQ), generator=g)
     batch = {"input_ids": ids, "labels": ids.clone()}
 
     # Tensor parallelism computes the loss on the head's vocabulary shards: forward and backward under
     # loss_parallel, as its documentation asks.
-    if layout == "tp":
+    if layout in ("tp", "fsdp-tp"):
         from torch.distributed.tensor.parallel import loss_parallel
         sharded_loss = loss_parallel
     else:
         sharded_loss = contextlib.nullcontext
+
+    if layout == "ddp-no-sync":
+        def accumulated_step(phase):
+            # The usual accumulation loop: every micro-batch but the last skips DDP's all-reduce; each
+            # output is dropped when the next forward's replaces it.
+            out = None
+            for i in range(ACCUMULATED):
+                phase("forward")
+                sync = contextlib.nullcontext() if i == ACCUMULATED - 1 else model.no_sync()
+                with sync:
+                    out = model(**batch)
+                    phase("backward")
+                    (out.loss / ACCUMULATED).backward()
+            phase("optimizer")
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            phase("done")
+            del out
+        return accumulated_step
 
     def step(phase):
         phase("forward")
