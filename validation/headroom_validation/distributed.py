@@ -19,6 +19,7 @@ import json
 import os
 import pathlib
 import socket
+import subprocess
 import sys
 import tempfile
 
@@ -354,12 +355,35 @@ def _rank_entry(rank, world, port, name, folder):
     _rank(rank, world, port, name, os.path.join(folder, f"rank{rank}.json"))
 
 
+def _shard_group(layout, world):
+    """The ranks that shard the model states: two in a 2x2 mesh, all of them otherwise."""
+    return 2 if layout in ("hsdp", "fsdp-tp") else world
+
+
+def peer_estimates(name):
+    """Other tools' figures for one rank (headroom_validation.peers), computed in validation/.venv, where
+    DeepSpeed and accelerate are installed (validation/setup makes it)."""
+    config, layout, world, _, _ = CONFIGS[name]
+    python = pathlib.Path(__file__).resolve().parents[1] / ".venv" / "bin" / "python"
+    request = {"model": config, "layout": layout, "shard_group": _shard_group(layout, world)}
+    done = subprocess.run([str(python), "-m", "headroom_validation.peers"], input=json.dumps(request),
+                          capture_output=True, text=True, check=True, cwd=pathlib.Path(__file__).resolve().parents[1],
+                          env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+    return json.loads(done.stdout.strip().splitlines()[-1])  # DeepSpeed logs to stdout before it
+
+
+def estimate_args(name, versions):
+    _, layout, _, flags, _ = CONFIGS[name]
+    torch_flag = ".".join(versions["torch"].split("+")[0].split(".")[:2])
+    tf_flag = ".".join(versions["transformers"].split(".")[:2])
+    return ["--torch", torch_flag, "--transformers", tf_flag, *STEP_FLAGS, "--optimizer-impl",
+            "foreach" if _foreach(layout) else "for-loop", *flags]
+
+
 def fixture(name, ranks):
     import transformers
-    config, layout, world, flags, description = CONFIGS[name]
+    config, layout, world, _, description = CONFIGS[name]
     versions = {"torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0]}
-    torch_flag = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-    tf_flag = ".".join(transformers.__version__.split(".")[:2])
     measured = {k: v for k, v in ranks[0].items() if k != "rank"}
     return {
         "headroom_fixture_version": FIXTURE_VERSION,
@@ -369,19 +393,28 @@ def fixture(name, ranks):
         "device": "cpu",
         "versions": versions,
         "model": config,
-        "estimate_args": ["--torch", torch_flag, "--transformers", tf_flag, *STEP_FLAGS, "--optimizer-impl",
-                          "foreach" if _foreach(layout) else "for-loop", *flags],
+        "estimate_args": estimate_args(name, versions),
         "measured": measured,
         "ranks": [{k: v for k, v in r.items() if k != "rank"} for r in ranks],
         "setup": {"layout": layout, "world_size": world},
+        "peers": peer_estimates(name),
     }
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, help="write one fixture per configuration here")
+    parser.add_argument("--rewrite-args", action="store_true",
+                        help="rewrite the estimate_args and peers of the fixtures in --out; measure nothing")
     parser.add_argument("names", nargs="*", help=f"configurations (default: all): {', '.join(CONFIGS)}")
     args = parser.parse_args(argv)
+    if args.rewrite_args:
+        for path in sorted(args.out.glob("*.json")):
+            document = json.loads(path.read_text())
+            document["estimate_args"] = estimate_args(document["name"], document["versions"])
+            document["peers"] = peer_estimates(document["name"])
+            path.write_text(json.dumps(document, indent=1) + "\n")
+        return
     for name in args.names:
         if name not in CONFIGS:
             parser.error(f"unknown configuration {name!r} (known: {', '.join(CONFIGS)})")

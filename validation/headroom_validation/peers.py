@@ -5,7 +5,16 @@
 - DeepSpeed's ZeRO-2 model-state estimator (estimate_zero2_model_states_mem_needs, one GPU, no offload):
   the GPU bytes it gives for the model's parameters; training only.
 Both see only the model's parameters (no batch, sequence or activations), which is what they are.
+
+For a configuration on several ranks (headroom_validation.distributed), `python -m headroom_validation.peers`
+reads {"model", "layout", "shard_group"} on stdin and prints the tools' figures for one rank: accelerate's as
+above (it knows no layout), and DeepSpeed's estimator for the ZeRO stage nearest the layout, as a user of
+that layout would reach for it: ZeRO-2's for ZeroRedundancyOptimizer (DeepSpeed has no ZeRO-1 estimator),
+ZeRO-3's for FSDP (estimate_zero3_model_states_mem_needs, with the largest module's own parameters), over the
+ranks that shard the states. It runs in validation/.venv, where DeepSpeed and accelerate are installed.
 """
+import json
+import sys
 
 
 def _accelerate(fixture):
@@ -49,3 +58,37 @@ def peer_estimates(fixture, parameters):
         except ImportError:  # not installed here (a GPU machine brings its own packages)
             fixture["notes"].append(f"{name} is not installed: no estimate from it")
     return out
+
+
+def _largest_module_parameters(model):
+    return max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+
+
+def distributed_peer_estimates(config, layout, shard_group):
+    """{tool: {"bytes", "what"}} for one rank of `layout` (distributed.CONFIGS' names) on a model of `config`."""
+    import transformers
+    from accelerate import init_empty_weights
+    document = dict(config)
+    model_type = document.pop("model_type")
+    hf_config = transformers.AutoConfig.for_model(model_type, **document)
+    with init_empty_weights():
+        model = getattr(transformers, config["architectures"][0])(hf_config)
+    parameters = sum(p.numel() for p in model.parameters())
+    out = {"accelerate": _accelerate({"setup": {"precision": "fp32"}, "model": config})}
+    if layout == "zero1":
+        from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+        _, gpu = estimate_zero2_model_states_mem_needs(parameters, num_gpus_per_node=shard_group, num_nodes=1,
+                                                       cpu_offload=False)
+        out["deepspeed"] = {"bytes": int(gpu), "what": f"ZeRO-2 model states over {shard_group} GPUs"}
+    elif layout.startswith("fsdp") or layout == "hsdp":
+        from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+        _, gpu, _ = estimate_zero3_model_states_mem_needs(parameters, _largest_module_parameters(model),
+                                                          num_gpus_per_node=shard_group, num_nodes=1,
+                                                          cpu_offload=False, cpu_offload_params=False)
+        out["deepspeed"] = {"bytes": int(gpu), "what": f"ZeRO-3 model states over {shard_group} GPUs"}
+    return out
+
+
+if __name__ == "__main__":
+    request = json.load(sys.stdin)
+    json.dump(distributed_peer_estimates(request["model"], request["layout"], request["shard_group"]), sys.stdout)
