@@ -65,6 +65,8 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
       HEADROOM_ASSIGN_OR_RETURN(stage_forward, PipelineStageForward(forward, stage.stage, stages));
       HEADROOM_ASSIGN_OR_RETURN(in.step, BuildStep(stage_forward, unplanned, setup));
       in.pipeline_stage = stage.stage;
+      in.pipeline_stage_asked = job.layout.pipeline_stage >= 0;
+      in.pipeline_schedule = job.layout.pipeline_schedule;
       in.in_flight = job.layout.MicroBatchesInFlight(stage.stage, job.grad_accum);
     }
     const Overheads overheads = EstimateJobOverheads(machine, unplanned);

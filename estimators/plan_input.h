@@ -50,6 +50,7 @@
 #include "replay/allocation_trace.h"
 #include "graph/graph.h"
 #include "graph/liveness.h"
+#include "job/parallel_layout.h"
 #include "job/job_spec.h"
 #include "models/model_source.h"
 #include "planner/plan.h"
@@ -90,6 +91,8 @@ struct PlanInput {
   // With --pp: the stage `step` is (Note [Pipeline stage step] in the .cc)
   // and the micro-batches it holds at once (PlanProblem::in_flight).
   int pipeline_stage = 0;
+  bool pipeline_stage_asked = false;  // --pp-stage named it (else the fullest by FindWorstPipelineStage)
+  PipelineSchedule pipeline_schedule = PipelineSchedule::k1F1B;
   int in_flight = 1;
   PlanRunner runner = PlanRunner::kAnySchedule;  // who carries the plan out (Note [Plan runners])
 

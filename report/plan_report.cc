@@ -63,10 +63,11 @@ std::string Header(const PlanReport& r) {
                               FormatBytes(in.fixed.other)));
   }
   if (in.step.name().find("(pipeline stage") != std::string::npos) {
-    absl::StrAppend(&out, absl::StrFormat("pipeline:    the fullest stage's step (stage %d), %d micro-batch(es) "
-                                          "in flight (1F1B): each other one holds what its forward leaves, in every "
-                                          "peak\n",
-                                          in.pipeline_stage, in.in_flight));
+    absl::StrAppend(&out, absl::StrFormat("pipeline:    %s (stage %d), %d micro-batch(es) in flight (%s): each "
+                                          "other one holds what its forward leaves, in every peak\n",
+                                          in.pipeline_stage_asked ? "the stage asked for" : "the fullest stage's step",
+                                          in.pipeline_stage, in.in_flight,
+                                          PipelineScheduleName(in.pipeline_schedule)));
   }
   if (in.host_bytes > 0) {
     absl::StrAppend(&out, absl::StrFormat("host state:  %s in host memory (offloaded optimizer state, master "

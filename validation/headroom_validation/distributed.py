@@ -10,7 +10,8 @@ pipeline stage under torch.distributed.pipelining), runs a warm-up step (optimiz
 buckets, sharded states exist as in any later step) and then the measured one: the bytes live before it, their
 peak, the op and phase at the peak, and (in a third step) the bytes its forward saves for backward. The fixture
 is an estimate fixture (report/validation_fixture.h) whose `ranks` hold every rank's figures and `measured` rank
-0's; its `estimate_args` are the `headroom estimate` flags of one rank of the same layout.
+0's; its `estimate_args` are the `headroom estimate` flags of one rank of the same layout, its `peers` other
+tools' figures for one rank (headroom_validation.peers, run in validation/.venv).
 """
 import argparse
 import contextlib
