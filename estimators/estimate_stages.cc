@@ -258,7 +258,7 @@ absl::StatusOr<Graph> BuildForwardGraph(const LoadedModel& model, const JobSpec&
                      .training = job.training,
                      .tensor_parallel = layout.tensor_parallel,
                      .sequence_parallel = layout.sequence_parallel,
-                     .loss_parallel = layout.tensor_parallel > 1 && layout.torch_parallel,
+                     .dtensor = layout.tensor_parallel > 1 && layout.torch_parallel,
                      .lora = job.lora,
                      .rms_norm = job.rms_norm.value_or(setup.framework == Framework::kMegatron
                                                            ? RmsNormImpl::kFused

@@ -162,8 +162,8 @@ absl::Status Builder::CheckOptions() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("tensor_parallel must be >= 1, got %d", o_.tensor_parallel));
   }
-  if (o_.loss_parallel && o_.tensor_parallel == 1) {
-    return absl::InvalidArgumentError("loss_parallel needs tensor_parallel > 1");
+  if (o_.dtensor && o_.tensor_parallel == 1) {
+    return absl::InvalidArgumentError("dtensor needs tensor_parallel > 1");
   }
   if (o_.sequence_parallel && o_.tensor_parallel == 1) {
     return absl::InvalidArgumentError("sequence_parallel needs tensor_parallel > 1");
@@ -343,6 +343,7 @@ TensorId Builder::L2Norm(const std::string& prefix, TensorId x) {
 TensorId Builder::Proj(const std::string& module, TensorId x, int64_t in, int64_t out, bool bias,
                        Parallel /*parallel*/, bool conv1d, TensorId x_shard,
                        TensorId tied_weight) {
+  if (o_.dtensor) x_shard = kNone;  // BuildOptions::dtensor: the gathered input is what autograd saves
   const std::string leaf = module.substr(module.rfind('.') + 1);
   // Blocks LoRA may adapt and QLoRA quantize: not those of a tower outside lora_scope_.
   const bool in_block = e_.layer() >= 0 && lora_scope_;
@@ -473,7 +474,7 @@ TensorId Builder::CausalLmLoss(TensorId logits, int64_t vocab) {
     flat = e_.View("loss.logits_flat", shifted, {b * (s - 1), vocab});
     flat_labels = e_.View("loss.labels_flat", shifted_labels, {b * (s - 1)});
   }
-  TensorId loss = o_.loss_parallel ? e_.LossParallelCrossEntropy("loss", flat, flat_labels)
+  TensorId loss = o_.dtensor ? e_.LossParallelCrossEntropy("loss", flat, flat_labels)
                                    : e_.CrossEntropy("loss", flat, flat_labels);
   // transformers' ForCausalLMLoss binds the upcast copy to a local, alive
   // until the loss returns.

@@ -139,9 +139,12 @@ struct BuildOptions {
   // norms and dropouts work on seq_len/t tokens; all_gather before and
   // reduce_scatter after each parallel region.
   bool sequence_parallel = false;
-  // The loss on vocabulary shards by torch.distributed's loss_parallel (Note [loss_parallel's cross-entropy]
-  // in graph/ops.cc) rather than Megatron's; needs tensor_parallel > 1.
-  bool loss_parallel = false;
+  // Tensor parallelism by DTensor (torch.distributed's parallelize_module) rather than Megatron's layers;
+  // needs tensor_parallel > 1. The loss runs on vocabulary shards under loss_parallel (Note
+  // [loss_parallel's cross-entropy] in graph/ops.cc), and under sequence parallelism a Linear saves the
+  // gathered input it computes with, as autograd keeps it, where Megatron saves its shard and gathers it
+  // again in backward.
+  bool dtensor = false;
   LoraOptions lora;
   RmsNormImpl rms_norm = RmsNormImpl::kEager;
   // The PyTorch version and kernels that run the step (graph/torch_runtime.h).

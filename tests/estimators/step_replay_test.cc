@@ -464,5 +464,26 @@ TEST(BuildStep, LossParallelBackwardIsOneFunction) {
   EXPECT_EQ(step->tensor(log_softmax->outputs[0]).view_of, nll->outputs[0]);
 }
 
+// BuildOptions::dtensor: under sequence parallelism a DTensor Linear saves the gathered input; Megatron's
+// saves its sequence shard and gathers it again in backward.
+TEST(BuildStep, SequenceParallelLinearsSaveWhatTheirRuntimeKeeps) {
+  const LoadedModel gpt2 = Gpt2();
+  for (bool torch_parallel : {false, true}) {
+    JobSpec job;
+    job.layout = {.gpus = 2, .tensor_parallel = 2, .sequence_parallel = true, .torch_parallel = torch_parallel};
+    const EstimateSetup setup = ResolveSetup(gpt2, job);
+    absl::StatusOr<Graph> forward = BuildForwardGraph(gpt2, job, setup);
+    ASSERT_TRUE(forward.ok()) << forward.status();
+    const Op* fc = nullptr;
+    for (const Op& op : forward->ops()) {
+      if (op.name == "transformer.h.0.mlp.c_fc") fc = &op;
+    }
+    ASSERT_NE(fc, nullptr);
+    ASSERT_FALSE(fc->saved.empty());
+    const Tensor& saved = forward->tensor(fc->saved.front());
+    EXPECT_EQ(saved.shape[1], torch_parallel ? 1024 : 512) << (torch_parallel ? "DTensor" : "Megatron");
+  }
+}
+
 }  // namespace
 }  // namespace headroom

@@ -84,6 +84,10 @@ CONFIGS = {
                              "FSDP1 SHARD_GRAD_OP, one unit per block (transformer auto-wrap) and the root"),
     "gpt2-ddp-no-sync-2": (GPT2, "ddp-no-sync", 2, ["--gpus", "2", "--grad-accum", str(ACCUMULATED)],
                            f"DDP, {ACCUMULATED} micro-batches per step, all but the last under no_sync()"),
+    "llama-gqa-tp-sp-2": (LLAMA, "tp-sp", 2, ["--gpus", "2", "--tp", "2", "--sp", *TORCH_DISTRIBUTED],
+                          "tensor parallel with sequence parallelism (the plan of llama-gqa-tp-2, the norms and "
+                          "residual stream sharded by sequence: SequenceParallel norms, the attention's and MLP's "
+                          "inputs gathered, their outputs reduce-scattered)"),
     "llama-gqa-fsdp-tp-4": (LLAMA, "fsdp-tp", 4, ["--gpus", "4", "--tp", "2", "--fsdp", "full", *TORCH_DISTRIBUTED],
                             "FSDP2 over tensor parallelism on a 2x2 mesh: the tensor-parallel plan of llama-gqa-tp-2 "
                             "within each pair of ranks, fully_shard on every block and the root across the pairs"),
@@ -135,10 +139,11 @@ def _wrap(model, layout):
                                          auto_wrap_policy=ModuleWrapPolicy({type(_blocks(model)[0])}),
                                          use_orig_params=True)
         return model, torch.optim.AdamW(model.parameters(), **adamw)
-    if layout == "tp":
+    if layout in ("tp", "tp-sp"):
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-        return _tensor_parallel(model, mesh), torch.optim.AdamW(model.parameters(), **adamw)
+        parallel = _sequence_parallel if layout == "tp-sp" else _tensor_parallel
+        return parallel(model, mesh), torch.optim.AdamW(model.parameters(), **adamw)
     if layout == "fsdp-tp":
         from torch.distributed.fsdp import fully_shard
         from torch.distributed.device_mesh import init_device_mesh
@@ -174,6 +179,35 @@ def _tensor_parallel(model, mesh):
     return model
 
 
+def _sequence_parallel(model, mesh):
+    """llama-gqa-tp-2's split with Korthikanti et al.'s sequence parallelism, as torchtitan writes it for its own
+    Llama: the residual stream is a DTensor sharded by sequence; each norm runs on its shard; the attention's
+    and MLP's inputs are gathered to the whole sequence and their row-wise outputs reduce-scattered back. The
+    embedding's output stays a DTensor, so transformers' Llama takes the sequence's global length for its
+    positions and rotary tables."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+    for block in model.model.layers:
+        parallelize_module(block, mesh, {
+            "input_layernorm": SequenceParallel(),
+            "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                            desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+            "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(),
+            "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+            "post_attention_layernorm": SequenceParallel(),
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)})
+    parallelize_module(model, mesh, {
+        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
+                                              use_local_output=False),
+        "model.norm": SequenceParallel(),
+        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)})
+    return model
+
+
 def _blocks(model):
     inner = getattr(model, "transformer", None) or getattr(model, "model", None)
     return list(getattr(inner, "h", None) or getattr(inner, "layers"))
@@ -190,7 +224,7 @@ def _step(config, layout, rank, world):
 
     # Tensor parallelism computes the loss on the head's vocabulary shards: forward and backward under
     # loss_parallel, as its documentation asks.
-    if layout in ("tp", "fsdp-tp"):
+    if layout in ("tp", "tp-sp", "fsdp-tp"):
         from torch.distributed.tensor.parallel import loss_parallel
         sharded_loss = loss_parallel
     else:
