@@ -104,8 +104,9 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--pp-stage", f.pp_stage,
                  "The pipeline stage (0 first) whose GPU to estimate or plan (default: the fullest)");
   app.add_flag("--torch-parallel", f.torch_parallel,
-               "--tp/--pp run by torch.distributed (DTensor parallelize_module, pipelining) rather than "
-               "Megatron-LM: the model's own modules and PyTorch's gradients");
+               "--tp, --pp and --zero 1 as torch.distributed runs them (DTensor parallelize_module with "
+               "loss_parallel, pipelining, ZeroRedundancyOptimizer over DDP) rather than Megatron-LM or DeepSpeed: "
+               "the model's own modules and PyTorch's gradients");
   app.add_option("--ep", f.ep, "Expert parallel degree (MoE)");
   app.add_option("--zero", f.zero, "DeepSpeed ZeRO stage 0-3");
   app.add_option("--fsdp", f.fsdp,

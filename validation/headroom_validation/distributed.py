@@ -230,31 +230,19 @@ def _step(config, layout, rank, world):
     else:
         sharded_loss = contextlib.nullcontext
 
-    if layout == "ddp-no-sync":
-        def accumulated_step(phase):
-            # The usual accumulation loop: every micro-batch but the last skips DDP's all-reduce; each
-            # output is dropped when the next forward's replaces it.
-            out = None
-            for i in range(ACCUMULATED):
-                phase("forward")
-                sync = contextlib.nullcontext() if i == ACCUMULATED - 1 else model.no_sync()
-                with sync:
-                    out = model(**batch)
-                    phase("backward")
-                    (out.loss / ACCUMULATED).backward()
-            phase("optimizer")
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            phase("done")
-            del out
-        return accumulated_step
+    micro_batches = ACCUMULATED if layout == "ddp-no-sync" else 1
 
     def step(phase):
-        phase("forward")
-        with sharded_loss():
-            out = model(**batch)  # the hand loop: the output lives through backward and the step
-            phase("backward")
-            out.loss.backward()
+        # The usual accumulation loop: every micro-batch but the last skips DDP's all-reduce (no_sync), and each
+        # output is dropped when the next forward's replaces it; the hand loop keeps the last one through
+        # backward and the optimizer step.
+        for i in range(micro_batches):
+            phase("forward")
+            sync = model.no_sync() if i < micro_batches - 1 else contextlib.nullcontext()
+            with sync, sharded_loss():
+                out = model(**batch)
+                phase("backward")
+                (out.loss if micro_batches == 1 else out.loss / micro_batches).backward()
         phase("optimizer")
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
