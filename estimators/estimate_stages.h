@@ -94,7 +94,8 @@ absl::StatusOr<ModelStates> StageModelStates(const Graph& forward, const JobSpec
                                              int stage);
 
 // Note [Pipeline 1F1B] in memory_estimate.h: the stage with the most bytes by its model states and saved
-// activations, for the planner, which plans one stage (--pp-stage, when given, is that stage).
+// activations (a count, not a replay), or the stage --pp-stage names; the planner takes the latter, set to
+// the estimate's fullest stage when --pp-stage is not given.
 struct WorstStage {
   int stage = 0;
   ModelStates states;

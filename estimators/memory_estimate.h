@@ -83,8 +83,8 @@
 // micro-batches and the embedding, the last the head and the loss's logits,
 // which on a small vocabulary-heavy model outweigh the first's extra
 // micro-batch (llama-gqa-pp-1f1b-2 in validation/fixtures/distributed).
-// The planner plans one stage, found by the cheaper count of
-// FindWorstPipelineStage (estimate_stages.h) or named by --pp-stage.
+// The planner plans one stage: the one named by --pp-stage, else the one
+// the estimate finds fullest.
 #ifndef HEADROOM_ESTIMATORS_MEMORY_ESTIMATE_H_
 #define HEADROOM_ESTIMATORS_MEMORY_ESTIMATE_H_
 

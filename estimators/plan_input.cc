@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "estimators/estimate_stages.h"
+#include "estimators/memory_estimate.h"
 #include "estimators/model_states.h"
 #include "hardware/cost_model.h"
 #include "hardware/gpu_catalog.h"
@@ -54,7 +55,13 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
     HEADROOM_ASSIGN_OR_RETURN(in.step, BuildStep(forward, unplanned, setup));
     in.profile.count_parameter_gradients = !setup.persistent_gradients;
     const PeakAttribution peak = AttributePeak(in.step, setup);
-    HEADROOM_ASSIGN_OR_RETURN(const WorstStage stage, FindWorstPipelineStage(forward, peak, unplanned, setup));
+    // Under --pp without --pp-stage, the stage the estimate's replays find fullest (Note [Pipeline 1F1B]).
+    JobSpec staged = unplanned;
+    if (stages > 1 && staged.layout.pipeline_stage < 0) {
+      HEADROOM_ASSIGN_OR_RETURN(const MemoryEstimate estimate, EstimateMemory(model, unplanned, machine));
+      staged.layout.pipeline_stage = estimate.pipeline_stage;
+    }
+    HEADROOM_ASSIGN_OR_RETURN(const WorstStage stage, FindWorstPipelineStage(forward, peak, staged, setup));
     const ModelStates& s = stage.states;
     in.fixed.weights = s.weights + s.buffers + s.gathered_parameters + s.fp8_weight_cache;
     in.fixed.gradients = setup.persistent_gradients ? s.gradients : 0;
