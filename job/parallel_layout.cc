@@ -126,8 +126,8 @@ absl::Status ParallelLayout::Validate() const {
   }
   if (pipeline_stage < -1 || pipeline_stage >= pipeline_parallel) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "pipeline_stage: stage %d does not exist; a pipeline of %d stages has stages 0 to %d", pipeline_stage,
-        pipeline_parallel, pipeline_parallel - 1));
+        "pipeline_stage: stage %d does not exist; the pipeline's stages are 0 to %d (pipeline_parallel %d)",
+        pipeline_stage, pipeline_parallel - 1, pipeline_parallel));
   }
   if (gpus % (static_cast<int64_t>(tensor_parallel) * pipeline_parallel) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -423,7 +423,7 @@ TEST(EstimateCli, AbsurdSetupsAreRefusedNamingTheFlag) {
       {{"--sp"}, "--sp: sequence parallelism needs a tensor-parallel degree above 1"},
       {{"--ema", "disk"}, "--ema: unknown EMA placement 'disk'"},
       {{"--inference", "--ema", "gpu"}, "--ema: an EMA of the weights is kept while training"},
-      {{"--gpus", "2", "--pp", "2", "--pp-stage", "2"}, "--pp-stage: stage 2 does not exist; a pipeline of 2 stages"},
+      {{"--gpus", "2", "--pp", "2", "--pp-stage", "2"}, "--pp-stage: stage 2 does not exist; the pipeline's stages are 0 to 1 (--pp 2)"},
       {{"--gpus", "2", "--pp", "2", "--pp-schedule", "zero-bubble"},
        "--pp-schedule: unknown pipeline schedule 'zero-bubble'"},
   };
