@@ -64,14 +64,13 @@ void BM_AllocatorReplayStage_Llama2_70B_Seq8192(benchmark::State& state) {
   const EstimateSetup setup = ResolveSetup(*model, job);
   absl::StatusOr<Graph> forward = BuildForwardGraph(*model, job, setup);
   absl::StatusOr<Graph> step = BuildStep(*forward, job, setup);
-  const PeakAttribution peak = AttributePeak(*step, setup);
-  absl::StatusOr<WorstStage> stage = FindWorstPipelineStage(*forward, peak, job, setup);
-  if (!stage.ok()) {
-    state.SkipWithError(std::string(stage.status().message()).c_str());
+  absl::StatusOr<ModelStates> states = StageModelStates(*forward, job, setup, 0);
+  if (!states.ok()) {
+    state.SkipWithError(std::string(states.status().message()).c_str());
     return;
   }
   const std::vector<ResidentBlock> resident =
-      ResidentBlocks(*forward, stage->states, job, setup, {.cublas_workspace = H100()->cublas_workspace_bytes});
+      ResidentBlocks(*forward, *states, job, setup, {.cublas_workspace = H100()->cublas_workspace_bytes});
   const OptimizerTemporaries temporaries = OptimizerStepTemporaries(*forward, job, setup);
   const AllocatorOptions allocator{.expandable_segments = state.range(0) == 1};
   size_t events = 0;

@@ -344,50 +344,10 @@ absl::StatusOr<ModelStates> StageModelStates(const Graph& forward, const JobSpec
                                        .pipeline_stage = stage});
 }
 
-absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const PeakAttribution& peak,
-                                                  const JobSpec& job, const EstimateSetup& setup) {
-  const MemoryProfile& profile = peak.profile;
-  const int stages = job.layout.pipeline_parallel;
-  const int num_layers = LayersOf(forward);
-  uint64_t saved_total = profile.saved_bytes_outside_layers;
-  for (uint64_t b : profile.saved_bytes_by_layer) saved_total += b;
-  const uint64_t transient = peak.activations > saved_total ? peak.activations - saved_total : 0;
-
-  WorstStage worst;
-  uint64_t worst_total = 0;
-  const int first = job.layout.pipeline_stage >= 0 ? job.layout.pipeline_stage : 0;
-  const int last = job.layout.pipeline_stage >= 0 ? job.layout.pipeline_stage : stages - 1;
-  for (int s = first; s <= last; ++s) {
-    HEADROOM_ASSIGN_OR_RETURN(ModelStates states, StageModelStates(forward, job, setup, s));
-    uint64_t stage_activations = peak.activations;
-    if (stages > 1) {
-      uint64_t saved = s == stages - 1 ? profile.saved_bytes_outside_layers : 0;
-      for (size_t layer = 0; layer < profile.saved_bytes_by_layer.size(); ++layer) {
-        if (PipelineStageOf(static_cast<int>(layer), false, num_layers, stages) == s) {
-          saved += profile.saved_bytes_by_layer[layer];
-        }
-      }
-      const auto in_flight = static_cast<uint64_t>(job.layout.MicroBatchesInFlight(s, job.grad_accum));
-      HEADROOM_ASSIGN_OR_RETURN(
-          const uint64_t in_flight_bytes,
-          CheckedMul(in_flight, saved, absl::StrFormat("pipeline stage %d: in-flight micro-batches x saved bytes", s)));
-      stage_activations = in_flight_bytes + transient;  // transient < 2^62: Note [Size bounds]
-    }
-    const uint64_t total = SaturatingAdd(states.gpu_bytes(), stage_activations);
-    if (s == first || total > worst_total) {
-      worst_total = total;
-      worst.states = std::move(states);
-      worst.activations = stage_activations;
-      worst.stage = s;
-    }
-  }
-  return worst;
-}
-
 // Note [Pipeline stage step]
 // With --pp P the planner plans, and the estimate's allocator replay
-// replays, the stage the estimator finds fullest (FindWorstPipelineStage),
-// as that GPU runs it:
+// replays, each stage (Note [Pipeline 1F1B] in memory_estimate.h) as its
+// GPU runs it:
 //  - its ops are those of its layers (PipelineStageOf), plus, on the first
 //    stage, the ops before the first layer (embeddings, masks) and, on the
 //    last, those after the last layer (final norm, head, loss);

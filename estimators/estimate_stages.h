@@ -93,17 +93,6 @@ PeakAttribution AttributePeak(const Graph& step, const EstimateSetup& setup);
 absl::StatusOr<ModelStates> StageModelStates(const Graph& forward, const JobSpec& job, const EstimateSetup& setup,
                                              int stage);
 
-// Note [Pipeline 1F1B] in memory_estimate.h: the stage with the most bytes by its model states and saved
-// activations (a count, not a replay), or the stage --pp-stage names; the planner takes the latter, set to
-// the estimate's fullest stage when --pp-stage is not given.
-struct WorstStage {
-  int stage = 0;
-  ModelStates states;
-  uint64_t activations = 0;  // its in-flight saved activations plus the transient working set
-};
-absl::StatusOr<WorstStage> FindWorstPipelineStage(const Graph& forward, const PeakAttribution& peak,
-                                                  const JobSpec& job, const EstimateSetup& setup);
-
 // The forward graph of pipeline stage `stage` of `stages` as its GPU runs it
 // (Note [Pipeline stage step] in the .cc): what the planner plans and the
 // allocator replay replays under --pp. InvalidArgument (naming --pp) when

@@ -288,14 +288,13 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
       // Note [Gradients in the first backward] in memory_estimate.h: the first backward, and the later ones.
       const int in_flight = job.layout.MicroBatchesInFlight(s, job.grad_accum);
       std::vector<std::pair<int, EstimateSetup>> moments;
-      if (setup.gradients_outlive_step) {
-        moments.push_back({in_flight, setup});
+      if (setup.gradients_outlive_step || job.grad_accum > in_flight) {
+        moments.push_back({in_flight, setup});  // the later backwards hold as many micro-batches, and gradients
       } else {
         EstimateSetup first_backward = setup;
         first_backward.persistent_gradients = false;
         moments.push_back({in_flight, first_backward});
-        const int later = job.grad_accum > in_flight ? in_flight : in_flight - 1;
-        if (later >= 1) moments.push_back({later, setup});
+        if (in_flight > 1) moments.push_back({in_flight - 1, setup});
       }
       MemoryEstimate fullest;
       AllocationTrace fullest_trace;

@@ -61,12 +61,14 @@
 // micro-batches than the stages after it): there, the first backward, with
 // every micro-batch in flight and the gradients made as it runs, can be the
 // peak (llama-gqa-pp-gpipe-2 in validation/fixtures/distributed: both
-// ranks peak in it). Each stage is therefore replayed at both moments, its
-// first backward (gradients by liveness, StepOptions::gradients_preexist
-// off) and the later ones (gradients resident; the in-flight count one less
-// when every forward came first), and the larger is the stage's. Where the
-// gradients outlive the step (a framework's gradient buffers,
-// --keep-grads) they are resident at both, and one replay is the stage's.
+// ranks peak in it). Such a stage is therefore replayed at both moments,
+// its first backward (gradients by liveness, StepOptions::gradients_preexist
+// off) and the later ones (gradients resident, one micro-batch fewer in
+// flight), and the larger is the stage's. A stage with more micro-batches
+// than it holds at once, or whose gradients outlive the step (a framework's
+// gradient buffers, --keep-grads), holds as many micro-batches in its later
+// backwards as in its first, and the gradients besides: one replay, of the
+// later ones, is the stage's.
 //
 // Note [Pipeline 1F1B]
 // Under 1F1B (Narayanan et al. 2021, PipeDream-Flush) stage s of p holds

@@ -54,27 +54,25 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
   } else {
     HEADROOM_ASSIGN_OR_RETURN(in.step, BuildStep(forward, unplanned, setup));
     in.profile.count_parameter_gradients = !setup.persistent_gradients;
-    const PeakAttribution peak = AttributePeak(in.step, setup);
     // Under --pp without --pp-stage, the stage the estimate's replays find fullest (Note [Pipeline 1F1B]).
-    JobSpec staged = unplanned;
-    if (stages > 1 && staged.layout.pipeline_stage < 0) {
+    int stage = std::max(0, job.layout.pipeline_stage);
+    if (stages > 1 && job.layout.pipeline_stage < 0) {
       HEADROOM_ASSIGN_OR_RETURN(const MemoryEstimate estimate, EstimateMemory(model, unplanned, machine));
-      staged.layout.pipeline_stage = estimate.pipeline_stage;
+      stage = estimate.pipeline_stage;
     }
-    HEADROOM_ASSIGN_OR_RETURN(const WorstStage stage, FindWorstPipelineStage(forward, peak, staged, setup));
-    const ModelStates& s = stage.states;
+    HEADROOM_ASSIGN_OR_RETURN(const ModelStates s, StageModelStates(forward, unplanned, setup, stage));
     in.fixed.weights = s.weights + s.buffers + s.gathered_parameters + s.fp8_weight_cache;
     in.fixed.gradients = setup.persistent_gradients ? s.gradients : 0;
     in.fixed.optimizer_state = s.optimizer_state + s.master_weights + s.ema_weights;
     in.host_bytes = s.host_bytes;
     Graph stage_forward;
     if (stages > 1) {
-      HEADROOM_ASSIGN_OR_RETURN(stage_forward, PipelineStageForward(forward, stage.stage, stages));
+      HEADROOM_ASSIGN_OR_RETURN(stage_forward, PipelineStageForward(forward, stage, stages));
       HEADROOM_ASSIGN_OR_RETURN(in.step, BuildStep(stage_forward, unplanned, setup));
-      in.pipeline_stage = stage.stage;
+      in.pipeline_stage = stage;
       in.pipeline_stage_asked = job.layout.pipeline_stage >= 0;
       in.pipeline_schedule = job.layout.pipeline_schedule;
-      in.in_flight = job.layout.MicroBatchesInFlight(stage.stage, job.grad_accum);
+      in.in_flight = job.layout.MicroBatchesInFlight(stage, job.grad_accum);
     }
     const Overheads overheads = EstimateJobOverheads(machine, unplanned);
     in.fixed.other = overheads.cuda_context + overheads.cublas_workspace + s.communication_buffers;

@@ -91,7 +91,7 @@ struct PlanInput {
   // With --pp: the stage `step` is (Note [Pipeline stage step] in the .cc)
   // and the micro-batches it holds at once (PlanProblem::in_flight).
   int pipeline_stage = 0;
-  bool pipeline_stage_asked = false;  // --pp-stage named it (else the fullest by the estimate's replays)
+  bool pipeline_stage_asked = false;  // --pp-stage named it (else the estimate's fullest)
   PipelineSchedule pipeline_schedule = PipelineSchedule::k1F1B;
   int in_flight = 1;
   PlanRunner runner = PlanRunner::kAnySchedule;  // who carries the plan out (Note [Plan runners])
