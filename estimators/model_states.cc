@@ -155,7 +155,7 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
   const double dense_group = layout.shard_group();
   const double expert_group = std::max(1.0, dense_group / layout.expert_parallel);
   const bool shard_optimizer = sharding != Sharding::kReplicated;
-  // Note [ZeroRedundancyOptimizer]: the optimizer state sharded, the gradients whole, DDP's buckets beside.
+  // Note [ZeroRedundancyOptimizer].
   const bool zero_redundancy = sharding == Sharding::kZero1 && !deepspeed;
   const bool shard_grad16 = sharding == Sharding::kZero2 || sharding == Sharding::kZero3 || IsFsdp(sharding);
   const bool shard_weights = sharding == Sharding::kZero3 || IsFsdp(sharding);
