@@ -142,8 +142,8 @@ def _wrap(model, layout):
     if layout in ("tp", "tp-sp"):
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-        parallel = _sequence_parallel if layout == "tp-sp" else _tensor_parallel
-        return parallel(model, mesh), torch.optim.AdamW(model.parameters(), **adamw)
+        return (_tensor_parallel(model, mesh, sequence_parallel=layout == "tp-sp"),
+                torch.optim.AdamW(model.parameters(), **adamw))
     if layout == "fsdp-tp":
         from torch.distributed.fsdp import fully_shard
         from torch.distributed.device_mesh import init_device_mesh
@@ -162,49 +162,43 @@ def _foreach(layout):
     return not layout.startswith("tp")
 
 
-def _tensor_parallel(model, mesh):
+def _tensor_parallel(model, mesh, sequence_parallel=False):
     """Megatron's split of a Llama with DTensor: column-wise q/k/v and gate/up, row-wise o and down, so each rank
     holds half the heads and half the MLP; the embedding and the head split by vocabulary, the loss computed on
-    the vocabulary shards (loss_parallel), as Megatron's vocabulary-parallel head and cross-entropy do."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-    for block in model.model.layers:
-        parallelize_module(block, mesh, {
-            "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
-            "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
-            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(), "mlp.down_proj": RowwiseParallel()})
-    parallelize_module(model, mesh, {
-        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-        "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
-    return model
+    the vocabulary shards (loss_parallel), as Megatron's vocabulary-parallel head and cross-entropy do.
 
-
-def _sequence_parallel(model, mesh):
-    """llama-gqa-tp-2's split with Korthikanti et al.'s sequence parallelism, as torchtitan writes it for its own
-    Llama: the residual stream is a DTensor sharded by sequence; each norm runs on its shard; the attention's
-    and MLP's inputs are gathered to the whole sequence and their row-wise outputs reduce-scattered back. The
-    embedding's output stays a DTensor, so transformers' Llama takes the sequence's global length for its
-    positions and rotary tables."""
+    With sequence_parallel, Korthikanti et al.'s sequence parallelism as torchtitan writes it for its own Llama:
+    the residual stream is a DTensor sharded by sequence; each norm runs on its shard; the attention's and MLP's
+    inputs are gathered to the whole sequence and their row-wise outputs reduce-scattered back. The embedding's
+    output stays a DTensor, so transformers' Llama takes the sequence's global length for its positions and
+    rotary tables."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel, parallelize_module)
-    for block in model.model.layers:
-        parallelize_module(block, mesh, {
+    block_plan = {
+        "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+        "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
+        "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(), "mlp.down_proj": RowwiseParallel()}
+    model_plan = {
+        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)}
+    if sequence_parallel:
+        block_plan.update({
             "input_layernorm": SequenceParallel(),
             "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
                                             desired_input_kwarg_layouts={"hidden_states": Replicate()}),
-            "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
-            "self_attn.v_proj": ColwiseParallel(),
             "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
             "post_attention_layernorm": SequenceParallel(),
             "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
             "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)})
-    parallelize_module(model, mesh, {
-        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
-                                              use_local_output=False),
-        "model.norm": SequenceParallel(),
-        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)})
+        model_plan.update({
+            "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
+                                                  use_local_output=False),
+            "model.norm": SequenceParallel(),
+            "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)})
+    for block in model.model.layers:
+        parallelize_module(block, mesh, block_plan)
+    parallelize_module(model, mesh, model_plan)
     return model
 
 
