@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -276,29 +277,24 @@ absl::Status AppendBackward(Graph& step, BackwardPass& pass) {
         }
       }
     }
+    // A temporary of `like`'s shape and dtype, living within the backward op.
+    auto add_temporary = [&](std::string_view suffix, TensorId like) {
+      const Tensor model = step.tensor(like);  // a copy: AddTensor may move the graph's tensors
+      const TensorId t = step.AddTensor({.name = absl::StrFormat("%s.%s", fwd.name, suffix),
+                                         .shape = model.shape,
+                                         .dtype = model.dtype,
+                                         .role = TensorRole::kTemporary,
+                                         .layer = fwd.layer});
+      grow();
+      bwd.outputs.push_back(t);
+    };
     // Note [Runtime differences] in graph/torch_runtime.h: CUDA's softmax backward.
     if (fwd.kind == "softmax" && pass.softmax_backward_holds_product && !grad_outputs.empty()) {
-      const Tensor& g = step.tensor(grad_outputs.front());
-      const TensorId product = step.AddTensor({.name = absl::StrFormat("%s.grad_times_output", fwd.name),
-                                               .shape = g.shape,
-                                               .dtype = g.dtype,
-                                               .role = TensorRole::kTemporary,
-                                               .layer = fwd.layer});
-      grow();
-      bwd.outputs.push_back(product);
+      add_temporary("grad_times_output", grad_outputs.front());
     }
     // Note [loss_parallel's cross-entropy] in graph/ops.cc: zeros_like(x) and exp(x) beside the gradient.
     if (fwd.kind == "nll_loss_parallel" && !fwd.inputs.empty()) {
-      const Tensor& x = step.tensor(fwd.inputs.front());
-      for (const char* temporary : {"zeros", "exp"}) {
-        const TensorId t = step.AddTensor({.name = absl::StrFormat("%s.%s", fwd.name, temporary),
-                                           .shape = x.shape,
-                                           .dtype = x.dtype,
-                                           .role = TensorRole::kTemporary,
-                                           .layer = fwd.layer});
-        grow();
-        bwd.outputs.push_back(t);
-      }
+      for (std::string_view temporary : {"zeros", "exp"}) add_temporary(temporary, fwd.inputs.front());
     }
     step.AddOp(std::move(bwd));
   }
