@@ -229,8 +229,9 @@ TensorId OpEmitter::AttentionContext(const std::string& name, TensorId probs, Te
   return context;
 }
 
-TensorId OpEmitter::GroupedMatMul(const std::string& name, TensorId a, TensorId b, TensorId offsets) {
-  return Gemm(name, a, b, /*b_transposed=*/false, kNone, offsets);
+TensorId OpEmitter::GroupedMatMul(const std::string& name, TensorId a, TensorId b, TensorId offsets,
+                                  bool b_transposed) {
+  return Gemm(name, a, b, b_transposed, kNone, offsets);
 }
 
 TensorId OpEmitter::BaddBmm(const std::string& name, TensorId bias, TensorId a, TensorId b, bool b_transposed) {

@@ -171,8 +171,9 @@ class OpEmitter {
   TensorId AttentionScores(const std::string& name, TensorId q, TensorId k, int64_t heads);
   TensorId AttentionContext(const std::string& name, TensorId probs, TensorId v);
   // torch._grouped_mm(a [E, rows, k], b [E, k, n], offs): each expert's rows against its weight; autograd also
-  // keeps the group offsets (int32 [E]).
-  TensorId GroupedMatMul(const std::string& name, TensorId a, TensorId b, TensorId offsets);
+  // keeps the group offsets (int32 [E]). b_transposed: b is [E, n, k], passed as its transpose (a view).
+  TensorId GroupedMatMul(const std::string& name, TensorId a, TensorId b, TensorId offsets,
+                         bool b_transposed = false);
   // bias + a @ b as torch.baddbmm computes it: no separate product tensor.
   TensorId BaddBmm(const std::string& name, TensorId bias, TensorId a, TensorId b, bool b_transposed = false);
   // No-op (returns x) when x already has `dtype`.

@@ -189,6 +189,23 @@ class Builder {
   TensorId Moe(const std::string& prefix, TensorId x, TensorId x_shard);
   // GPT-OSS's experts as transformers' grouped_mm runs them (Note [GPT-OSS]); y [b, s, h].
   TensorId GptOssExperts(const std::string& prefix, TensorId flat);
+  // The routed rows of flat [tokens, h] sorted by expert, as transformers 5's grouped_mm experts take them.
+  struct ExpertRows {
+    TensorId rows;            // [E, per_expert, h]
+    TensorId weights;         // each row's routing weight, [E x per_expert, 1]
+    TensorId sorted_experts;  // i64, one per row
+    TensorId permutation;     // i64, one per row
+    TensorId offsets;         // i32 [E]
+    int64_t per_expert = 0;   // Note [MoE routing]
+  };
+  ExpertRows SortRowsByExpert(const std::string& ex, TensorId flat, TensorId indices, TensorId weights);
+  // The experts' output rows [E, per_expert, h] times their routing weights, back in token order and summed
+  // over top_k: [tokens, h].
+  TensorId WeighAndRestoreTokenOrder(const std::string& ex, TensorId out, const ExpertRows& sorted);
+  // Stacked experts under grouped_mm (Note [Grouped experts]); [tokens, h].
+  TensorId GroupedExperts(const std::string& ex, TensorId flat, TensorId indices, TensorId weights, int64_t inner);
+  // One nn.Linear expert after another, as transformers 4 runs them; [tokens, h].
+  TensorId LoopedExperts(const std::string& prefix, TensorId flat, const OpEmitter::Routing& routing, int64_t inner);
   // Llama 4's MoE block, every expert over every token (Note [Llama 4]); y [b, s, h].
   TensorId Llama4Moe(const std::string& prefix, TensorId flat);
   // Llama4TextL2Norm over the last dimension: x.float() * rsqrt(mean(x^2) + eps), back to x's dtype; no weight.

@@ -56,7 +56,9 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
   // Llama 4 names its dense MLP and its MoE block feed_forward.
   const std::string mlp = c_.model_type == "llama4_text" ? "feed_forward." : "mlp.";
   if (c_.is_moe_layer(e_.layer())) {
-    return Moe(prefix + (c_.model_type == "mixtral" ? "block_sparse_moe." : mlp), x, x_shard);
+    // transformers 4 named Mixtral's MoE block block_sparse_moe; 5 names it mlp, as the other families.
+    const bool mixtral4 = c_.model_type == "mixtral" && !o_.runtime.transformers.AtLeast(5, 0);
+    return Moe(prefix + (mixtral4 ? "block_sparse_moe." : mlp), x, x_shard);
   }
   const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_;
   TensorId y;
@@ -114,8 +116,9 @@ TensorId Builder::Mlp(const std::string& prefix, TensorId x, TensorId x_shard) {
 }
 
 // Note [MoE routing] in builders.h: balanced routing, tokens*top_k/experts
-// rows per expert, in HF Mixtral's dispatch (gather rows, expert MLP, scale
-// by routing weight, index_add into the output).
+// rows per expert, through stacked experts under grouped_mm at transformers 5
+// (Note [Grouped experts]) or transformers 4's loop over nn.Linear experts
+// (gather rows, expert MLP, scale by routing weight, index_add into the output).
 TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
   const int64_t h = c_.hidden_size;
   if (c_.model_type == "gpt_oss" || c_.model_type == "llama4_text") {
@@ -124,10 +127,6 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
     return ReduceOutput(prefix + "experts", y);
   }
   const int64_t inner = (c_.moe_intermediate_size > 0 ? c_.moe_intermediate_size : c_.intermediate_size) / t_;
-  // Expert projections as each family names them: Mixtral's w1 (gate), w3 (up), w2 (down).
-  const bool mixtral = c_.model_type == "mixtral";
-  const std::string gate_name = mixtral ? "w1" : "gate_proj", up_name = mixtral ? "w3" : "up_proj",
-                    down_name = mixtral ? "w2" : "down_proj";
   const int64_t tokens = o_.batch * o_.seq_len;
   TensorId flat = e_.View(prefix + "flatten", x, {tokens, h});
   TensorId logits = Proj(prefix + "gate", flat, h, c_.num_experts, false, Parallel::kReplicated,
@@ -139,19 +138,11 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
   }
   OpEmitter::Routing routing =
       e_.RouterTopK(prefix + "router", logits, c_.experts_per_token);
-  TensorId acc = e_.Zeros(prefix + "final_hidden_states", {tokens, h}, g_.tensor(flat).dtype);
-  const int64_t rows = CeilDiv(tokens * c_.experts_per_token, c_.num_experts);
-  for (int64_t j = 0; j < c_.num_experts; ++j) {
-    const std::string ex = absl::StrFormat("%sexperts.%d.", prefix, j);
-    TensorId in = e_.GatherRows(ex + "dispatch", flat, rows);
-    TensorId w1 = Proj(ex + gate_name, in, h, inner, false, Parallel::kColumn);
-    TensorId w3 = Proj(ex + up_name, in, h, inner, false, Parallel::kColumn);
-    TensorId act = Activation(ex + "act_fn", w1);
-    TensorId prod = e_.Mul(ex + "gate_mul", act, w3);
-    TensorId out = Proj(ex + down_name, prod, inner, h, false, Parallel::kRow);
-    TensorId weight = e_.GatherRows(ex + "routing_weight", routing.weights, rows);
-    TensorId weighted = e_.Mul(ex + "weighted", out, weight);
-    acc = e_.IndexAdd(ex + "combine", acc, weighted);
+  TensorId acc;
+  if (o_.runtime.transformers.AtLeast(5, 0)) {
+    acc = GroupedExperts(prefix + "experts.", flat, routing.indices, routing.weights, inner);
+  } else {
+    acc = LoopedExperts(prefix, flat, routing, inner);
   }
   if (c_.shared_expert_intermediate_size > 0) {
     // Every token also goes through the shared expert(s): Qwen2-MoE's one, scaled by
@@ -211,27 +202,16 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
 // autocast dtype.
 TensorId Builder::GptOssExperts(const std::string& prefix, TensorId flat) {
   const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_, experts = c_.num_experts;
-  const int64_t tokens = o_.batch * o_.seq_len, top_k = c_.experts_per_token;
   TensorId logits = Proj(prefix + "router", flat, h, experts, /*bias=*/true, Parallel::kReplicated);
-  const OpEmitter::Selection top = e_.TopK(prefix + "router.topk", "topk", logits, top_k);
+  const OpEmitter::Selection top = e_.TopK(prefix + "router.topk", "topk", logits, c_.experts_per_token);
   TensorId scores = e_.Softmax(prefix + "router.softmax", top.values);
-  // Note [MoE routing]: balanced, `rows` per expert.
-  const int64_t rows = CeilDiv(tokens * top_k, experts), routed = rows * experts;
   const std::string ex = prefix + "experts.";
-  // The routing's integers, which the gathers and grouped matmuls keep for backward: each routed row's token,
-  // the rows sorted by expert (the sorted expert ids and the permutation), its inverse, the experts' offsets.
-  TensorId token_of_row = e_.Materialize(ex + "token_index", "floor_divide", {top.indices}, {routed}, DType::kI64);
-  TensorId sorted_experts = e_.Materialize(ex + "sorted_experts", "sort", {top.indices}, {routed}, DType::kI64);
-  TensorId permutation = e_.Materialize(ex + "permutation", "sort", {top.indices}, {routed}, DType::kI64);
-  TensorId offsets = e_.Materialize(ex + "offsets", "cumsum", {sorted_experts}, {experts}, DType::kI32);
-  TensorId dispatched = e_.View(ex + "dispatch_rows", e_.GatherRows(ex + "dispatch", flat, routed, token_of_row),
-                                {experts, rows, h});
-  TensorId weights = e_.GatherRows(ex + "routing_weights", e_.View(ex + "scores_flat", scores, {tokens * top_k, 1}),
-                                   routed, permutation);
+  const ExpertRows sorted = SortRowsByExpert(ex, flat, top.indices, scores);
+  const int64_t rows = sorted.per_expert, routed = rows * experts;
   TensorId gate_up_w = Param(ex + "gate_up_proj", {experts, h, 2 * inner});
   TensorId gate_up_b = Param(ex + "gate_up_proj_bias", {experts, 2 * inner});
-  TensorId gate_up = e_.GroupedMatMul(ex + "gate_up_grouped_mm", dispatched, gate_up_w, offsets);
-  TensorId bias_rows = e_.GatherRows(ex + "gate_up_proj_bias.gather", gate_up_b, routed, sorted_experts);
+  TensorId gate_up = e_.GroupedMatMul(ex + "gate_up_grouped_mm", sorted.rows, gate_up_w, sorted.offsets);
+  TensorId bias_rows = e_.GatherRows(ex + "gate_up_proj_bias.gather", gate_up_b, routed, sorted.sorted_experts);
   gate_up = e_.AddInplace(ex + "gate_up_bias_add", gate_up,
                           e_.View(ex + "gate_up_proj_bias.rows", bias_rows, {experts, rows, 2 * inner}));
   // gate_up[..., ::2] and gate_up[..., 1::2]: strided views.
@@ -242,16 +222,92 @@ TensorId Builder::GptOssExperts(const std::string& prefix, TensorId flat) {
   TensorId gated = e_.Mul(ex + "gated", e_.Scale(ex + "up_plus_one", up), glu);
   TensorId down_w = Param(ex + "down_proj", {experts, inner, h});
   TensorId down_b = Param(ex + "down_proj_bias", {experts, h});
-  TensorId out = e_.GroupedMatMul(ex + "down_grouped_mm", gated, down_w, offsets);
-  TensorId down_rows = e_.GatherRows(ex + "down_proj_bias.gather", down_b, routed, sorted_experts);
+  TensorId out = e_.GroupedMatMul(ex + "down_grouped_mm", gated, down_w, sorted.offsets);
+  TensorId down_rows = e_.GatherRows(ex + "down_proj_bias.gather", down_b, routed, sorted.sorted_experts);
   out = e_.AddInplace(ex + "down_bias_add", out, e_.View(ex + "down_proj_bias.rows", down_rows, {experts, rows, h}));
-  TensorId weighted = e_.Mul(ex + "weighted", e_.View(ex + "out_rows", out, {routed, h}), weights);
-  TensorId inverse = e_.Materialize(ex + "inverse_permutation", "index_put", {permutation}, {routed}, DType::kI64);
+  return e_.View(prefix + "unflatten", WeighAndRestoreTokenOrder(ex, out, sorted), {o_.batch, o_.seq_len, h});
+}
+
+Builder::ExpertRows Builder::SortRowsByExpert(const std::string& ex, TensorId flat, TensorId indices,
+                                              TensorId weights) {
+  const int64_t h = c_.hidden_size, experts = c_.num_experts;
+  const int64_t tokens = g_.tensor(flat).shape[0], top_k = c_.experts_per_token;
+  // Note [MoE routing]: balanced, `rows` per expert.
+  const int64_t rows = CeilDiv(tokens * top_k, experts), routed = rows * experts;
+  // The routing's integers, which the gathers and grouped matmuls keep for backward: each routed row's token,
+  // the rows sorted by expert (the sorted expert ids and the permutation), its inverse, the experts' offsets.
+  TensorId token_of_row = e_.Materialize(ex + "token_index", "floor_divide", {indices}, {routed}, DType::kI64);
+  TensorId sorted_experts = e_.Materialize(ex + "sorted_experts", "sort", {indices}, {routed}, DType::kI64);
+  TensorId permutation = e_.Materialize(ex + "permutation", "sort", {indices}, {routed}, DType::kI64);
+  TensorId offsets = e_.Materialize(ex + "offsets", "cumsum", {sorted_experts}, {experts}, DType::kI32);
+  TensorId dispatched = e_.View(ex + "dispatch_rows", e_.GatherRows(ex + "dispatch", flat, routed, token_of_row),
+                                {experts, rows, h});
+  TensorId sorted_weights = e_.GatherRows(
+      ex + "routing_weights", e_.View(ex + "scores_flat", weights, {tokens * top_k, 1}), routed, permutation);
+  return {.rows = dispatched, .weights = sorted_weights, .sorted_experts = sorted_experts,
+          .permutation = permutation, .offsets = offsets, .per_expert = rows};
+}
+
+TensorId Builder::WeighAndRestoreTokenOrder(const std::string& ex, TensorId out, const ExpertRows& sorted) {
+  const int64_t h = c_.hidden_size, top_k = c_.experts_per_token;
+  const int64_t routed = sorted.per_expert * c_.num_experts, tokens = routed / top_k;
+  TensorId weighted = e_.Mul(ex + "weighted", e_.View(ex + "out_rows", out, {routed, h}), sorted.weights);
+  TensorId inverse =
+      e_.Materialize(ex + "inverse_permutation", "index_put", {sorted.permutation}, {routed}, DType::kI64);
   TensorId restored = e_.GatherRows(ex + "unpermute", weighted, routed, inverse);
-  TensorId summed = e_.Materialize(ex + "sum_top_k", "sum",
-                                   {e_.View(ex + "per_token", restored, {tokens, top_k, h})}, {tokens, h},
-                                   g_.tensor(restored).dtype);
-  return e_.View(prefix + "unflatten", summed, {o_.batch, o_.seq_len, h});
+  return e_.Materialize(ex + "sum_top_k", "sum", {e_.View(ex + "per_token", restored, {tokens, top_k, h})},
+                        {tokens, h}, g_.tensor(restored).dtype);
+}
+
+// Note [Grouped experts]
+// transformers 5 stacks a MoE layer's experts into two parameters, experts.gate_up_proj [E, 2 x inner, hidden]
+// and experts.down_proj [E, hidden, inner] (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 and V3, each
+// decorated @use_experts_implementation), and runs them through grouped_mm unless told otherwise
+// (PreTrainedModel.get_correct_experts_implementation; integrations/moe.py, grouped_mm_experts_forward, read
+// at 5.24): the rows sorted by expert as GPT-OSS's are (SortRowsByExpert, Note [GPT-OSS]), one grouped GEMM
+// up against gate_up_proj transposed (a view), gate and up as chunks of its output (views, so the activation's
+// saved input keeps the whole product), act(gate) * up, one grouped GEMM down against down_proj transposed,
+// the routing weight applied and the rows restored to token order and summed over top_k. transformers 4 looped
+// over the experts in Python with one nn.Linear per projection (LoopedExperts), which the graph also holds when
+// --transformers is before 5.0. bitsandbytes quantizes nn.Linear modules only, so under QLoRA the stacked
+// experts stay at the parameters' dtype, as they do in transformers 5.
+TensorId Builder::GroupedExperts(const std::string& ex, TensorId flat, TensorId indices, TensorId weights,
+                                 int64_t inner) {
+  const int64_t h = c_.hidden_size, experts = c_.num_experts;
+  const ExpertRows sorted = SortRowsByExpert(ex, flat, indices, weights);
+  TensorId gate_up_w = Param(ex + "gate_up_proj", {experts, 2 * inner, h});
+  TensorId gate_up =
+      e_.GroupedMatMul(ex + "gate_up_grouped_mm", sorted.rows, gate_up_w, sorted.offsets, /*b_transposed=*/true);
+  TensorId gate = e_.View(ex + "gate", gate_up, {experts, sorted.per_expert, inner});
+  TensorId up = e_.View(ex + "up", gate_up, {experts, sorted.per_expert, inner});
+  TensorId prod = e_.Mul(ex + "gate_mul", Activation(ex + "act_fn", gate), up);
+  TensorId down_w = Param(ex + "down_proj", {experts, h, inner});
+  TensorId out = e_.GroupedMatMul(ex + "down_grouped_mm", prod, down_w, sorted.offsets, /*b_transposed=*/true);
+  return WeighAndRestoreTokenOrder(ex, out, sorted);
+}
+
+TensorId Builder::LoopedExperts(const std::string& prefix, TensorId flat, const OpEmitter::Routing& routing,
+                                int64_t inner) {
+  const int64_t h = c_.hidden_size, tokens = g_.tensor(flat).shape[0];
+  // Expert projections as each family names them: Mixtral's w1 (gate), w3 (up), w2 (down).
+  const bool mixtral = c_.model_type == "mixtral";
+  const std::string gate_name = mixtral ? "w1" : "gate_proj", up_name = mixtral ? "w3" : "up_proj",
+                    down_name = mixtral ? "w2" : "down_proj";
+  TensorId acc = e_.Zeros(prefix + "final_hidden_states", {tokens, h}, g_.tensor(flat).dtype);
+  const int64_t rows = CeilDiv(tokens * c_.experts_per_token, c_.num_experts);
+  for (int64_t j = 0; j < c_.num_experts; ++j) {
+    const std::string ex = absl::StrFormat("%sexperts.%d.", prefix, j);
+    TensorId in = e_.GatherRows(ex + "dispatch", flat, rows);
+    TensorId w1 = Proj(ex + gate_name, in, h, inner, false, Parallel::kColumn);
+    TensorId w3 = Proj(ex + up_name, in, h, inner, false, Parallel::kColumn);
+    TensorId act = Activation(ex + "act_fn", w1);
+    TensorId prod = e_.Mul(ex + "gate_mul", act, w3);
+    TensorId out = Proj(ex + down_name, prod, inner, h, false, Parallel::kRow);
+    TensorId weight = e_.GatherRows(ex + "routing_weight", routing.weights, rows);
+    TensorId weighted = e_.Mul(ex + "weighted", out, weight);
+    acc = e_.IndexAdd(ex + "combine", acc, weighted);
+  }
+  return acc;
 }
 
 // Note [Llama 4]

@@ -308,20 +308,41 @@ TEST(BuildModelGraph, QloraStoresNf4WithDoubleQuantConstants) {
   EXPECT_TRUE(q->saved.empty());
 }
 
+// Note [Grouped experts]: transformers 5 runs the stacked experts as two grouped GEMMs over the rows sorted by
+// expert; transformers 4 looped over one nn.Linear per expert and projection.
 TEST(BuildModelGraph, MixtralRoutesTopKTokensPerExpert) {
   const int64_t b = 2, s = 64;
-  absl::StatusOr<Graph> g = BuildModelGraph(
-      Preset("mixtral-8x7b"), {.batch = b, .seq_len = s, .param_dtype = DType::kBF16,
-                               .compute_dtype = DType::kBF16, .attention = AttentionImpl::kFlash});
+  const BuildOptions options{.batch = b, .seq_len = s, .param_dtype = DType::kBF16, .compute_dtype = DType::kBF16,
+                             .attention = AttentionImpl::kFlash};
+  absl::StatusOr<Graph> g = BuildModelGraph(Preset("mixtral-8x7b"), options);
   ASSERT_TRUE(g.ok()) << g.status();
   const int64_t rows = b * s * 2 / 8;  // Note [MoE routing]
-  const Op* w1 = FindOp(*g, "model.layers.7.block_sparse_moe.experts.3.w1");
-  ASSERT_NE(w1, nullptr);
-  EXPECT_EQ(g->tensor(w1->outputs[0]).shape, (std::vector<int64_t>{rows, 14336}));
-  EXPECT_DOUBLE_EQ(w1->flops, 2.0 * rows * 4096 * 14336);
-  const Op* router = FindOp(*g, "model.layers.7.block_sparse_moe.router");
+  const Op* up = FindOp(*g, "model.layers.7.mlp.experts.gate_up_grouped_mm");
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(g->tensor(up->outputs[0]).shape, (std::vector<int64_t>{8, rows, 2 * 14336}));
+  EXPECT_DOUBLE_EQ(up->flops, 2.0 * 8 * rows * 4096 * 2 * 14336);
+  EXPECT_EQ(g->tensor(up->inputs[1]).name, "model.layers.7.mlp.experts.gate_up_proj");
+  EXPECT_EQ(g->tensor(up->inputs[1]).shape, (std::vector<int64_t>{8, 2 * 14336, 4096}));
+  const Op* down = FindOp(*g, "model.layers.7.mlp.experts.down_grouped_mm");
+  ASSERT_NE(down, nullptr);
+  EXPECT_EQ(g->tensor(down->outputs[0]).shape, (std::vector<int64_t>{8, rows, 4096}));
+  EXPECT_EQ(FindOp(*g, "model.layers.7.mlp.experts.3.w1"), nullptr);
+  const Op* router = FindOp(*g, "model.layers.7.mlp.router");
   ASSERT_NE(router, nullptr);
   EXPECT_EQ(g->tensor(router->outputs[0]).dtype, DType::kF32);
+
+  BuildOptions hf4 = options;
+  hf4.runtime.transformers = {.major = 4, .minor = 46};
+  absl::StatusOr<Graph> looped = BuildModelGraph(Preset("mixtral-8x7b"), hf4);
+  ASSERT_TRUE(looped.ok()) << looped.status();
+  const Op* w1 = FindOp(*looped, "model.layers.7.block_sparse_moe.experts.3.w1");
+  ASSERT_NE(w1, nullptr);
+  EXPECT_EQ(looped->tensor(w1->outputs[0]).shape, (std::vector<int64_t>{rows, 14336}));
+  EXPECT_DOUBLE_EQ(w1->flops, 2.0 * rows * 4096 * 14336);
+  EXPECT_EQ(FindOp(*looped, "model.layers.7.block_sparse_moe.experts.gate_up_grouped_mm"), nullptr);
+  // The same experts in both: as many expert parameters, as many FLOPs through them.
+  EXPECT_EQ(up->flops + down->flops, 8 * (w1->flops + FindOp(*looped, "model.layers.7.block_sparse_moe.experts.3.w3")->flops +
+                                          FindOp(*looped, "model.layers.7.block_sparse_moe.experts.3.w2")->flops));
 }
 
 TEST(BuildModelGraph, OpsCarryFlopsBytesAndDtypes) {

@@ -40,6 +40,18 @@ GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size"
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 4096, "hidden_size": 256,
          "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
          "max_position_embeddings": 512, "tie_word_embeddings": False, "use_cache": False}
+# Mixtral's layout, small: 4 experts, top-2 routing (transformers 5 runs them stacked, through grouped_mm); a
+# vocabulary small enough that the step peaks in the experts' backward, not at the loss.
+MIXTRAL = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": 512, "hidden_size": 256,
+           "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+           "max_position_embeddings": 512, "num_local_experts": 4, "num_experts_per_tok": 2,
+           "tie_word_embeddings": False, "use_cache": False}
+# Qwen2-MoE's: 8 routed experts of 256, top-2, and a gated shared expert of 512.
+QWEN2_MOE = {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "vocab_size": 4096,
+             "hidden_size": 256, "intermediate_size": 688, "moe_intermediate_size": 256,
+             "shared_expert_intermediate_size": 512, "num_experts": 8, "num_experts_per_tok": 2,
+             "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+             "max_position_embeddings": 512, "tie_word_embeddings": False, "use_cache": False}
 
 MICRO_BATCH, SEQ = 2, 256
 PIPELINE_MICRO_BATCHES = 4
@@ -91,6 +103,8 @@ CONFIGS = {
     "llama-gqa-fsdp-tp-4": (LLAMA, "fsdp-tp", 4, ["--gpus", "4", "--tp", "2", "--fsdp", "full", *TORCH_DISTRIBUTED],
                             "FSDP2 over tensor parallelism on a 2x2 mesh: the tensor-parallel plan of llama-gqa-tp-2 "
                             "within each pair of ranks, fully_shard on every block and the root across the pairs"),
+    "mixtral-ddp-2": (MIXTRAL, "ddp", 2, ["--gpus", "2"], "DDP (25 MiB buckets, gradients copied into them)"),
+    "qwen2-moe-ddp-2": (QWEN2_MOE, "ddp", 2, ["--gpus", "2"], "DDP (25 MiB buckets, gradients copied into them)"),
     "gpt2-hsdp-4": (GPT2, "hsdp", 4, ["--gpus", "4", "--fsdp", "hybrid", "--shard-group", "2"],
                     "FSDP2 fully_shard on a 2x2 mesh (replicated across 2 groups, sharded within each of 2 ranks: "
                     "HYBRID_SHARD), every block and the root"),
