@@ -6,7 +6,8 @@
 // The replay stage alone is measured too (building the sequence, then
 // replaying it with PyTorch's default policy and with expandable
 // segments). Baseline in the same run: building the forward graph alone,
-// the floor any graph-based estimate pays.
+// the floor any graph-based estimate pays. Then every bundled preset, the
+// way the CLI estimates it by default.
 #include <benchmark/benchmark.h>
 
 #include "allocator/simulated/simulated_backend.h"
@@ -87,6 +88,63 @@ void BM_AllocatorReplayStage_Llama2_70B_Seq8192(benchmark::State& state) {
   state.counters["events"] = static_cast<double>(events);
 }
 BENCHMARK(BM_AllocatorReplayStage_Llama2_70B_Seq8192)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// Issue [13]'s target: every bundled preset answers `headroom estimate --gpu H100-80GB` (the estimate, the limit
+// searches and, when it does not fit, every candidate fix) in under one second. state.range(0) indexes
+// PresetNames(); the baseline beside it builds that preset's forward graph once.
+JobSpec PresetJob(const LoadedModel& model) {
+  // The CLI's defaults; T5 has no flash attention path (cli/job_flags.cc, ApplyModelDefaults).
+  const bool t5 = model.config && model.config->model_type == "t5";
+  return {.micro_batch = 1, .precision = Precision::kBf16Mixed, .optimizer = Optimizer::kAdamW,
+          .attention = t5 ? AttentionImpl::kEager : AttentionImpl::kFlash};
+}
+
+void BM_EveryPresetEstimateWithSearchAndFixes(benchmark::State& state) {
+  const std::string name = PresetNames().at(static_cast<size_t>(state.range(0)));
+  state.SetLabel(name);
+  for (auto _ : state) {
+    absl::StatusOr<LoadedModel> model = LoadModel(name);
+    if (!model.ok()) {
+      state.SkipWithError(std::string(model.status().message()).c_str());
+      return;
+    }
+    const Machine machine{.gpu = H100()};
+    const JobSpec job = PresetJob(*model);
+    absl::StatusOr<MemoryEstimate> e = EstimateMemory(*model, job, machine);
+    if (!e.ok()) {
+      state.SkipWithError(std::string(e.status().message()).c_str());
+      return;
+    }
+    absl::StatusOr<FitLimits> limits = FindLimits(*model, job, machine);
+    absl::StatusOr<std::vector<Fix>> fixes =
+        e->fits() ? std::vector<Fix>{} : RankFixes(*model, job, machine, *e);
+    if (!limits.ok()) state.SkipWithError(std::string(limits.status().message()).c_str());
+    if (!fixes.ok()) state.SkipWithError(std::string(fixes.status().message()).c_str());
+    benchmark::DoNotOptimize(fixes);
+  }
+}
+BENCHMARK(BM_EveryPresetEstimateWithSearchAndFixes)
+    ->DenseRange(0, static_cast<int64_t>(PresetNames().size()) - 1)
+    ->Unit(benchmark::kMillisecond);
+
+void BM_Baseline_EveryPresetForwardGraph(benchmark::State& state) {
+  const std::string name = PresetNames().at(static_cast<size_t>(state.range(0)));
+  state.SetLabel(name);
+  absl::StatusOr<LoadedModel> model = LoadModel(name);
+  if (!model.ok()) {
+    state.SkipWithError(std::string(model.status().message()).c_str());
+    return;
+  }
+  const JobSpec job = PresetJob(*model);
+  const EstimateSetup setup = ResolveSetup(*model, job);
+  for (auto _ : state) {
+    absl::StatusOr<Graph> g = BuildForwardGraph(*model, job, setup);
+    benchmark::DoNotOptimize(g);
+  }
+}
+BENCHMARK(BM_Baseline_EveryPresetForwardGraph)
+    ->DenseRange(0, static_cast<int64_t>(PresetNames().size()) - 1)
+    ->Unit(benchmark::kMillisecond);
 
 void BM_Baseline_BuildForwardOnly(benchmark::State& state) {
   absl::StatusOr<LoadedModel> model = LoadModel("llama-2-70b");
