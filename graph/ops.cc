@@ -229,8 +229,15 @@ TensorId OpEmitter::AttentionContext(const std::string& name, TensorId probs, Te
   return context;
 }
 
+// Note [grouped_mm under autocast]
+// torch._grouped_mm (and F.grouped_mm) is not an autocast op, and transformers calls it as
+// grouped_mm(input.to(weight.dtype), weight, offs) (integrations/moe.py, _grouped_mm, read at 5.24; its
+// custom-op fallback the same): under autocast with f32 weights the rows are cast up to f32 and the GEMM runs
+// and writes in f32, and no 16-bit copy of the stacked experts is made. So the weight is never cast here.
 TensorId OpEmitter::GroupedMatMul(const std::string& name, TensorId a, TensorId b, TensorId offsets,
                                   bool b_transposed) {
+  const DType weight_dtype = graph_.tensor(b).dtype;
+  if (graph_.tensor(a).dtype != weight_dtype) a = Cast(name + ".input_cast", a, weight_dtype);
   return Gemm(name, a, b, b_transposed, kNone, offsets);
 }
 
@@ -240,8 +247,10 @@ TensorId OpEmitter::BaddBmm(const std::string& name, TensorId bias, TensorId a, 
 
 TensorId OpEmitter::Gemm(const std::string& name, TensorId a, TensorId b, bool b_transposed, TensorId bias,
                          TensorId group_offsets) {
-  a = ToCompute(name + ".a_cast", a);
-  b = ToCompute(name + ".b_cast", b);
+  if (group_offsets == kNone) {  // Note [grouped_mm under autocast]: a grouped GEMM is not autocast
+    a = ToCompute(name + ".a_cast", a);
+    b = ToCompute(name + ".b_cast", b);
+  }
   const Tensor at = graph_.tensor(a);
   const Tensor bt = graph_.tensor(b);
   const size_t rank = at.shape.size();

@@ -197,9 +197,9 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
 // transformers keeps packed only for inference with its MXFP4 Triton kernels and otherwise (training, or
 // without the kernels) dequantizes to bf16 at load. Headroom models the latter: every expert weight at
 // --param-dtype (bf16 in practice), as HF holds it while training; a server keeping MXFP4 experts holds about
-// 0.27 of those bytes. Two known simplifications: under autocast (f32 weights) the sink softmax is modelled in
-// f32 where transformers keeps the scores' dtype, and grouped_mm (not autocast-enabled) is modelled at the
-// autocast dtype.
+// 0.27 of those bytes. Under autocast (f32 weights) the grouped GEMMs run in f32 (Note [grouped_mm under
+// autocast] in graph/ops.cc). A known simplification: there the sink softmax is modelled in f32 where
+// transformers keeps the scores' dtype.
 TensorId Builder::GptOssExperts(const std::string& prefix, TensorId flat) {
   const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_, experts = c_.num_experts;
   TensorId logits = Proj(prefix + "router", flat, h, experts, /*bias=*/true, Parallel::kReplicated);

@@ -345,6 +345,31 @@ TEST(BuildModelGraph, MixtralRoutesTopKTokensPerExpert) {
                                           FindOp(*looped, "model.layers.7.block_sparse_moe.experts.3.w2")->flops));
 }
 
+// Note [grouped_mm under autocast]: the grouped GEMMs are no autocast ops; transformers casts the rows to the
+// stacked weights' dtype, so under autocast over f32 weights they run in f32 and no 16-bit copy of the experts
+// exists, while the attention's Linears still get their 16-bit casts.
+TEST(BuildModelGraph, GroupedExpertsRunAtTheWeightsDtypeUnderAutocast) {
+  ModelConfig c = Preset("mixtral-8x7b");
+  c.num_layers = 1;
+  absl::StatusOr<Graph> g = BuildModelGraph(c, {.batch = 1, .seq_len = 64, .param_dtype = DType::kF32,
+                                                .compute_dtype = DType::kBF16, .attention = AttentionImpl::kFlash});
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (const char* name : {"model.layers.0.mlp.experts.gate_up_grouped_mm", "model.layers.0.mlp.experts.down_grouped_mm"}) {
+    const Op* op = FindOp(*g, name);
+    ASSERT_NE(op, nullptr) << name;
+    EXPECT_EQ(op->compute_dtype, DType::kF32) << name;
+    EXPECT_EQ(g->tensor(op->outputs[0]).dtype, DType::kF32) << name;
+    EXPECT_EQ(g->tensor(op->inputs[1]).role, TensorRole::kParameter) << name;  // the weight itself, not a cast
+  }
+  for (const Op& op : g->ops()) {
+    if (op.kind != "cast" || g->tensor(op.inputs[0]).role != TensorRole::kParameter) continue;
+    EXPECT_EQ(g->tensor(op.inputs[0]).name.find("experts"), std::string::npos) << op.name;
+  }
+  const Op* q = FindOp(*g, "model.layers.0.self_attn.q_proj");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(g->tensor(q->inputs[1]).dtype, DType::kBF16);
+}
+
 TEST(BuildModelGraph, OpsCarryFlopsBytesAndDtypes) {
   const int64_t b = 2, s = 32;
   absl::StatusOr<Graph> g = BuildModelGraph(
