@@ -172,10 +172,10 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     out.parameters = static_cast<uint64_t>(st.parameters);
     out.trainable_parameters = static_cast<uint64_t>(st.trainable);
     out.buffers = st.buffers;
-    auto part = [&](int i, bool sharded) {
+    auto part = [&](int i, bool sharded, bool experts = true) {
       const double d = sharded ? dense_group : 1.0;
       const double e = sharded ? expert_group : 1.0;
-      return static_cast<uint64_t>(st.dense[i] / d + st.expert[i] / e);
+      return static_cast<uint64_t>(st.dense[i] / d + (experts ? st.expert[i] / e : 0.0));
     };
     uint64_t weights = part(0, shard_weights);
     uint64_t master = part(1, shard_optimizer);
@@ -211,7 +211,13 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     // main_grad buffer: no second copy.
     if ((sharding == Sharding::kReplicated || zero_redundancy) && layout.data_parallel() > 1 && options.training &&
         !layout.deepspeed_stage0 && layout.tensor_parallel == 1 && layout.pipeline_parallel == 1) {
-      out.communication_buffers = grad;
+      // Note [Expert gradients outside DDP's buckets]: an expert's gradient is reduced only over the ranks that
+      // hold the same expert (its expert-data-parallel group, data_parallel / expert_parallel ranks), as
+      // DeepSpeed-MoE does; where each expert lives on one rank, DDP is told to leave the experts out (as the
+      // mixtral-ep-2 fixture runs transformers' expert parallelism) and buckets the dense gradients only.
+      // (Here the gradients are whole on every rank.)
+      const bool experts_reduced = layout.data_parallel() / layout.expert_parallel > 1;
+      out.communication_buffers = part(2, /*sharded=*/false, /*experts=*/experts_reduced);
     }
     for (const auto& [module, elements] : st.modules) {
       if (elements > out.largest_module_parameters) {

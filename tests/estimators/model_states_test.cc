@@ -222,6 +222,22 @@ TEST(ModelStates, ExpertParallelSplitsExperts) {
   EXPECT_EQ(s.gpu_bytes(), 4 * experts + 16 * experts + 4 * dense + 16 * dense / 4);
 }
 
+// Note [Expert gradients outside DDP's buckets]: DDP buckets the experts' gradients only where other ranks hold
+// the same experts (measured on mixtral-ep-2, where each expert lives on one rank).
+TEST(ModelStates, DdpBucketsExpertGradientsOnlyWhereTheirGroupReducesThem) {
+  Graph g("moe");
+  g.AddTensor({.name = "model.layers.0.mlp.experts.gate_up_proj", .shape = {8, 1024, 256}, .dtype = DType::kF32,
+               .role = TensorRole::kParameter, .layer = 0});
+  g.AddTensor({.name = "model.layers.0.self_attn.q_proj.weight", .shape = {256, 256}, .dtype = DType::kF32,
+               .role = TensorRole::kParameter, .layer = 0});
+  const uint64_t experts = 8 * 1024 * 256, dense = 256 * 256;
+  const ModelStates one_rank_per_expert = Estimate(g, Precision::kFp32, {.gpus = 4, .expert_parallel = 4});
+  EXPECT_EQ(one_rank_per_expert.gradients, 4 * (experts / 4 + dense));
+  EXPECT_EQ(one_rank_per_expert.communication_buffers, 4 * dense);
+  const ModelStates two_ranks_per_expert = Estimate(g, Precision::kFp32, {.gpus = 4, .expert_parallel = 2});
+  EXPECT_EQ(two_ranks_per_expert.communication_buffers, 4 * (experts / 2 + dense));
+}
+
 TEST(ModelStates, LoraFrozenBaseCarriesWeightsOnly) {
   const ModelStates s = Estimate(ToyModel(DType::kBF16, /*frozen_blocks=*/true), Precision::kBf16Mixed);
   const uint64_t frozen = 2 * (2048 * 512 * 2 + 512);

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import types
 
 import torch
 import torch.distributed as dist
@@ -104,6 +105,10 @@ CONFIGS = {
                             "FSDP2 over tensor parallelism on a 2x2 mesh: the tensor-parallel plan of llama-gqa-tp-2 "
                             "within each pair of ranks, fully_shard on every block and the root across the pairs"),
     "mixtral-ddp-2": (MIXTRAL, "ddp", 2, ["--gpus", "2"], "DDP (25 MiB buckets, gradients copied into them)"),
+    "mixtral-ep-2": (MIXTRAL, "ep", 2, ["--gpus", "2", "--ep", "2", *TORCH_DISTRIBUTED],
+                     "expert parallel as transformers 5 runs it (AllToAllEP: each rank holds 2 of the 4 experts, "
+                     "the routed tokens sent to their experts' rank and back by all-to-all), DDP over the rest; "
+                     "routing made even"),
     "qwen2-moe-ddp-2": (QWEN2_MOE, "ddp", 2, ["--gpus", "2"], "DDP (25 MiB buckets, gradients copied into them)"),
     "gpt2-hsdp-4": (GPT2, "hsdp", 4, ["--gpus", "4", "--fsdp", "hybrid", "--shard-group", "2"],
                     "FSDP2 fully_shard on a 2x2 mesh (replicated across 2 groups, sharded within each of 2 ranks: "
@@ -167,13 +172,52 @@ def _wrap(model, layout):
             fully_shard(block, mesh=mesh["dp"])
         fully_shard(model, mesh=mesh["dp"])
         return model, torch.optim.AdamW(model.parameters(), **adamw)
+    if layout == "ep":
+        return _expert_parallel(model), torch.optim.AdamW(model.parameters(), **adamw)
     raise ValueError(f"unknown layout {layout!r}")
 
 
+def _expert_parallel(model):
+    """transformers 5's own expert parallelism (transformers.distributed.expert_parallel, the model's
+    base_model_ep_plan): each rank keeps its slice of the stacked experts (Shard(0)), and AllToAllEP sends every
+    (token, expert) pair to its expert's rank and the output back with two all-to-alls. DDP reduces the dense
+    gradients; with one rank per expert slice the experts' gradients have nothing to be reduced with, and DDP
+    leaves them out (as DeepSpeed-MoE reduces expert gradients only within their expert-data-parallel group)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers.distributed.expert_parallel import apply_expert_parallelism
+    mesh = init_device_mesh("cpu", (dist.get_world_size(), 1), mesh_dim_names=("ep", "tp"))
+    plan, experts = {}, []
+    for i, block in enumerate(_blocks(model)):
+        prefix = f"model.layers.{i}.mlp.experts"
+        plan.update({f"{prefix}.gate_up_proj": "grouped_gemm", f"{prefix}.down_proj": "grouped_gemm",
+                     prefix: "ep_dispatch_experts"})
+        experts += [f"{prefix}.gate_up_proj", f"{prefix}.down_proj"]
+    for block in _blocks(model):
+        block.mlp.gate.forward = types.MethodType(_balanced_routing, block.mlp.gate)
+    apply_expert_parallelism(model, mesh["ep"], mesh["tp"], plan, ep_implementation="all_to_all")
+    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, experts)
+    return torch.nn.parallel.DistributedDataParallel(model)
+
+
+def _balanced_routing(router, hidden_states):
+    """MixtralTopKRouter's forward with its choice made even: token t goes to experts t, t + 1, ... (mod E), each
+    weighed by its softmax probability, renormalized. Every expert, so every expert-parallel rank, gets the same
+    rows, the balance Headroom assumes (Note [MoE routing] in models/builders.h); a random router's skew would
+    otherwise decide which rank peaks. The tensors it keeps are topk's: the f32 probabilities and an int64 index."""
+    hidden_states = hidden_states.reshape(-1, router.hidden_dim)
+    logits = torch.nn.functional.linear(hidden_states, router.weight)
+    probs = torch.nn.functional.softmax(logits.float(), dim=-1)
+    token = torch.arange(hidden_states.size(0)).unsqueeze(-1)
+    indices = (token + torch.arange(router.top_k)) % router.num_experts
+    weights = probs.gather(1, indices)
+    weights /= weights.sum(dim=-1, keepdim=True)
+    return logits, weights, indices
+
+
 def _foreach(layout):
-    """torch.optim's foreach kernels take no mix of DTensor and plain parameters, which tensor parallelism alone
-    leaves (embeddings, norms): there AdamW runs its for-loop."""
-    return not layout.startswith("tp")
+    """torch.optim's foreach kernels take no mix of DTensor and plain parameters, which tensor parallelism and
+    expert parallelism leave (embeddings, norms): there AdamW runs its for-loop."""
+    return not layout.startswith("tp") and layout != "ep"
 
 
 def _tensor_parallel(model, mesh, sequence_parallel=False):
