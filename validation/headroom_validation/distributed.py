@@ -438,9 +438,10 @@ def _shard_group(layout, world):
 def peer_estimates(name):
     """Other tools' figures for one rank (headroom_validation.peers), computed in validation/.venv, where
     DeepSpeed and accelerate are installed (validation/setup makes it)."""
-    config, layout, world, _, _ = CONFIGS[name]
+    config, layout, world, flags, _ = CONFIGS[name]
     python = pathlib.Path(__file__).resolve().parents[1] / ".venv" / "bin" / "python"
-    request = {"model": config, "layout": layout, "shard_group": _shard_group(layout, world)}
+    request = {"model": config, "layout": layout, "shard_group": _shard_group(layout, world), "world": world,
+               "flags": flags, "micro_batch": MICRO_BATCH, "seq": SEQ}
     done = subprocess.run([str(python), "-m", "headroom_validation.peers"], input=json.dumps(request),
                           capture_output=True, text=True, check=True, cwd=pathlib.Path(__file__).resolve().parents[1],
                           env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})

@@ -11,7 +11,9 @@ reads {"model", "layout", "shard_group"} on stdin and prints the tools' figures 
 above (it knows no layout), and DeepSpeed's estimator for the ZeRO stage nearest the layout, as a user of
 that layout would reach for it: ZeRO-2's for ZeroRedundancyOptimizer (DeepSpeed has no ZeRO-1 estimator),
 ZeRO-3's for FSDP (estimate_zero3_model_states_mem_needs, with the largest module's own parameters), over the
-ranks that shard the states. It runs in validation/.venv, where DeepSpeed and accelerate are installed.
+ranks that shard the states; and Megatron-LM's theoretical memory (_megatron: its activation formula from
+Korthikanti et al. 2022 and its model-state bytes per parameter). It runs in validation/.venv, where DeepSpeed
+and accelerate are installed.
 """
 import json
 import sys
@@ -64,7 +66,54 @@ def _largest_module_parameters(model):
     return max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
 
 
-def distributed_peer_estimates(config, layout, shard_group):
+def _flag(flags, name, default=1):
+    return int(flags[flags.index(name) + 1]) if name in flags else default
+
+
+def _megatron(config, model, layout, request):
+    """Megatron-LM's theoretical memory for one rank, written from its sources' published figures:
+
+    - activations of one transformer layer (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+      Transformer Models", Table 2), in bytes, for 16-bit activations and 1-byte dropout masks: sbh(34 + 5as/h)
+      without parallelism, sbh(10 + 24/t + 5as/(ht)) under tensor parallelism t, sbh/t (34 + 5as/h) with
+      sequence parallelism; with 1F1B the first pipeline stage holds p micro-batches of its L/p layers, so L
+      layers' worth (their Section 4.2.3), the stage Megatron reports;
+    - model states (Megatron-LM's docs, distributed optimizer): 18 bytes per parameter for 16-bit parameters with
+      fp32 gradients, master weights and Adam moments, or 6 + 12/d with its distributed optimizer over d
+      data-parallel ranks (taken here for ZeroRedundancyOptimizer and FSDP, its nearest layout); the parameters of
+      the most loaded rank: the first stage's (embedding and its layers), divided by t, experts by the
+      expert-parallel degree.
+    It assumes Megatron's own kernels and 16-bit activations; the fixtures run fp32 on the CPU."""
+    flags = request["flags"]
+    t, p, e = _flag(flags, "--tp"), _flag(flags, "--pp"), _flag(flags, "--ep")
+    sp = "--sp" in flags
+    s, b = request["seq"], request["micro_batch"]
+    h, a = config.get("hidden_size", config.get("n_embd")), config.get("num_attention_heads", config.get("n_head"))
+    layers = config.get("num_hidden_layers", config.get("n_layer"))
+    if sp:
+        per_layer = s * b * h / t * (34 + 5 * a * s / h)
+    elif t > 1:
+        per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    else:
+        per_layer = s * b * h * (34 + 5 * a * s / h)
+    first_stage = 0.0
+    for name, parameter in model.named_parameters():
+        index = next((int(part) for part in name.split(".") if part.isdigit()), None)
+        if index is not None and index >= layers // p:
+            continue  # a later stage's layer
+        if index is None and p > 1 and "emb" not in name and "wte" not in name and "wpe" not in name:
+            continue  # the final norm and the head sit on the last stage
+        share = 1 / e if ".experts." in name else 1
+        first_stage += parameter.numel() * share / t
+    distributed_optimizer = layout == "zero1" or layout.startswith("fsdp") or layout == "hsdp"
+    d = request["shard_group"]
+    per_parameter = 6 + 12 / d if distributed_optimizer else 18
+    optimizer = f"distributed optimizer over {d}" if distributed_optimizer else "18 bytes per parameter"
+    return {"bytes": int(first_stage * per_parameter + layers * per_layer),
+            "what": f"theoretical memory, first stage: {optimizer}, 16-bit activations (Korthikanti et al. 2022)"}
+
+
+def distributed_peer_estimates(config, layout, shard_group, request=None):
     """{tool: {"bytes", "what"}} for one rank of `layout` (distributed.CONFIGS' names) on a model of `config`."""
     import transformers
     from accelerate import init_empty_weights
@@ -75,6 +124,8 @@ def distributed_peer_estimates(config, layout, shard_group):
         model = getattr(transformers, config["architectures"][0])(hf_config)
     parameters = sum(p.numel() for p in model.parameters())
     out = {"accelerate": _accelerate({"setup": {"precision": "fp32"}, "model": config})}
+    if request is not None:
+        out["megatron"] = _megatron(config, model, layout, request)
     if layout == "zero1":
         from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
         _, gpu = estimate_zero2_model_states_mem_needs(parameters, num_gpus_per_node=shard_group, num_nodes=1,
@@ -91,4 +142,5 @@ def distributed_peer_estimates(config, layout, shard_group):
 
 if __name__ == "__main__":
     request = json.load(sys.stdin)
-    json.dump(distributed_peer_estimates(request["model"], request["layout"], request["shard_group"]), sys.stdout)
+    json.dump(distributed_peer_estimates(request["model"], request["layout"], request["shard_group"], request),
+              sys.stdout)
