@@ -259,6 +259,7 @@ absl::StatusOr<Graph> BuildForwardGraph(const LoadedModel& model, const JobSpec&
                      .tensor_parallel = layout.tensor_parallel,
                      .sequence_parallel = layout.sequence_parallel,
                      .dtensor = layout.tensor_parallel > 1 && layout.torch_parallel,
+                     .expert_parallel = layout.expert_parallel,
                      .lora = job.lora,
                      .rms_norm = job.rms_norm.value_or(setup.framework == Framework::kMegatron
                                                            ? RmsNormImpl::kFused

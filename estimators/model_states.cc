@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
@@ -108,7 +109,10 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
       continue;
     }
     const uint64_t n = t.elements();
-    model_parameters += n;
+    // The model's whole count: a rank's stacked experts stand for expert_parallel times as many (Note [Expert
+    // parallelism in the graph]).
+    const bool stacked_expert = t.name.find(".experts.") != std::string::npos && ParameterShare(t, layout) == 1.0;
+    model_parameters += stacked_expert ? n * static_cast<uint64_t>(layout.expert_parallel) : n;
     const bool quantized = IsQuantized(t.dtype);
     TensorStates s;
     s.weights = quantized || !IsFloatWeight(t.dtype) ? t.bytes() : DTypeBytes(precision.weight_dtype, n);
@@ -253,7 +257,12 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
 }
 
 double ParameterShare(const Tensor& t, const ParallelLayout& layout) {
-  return t.name.find(".experts.") != std::string::npos ? 1.0 / layout.expert_parallel : 1.0;
+  // transformers 4's per-expert modules (experts.<n>.) are all in the graph; transformers 5's stacked experts
+  // are built at this rank's share already (Note [Expert parallelism in the graph] in models/builders/decoder.cc).
+  const size_t at = t.name.find(".experts.");
+  const size_t next = at + std::string_view(".experts.").size();
+  const bool per_expert_module = at != std::string::npos && next < t.name.size() && absl::ascii_isdigit(t.name[next]);
+  return per_expert_module ? 1.0 / layout.expert_parallel : 1.0;
 }
 
 }  // namespace headroom

@@ -116,7 +116,8 @@ int PipelineStageOf(int layer, bool before_first_block, int num_layers, int stag
 uint64_t LargestModuleParameters(const Graph& forward, std::string* name = nullptr);
 
 // The share of parameter `t` one GPU holds before sharding: 1 / the expert
-// parallel degree for an MoE expert (a name containing ".experts."), else 1.
+// parallel degree for one of transformers 4's per-expert modules (a name with
+// ".experts.<n>."), else 1 (stacked experts are built at a rank's share).
 double ParameterShare(const Tensor& t, const ParallelLayout& layout);
 
 }  // namespace headroom

@@ -189,21 +189,29 @@ class Builder {
   TensorId Moe(const std::string& prefix, TensorId x, TensorId x_shard);
   // GPT-OSS's experts as transformers' grouped_mm runs them (Note [GPT-OSS]); y [b, s, h].
   TensorId GptOssExperts(const std::string& prefix, TensorId flat);
-  // The routed rows of flat [tokens, h] sorted by expert, as transformers 5's grouped_mm experts take them.
+  // The routed rows of flat [tokens, h] sorted over `experts` experts, as transformers 5's grouped_mm experts
+  // take them.
   struct ExpertRows {
-    TensorId rows;            // [E, per_expert, h]
-    TensorId weights;         // each row's routing weight, [E x per_expert, 1]
+    TensorId rows;            // [experts, per_expert, h]
+    TensorId weights;         // each row's routing weight, [experts x per_expert, 1]
     TensorId sorted_experts;  // i64, one per row
     TensorId permutation;     // i64, one per row
-    TensorId offsets;         // i32 [E]
+    TensorId offsets;         // i32 [experts]
+    int64_t experts = 0;
     int64_t per_expert = 0;   // Note [MoE routing]
+    int64_t top_k = 1;
   };
-  ExpertRows SortRowsByExpert(const std::string& ex, TensorId flat, TensorId indices, TensorId weights);
-  // The experts' output rows [E, per_expert, h] times their routing weights, back in token order and summed
-  // over top_k: [tokens, h].
+  ExpertRows SortRowsByExpert(const std::string& ex, TensorId flat, TensorId indices, TensorId weights,
+                              int64_t experts, int64_t top_k);
+  // The experts' output rows [experts, per_expert, h] times their routing weights, back in token order and
+  // summed over top_k: [tokens, h].
   TensorId WeighAndRestoreTokenOrder(const std::string& ex, TensorId out, const ExpertRows& sorted);
-  // Stacked experts under grouped_mm (Note [Grouped experts]); [tokens, h].
-  TensorId GroupedExperts(const std::string& ex, TensorId flat, TensorId indices, TensorId weights, int64_t inner);
+  // Stacked experts under grouped_mm (Note [Grouped experts]), reached through transformers' AllToAllEP under
+  // expert parallelism (Note [Expert parallelism in the graph]); [tokens, h].
+  TensorId StackedExperts(const std::string& ex, TensorId flat, TensorId indices, TensorId weights, int64_t inner);
+  // `experts` stacked experts over rows_in [rows, h] routed top_k ways: the experts module's forward.
+  TensorId ExpertsForward(const std::string& ex, TensorId rows_in, TensorId indices, TensorId weights,
+                          int64_t inner, int64_t experts, int64_t top_k);
   // One nn.Linear expert after another, as transformers 4 runs them; [tokens, h].
   TensorId LoopedExperts(const std::string& prefix, TensorId flat, const OpEmitter::Routing& routing, int64_t inner);
   // Llama 4's MoE block, every expert over every token (Note [Llama 4]); y [b, s, h].

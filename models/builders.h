@@ -145,6 +145,10 @@ struct BuildOptions {
   // gathered input it computes with, as autograd keeps it, where Megatron saves its shard and gathers it
   // again in backward.
   bool dtensor = false;
+  // Expert parallelism: the graph holds this rank's 1/expert_parallel of transformers 5's stacked experts and
+  // the all-to-alls that bring them their rows (Note [Expert parallelism in the graph] in
+  // models/builders/decoder.cc); transformers 4's per-expert modules are all built.
+  int expert_parallel = 1;
   LoraOptions lora;
   RmsNormImpl rms_norm = RmsNormImpl::kEager;
   // The PyTorch version and kernels that run the step (graph/torch_runtime.h).

@@ -140,7 +140,7 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
       e_.RouterTopK(prefix + "router", logits, c_.experts_per_token);
   TensorId acc;
   if (o_.runtime.transformers.AtLeast(5, 0)) {
-    acc = GroupedExperts(prefix + "experts.", flat, routing.indices, routing.weights, inner);
+    acc = StackedExperts(prefix + "experts.", flat, routing.indices, routing.weights, inner);
   } else {
     acc = LoopedExperts(prefix, flat, routing, inner);
   }
@@ -201,37 +201,18 @@ TensorId Builder::Moe(const std::string& prefix, TensorId x, TensorId x_shard) {
 // autocast] in graph/ops.cc). A known simplification: there the sink softmax is modelled in f32 where
 // transformers keeps the scores' dtype.
 TensorId Builder::GptOssExperts(const std::string& prefix, TensorId flat) {
-  const int64_t h = c_.hidden_size, inner = c_.intermediate_size / t_, experts = c_.num_experts;
-  TensorId logits = Proj(prefix + "router", flat, h, experts, /*bias=*/true, Parallel::kReplicated);
+  const int64_t h = c_.hidden_size;
+  TensorId logits = Proj(prefix + "router", flat, h, c_.num_experts, /*bias=*/true, Parallel::kReplicated);
   const OpEmitter::Selection top = e_.TopK(prefix + "router.topk", "topk", logits, c_.experts_per_token);
   TensorId scores = e_.Softmax(prefix + "router.softmax", top.values);
-  const std::string ex = prefix + "experts.";
-  const ExpertRows sorted = SortRowsByExpert(ex, flat, top.indices, scores);
-  const int64_t rows = sorted.per_expert, routed = rows * experts;
-  TensorId gate_up_w = Param(ex + "gate_up_proj", {experts, h, 2 * inner});
-  TensorId gate_up_b = Param(ex + "gate_up_proj_bias", {experts, 2 * inner});
-  TensorId gate_up = e_.GroupedMatMul(ex + "gate_up_grouped_mm", sorted.rows, gate_up_w, sorted.offsets);
-  TensorId bias_rows = e_.GatherRows(ex + "gate_up_proj_bias.gather", gate_up_b, routed, sorted.sorted_experts);
-  gate_up = e_.AddInplace(ex + "gate_up_bias_add", gate_up,
-                          e_.View(ex + "gate_up_proj_bias.rows", bias_rows, {experts, rows, 2 * inner}));
-  // gate_up[..., ::2] and gate_up[..., 1::2]: strided views.
-  TensorId gate = e_.Clamp(ex + "gate_clamp", e_.View(ex + "gate", gate_up, {experts, rows, inner}));
-  TensorId up = e_.Clamp(ex + "up_clamp", e_.View(ex + "up", gate_up, {experts, rows, inner}));
-  TensorId sig = e_.Activation(ex + "sigmoid", ActivationKind::kSigmoid, e_.Scale(ex + "alpha", gate));
-  TensorId glu = e_.Mul(ex + "glu", gate, sig);
-  TensorId gated = e_.Mul(ex + "gated", e_.Scale(ex + "up_plus_one", up), glu);
-  TensorId down_w = Param(ex + "down_proj", {experts, inner, h});
-  TensorId down_b = Param(ex + "down_proj_bias", {experts, h});
-  TensorId out = e_.GroupedMatMul(ex + "down_grouped_mm", gated, down_w, sorted.offsets);
-  TensorId down_rows = e_.GatherRows(ex + "down_proj_bias.gather", down_b, routed, sorted.sorted_experts);
-  out = e_.AddInplace(ex + "down_bias_add", out, e_.View(ex + "down_proj_bias.rows", down_rows, {experts, rows, h}));
-  return e_.View(prefix + "unflatten", WeighAndRestoreTokenOrder(ex, out, sorted), {o_.batch, o_.seq_len, h});
+  return e_.View(prefix + "unflatten",
+                 StackedExperts(prefix + "experts.", flat, top.indices, scores, c_.intermediate_size / t_),
+                 {o_.batch, o_.seq_len, h});
 }
 
 Builder::ExpertRows Builder::SortRowsByExpert(const std::string& ex, TensorId flat, TensorId indices,
-                                              TensorId weights) {
-  const int64_t h = c_.hidden_size, experts = c_.num_experts;
-  const int64_t tokens = g_.tensor(flat).shape[0], top_k = c_.experts_per_token;
+                                              TensorId weights, int64_t experts, int64_t top_k) {
+  const int64_t h = c_.hidden_size, tokens = g_.tensor(flat).shape[0];
   // Note [MoE routing]: balanced, `rows` per expert.
   const int64_t rows = CeilDiv(tokens * top_k, experts), routed = rows * experts;
   // The routing's integers, which the gathers and grouped matmuls keep for backward: each routed row's token,
@@ -245,17 +226,17 @@ Builder::ExpertRows Builder::SortRowsByExpert(const std::string& ex, TensorId fl
   TensorId sorted_weights = e_.GatherRows(
       ex + "routing_weights", e_.View(ex + "scores_flat", weights, {tokens * top_k, 1}), routed, permutation);
   return {.rows = dispatched, .weights = sorted_weights, .sorted_experts = sorted_experts,
-          .permutation = permutation, .offsets = offsets, .per_expert = rows};
+          .permutation = permutation, .offsets = offsets, .experts = experts, .per_expert = rows, .top_k = top_k};
 }
 
 TensorId Builder::WeighAndRestoreTokenOrder(const std::string& ex, TensorId out, const ExpertRows& sorted) {
-  const int64_t h = c_.hidden_size, top_k = c_.experts_per_token;
-  const int64_t routed = sorted.per_expert * c_.num_experts, tokens = routed / top_k;
+  const int64_t h = c_.hidden_size;
+  const int64_t routed = sorted.per_expert * sorted.experts, tokens = routed / sorted.top_k;
   TensorId weighted = e_.Mul(ex + "weighted", e_.View(ex + "out_rows", out, {routed, h}), sorted.weights);
   TensorId inverse =
       e_.Materialize(ex + "inverse_permutation", "index_put", {sorted.permutation}, {routed}, DType::kI64);
   TensorId restored = e_.GatherRows(ex + "unpermute", weighted, routed, inverse);
-  return e_.Materialize(ex + "sum_top_k", "sum", {e_.View(ex + "per_token", restored, {tokens, top_k, h})},
+  return e_.Materialize(ex + "sum_top_k", "sum", {e_.View(ex + "per_token", restored, {tokens, sorted.top_k, h})},
                         {tokens, h}, g_.tensor(restored).dtype);
 }
 
@@ -271,19 +252,82 @@ TensorId Builder::WeighAndRestoreTokenOrder(const std::string& ex, TensorId out,
 // over the experts in Python with one nn.Linear per projection (LoopedExperts), which the graph also holds when
 // --transformers is before 5.0. bitsandbytes quantizes nn.Linear modules only, so under QLoRA the stacked
 // experts stay at the parameters' dtype, as they do in transformers 5.
-TensorId Builder::GroupedExperts(const std::string& ex, TensorId flat, TensorId indices, TensorId weights,
+//
+// Note [Expert parallelism in the graph]
+// Under --ep the graph is one rank's: its 1/ep of the stacked experts (so ParameterShare in
+// estimators/model_states.h leaves them whole; transformers 4's per-expert modules are all built and divided
+// there), reached as transformers 5's AllToAllEP reaches them (transformers/distributed/expert_parallel.py,
+// read at 5.24): the (token, choice) rows sorted by expert and gathered (hidden_states[order // top_k]), sent
+// to their experts' ranks by a differentiable all-to-all, run through the rank's experts as top-1 rows of unit
+// weight, with the sentinel masks' out-of-place copies of both GEMMs' outputs that the experts forward makes
+// under expert parallelism, sent back by a second all-to-all, put back in (token, choice) order (an index_put
+// into a new tensor, which the routing weights' product keeps) and summed over the choices. Routing is
+// balanced (Note [MoE routing]), so a rank receives as many rows as it sends, tokens x top_k.
+TensorId Builder::StackedExperts(const std::string& ex, TensorId flat, TensorId indices, TensorId weights,
                                  int64_t inner) {
-  const int64_t h = c_.hidden_size, experts = c_.num_experts;
-  const ExpertRows sorted = SortRowsByExpert(ex, flat, indices, weights);
-  TensorId gate_up_w = Param(ex + "gate_up_proj", {experts, 2 * inner, h});
-  TensorId gate_up =
-      e_.GroupedMatMul(ex + "gate_up_grouped_mm", sorted.rows, gate_up_w, sorted.offsets, /*b_transposed=*/true);
-  TensorId gate = e_.View(ex + "gate", gate_up, {experts, sorted.per_expert, inner});
-  TensorId up = e_.View(ex + "up", gate_up, {experts, sorted.per_expert, inner});
-  TensorId prod = e_.Mul(ex + "gate_mul", Activation(ex + "act_fn", gate), up);
-  TensorId down_w = Param(ex + "down_proj", {experts, h, inner});
-  TensorId out = e_.GroupedMatMul(ex + "down_grouped_mm", prod, down_w, sorted.offsets, /*b_transposed=*/true);
-  return WeighAndRestoreTokenOrder(ex, out, sorted);
+  const int64_t ep = o_.expert_parallel;
+  const int64_t experts = c_.num_experts / ep, top_k = c_.experts_per_token;
+  if (ep == 1) return ExpertsForward(ex, flat, indices, weights, inner, experts, top_k);
+  const int64_t h = c_.hidden_size, tokens = g_.tensor(flat).shape[0], routed = tokens * top_k;
+  const DType dtype = g_.tensor(flat).dtype;
+  TensorId order = e_.Materialize(ex + "ep.order", "argsort", {indices}, {routed}, DType::kI64);
+  TensorId token_of_row = e_.Materialize(ex + "ep.token_index", "floor_divide", {order}, {routed}, DType::kI64);
+  TensorId send = e_.GatherRows(ex + "ep.send", flat, routed, token_of_row);
+  TensorId received = e_.Materialize(ex + "ep.dispatch", "all_to_all", {send}, {routed, h}, dtype);
+  TensorId local_ids = e_.Materialize(ex + "ep.local_ids", "repeat_interleave", {order}, {routed, 1}, DType::kI64);
+  TensorId ones = e_.Materialize(ex + "ep.unit_weights", "ones_like", {local_ids}, {routed, 1}, dtype);
+  TensorId out = ExpertsForward(ex, received, local_ids, ones, inner, experts, /*top_k=*/1);
+  TensorId returned = e_.Materialize(ex + "ep.combine", "all_to_all", {out}, {routed, h}, g_.tensor(out).dtype);
+  TensorId in_order = e_.Materialize(ex + "ep.token_outputs", "index_put", {returned}, {tokens, top_k, h},
+                                     g_.tensor(returned).dtype);
+  TensorId weighted = e_.Mul(ex + "ep.weighted", in_order, e_.View(ex + "ep.weights", weights, {tokens, top_k, 1}));
+  return e_.Materialize(ex + "ep.sum_top_k", "sum", {weighted}, {tokens, h}, g_.tensor(weighted).dtype);
+}
+
+TensorId Builder::ExpertsForward(const std::string& ex, TensorId rows_in, TensorId indices, TensorId weights,
+                                 int64_t inner, int64_t experts, int64_t top_k) {
+  const bool gpt_oss = c_.model_type == "gpt_oss";
+  const bool sentinels = o_.expert_parallel > 1;  // Note [Expert parallelism in the graph]
+  const int64_t h = c_.hidden_size;
+  const ExpertRows sorted = SortRowsByExpert(ex, rows_in, indices, weights, experts, top_k);
+  const int64_t rows = sorted.per_expert, routed = rows * experts;
+  auto mask_sentinels = [&](const std::string& name, TensorId x) {
+    return sentinels ? e_.Materialize(name, "masked_fill", {x}, g_.tensor(x).shape, g_.tensor(x).dtype) : x;
+  };
+  if (!gpt_oss) {
+    TensorId gate_up_w = Param(ex + "gate_up_proj", {experts, 2 * inner, h});
+    TensorId gate_up = mask_sentinels(
+        ex + "gate_up_masked",
+        e_.GroupedMatMul(ex + "gate_up_grouped_mm", sorted.rows, gate_up_w, sorted.offsets, /*b_transposed=*/true));
+    TensorId gate = e_.View(ex + "gate", gate_up, {experts, rows, inner});
+    TensorId up = e_.View(ex + "up", gate_up, {experts, rows, inner});
+    TensorId prod = e_.Mul(ex + "gate_mul", Activation(ex + "act_fn", gate), up);
+    TensorId down_w = Param(ex + "down_proj", {experts, h, inner});
+    TensorId out = mask_sentinels(
+        ex + "down_masked",
+        e_.GroupedMatMul(ex + "down_grouped_mm", prod, down_w, sorted.offsets, /*b_transposed=*/true));
+    return WeighAndRestoreTokenOrder(ex, out, sorted);
+  }
+  // GPT-OSS (Note [GPT-OSS]): weights stored [E, in, out], biases gathered per row, the clamped SwiGLU.
+  TensorId gate_up_w = Param(ex + "gate_up_proj", {experts, h, 2 * inner});
+  TensorId gate_up_b = Param(ex + "gate_up_proj_bias", {experts, 2 * inner});
+  TensorId gate_up = e_.GroupedMatMul(ex + "gate_up_grouped_mm", sorted.rows, gate_up_w, sorted.offsets);
+  TensorId bias_rows = e_.GatherRows(ex + "gate_up_proj_bias.gather", gate_up_b, routed, sorted.sorted_experts);
+  gate_up = e_.AddInplace(ex + "gate_up_bias_add", gate_up,
+                          e_.View(ex + "gate_up_proj_bias.rows", bias_rows, {experts, rows, 2 * inner}));
+  gate_up = mask_sentinels(ex + "gate_up_masked", gate_up);
+  // gate_up[..., ::2] and gate_up[..., 1::2]: strided views.
+  TensorId gate = e_.Clamp(ex + "gate_clamp", e_.View(ex + "gate", gate_up, {experts, rows, inner}));
+  TensorId up = e_.Clamp(ex + "up_clamp", e_.View(ex + "up", gate_up, {experts, rows, inner}));
+  TensorId sig = e_.Activation(ex + "sigmoid", ActivationKind::kSigmoid, e_.Scale(ex + "alpha", gate));
+  TensorId glu = e_.Mul(ex + "glu", gate, sig);
+  TensorId gated = e_.Mul(ex + "gated", e_.Scale(ex + "up_plus_one", up), glu);
+  TensorId down_w = Param(ex + "down_proj", {experts, inner, h});
+  TensorId down_b = Param(ex + "down_proj_bias", {experts, h});
+  TensorId out = e_.GroupedMatMul(ex + "down_grouped_mm", gated, down_w, sorted.offsets);
+  TensorId down_rows = e_.GatherRows(ex + "down_proj_bias.gather", down_b, routed, sorted.sorted_experts);
+  out = e_.AddInplace(ex + "down_bias_add", out, e_.View(ex + "down_proj_bias.rows", down_rows, {experts, rows, h}));
+  return WeighAndRestoreTokenOrder(ex, mask_sentinels(ex + "down_masked", out), sorted);
 }
 
 TensorId Builder::LoopedExperts(const std::string& prefix, TensorId flat, const OpEmitter::Routing& routing,
@@ -339,6 +383,8 @@ TensorId Builder::LoopedExperts(const std::string& prefix, TensorId flat, const 
 // mask that --attention flash does not hold.
 TensorId Builder::Llama4Moe(const std::string& prefix, TensorId flat) {
   const int64_t h = c_.hidden_size, inner = c_.moe_intermediate_size / t_, experts = c_.num_experts;
+  // Under --ep this rank's experts run over every token (Note [Expert parallelism in the graph]).
+  const int64_t local = experts / o_.expert_parallel;
   const int64_t tokens = o_.batch * o_.seq_len;
   const DType dtype = g_.tensor(flat).dtype;
   TensorId logits = Proj(prefix + "router", flat, h, experts, false, Parallel::kReplicated);
@@ -351,17 +397,17 @@ TensorId Builder::Llama4Moe(const std::string& prefix, TensorId flat) {
                                  e_.Cast(prefix + "router.float", scattered, DType::kF32));
   TensorId scores = e_.Cast(prefix + "router.to_dtype", probs, g_.tensor(logits).dtype);
   // hidden_states.repeat(E, 1) * scores.transpose(0, 1).reshape(-1, 1): the reshape of the transpose copies.
-  TensorId repeated = e_.Materialize(prefix + "routed_in", "repeat", {flat}, {experts * tokens, h}, dtype);
+  TensorId repeated = e_.Materialize(prefix + "routed_in", "repeat", {flat}, {local * tokens, h}, dtype);
   TensorId column = e_.Contiguous(prefix + "scores_column",
-                                  e_.View(prefix + "scores_transposed", scores, {experts * tokens, 1}));
+                                  e_.View(prefix + "scores_transposed", scores, {local * tokens, 1}));
   TensorId routed = e_.Mul(prefix + "routed_scale", repeated, column);
   const std::string ex = prefix + "experts.";
-  TensorId gate_up = e_.MatMul(ex + "gate_up_bmm", e_.View(ex + "per_expert", routed, {experts, tokens, h}),
-                               Param(ex + "gate_up_proj", {experts, h, 2 * inner}));
-  TensorId gate = e_.View(ex + "gate", gate_up, {experts, tokens, inner});
-  TensorId up = e_.View(ex + "up", gate_up, {experts, tokens, inner});
+  TensorId gate_up = e_.MatMul(ex + "gate_up_bmm", e_.View(ex + "per_expert", routed, {local, tokens, h}),
+                               Param(ex + "gate_up_proj", {local, h, 2 * inner}));
+  TensorId gate = e_.View(ex + "gate", gate_up, {local, tokens, inner});
+  TensorId up = e_.View(ex + "up", gate_up, {local, tokens, inner});
   TensorId prod = e_.Mul(ex + "gate_mul", up, Activation(ex + "act_fn", gate));
-  TensorId out = e_.MatMul(ex + "down_bmm", prod, Param(ex + "down_proj", {experts, inner, h}));
+  TensorId out = e_.MatMul(ex + "down_bmm", prod, Param(ex + "down_proj", {local, inner, h}));
   TensorId summed = e_.Materialize(ex + "sum_experts", "sum", {out}, {tokens, h}, g_.tensor(out).dtype);
   const std::string sh = prefix + "shared_expert.";
   const int64_t shared_inner = c_.shared_expert_intermediate_size / t_;

@@ -226,8 +226,10 @@ TEST(ModelStates, ExpertParallelSplitsExperts) {
 // the same experts (measured on mixtral-ep-2, where each expert lives on one rank).
 TEST(ModelStates, DdpBucketsExpertGradientsOnlyWhereTheirGroupReducesThem) {
   Graph g("moe");
-  g.AddTensor({.name = "model.layers.0.mlp.experts.gate_up_proj", .shape = {8, 1024, 256}, .dtype = DType::kF32,
-               .role = TensorRole::kParameter, .layer = 0});
+  for (int e = 0; e < 8; ++e) {
+    g.AddTensor({.name = "model.layers.0.block_sparse_moe.experts." + std::to_string(e) + ".w1.weight",
+                 .shape = {1024, 256}, .dtype = DType::kF32, .role = TensorRole::kParameter, .layer = 0});
+  }
   g.AddTensor({.name = "model.layers.0.self_attn.q_proj.weight", .shape = {256, 256}, .dtype = DType::kF32,
                .role = TensorRole::kParameter, .layer = 0});
   const uint64_t experts = 8 * 1024 * 256, dense = 256 * 256;
@@ -236,6 +238,16 @@ TEST(ModelStates, DdpBucketsExpertGradientsOnlyWhereTheirGroupReducesThem) {
   EXPECT_EQ(one_rank_per_expert.communication_buffers, 4 * dense);
   const ModelStates two_ranks_per_expert = Estimate(g, Precision::kFp32, {.gpus = 4, .expert_parallel = 2});
   EXPECT_EQ(two_ranks_per_expert.communication_buffers, 4 * (experts / 2 + dense));
+}
+
+// Stacked experts are built at a rank's share (Note [Expert parallelism in the graph]); transformers 4's
+// per-expert modules are all built and divided here.
+TEST(ModelStates, ParameterShareDividesPerExpertModulesOnly) {
+  const ParallelLayout layout{.gpus = 4, .expert_parallel = 4};
+  EXPECT_EQ(ParameterShare({.name = "model.layers.0.block_sparse_moe.experts.3.w1.weight"}, layout), 0.25);
+  EXPECT_EQ(ParameterShare({.name = "model.layers.0.mlp.experts.gate_up_proj"}, layout), 1.0);
+  EXPECT_EQ(ParameterShare({.name = "model.layers.0.self_attn.q_proj.weight"}, layout), 1.0);
+  EXPECT_EQ(ParameterShare({.name = "model.layers.0.mlp.experts."}, layout), 1.0);
 }
 
 TEST(ModelStates, LoraFrozenBaseCarriesWeightsOnly) {

@@ -345,6 +345,33 @@ TEST(BuildModelGraph, MixtralRoutesTopKTokensPerExpert) {
                                           FindOp(*looped, "model.layers.7.block_sparse_moe.experts.3.w2")->flops));
 }
 
+// Note [Expert parallelism in the graph]: under expert parallelism the graph holds a rank's stacked experts,
+// each over ep times the rows, and the two all-to-alls of transformers' AllToAllEP around them.
+TEST(BuildModelGraph, ExpertParallelGraphHoldsOneRanksExpertsBetweenAllToAlls) {
+  ModelConfig c = Preset("mixtral-8x7b");
+  c.num_layers = 1;
+  const int64_t b = 2, s = 64, rows = b * s * 2;  // tokens x top_k
+  absl::StatusOr<Graph> g = BuildModelGraph(c, {.batch = b, .seq_len = s, .param_dtype = DType::kBF16,
+                                                .compute_dtype = DType::kBF16, .attention = AttentionImpl::kFlash,
+                                                .expert_parallel = 4});
+  ASSERT_TRUE(g.ok()) << g.status();
+  const Op* up = FindOp(*g, "model.layers.0.mlp.experts.gate_up_grouped_mm");
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(g->tensor(up->inputs[1]).shape, (std::vector<int64_t>{2, 2 * 14336, 4096}));  // 8 experts / 4
+  EXPECT_EQ(g->tensor(up->outputs[0]).shape, (std::vector<int64_t>{2, rows / 2, 2 * 14336}));
+  for (const char* name : {"model.layers.0.mlp.experts.ep.dispatch", "model.layers.0.mlp.experts.ep.combine"}) {
+    const Op* op = FindOp(*g, name);
+    ASSERT_NE(op, nullptr) << name;
+    EXPECT_EQ(op->kind, "all_to_all");
+    EXPECT_EQ(g->tensor(op->outputs[0]).shape, (std::vector<int64_t>{rows, 4096}));
+  }
+  // The routing weights' product keeps the rows put back in (token, choice) order.
+  const Op* weighted = FindOp(*g, "model.layers.0.mlp.experts.ep.weighted");
+  ASSERT_NE(weighted, nullptr);
+  EXPECT_THAT(weighted->saved, ::testing::Contains(weighted->inputs[0]));
+  ASSERT_NE(FindOp(*g, "model.layers.0.mlp.experts.gate_up_masked"), nullptr);  // the sentinel mask's copy
+}
+
 // Note [grouped_mm under autocast]: the grouped GEMMs are no autocast ops; transformers casts the rows to the
 // stacked weights' dtype, so under autocast over f32 weights they run in f32 and no 16-bit copy of the experts
 // exists, while the attention's Linears still get their 16-bit casts.
