@@ -87,13 +87,15 @@ absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
   if (!absl::SimpleAtod(std::string(number), &value) || !std::isfinite(value)) {
     return absl::InvalidArgumentError(absl::StrCat("'", input, "' is not a number of bytes"));
   }
-  const double bytes = value * static_cast<double>(factor);
+  // A fraction of a larger unit (1.2MiB = 1258291.2 bytes) rounds to the
+  // nearest byte: people write sizes that way, and a byte either side does
+  // not matter. A fraction of a byte itself ("0.5", "1.5B") means nothing.
+  if (factor == 1) {
+    return absl::InvalidArgumentError(absl::StrCat("'", input, "' is not a whole number of bytes"));
+  }
+  const double bytes = std::round(value * static_cast<double>(factor));
   if (bytes >= 18446744073709551616.0) {
     return absl::InvalidArgumentError(absl::StrCat("'", input, "' is too large for 64-bit bytes"));
-  }
-  if (bytes != std::floor(bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", input, "' is not a whole number of bytes"));
   }
   return static_cast<uint64_t>(bytes);
 }

@@ -7,6 +7,7 @@
 //   ParseBytes("80GiB")                -> 85899345920
 //   ParseBytes("16 GB")                -> 16000000000  (SI when the unit says so)
 //   ParseBytes("4096")                 -> 4096
+//   ParseBytes("1.2MiB")               -> 1258291      (nearest byte)
 //
 // Parsing rejects negative, fractional-byte, overflowing and unit-less
 // garbage with a message that quotes the input.
@@ -35,8 +36,9 @@ std::string FormatSignedBytes(int64_t bytes);
 // Accepts an integer or decimal number followed by an optional unit:
 // B, KiB, MiB, GiB, TiB (binary), KB, MB, GB, TB (decimal) and the shorthand
 // K, M, G, T (binary, as PyTorch's "max_split_size_mb" style configs mean it).
-// Case-insensitive; spaces between number and unit allowed. The result must
-// be a whole number of bytes.
+// Case-insensitive; spaces between number and unit allowed. A fraction of a
+// unit rounds to the nearest byte ("1.2MiB" -> 1258291); a fraction of a
+// byte ("0.5", "1.5B") is refused.
 absl::StatusOr<uint64_t> ParseBytes(std::string_view text);
 
 }  // namespace headroom

@@ -30,6 +30,20 @@ TEST(ParseBytes, AcceptsUnitsAndPlainNumbers) {
   EXPECT_EQ(*ParseBytes("1tb"), 1'000'000'000'000u);
 }
 
+// README's own example `--budget 1.2MiB` is 1258291.2 bytes: a fraction of a
+// unit rounds to the nearest byte; a fraction of a byte is still refused.
+TEST(ParseBytes, RoundsAFractionOfAUnitToTheNearestByte) {
+  EXPECT_EQ(*ParseBytes("1.2MiB"), 1258291u);
+  EXPECT_EQ(*ParseBytes("0.0005K"), 1u);  // 0.512 bytes
+  EXPECT_EQ(*ParseBytes("0.0004K"), 0u);  // 0.4096 bytes; callers that need a positive size say so
+  EXPECT_EQ(*ParseBytes("1.1GB"), 1'100'000'000u);
+  for (const char* bad : {"1.5", "1.5B", "0.5 b", "16777216.5TiB", "nan", "-1.2MiB", "inf GiB"}) {
+    absl::StatusOr<uint64_t> parsed = ParseBytes(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(absl::StrCat("'", bad, "'")));
+  }
+}
+
 TEST(ParseBytes, RejectsGarbageNamingTheInput) {
   for (const char* bad : {"", "GiB", "-1", "12 parsecs", "0.3", "1.2.3", "99999999999999999999",
                           "20000000TiB", "1e400"}) {
