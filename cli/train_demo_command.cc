@@ -7,7 +7,9 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,7 +26,9 @@ namespace {
 
 struct TrainDemoFlags {
   std::string model = "gpt";
-  int64_t layers = 0, hidden = 0, heads = 0, seq = 0, batch = 0, vocab = 0;
+  // Unset means the model's default; a value given is checked, so `--layers 0`
+  // is refused rather than read as "not given".
+  std::optional<int64_t> layers, hidden, heads, seq, batch, vocab;
   std::string budget;  // default: 60%, or the plan file's
   std::string strategy = "hybrid";
   std::string plan;
@@ -36,20 +40,26 @@ struct TrainDemoFlags {
 };
 
 absl::StatusOr<DemoModel> BuildModel(const TrainDemoFlags& f) {
-  const auto pick = [](int64_t flag, int64_t fallback) { return flag != 0 ? flag : fallback; };
+  for (const auto& [flag, value] : {std::pair{"--layers", f.layers}, std::pair{"--hidden", f.hidden},
+                                    std::pair{"--heads", f.heads}, std::pair{"--seq", f.seq},
+                                    std::pair{"--vocab", f.vocab}, std::pair{"--batch", f.batch}}) {
+    if (value && *value < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s %d: must be 1 or more", flag, *value));
+    }
+  }
   if (f.model == "gpt") {
     const DemoGptOptions d;
-    return BuildDemoGpt({.batch = pick(f.batch, d.batch), .seq = pick(f.seq, d.seq), .vocab = pick(f.vocab, d.vocab),
-                         .hidden = pick(f.hidden, d.hidden), .heads = pick(f.heads, d.heads),
-                         .layers = pick(f.layers, d.layers)});
+    return BuildDemoGpt({.batch = f.batch.value_or(d.batch), .seq = f.seq.value_or(d.seq),
+                         .vocab = f.vocab.value_or(d.vocab), .hidden = f.hidden.value_or(d.hidden),
+                         .heads = f.heads.value_or(d.heads), .layers = f.layers.value_or(d.layers)});
   }
   if (f.model == "mlp") {
-    if (f.heads != 0 || f.seq != 0 || f.vocab != 0) {
+    if (f.heads || f.seq || f.vocab) {
       return absl::InvalidArgumentError("--heads, --seq, --vocab: the MLP has none; they apply to --model gpt");
     }
     const DemoMlpOptions d;
-    return BuildDemoMlp({.batch = pick(f.batch, d.batch), .hidden = pick(f.hidden, d.hidden),
-                         .layers = pick(f.layers, d.layers)});
+    return BuildDemoMlp({.batch = f.batch.value_or(d.batch), .hidden = f.hidden.value_or(d.hidden),
+                         .layers = f.layers.value_or(d.layers)});
   }
   return absl::InvalidArgumentError(absl::StrFormat("--model '%s': the demo trains 'gpt' or 'mlp'", f.model));
 }

@@ -1,9 +1,11 @@
 // `headroom train-demo`: the planned run's memory is what `headroom plan`
 // predicts for the demo's graph, and what `headroom replay` of the plan's
 // trace reserves; a plan file from `headroom plan --out` runs as it is.
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/json_fields.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -106,6 +108,19 @@ TEST(TrainDemoCli, BadFlagsAreUsageErrors) {
     EXPECT_EQ(r.exit_code, 2) << args.back() << ": " << r.err;
     EXPECT_FALSE(r.err.empty());
   }
+}
+
+// A size of 0 was once read as "not given" and trained the default model.
+TEST(TrainDemoCli, ZeroSizesAreRefusedNamingTheFlag) {
+  for (const char* flag : {"--layers", "--hidden", "--heads", "--seq", "--vocab", "--batch"}) {
+    auto r = RunHeadroom({"train-demo", flag, "0", "--steps", "1"});
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.out;
+    EXPECT_THAT(r.err, HasSubstr(absl::StrCat(flag, " 0: must be 1 or more"))) << flag;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  auto mlp = RunHeadroom({"train-demo", "--model", "mlp", "--layers", "0", "--steps", "1"});
+  EXPECT_EQ(mlp.exit_code, 2);
+  EXPECT_THAT(mlp.err, HasSubstr("--layers 0: must be 1 or more"));
 }
 
 }  // namespace
