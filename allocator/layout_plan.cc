@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "allocator/size_rounding.h"
 #include "common/json_fields.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -50,7 +51,7 @@ absl::StatusOr<LayoutPlan> ParseLayoutPlan(std::string_view text, std::string_vi
   if (!document.is_object()) return root.Error("expected a JSON object (a Headroom layout plan)");
   HEADROOM_ASSIGN_OR_RETURN(std::string format, RequireString(document, "format", root));
   if (format != kFormat) {
-    return (root / "format").Error(absl::StrFormat("expected \"%s\", got \"%s\"", kFormat, format));
+    return (root / "format").Error(absl::StrFormat("expected \"%s\", got %s", kFormat, QuoteForError(format)));
   }
   HEADROOM_ASSIGN_OR_RETURN(uint64_t version, RequireUint(document, "version", root));
   if (version != kVersion) {
@@ -72,7 +73,12 @@ absl::StatusOr<LayoutPlan> ParseLayoutPlan(std::string_view text, std::string_vi
     plan.blocks.push_back({.offset = offset, .size = size});
   }
   HEADROOM_ASSIGN_OR_RETURN(uint64_t repeat_from, RequireUint(document, "repeat_from", root));
-  plan.repeat_from = static_cast<size_t>(std::min<uint64_t>(repeat_from, LayoutPlan::kMaxBlocks + 1));
+  // Checked here, as read: a value clamped to fit would be shown as the clamp.
+  if (repeat_from > plan.blocks.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: repeat_from %d is past the plan's %d blocks", source,
+                                                      repeat_from, plan.blocks.size()));
+  }
+  plan.repeat_from = static_cast<size_t>(repeat_from);
   HEADROOM_RETURN_IF_ERROR(CheckLayoutPlan(plan, source));
   return plan;
 }

@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/quote.h"
 
 namespace headroom {
 
@@ -54,8 +55,8 @@ class NameTable {
     for (const NameEntry<Enum>& e : entries_) {
       if (EqualsIgnoringAsciiCase(e.name, text)) return e.value;
     }
-    return absl::InvalidArgumentError("unknown " + std::string(what_) + " '" + std::string(text) +
-                                      "' (expected " + Expected() + ")");
+    return absl::InvalidArgumentError("unknown " + std::string(what_) + " " + QuoteForError(text) + " (expected " +
+                                      Expected() + ")");
   }
 
   // "a, b or c": the printed names, in table order.

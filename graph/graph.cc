@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/checked_math.h"
 #include "common/name_table.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -137,20 +138,21 @@ uint64_t Graph::ParameterCount(bool trainable_only) const {
 absl::Status Graph::CheckBounds() const {
   if (tensors_.size() > kMaxGraphTensors) {
     return absl::OutOfRangeError(absl::StrFormat(
-        "graph '%s' has %d tensors, more than the %d a graph may hold", name_, tensors_.size(),
+        "graph %s has %d tensors, more than the %d a graph may hold", QuoteForError(name_), tensors_.size(),
         kMaxGraphTensors));
   }
   if (ops_.size() > kMaxGraphOps) {
     return absl::OutOfRangeError(absl::StrFormat(
-        "graph '%s' has %d ops, more than the %d a graph may hold", name_, ops_.size(), kMaxGraphOps));
+        "graph %s has %d ops, more than the %d a graph may hold", QuoteForError(name_), ops_.size(),
+        kMaxGraphOps));
   }
   for (const Tensor& t : tensors_) {
     if (t.view_of != kNone) continue;
     const uint64_t bytes = t.bytes();
     if (bytes > kMaxTensorBytes) {
       return absl::OutOfRangeError(absl::StrFormat(
-          "graph '%s': tensor '%s' (%s, %s) holds %s bytes, more than the %d (1 TiB) a tensor may hold",
-          name_, t.name, absl::StrJoin(t.shape, "x"), DTypeName(t.dtype),
+          "graph %s: tensor %s (%s, %s) holds %s bytes, more than the %d (1 TiB) a tensor may hold",
+          QuoteForError(name_), QuoteForError(t.name), absl::StrJoin(t.shape, "x"), DTypeName(t.dtype),
           bytes == UINT64_MAX ? std::string("over 2^64") : std::to_string(bytes), kMaxTensorBytes));
     }
   }
@@ -164,13 +166,15 @@ absl::Status Graph::Validate() const {
     for (int64_t d : t.shape) {
       if (d < 0) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("graph '%s': tensor '%s' has a negative dimension", name_, t.name));
+            absl::StrFormat("graph %s: tensor %s has a negative dimension", QuoteForError(name_),
+                            QuoteForError(t.name)));
       }
     }
     if (t.view_of != kNone && (bad_id(t.view_of) || t.view_of >= t.id ||
                                tensors_[t.view_of].view_of != kNone)) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "graph '%s': tensor '%s' is a view of an invalid or later tensor", name_, t.name));
+          "graph %s: tensor %s is a view of an invalid or later tensor", QuoteForError(name_),
+          QuoteForError(t.name)));
     }
   }
   HEADROOM_RETURN_IF_ERROR(CheckBounds());
@@ -179,7 +183,8 @@ absl::Status Graph::Validate() const {
     for (TensorId in : op.inputs) {
       if (bad_id(in)) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("graph '%s': op '%s' reads unknown tensor %d", name_, op.name, in));
+            absl::StrFormat("graph %s: op %s reads unknown tensor %d", QuoteForError(name_),
+                            QuoteForError(op.name), in));
       }
       const Tensor& t = tensors_[in];
       const bool leaf = t.role == TensorRole::kParameter || t.role == TensorRole::kBuffer ||
@@ -187,18 +192,21 @@ absl::Status Graph::Validate() const {
       const TensorId base = storage(in);
       if (!leaf && produced_by[in] == kNone && produced_by[base] == kNone) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "graph '%s': op '%s' reads '%s' before any op produces it", name_, op.name, t.name));
+            "graph %s: op %s reads %s before any op produces it", QuoteForError(name_), QuoteForError(op.name),
+            QuoteForError(t.name)));
       }
     }
     for (TensorId out : op.outputs) {
       if (bad_id(out)) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("graph '%s': op '%s' writes unknown tensor %d", name_, op.name, out));
+            absl::StrFormat("graph %s: op %s writes unknown tensor %d", QuoteForError(name_),
+                            QuoteForError(op.name), out));
       }
       if (produced_by[out] != kNone && !op.recompute) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "graph '%s': tensor '%s' is produced by both '%s' and '%s'", name_,
-            tensors_[out].name, ops_[produced_by[out]].name, op.name));
+            "graph %s: tensor %s is produced by both %s and %s", QuoteForError(name_),
+            QuoteForError(tensors_[out].name), QuoteForError(ops_[produced_by[out]].name),
+            QuoteForError(op.name)));
       }
       if (produced_by[out] == kNone) produced_by[out] = op.id;
     }
@@ -207,8 +215,8 @@ absl::Status Graph::Validate() const {
                        std::find(op.outputs.begin(), op.outputs.end(), s) != op.outputs.end();
       if (!own) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "graph '%s': op '%s' saves tensor %d, which is neither its input nor its output",
-            name_, op.name, s));
+            "graph %s: op %s saves tensor %d, which is neither its input nor its output",
+            QuoteForError(name_), QuoteForError(op.name), s));
       }
     }
   }

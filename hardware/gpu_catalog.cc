@@ -13,6 +13,7 @@
 #include "common/edit_distance.h"
 #include "common/json_fields.h"
 #include "common/name_table.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -78,7 +79,7 @@ absl::StatusOr<GpuSpec> ParseGpu(const json& object, const JsonPath& path) {
     int major = 0, minor = 0;
     if (dot == std::string_view::npos || !absl::SimpleAtoi(std::string(cc.substr(0, dot)), &major) ||
         !absl::SimpleAtoi(std::string(cc.substr(dot + 1)), &minor) || major < 1 || minor < 0) {
-      return (path / "compute_capability").Error(absl::StrFormat("'%s' is not MAJOR.MINOR", cc));
+      return (path / "compute_capability").Error(absl::StrCat(QuoteForError(cc), " is not MAJOR.MINOR"));
     }
   }
   uint64_t sms = 0;
@@ -195,8 +196,8 @@ absl::StatusOr<GpuCatalog> GpuCatalog::Parse(std::string_view json_text, std::st
       if (normalized.empty()) return (root / "gpus" / i).Error(absl::StrCat("alias '", key, "' is empty"));
       auto [it, inserted] = catalog.index_.emplace(normalized, catalog.gpus_.size());
       if (!inserted && it->second != catalog.gpus_.size()) {
-        return (root / "gpus" / i).Error(absl::StrCat("name or alias '", key, "' is already used by ",
-                                                      catalog.gpus_[it->second].name));
+        return (root / "gpus" / i).Error(absl::StrCat("name or alias ", QuoteForError(key), " is already used by ",
+                                                      QuoteForError(catalog.gpus_[it->second].name)));
       }
     }
     catalog.gpus_.push_back(std::move(gpu));
@@ -231,7 +232,7 @@ absl::StatusOr<const GpuSpec*> GpuCatalog::Find(std::string_view name) const {
   std::vector<std::string> close = CloseMatches(name);
   std::string hint = close.empty() ? "run 'headroom gpus' for the list"
                                    : absl::StrCat("did you mean: ", absl::StrJoin(close, ", "), "?");
-  return absl::NotFoundError(absl::StrFormat("unknown GPU '%s'; %s", name, hint));
+  return absl::NotFoundError(absl::StrFormat("unknown GPU %s; %s", QuoteForError(name), hint));
 }
 
 std::vector<std::string> GpuCatalog::CloseMatches(std::string_view name, size_t limit) const {

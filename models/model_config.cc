@@ -13,6 +13,7 @@
 #include "common/checked_math.h"
 #include "common/json_fields.h"
 #include "common/name_table.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -204,7 +205,7 @@ absl::StatusOr<std::string> ArchitectureOf(const json& doc, const JsonPath& path
       if (model_type == type) return std::string(architecture);
     }
     return (path / "model_type")
-        .Error(absl::StrFormat("unsupported model_type '%s'; supported architectures: %s", type,
+        .Error(absl::StrFormat("unsupported model_type %s; supported architectures: %s", QuoteForError(type),
                                absl::StrJoin(SupportedArchitectures(), ", ")));
   }
   return path.Error("field 'architectures' (or 'model_type') is required");
@@ -345,7 +346,8 @@ absl::Status ParseLayerTypeList(const json& doc, const JsonPath& path, std::init
     HEADROOM_ASSIGN_OR_RETURN(const std::string type, AsString(types[i], path / "layer_types" / i));
     if (std::find(allowed.begin(), allowed.end(), type) == allowed.end()) {
       return (path / "layer_types" / i)
-          .Error(absl::StrFormat("'%s' is neither '%s' nor '%s'", type, *allowed.begin(), *(allowed.end() - 1)));
+          .Error(absl::StrFormat("%s is neither '%s' nor '%s'", QuoteForError(type), *allowed.begin(),
+                                 *(allowed.end() - 1)));
     }
     c.sliding_layers.push_back(type == windowed);
   }
@@ -503,7 +505,8 @@ absl::Status ParseT5(const json& doc, const JsonPath& path, ModelConfig& c) {
   absl::StatusOr<ActivationKind> kind = kHfActivationNames.Parse(act);
   if (!kind.ok() || act.find('-') != std::string::npos) {
     return (path / "feed_forward_proj")
-        .Error(absl::StrFormat("'%s' is neither 'ACT' nor 'gated-ACT' with a known activation", projection));
+        .Error(absl::StrFormat("%s is neither 'ACT' nor 'gated-ACT' with a known activation",
+                               QuoteForError(projection)));
   }
   c.activation = *kind;
   c.norm = NormKind::kRmsNorm;  // T5LayerNorm: no mean subtraction, no bias
@@ -590,7 +593,8 @@ absl::Status ParseMamba(const json& doc, const JsonPath& path, ModelConfig& c) {
   if (Present(doc, "time_step_rank") && doc["time_step_rank"].is_string()) {
     HEADROOM_ASSIGN_OR_RETURN(const std::string rank, RequireString(doc, "time_step_rank", path));
     if (rank != "auto") {
-      return (path / "time_step_rank").Error(absl::StrFormat("'%s' is neither \"auto\" nor an integer", rank));
+      return (path / "time_step_rank")
+          .Error(absl::StrFormat("%s is neither \"auto\" nor an integer", QuoteForError(rank)));
     }
     c.time_step_rank = CeilDiv<int64_t>(c.hidden_size, 16);
   } else {
@@ -625,7 +629,7 @@ absl::Status ParseLayerTypes(const json& doc, const JsonPath& path, ModelConfig&
     HEADROOM_ASSIGN_OR_RETURN(const std::string type, AsString(types[i], path / "layer_types" / i));
     if (type != "sliding_attention" && type != "full_attention") {
       return (path / "layer_types" / i)
-          .Error(absl::StrFormat("'%s' is neither 'sliding_attention' nor 'full_attention'", type));
+          .Error(absl::StrFormat("%s is neither 'sliding_attention' nor 'full_attention'", QuoteForError(type)));
     }
     c.sliding_layers.push_back(type == "sliding_attention");
   }
@@ -1419,8 +1423,8 @@ absl::Status ParseLlava(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_ASSIGN_OR_RETURN(ModelConfig language, ParseDocument(text, text_path, c.origin));
   if (language.family != ModelFamily::kDecoder) {
     return (text_path / "model_type")
-        .Error(absl::StrFormat("'%s' is not a causal language model; LLaVA's language model is a decoder",
-                               language.model_type));
+        .Error(absl::StrFormat("%s is not a causal language model; LLaVA's language model is a decoder",
+                               QuoteForError(language.model_type)));
   }
 
   json vision_doc = json::object();
@@ -1434,7 +1438,8 @@ absl::Status ParseLlava(const json& doc, const JsonPath& path, ModelConfig& c) {
       HEADROOM_ASSIGN_OR_RETURN(std::string type, RequireString(vision_doc, "model_type", path / "vision_config"));
       if (type != "clip_vision_model") {
         return (path / "vision_config" / "model_type")
-            .Error(absl::StrFormat("'%s' is not modelled; LLaVA's vision tower must be clip_vision_model", type));
+            .Error(absl::StrFormat("%s is not modelled; LLaVA's vision tower must be clip_vision_model",
+                                   QuoteForError(type)));
       }
     }
   } else {
@@ -1459,7 +1464,7 @@ absl::Status ParseLlava(const json& doc, const JsonPath& path, ModelConfig& c) {
   }
   if (strategy != "default" && strategy != "full") {
     return (path / "vision_feature_select_strategy")
-        .Error(absl::StrFormat("expected \"default\" or \"full\", got \"%s\"", strategy));
+        .Error(absl::StrFormat("expected \"default\" or \"full\", got %s", QuoteForError(strategy)));
   }
   c.vision_feature_full = strategy == "full";
   // The projector: linear_1 [text hidden, vision hidden] and linear_2 [text hidden, text hidden], with biases.
@@ -1553,7 +1558,7 @@ absl::StatusOr<ModelConfig> ParseDocument(const json& doc, const JsonPath& path,
   }
   if (info == nullptr) {
     return (path / "architectures" / 0)
-        .Error(absl::StrFormat("unsupported architecture '%s'; supported: %s", architecture,
+        .Error(absl::StrFormat("unsupported architecture %s; supported: %s", QuoteForError(architecture),
                                absl::StrJoin(SupportedArchitectures(), ", ")));
   }
   ModelConfig c;
@@ -1631,7 +1636,7 @@ absl::StatusOr<ModelConfig> ParseDocument(const json& doc, const JsonPath& path,
 absl::StatusOr<ModelConfig> CnnConfig(std::string_view name) {
   if (name != "resnet50" && name != "vgg16") {
     return absl::NotFoundError(
-        absl::StrFormat("unknown CNN '%s' (built in: resnet50, vgg16)", name));
+        absl::StrFormat("unknown CNN %s (built in: resnet50, vgg16)", QuoteForError(name)));
   }
   ModelConfig c;
   c.origin = absl::StrFormat("torchvision %s", name);

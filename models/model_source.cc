@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/edit_distance.h"
 #include "common/json_fields.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "models/graph_json.h"
 #include "models/node_link.h"
@@ -97,7 +98,7 @@ absl::StatusOr<ModelConfig> LoadPresetConfig(std::string_view name) {
                            ? absl::StrFormat("presets: %s", absl::StrJoin(PresetNames(), ", "))
                            : absl::StrFormat("did you mean: %s?", absl::StrJoin(close, ", "));
     return absl::NotFoundError(absl::StrFormat(
-        "unknown model '%s' (not a preset, and no such file); %s", name, hint));
+        "unknown model %s (not a preset, and no such file); %s", QuoteForError(name), hint));
   }
   return ParseHfConfig(it->second, absl::StrFormat("preset %s", key));
 }
@@ -113,7 +114,7 @@ absl::StatusOr<LoadedModel> LoadModel(std::string_view spec) {
   std::error_code error;
   if (!path.empty() && std::filesystem::exists(path, error)) return LoadFile(path);
   if (path.find('/') != std::string::npos || path.ends_with(".json")) {
-    return absl::NotFoundError(absl::StrFormat("model file '%s' does not exist", spec));
+    return absl::NotFoundError(absl::StrFormat("model file %s does not exist", QuoteForError(spec)));
   }
   LoadedModel model{.name = NormalizePresetName(spec), .kind = ModelSourceKind::kPreset};
   HEADROOM_ASSIGN_OR_RETURN(model.config, LoadPresetConfig(spec));

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/json_fields.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -57,8 +58,8 @@ absl::StatusOr<Graph> ImportNodeLink(std::string_view json_text, std::string_vie
     // Note [Size bounds] in graph/graph.h: each node's output is one tensor.
     if (node.cost_ram > kMaxTensorBytes) {
       return (np / "cost_ram")
-          .Error(absl::StrFormat("%d (node '%s') exceeds the %d bytes (1 TiB) a tensor may hold", node.cost_ram,
-                                 node.name, kMaxTensorBytes));
+          .Error(absl::StrFormat("%d (node %s) exceeds the %d bytes (1 TiB) a tensor may hold", node.cost_ram,
+                                 QuoteForError(node.name), kMaxTensorBytes));
     }
     if (!index_of.emplace(node.id, parsed.size()).second) {
       return (np / "id").Error(absl::StrFormat("duplicate node id %d", node.id));
@@ -132,8 +133,8 @@ absl::StatusOr<Graph> ImportNodeLink(std::string_view json_text, std::string_vie
   if (graph.num_ops() != parsed.size()) {
     for (size_t i = 0; i < parsed.size(); ++i) {
       if (output_of[i] == kNone) {
-        return path.Error(absl::StrFormat("the graph has a cycle through node %d ('%s')",
-                                          parsed[i].id, parsed[i].name));
+        return path.Error(absl::StrFormat("the graph has a cycle through node %d (%s)",
+                                          parsed[i].id, QuoteForError(parsed[i].name)));
       }
     }
   }

@@ -2,9 +2,11 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "replay/allocation_trace.h"
 #include "common/json_fields.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -123,7 +125,7 @@ absl::StatusOr<AllocationTrace> ParsePyTorchSnapshot(std::string_view text, std:
                action == "segment_unmap" || action == "snapshot") {
       continue;
     } else {
-      return (path / "action").Error(absl::StrFormat("unknown action '%s'", action));
+      return (path / "action").Error(absl::StrCat("unknown action ", QuoteForError(action)));
     }
     HEADROOM_ASSIGN_OR_RETURN(event.size, RequireUint(entry, "size", path));
     if (event.op != TraceOp::kAllocateFailure) {

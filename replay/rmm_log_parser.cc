@@ -1,8 +1,10 @@
 // RMM logging_resource_adaptor CSV (see allocation_trace.h).
 #include <charconv>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "replay/allocation_trace.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -131,21 +133,21 @@ absl::StatusOr<AllocationTrace> ParseRmmLog(std::string_view text, std::string_v
     } else if (action == "allocate failure" || action == "allocate_failure") {
       event.op = TraceOp::kAllocateFailure;
     } else {
-      return error(absl::StrFormat("unknown action '%s' (expected allocate, free, deallocate or allocate failure)",
-                                   action));
+      return error(absl::StrFormat("unknown action %s (expected allocate, free, deallocate or allocate failure)",
+                                   QuoteForError(action)));
     }
     std::optional<uint64_t> time = ParseTime(field(1));
-    if (!time.has_value()) return error(absl::StrFormat("bad time '%s'", field(1)));
+    if (!time.has_value()) return error(absl::StrCat("bad time ", QuoteForError(field(1))));
     event.time_ns = *time;
     std::optional<uint64_t> pointer = ParseInteger(field(3));
-    if (!pointer.has_value()) return error(absl::StrFormat("bad pointer '%s'", field(3)));
+    if (!pointer.has_value()) return error(absl::StrCat("bad pointer ", QuoteForError(field(3))));
     event.pointer = *pointer;
     std::optional<uint64_t> size = ParseInteger(field(4));
-    if (!size.has_value()) return error(absl::StrFormat("bad size '%s'", field(4)));
+    if (!size.has_value()) return error(absl::StrCat("bad size ", QuoteForError(field(4))));
     event.size = *size;
     if (column[5] >= 0 && !field(5).empty()) {
       std::optional<uint64_t> stream = ParseInteger(field(5));
-      if (!stream.has_value()) return error(absl::StrFormat("bad stream '%s'", field(5)));
+      if (!stream.has_value()) return error(absl::StrCat("bad stream ", QuoteForError(field(5))));
       event.stream = *stream;
     }
     trace.events.push_back(event);

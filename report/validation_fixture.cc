@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/json_fields.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "graph/graph.h"
 
@@ -244,8 +245,8 @@ absl::StatusOr<std::pair<json, std::string>> ParseKindAndDocument(std::string_vi
   if (Present(doc, "kind")) {
     HEADROOM_ASSIGN_OR_RETURN(kind, RequireString(doc, "kind", root));
     if (kind != kAppliedPlansKind) {
-      return (root / "kind").Error(absl::StrFormat("unknown fixture kind '%s' (%s, or none for a measured step)",
-                                                   kind, kAppliedPlansKind));
+      return (root / "kind").Error(absl::StrFormat("unknown fixture kind %s (%s, or none for a measured step)",
+                                                   QuoteForError(kind), kAppliedPlansKind));
     }
   }
   return std::make_pair(std::move(doc), std::move(kind));

@@ -87,6 +87,13 @@ TEST(LayoutPlanFile, NamesTheFieldAtFault) {
            Case{R"({"format": "headroom.layout_plan", "version": 1, "repeat_from": 2, "blocks": [[0, 512]]})",
                 "repeat_from 2"},
            Case{R"({"format": "headroom.layout_plan", "version": 1, "blocks": [[0, 512]]})", "repeat_from"},
+           // As written, not as clamped (once shown as 16777217) or as a double.
+           Case{R"({"format": "headroom.layout_plan", "version": 1, "repeat_from": 18446744073709551615,
+                    "blocks": [[0, 512]]})",
+                "repeat_from 18446744073709551615 is past the plan's 1 blocks"},
+           Case{R"({"format": "headroom.layout_plan", "version": 1, "repeat_from": 18446744073709551616,
+                    "blocks": [[0, 512]]})",
+                "repeat_from: 18446744073709551616 is too large an integer"},
        }) {
     SCOPED_TRACE(c.text);
     const absl::StatusOr<LayoutPlan> plan = ParseLayoutPlan(c.text, "bad.plan.json");

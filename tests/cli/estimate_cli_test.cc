@@ -507,5 +507,22 @@ TEST(EstimateCli, AbsurdSizesAndLayoutsExitTwoNamingTheInput) {
   ExpectEachRefused({"estimate"}, cases);
 }
 
+// Names read from a file are quoted, escaped and cut in errors: a newline or
+// a terminal escape in a config once went to the terminal as it was.
+TEST(EstimateCli, NamesFromFilesAreQuotedInErrors) {
+  const std::string escaped = WriteTempFile(
+      "escaped_type.json", R"({"model_type": "llama\nheadroom: ok\u001b[2J"})");
+  auto r = RunHeadroom({"estimate", "--model", escaped, "--gpu", "h100"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.err, HasSubstr(R"(unsupported model_type 'llama\nheadroom: ok\x1b[2J')"));
+  EXPECT_EQ(Lines(r.err), 1u) << r.err;
+  const std::string long_arch = WriteTempFile(
+      "long_arch.json", R"({"architectures": [")" + std::string(1 << 20, 'A') + R"("], "model_type": "x"})");
+  auto cut = RunHeadroom({"estimate", "--model", long_arch, "--gpu", "h100"});
+  EXPECT_EQ(cut.exit_code, 2);
+  EXPECT_THAT(cut.err, HasSubstr("'" + std::string(80, 'A') + "...' (1048576 bytes)"));
+  EXPECT_LT(cut.err.size(), 4096u);  // the list of supported architectures, and 80 of the A's
+}
+
 }  // namespace
 }  // namespace headroom

@@ -305,5 +305,18 @@ TEST(ReplayCli, ZeroByteAllocationsAreNoAnomaly) {
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("anomalies")));
 }
 
+// Fields echoed from a trace are quoted, escaped and cut: one line, no
+// terminal escapes, not a 10 MB line.
+TEST(ReplayCli, TraceFieldsAreQuotedInErrors) {
+  const std::string escape = WriteTempFile(
+      "escape.csv", "Thread,Time,Action,Pointer,Size,Stream\n1,0.1,\x1b[2J\x1b[31mallocate\x07,0x10,64,0\n");
+  ExpectOneLineError(RunHeadroom({"replay", escape}), R"(escape.csv:2: unknown action '\x1b[2J\x1b[31mallocate\x07')");
+  const std::string long_line = WriteTempFile(
+      "long.csv", "Thread,Time,Action,Pointer,Size,Stream\n1,0.1,allocate,0x10," + std::string(10 << 20, '9') + ",0\n");
+  auto r = RunHeadroom({"replay", long_line});
+  ExpectOneLineError(r, "long.csv:2: bad size '" + std::string(80, '9') + "...' (10485760 bytes)");
+  EXPECT_LT(r.err.size(), 300u);
+}
+
 }  // namespace
 }  // namespace headroom

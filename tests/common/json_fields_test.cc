@@ -58,6 +58,32 @@ TEST(JsonFields, NumberOverflowIsAnErrorNotAnException) {
   EXPECT_THAT(parsed.status().message(), HasSubstr("number overflow"));
 }
 
+// Note [Integers as written]: an integer literal beyond 64 bits is refused
+// as written, with its path, not read as the double it would become.
+TEST(JsonFields, IntegersBeyond64BitsAreRefusedAsWritten) {
+  const absl::StatusOr<json> big =
+      ParseJsonDocument(R"({"steps": [{"x": 1}, {"end": 18446744073709551616}]})", "s.json");
+  ASSERT_FALSE(big.ok());
+  EXPECT_THAT(big.status().message(),
+              HasSubstr("s.json: steps[1].end: 18446744073709551616 is too large an integer (the range is "
+                        "-9223372036854775808 to 18446744073709551615)"));
+  const absl::StatusOr<json> negative = ParseJsonDocument("[1, [2], -9223372036854775809]", "n.json");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(negative.status().message(), HasSubstr("n.json: [2]: -9223372036854775809 is too large an integer"));
+  // Within range, and floats of any size, parse as before.
+  EXPECT_TRUE(ParseJsonDocument(R"({"a": 18446744073709551615, "b": -9223372036854775808, "c": 1e300,
+                                    "d": 12345678901234567890123.5})",
+                                "ok.json")
+                  .ok());
+}
+
+// Keys come from the file: in a path they are escaped and cut like values.
+TEST(JsonFields, KeysInPathsAreEscaped) {
+  EXPECT_EQ((JsonPath("c.json") / "a\nb\x1b" / 2).ToString(), R"(c.json: a\nb\x1b[2])");
+  EXPECT_EQ((JsonPath("c.json") / std::string(100, 'k')).ToString(),
+            "c.json: " + std::string(80, 'k') + "... (100 bytes)");
+}
+
 TEST(JsonFields, MissingFileIsNamed) {
   absl::StatusOr<std::string> text = ReadTextFile("/nonexistent/dir/file.json");
   ASSERT_FALSE(text.ok());

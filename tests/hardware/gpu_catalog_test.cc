@@ -154,7 +154,7 @@ TEST(GpuCatalog, MalformedEntriesNameTheField) {
   EXPECT_THAT(broken([](auto& d) { d["gpus"][0]["aliases"] = "x"; }),
               HasSubstr("gpus[0].aliases: expected an array"));
   EXPECT_THAT(broken([](auto& d) { d["gpus"].push_back(d["gpus"][0]); }),
-              HasSubstr("gpus[1]: name or alias 'X1' is already used by X1"));
+              HasSubstr("gpus[1]: name or alias 'X1' is already used by 'X1'"));
   EXPECT_THAT(broken([](auto& d) { d["schema_version"] = 2; }), HasSubstr("unsupported version 2"));
   EXPECT_THAT(broken([](auto& d) { d["gpus"] = nlohmann::json::array(); }),
               HasSubstr("gpus: expected a non-empty array"));
