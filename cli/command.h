@@ -36,10 +36,6 @@ struct Subcommand {
 // OutOfRange, FailedPrecondition), 1 otherwise.
 int ExitCodeFor(const absl::Status& status);
 
-// Writes `text` to `path`, the value of `flag` (`--out`, `--trace-out`, ...);
-// a file that cannot be written is an InvalidArgument naming both.
-absl::Status WriteTextFile(const std::string& path, std::string_view text, std::string_view flag);
-
 Subcommand AddGpusCommand(CLI::App& root);
 Subcommand AddEstimateCommand(CLI::App& root);
 Subcommand AddReplayCommand(CLI::App& root);

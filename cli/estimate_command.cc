@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/command.h"
 #include "cli/job_flags.h"
+#include "cli/output_files.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "estimators/estimate_stages.h"
@@ -67,6 +68,8 @@ absl::StatusOr<Machine> ToMachine(const EstimateFlags& flags, std::optional<GpuC
 
 absl::Status RunEstimate(const EstimateFlags& flags, std::ostream& out) {
   HEADROOM_ASSIGN_OR_RETURN(JobSpec job, ToJob(flags.job));
+  HEADROOM_RETURN_IF_ERROR(CheckOutputFiles({{"--trace-out", flags.trace_out}, {"--graph-out", flags.graph_out}},
+                                            {{"--model", flags.model}, {"--catalog", flags.catalog}}));
   std::optional<GpuCatalog> catalog;
   HEADROOM_ASSIGN_OR_RETURN(Machine machine, ToMachine(flags, catalog));
   std::optional<ConfigFormat> emit;
@@ -128,10 +131,10 @@ Subcommand AddEstimateCommand(CLI::App& root) {
   app->add_flag("--breakdown", f->breakdown, "List the largest tensors live at the peak");
   app->add_flag("--no-search", f->no_search, "Skip the limits search and the fixes");
   app->add_option("--emit", f->emit, "Print framework settings instead: deepspeed or fsdp");
-  app->add_option("--trace-out", f->trace_out,
+  AddOutputOption(*app, "--trace-out", f->trace_out,
                   "Write the allocation sequence replayed for reserved memory as an RMM CSV trace "
                   "('headroom replay FILE')");
-  app->add_option("--graph-out", f->graph_out,
+  AddOutputOption(*app, "--graph-out", f->graph_out,
                   "Write the model's forward graph (before backward and the optimizer are derived) as graph JSON");
   return {app, [f](std::ostream& out) { return RunEstimate(*f, out); }};
 }

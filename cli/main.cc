@@ -1,7 +1,6 @@
 // The `headroom` command: pre-flight GPU memory budgets, plans, allocator
 // trace replay and the accuracy check against measured steps. Each
 // subcommand is declared in its own *_command.cc.
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -23,14 +22,6 @@ int ExitCodeFor(const absl::Status& status) {
     case absl::StatusCode::kFailedPrecondition: return kExitUsage;
     default: return kExitFailure;
   }
-}
-
-absl::Status WriteTextFile(const std::string& path, std::string_view text, std::string_view flag) {
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) return absl::InvalidArgumentError(absl::StrFormat("%s %s: cannot write the file", flag, path));
-  return absl::OkStatus();
 }
 
 namespace {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/command.h"
 #include "cli/job_flags.h"
+#include "cli/output_files.h"
 #include "common/json_fields.h"
 #include "common/status_macros.h"
 #include "common/units.h"
@@ -280,6 +281,9 @@ absl::Status EmitPlanSettings(EmitFormat format, const PlanFlags& flags, const L
 absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
   HEADROOM_ASSIGN_OR_RETURN(const std::optional<EmitFormat> emit, ParseEmitFlags(flags));
   HEADROOM_ASSIGN_OR_RETURN(JobSpec job, ToJob(flags.job));
+  HEADROOM_RETURN_IF_ERROR(CheckOutputFiles(
+      {{"--out", flags.out}, {"--trace-out", flags.trace_out}, {"--svg", flags.svg}},
+      {{"--model", flags.model}, {"--catalog", flags.catalog}, {"--load", flags.load}}));
   if (flags.compare && !(flags.out.empty() && flags.trace_out.empty() && flags.svg.empty())) {
     return absl::InvalidArgumentError("--out, --trace-out, --svg: each writes one plan; drop --compare");
   }
@@ -373,13 +377,13 @@ Subcommand AddPlanCommand(CLI::App& root) {
   app->add_flag("--compare", f->compare, "Run every strategy and print one row each");
   AddJobFlags(*app, f->job);
   app->add_flag("--json", f->json, "Print a JSON object (exact bytes)");
-  app->add_option("--out", f->out,
+  AddOutputOption(*app, "--out", f->out,
                   "Write the plan file (JSON schedule) here; with --emit, the schedule the printed settings run");
   app->add_option("--load", f->load, "Evaluate a plan file written by --out (same --model and job flags)");
-  app->add_option("--trace-out", f->trace_out,
+  AddOutputOption(*app, "--trace-out", f->trace_out,
                   "Write the allocations the plan's allocator figures replay (resident state, then the plan's "
                   "tensors) as an RMM CSV trace for 'headroom replay'");
-  app->add_option("--svg", f->svg, "Write the plan's memory timeline as an SVG");
+  AddOutputOption(*app, "--svg", f->svg, "Write the plan's memory timeline as an SVG");
   app->add_option("--runner", f->runner,
                   "Who runs the plan: headroom (any schedule) or torch-ops (PyTorch's selective activation "
                   "checkpointing around the model's blocks, as the Python package applies it); figures are those "

@@ -21,6 +21,7 @@
 #include "allocator/layout_plan.h"
 #include "allocator/simulated/simulated_backend.h"
 #include "cli/command.h"
+#include "cli/output_files.h"
 #include "common/json_fields.h"
 #include "common/status_macros.h"
 #include "common/units.h"
@@ -58,6 +59,8 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
         absl::StrFormat("--capacity %s is %d bytes, more than the simulated device's limit of %d bytes (64 PiB)",
                         options.capacity, capacity, kMaxSimulatedCapacity));
   }
+  HEADROOM_RETURN_IF_ERROR(CheckOutputFiles({{"--write-plan", options.write_plan}},
+                                            {{"TRACE", options.trace_path}, {"--steps", options.steps}}));
   if (options.device.has_value() && *options.device < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--device %d: a device index is 0 or more", *options.device));
@@ -165,7 +168,7 @@ Subcommand AddReplayCommand(CLI::App& root) {
                 "Also find, for each configuration, the smallest device that runs the trace (replays it ~15 times), "
                 "and the device a layout planned with every lifetime known needs");
   app->add_option("--device", options->device, "Which device's trace to take from a PyTorch snapshot");
-  app->add_option("--write-plan", options->write_plan,
+  AddOutputOption(*app, "--write-plan", options->write_plan,
                   "Write the layout plan of the trace's steps, up to the first one every later step repeats, to this "
                   "file (follow it with --conf headroom,layout_plan:FILE)");
   app->add_option("--steps", options->steps,

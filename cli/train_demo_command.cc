@@ -16,6 +16,7 @@
 #include "allocator/alloc_conf.h"
 #include "cli/command.h"
 #include "cli/job_flags.h"
+#include "cli/output_files.h"
 #include "common/json_fields.h"
 #include "common/status_macros.h"
 #include "executor/train_demo.h"
@@ -68,6 +69,7 @@ absl::Status RunTrainDemoCommand(const TrainDemoFlags& f, std::ostream& out) {
   if (!(f.lr >= 0 && std::isfinite(f.lr))) {
     return absl::InvalidArgumentError(absl::StrFormat("--lr: %g is not a finite, non-negative learning rate", f.lr));
   }
+  HEADROOM_RETURN_IF_ERROR(CheckOutputFiles({{"--graph-out", f.graph_out}}, {{"--plan", f.plan}}));
   HEADROOM_ASSIGN_OR_RETURN(const DemoModel model, BuildModel(f));
   TrainDemoOptions options{.steps = f.steps, .executor = {.learning_rate = f.lr}};
   absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(ResolveAllocConfPreset(f.alloc_conf));
@@ -126,7 +128,7 @@ Subcommand AddTrainDemoCommand(CLI::App& root) {
   app->add_option("--steps", f->steps, "Training steps (default 20)");
   app->add_option("--lr", f->lr, "SGD learning rate (momentum 0.9)");
   app->add_option("--alloc-conf", f->alloc_conf, "Caching allocator configuration (PYTORCH_CUDA_ALLOC_CONF syntax)");
-  app->add_option("--graph-out", f->graph_out, "Write the model's forward graph as Headroom graph JSON");
+  AddOutputOption(*app, "--graph-out", f->graph_out, "Write the model's forward graph as Headroom graph JSON");
   app->add_flag("--json", f->json, "Print a JSON object (exact bytes)");
   return {app, [f](std::ostream& out) { return RunTrainDemoCommand(*f, out); }};
 }

@@ -1,7 +1,9 @@
 #include "tests/cli/run_command.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,7 +32,7 @@ std::string WriteTempFile(const std::string& name, const std::string& contents) 
   return path;
 }
 
-CommandResult RunHeadroom(const std::vector<std::string>& args) {
+CommandResult RunHeadroom(const std::vector<std::string>& args, const RunOptions& options) {
   static int counter = 0;
   const std::string base = ::testing::TempDir() + "/cmd" + std::to_string(getpid()) + "_" +
                            std::to_string(counter++);
@@ -48,7 +50,25 @@ CommandResult RunHeadroom(const std::vector<std::string>& args) {
   posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = 0;
   CommandResult result;
-  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) == 0) {
+  // posix_spawn has no resource limits of its own: the child inherits this
+  // process's, and its ignored signals, which are restored right after.
+  rlimit saved_limit{};
+  getrlimit(RLIMIT_FSIZE, &saved_limit);
+  struct sigaction saved_action {};
+  if (options.file_size_limit) {
+    rlimit limit = saved_limit;
+    limit.rlim_cur = static_cast<rlim_t>(*options.file_size_limit);
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGXFSZ, &ignore, &saved_action);
+  }
+  const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  if (options.file_size_limit) {
+    setrlimit(RLIMIT_FSIZE, &saved_limit);
+    sigaction(SIGXFSZ, &saved_action, nullptr);
+  }
+  if (spawned == 0) {
     int status = 0;
     waitpid(pid, &status, 0);
     result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

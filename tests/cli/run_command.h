@@ -2,6 +2,8 @@
 #ifndef HEADROOM_TESTS_CLI_RUN_COMMAND_H_
 #define HEADROOM_TESTS_CLI_RUN_COMMAND_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,8 +15,14 @@ struct CommandResult {
   std::string err;
 };
 
+struct RunOptions {
+  // RLIMIT_FSIZE for the child, with SIGXFSZ ignored: a write past it fails
+  // with EFBIG, which stands in for a full disk (root is not exempt).
+  std::optional<uint64_t> file_size_limit;
+};
+
 // Runs HEADROOM_BINARY with `args` (no shell involved).
-CommandResult RunHeadroom(const std::vector<std::string>& args);
+CommandResult RunHeadroom(const std::vector<std::string>& args, const RunOptions& options = {});
 
 // Writes `contents` to a fresh file under the test's temporary directory.
 std::string WriteTempFile(const std::string& name, const std::string& contents);
