@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "allocator/alloc_conf.h"
@@ -83,7 +84,9 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
   ReplayReportOptions report{.summary = options.summary};
   if (!options.write_plan.empty()) {
     HEADROOM_ASSIGN_OR_RETURN(std::string steps_text, ReadTextFile(options.steps));
-    HEADROOM_ASSIGN_OR_RETURN(std::vector<uint64_t> step_ends, ParseStepEnds(steps_text, options.steps));
+    HEADROOM_ASSIGN_OR_RETURN(std::vector<uint64_t> step_ends, ParseStepEnds(steps_text, options.steps, &trace));
+    const absl::Status one_stream = CheckPlanFollowsOneStream(trace);
+    if (!one_stream.ok()) return absl::InvalidArgumentError(absl::StrCat("--write-plan: ", one_stream.message()));
     HEADROOM_ASSIGN_OR_RETURN(RepeatingStepsLayout steps, LayoutRepeatingStepsEitherOrder(trace, step_ends));
     LayoutPlan plan = ToLayoutPlan(steps);
     HEADROOM_RETURN_IF_ERROR(WriteTextFile(options.write_plan, LayoutPlanJson(plan), "--write-plan"));

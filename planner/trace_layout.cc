@@ -239,6 +239,22 @@ absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingStepsEitherOrder(const Alloc
   return cost(by_lifetime) < cost(by_size) ? std::move(by_lifetime) : std::move(by_size);
 }
 
+absl::Status CheckPlanFollowsOneStream(const AllocationTrace& trace) {
+  const TraceEvent* first = nullptr;
+  for (const TraceEvent& e : trace.events) {
+    if (e.op != TraceOp::kAllocate || e.size == 0) continue;  // the allocator counts no empty request
+    if (first == nullptr) {
+      first = &e;
+    } else if (e.stream != first->stream) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s allocates on stream %#x after stream %#x (%s); an allocator follows a layout plan on one stream "
+          "only, and would leave it there",
+          TraceLocation(trace, e), e.stream, first->stream, TraceLocation(trace, *first)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 LayoutPlan ToLayoutPlan(const RepeatingStepsLayout& steps) {
   LayoutPlan plan;
   const std::vector<ArenaBlock>& blocks = steps.layout.arena.blocks;

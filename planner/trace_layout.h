@@ -103,6 +103,13 @@ absl::StatusOr<RepeatingStepsLayout> LayoutRepeatingStepsEitherOrder(const Alloc
 // request), repeating from the step's first allocation.
 LayoutPlan ToLayoutPlan(const RepeatingStepsLayout& steps);
 
+// InvalidArgument naming the first allocation (of at least one byte) on a
+// stream other than the first one's: an allocator follows a plan on its first
+// request's stream only, so a plan of such a trace would be left at the first
+// request on another (Note [Following a layout plan] in
+// allocator/caching_allocator.h).
+absl::Status CheckPlanFollowsOneStream(const AllocationTrace& trace);
+
 }  // namespace headroom
 
 #endif  // HEADROOM_PLANNER_TRACE_LAYOUT_H_

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <system_error>
 
 #include "absl/container/flat_hash_map.h"
@@ -23,7 +24,8 @@ std::string_view TraceSuffix(std::string_view path) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<uint64_t>> ParseStepEnds(std::string_view text, std::string_view source) {
+absl::StatusOr<std::vector<uint64_t>> ParseStepEnds(std::string_view text, std::string_view source,
+                                                    const AllocationTrace* trace) {
   HEADROOM_ASSIGN_OR_RETURN(const nlohmann::json doc, ParseJsonDocument(text, source));
   const JsonPath root(source);
   if (!doc.is_object()) return root.Error(absl::StrFormat("expected an object, got %s", JsonTypeName(doc)));
@@ -35,12 +37,25 @@ absl::StatusOr<std::vector<uint64_t>> ParseStepEnds(std::string_view text, std::
   const nlohmann::json& array = doc.at(key);
   const JsonPath at = root / key;
   if (!array.is_array()) return at.Error(absl::StrFormat("expected an array, got %s", JsonTypeName(array)));
+  std::optional<uint64_t> last_event;
+  if (trace != nullptr) {
+    for (const TraceEvent& e : trace->events) last_event = std::max(last_event.value_or(0), e.time_ns);
+  }
   std::vector<uint64_t> ends;
   ends.reserve(array.size());
   for (size_t i = 0; i < array.size(); ++i) {
     HEADROOM_ASSIGN_OR_RETURN(const uint64_t end, AsUint(array[i], at / i));
     if (!ends.empty() && end < ends.back()) {
       return (at / i).Error(absl::StrFormat("%d is before the step end before it (%d)", end, ends.back()));
+    }
+    if (!ends.empty() && end == ends.back()) {
+      return (at / i).Error(absl::StrFormat("%d repeats the step end before it; a step ends after the one before",
+                                            end));
+    }
+    if (trace != nullptr && end > last_event.value_or(0)) {
+      return (at / i).Error(
+          last_event ? absl::StrFormat("%d is past the last event of %s (at %d)", end, trace->source, *last_event)
+                     : absl::StrFormat("%d: %s has no events", end, trace->source));
     }
     ends.push_back(end);
   }
@@ -58,7 +73,7 @@ absl::StatusOr<RecordedRun> LoadRecordedRun(const std::string& trace_path) {
   HEADROOM_ASSIGN_OR_RETURN(run.trace, ParseAllocationTrace(text, trace_path));
   const std::string steps_path = trace_path.substr(0, trace_path.size() - suffix.size()) + ".steps.json";
   HEADROOM_ASSIGN_OR_RETURN(const std::string steps, ReadTextFile(steps_path));
-  HEADROOM_ASSIGN_OR_RETURN(run.step_end_times, ParseStepEnds(steps, steps_path));
+  HEADROOM_ASSIGN_OR_RETURN(run.step_end_times, ParseStepEnds(steps, steps_path, &run.trace));
   return run;
 }
 

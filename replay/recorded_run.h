@@ -27,13 +27,17 @@ namespace headroom {
 
 struct RecordedRun {
   AllocationTrace trace;
-  std::vector<uint64_t> step_end_times;  // non-decreasing, in the trace's time
+  std::vector<uint64_t> step_end_times;  // increasing, in the trace's time
 };
 
 // A steps.json document: an object with "step_end_events" or
-// "step_end_time_ns", an array of non-decreasing unsigned integers. Errors
-// name `source` and the field.
-absl::StatusOr<std::vector<uint64_t>> ParseStepEnds(std::string_view text, std::string_view source);
+// "step_end_time_ns", an array of increasing unsigned integers (a repeated
+// end would be a step with nothing in it). With `trace`, an end past the
+// trace's last event is refused too: the trace and the steps would not be of
+// one run. Errors name `source` and the entry, e.g.
+// "run.steps.json: step_end_events[2]: 9 repeats the step end before it".
+absl::StatusOr<std::vector<uint64_t>> ParseStepEnds(std::string_view text, std::string_view source,
+                                                    const AllocationTrace* trace = nullptr);
 
 // `trace_path` is NAME.rmm.csv or NAME.snapshot.json; NAME.steps.json must
 // be beside it.

@@ -1,5 +1,6 @@
 // `headroom replay`: trace formats, comparisons, strictness and errors.
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -303,6 +304,39 @@ TEST(ReplayCli, ZeroByteAllocationsAreNoAnomaly) {
   auto r = RunHeadroom({"replay", path, "--strict"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("anomalies")));
+}
+
+// A step file that does not fit its trace is the step file's fault: it was
+// once accepted (an empty step) or blamed on the trace.
+TEST(ReplayCli, StepEndsOutsideTheTraceNameTheStepFile) {
+  const std::string trace = WriteTempFile("bad_steps.rmm.csv", StepsLog("2097152"));
+  const std::string plan = ::testing::TempDir() + "/bad_steps.plan.json";
+  const std::string repeated = WriteTempFile("repeated.steps.json", R"({"step_end_events": [5, 9, 9, 13]})");
+  ExpectOneLineError(RunHeadroom({"replay", trace, "--steps", repeated, "--write-plan", plan}),
+                     "repeated.steps.json: step_end_events[2]: 9 repeats the step end before it");
+  const std::string past = WriteTempFile("past.steps.json", R"({"step_end_events": [5, 9, 13, 17]})");
+  ExpectOneLineError(RunHeadroom({"replay", trace, "--steps", past, "--write-plan", plan}),
+                     "past.steps.json: step_end_events[3]: 17 is past the last event of " + trace + " (at 13)");
+  // As written, not as the double it would be read as.
+  const std::string huge = WriteTempFile("huge.steps.json", R"({"step_end_events": [5, 18446744073709551616]})");
+  ExpectOneLineError(RunHeadroom({"replay", trace, "--steps", huge, "--write-plan", plan}),
+                     "huge.steps.json: step_end_events[1]: 18446744073709551616 is too large an integer");
+  EXPECT_FALSE(std::filesystem::exists(plan));
+}
+
+// An allocator follows a layout plan on one stream: a plan of a trace on
+// two was once written and reported, then left at the first request on the
+// second stream.
+TEST(ReplayCli, WritePlanRefusesATraceOnTwoStreams) {
+  std::string log = StepsLog("2097152");
+  const size_t line = log.find("allocate,0x4,1048576,0");
+  log.replace(line, std::string("allocate,0x4,1048576,0").size(), "allocate,0x4,1048576,0x7");
+  const std::string trace = WriteTempFile("two_streams.rmm.csv", log);
+  const std::string steps = WriteTempFile("two_streams.steps.json", R"({"step_end_events": [5, 9, 13]})");
+  const std::string plan = ::testing::TempDir() + "/two_streams.plan.json";
+  ExpectOneLineError(RunHeadroom({"replay", trace, "--steps", steps, "--write-plan", plan}),
+                     "--write-plan: " + trace + ":7 allocates on stream 0x7 after stream 0 (" + trace + ":2)");
+  EXPECT_FALSE(std::filesystem::exists(plan));
 }
 
 // Fields echoed from a trace are quoted, escaped and cut: one line, no
