@@ -281,6 +281,10 @@ bool HasBackward(const Graph& graph) {
   return false;
 }
 
+bool IsWholeStep(const LoadedModel& model, const Graph& forward) {
+  return model.graph && (model.kind == ModelSourceKind::kNodeLinkFile || HasBackward(forward));
+}
+
 absl::StatusOr<Graph> BuildStep(const Graph& forward, const JobSpec& job, const EstimateSetup& setup) {
   // The planner owns what a checkpoint mode means (planner/checkpoint_plan.h).
   CheckpointPlan plan;

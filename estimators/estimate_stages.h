@@ -72,6 +72,11 @@ absl::StatusOr<Graph> BuildForwardGraph(const LoadedModel& model, const JobSpec&
 
 // Whether `graph` already holds a backward pass (a graph file of a whole step).
 bool HasBackward(const Graph& graph);
+// Whether `forward`, the graph `model` gives, is taken as a whole step rather
+// than a forward pass to build a training step from: a graph file with its own
+// backward, or any node-link graph (Note [Node-link graphs without backward]
+// in models/node_link.h).
+bool IsWholeStep(const LoadedModel& model, const Graph& forward);
 
 // The training (or inference) step derived from `forward`: the job's
 // checkpoint mode, gradient accumulation and optimizer, by BuildTrainingStep.

@@ -259,7 +259,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
   const EstimateSetup setup = ResolveSetup(model, job);
 
   HEADROOM_ASSIGN_OR_RETURN(const Graph forward, BuildForwardGraph(model, job, setup));
-  const bool whole_step = model.graph && HasBackward(forward);
+  const bool whole_step = IsWholeStep(model, forward);
   Graph step;
   if (whole_step) {
     step = forward;  // a graph file of a whole step is taken as given
@@ -276,7 +276,9 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const LoadedModel& model, const Jo
   } else {
     if (whole_step) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "pipeline_parallel %d: a graph file with its own backward cannot be cut into pipeline stages", stages));
+          "pipeline_parallel %d: a graph file with its own backward, or a node-link graph, cannot be cut into "
+          "pipeline stages",
+          stages));
     }
     // Note [Pipeline 1F1B]: each stage's own step is replayed; the estimate is the fullest stage's.
     const int first = job.layout.pipeline_stage >= 0 ? job.layout.pipeline_stage : 0;

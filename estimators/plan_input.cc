@@ -43,10 +43,11 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
   PlanInput in;
   in.capacity = machine.capacity();
   in.allocator = job.allocator;
-  const bool whole_step = model.graph && HasBackward(forward);
+  const bool whole_step = IsWholeStep(model, forward);
   const int stages = job.layout.pipeline_parallel;
   if (whole_step && stages > 1) {
-    return absl::InvalidArgumentError("--pp: a graph file with its own backward cannot be cut into pipeline stages");
+    return absl::InvalidArgumentError(
+        "--pp: a graph file with its own backward, or a node-link graph, cannot be cut into pipeline stages");
   }
   if (whole_step) {
     in.step = std::move(forward);

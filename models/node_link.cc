@@ -14,6 +14,21 @@
 #include "nlohmann/json.hpp"
 
 namespace headroom {
+namespace {
+
+// A node's `name`: a string as given, a number as written (networkx graphs
+// built from integers, as MOCCASIN's random_layered ones, name nodes by
+// them), else "node<id>".
+absl::StatusOr<std::string> NodeName(const nlohmann::json& node, int64_t id, const JsonPath& path) {
+  if (!node.contains("name") || node["name"].is_null()) return absl::StrFormat("node%d", id);
+  const nlohmann::json& name = node["name"];
+  if (name.is_string()) return name.get<std::string>();
+  if (name.is_number_integer()) return name.dump();
+  if (name.is_number()) return absl::StrFormat("%g", name.get<double>());
+  return (path / "name").Error(absl::StrFormat("expected a string or a number, got %s", JsonTypeName(name)));
+}
+
+}  // namespace
 
 absl::StatusOr<Graph> ImportNodeLink(std::string_view json_text, std::string_view origin) {
   using nlohmann::json;
@@ -46,12 +61,12 @@ absl::StatusOr<Graph> ImportNodeLink(std::string_view json_text, std::string_vie
     if (!n.is_object()) return np.Error("expected an object");
     Node node;
     HEADROOM_ASSIGN_OR_RETURN(node.id, RequireInt(n, "id", np));
-    if (n.contains("name")) {
-      HEADROOM_ASSIGN_OR_RETURN(node.name, RequireString(n, "name", np));
-    } else {
-      node.name = absl::StrFormat("node%d", node.id);
+    HEADROOM_ASSIGN_OR_RETURN(node.name, NodeName(n, node.id, np));
+    // Note [Node-link graphs without backward]: absent or null is a node anyone may replay.
+    node.backward = false;
+    if (n.contains("backward") && !n["backward"].is_null()) {
+      HEADROOM_ASSIGN_OR_RETURN(node.backward, RequireBool(n, "backward", np));
     }
-    HEADROOM_ASSIGN_OR_RETURN(node.backward, RequireBool(n, "backward", np));
     HEADROOM_ASSIGN_OR_RETURN(node.cost_cpu, RequireNumber(n, "cost_cpu", np));
     HEADROOM_ASSIGN_OR_RETURN(node.cost_ram, RequireUint(n, "cost_ram", np));
     if (!(node.cost_cpu >= 0)) return (np / "cost_cpu").Error("must not be negative");

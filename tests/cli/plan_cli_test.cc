@@ -19,6 +19,7 @@ namespace {
 using ::headroom::testing::RunHeadroom;
 using ::headroom::testing::WriteTempFile;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(PlanCli, Gpt2FitsEightyPercentOfItsPeak) {
   auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--strategy", "chen-greedy"});
@@ -181,6 +182,47 @@ TEST(PlanCli, NodeLinkGraphAtNinetyPercent) {
   auto r = RunHeadroom({"plan", "--model", graph, "--budget", "90%", "--compare"});
   EXPECT_THAT(r.out, HasSubstr("costs from the graph's measured costs"));
   EXPECT_THAT(r.out, HasSubstr("units"));
+}
+
+// MOCCASIN's random_layered DAGs: no loss, no `backward`, numbers for names.
+// The DAG is the whole computation and any node may be replayed (Note
+// [Node-link graphs without backward] in models/node_link.h): every strategy
+// plans it, and the plan it reports fits its budget; chain-dp, which plans
+// layer stacks, says that a graph without layers has no chain (as
+// Strategies.ChainDpNeedsLayers has it). Below store-all's peak only
+// replays between forward ops help, which optimal (and so auto) finds.
+std::string RandomLayeredDag() {
+  return std::string(HEADROOM_SOURCE_DIR) + "/tests/fuzz/corpus/node_link/random_layered.nx.json";
+}
+
+void ExpectFits(const std::vector<std::string>& args) {
+  auto r = RunHeadroom(args);
+  ASSERT_EQ(r.exit_code, 0) << args.back() << ": " << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["plans"].size(), 1u);
+  const nlohmann::json& plan = j["plans"][0];
+  EXPECT_EQ(plan["fits"], true) << plan["strategy"];
+  EXPECT_LE(plan["evaluation"]["peak_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>()) << plan["strategy"];
+}
+
+TEST(PlanCli, RandomLayeredDagPlansWithEveryStrategy) {
+  const std::string dag = RandomLayeredDag();
+  for (const char* strategy :
+       {"auto", "store-all", "sqrt-n", "sqrt-n-linear", "chen-greedy", "optimal", "offload", "hybrid"}) {
+    ExpectFits({"plan", "--model", dag, "--budget", "100%", "--json", "--strategy", strategy});
+  }
+  auto chain = RunHeadroom({"plan", "--model", dag, "--budget", "100%", "--strategy", "chain-dp"});
+  EXPECT_EQ(chain.exit_code, 2);
+  EXPECT_THAT(chain.err, HasSubstr("has no layers"));
+
+  auto r = RunHeadroom({"plan", "--model", dag, "--budget", "80%", "--strategy", "optimal"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Plan for " + dag + ": 19 ops, costs from the graph's measured costs"));
+  EXPECT_THAT(r.out, HasSubstr(": fits"));
+  EXPECT_THAT(r.out, Not(HasSubstr(" 0 replays")));
+  for (const char* strategy : {"optimal", "auto"}) {
+    ExpectFits({"plan", "--model", dag, "--budget", "80%", "--json", "--strategy", strategy});
+  }
 }
 
 TEST(PlanCli, BadInputIsOneLineNamingIt) {

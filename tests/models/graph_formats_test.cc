@@ -194,6 +194,42 @@ TEST(NodeLink, ImportsAndRejectsBadGraphs) {
               HasSubstr("cycle"));
 }
 
+// MOCCASIN's random DAGs (networkx node_link_data of integer nodes): numbers
+// as names, no `backward` or a null one, no loss. Every node is a forward op
+// that may be replayed (Note [Node-link graphs without backward]).
+TEST(NodeLink, ImportsADagWithNumbersForNamesAndNoBackward) {
+  absl::StatusOr<Graph> g = ImportNodeLink(
+      R"({"directed": true, "multigraph": false, "graph": {},
+          "nodes": [{"cost_cpu": 4, "cost_ram": 64, "name": 0, "id": 0},
+                    {"cost_cpu": 2, "cost_ram": 32, "name": 1.5, "id": 1, "backward": null},
+                    {"cost_cpu": 1, "cost_ram": 16, "name": null, "id": 2}],
+          "links": [{"source": 0, "target": 1}, {"source": 0, "target": 2}, {"source": 1, "target": 2}]})",
+      "dag.json");
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(g->num_ops(), 3u);
+  EXPECT_EQ(g->op(0).name, "0");
+  EXPECT_EQ(g->op(1).name, "1.5");
+  EXPECT_EQ(g->op(2).name, "node2");
+  for (const Op& op : g->ops()) EXPECT_EQ(op.phase, Phase::kForward) << op.name;
+
+  EXPECT_THAT(ImportNodeLink(R"({"nodes": [{"id": 0, "name": [1], "cost_cpu": 1, "cost_ram": 1}], "links": []})",
+                             "n.json")
+                  .status()
+                  .message(),
+              HasSubstr("n.json: nodes[0].name: expected a string or a number, got array"));
+  EXPECT_THAT(ImportNodeLink(R"({"nodes": [{"id": 0, "backward": 1, "cost_cpu": 1, "cost_ram": 1}], "links": []})",
+                             "n.json")
+                  .status()
+                  .message(),
+              HasSubstr("n.json: nodes[0].backward"));
+
+  // MOCCASIN's random_layered shape, as LoadModel sees it.
+  absl::StatusOr<LoadedModel> m = LoadModel(HEADROOM_RANDOM_LAYERED_GRAPH);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->kind, ModelSourceKind::kNodeLinkFile);
+  EXPECT_EQ(m->graph->num_ops(), 19u);
+}
+
 // The Checkmate/MOCCASIN benchmark graphs in ../shared/data (optional).
 TEST(NodeLink, ImportsTheSharedCheckmateSamples) {
   const std::filesystem::path dir(HEADROOM_SHARED_DATA_DIR);
