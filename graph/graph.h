@@ -81,6 +81,13 @@ absl::StatusOr<TensorRole> ParseTensorRole(std::string_view name);
 inline constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 40;  // 1 TiB
 inline constexpr size_t kMaxGraphTensors = size_t{1} << 21;
 inline constexpr size_t kMaxGraphOps = size_t{1} << 21;
+// Op::measured_cost is finite, non-negative and at most this, in any unit:
+// 1e30 is past any physical measure of one op (a frontier model's whole
+// training run is ~1e26 FLOPs), and it keeps every sum of costs a plan forms
+// (at most 2^21 ops, each replayed at most 2^21 times) near 1e43, far from
+// overflowing a double. The LP solvers see costs divided by the largest
+// (Note [Remat cost scale] in planner/remat_lp.cc), so their size is no concern.
+inline constexpr double kMaxMeasuredCost = 1e30;
 
 using TensorId = int32_t;
 using OpId = int32_t;

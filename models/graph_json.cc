@@ -129,6 +129,11 @@ absl::StatusOr<Op> ReadOp(const json& o, const JsonPath& path, size_t index, siz
   HEADROOM_RETURN_IF_ERROR(ReadOptional(o, "forward_of", path, AsIndex, op.forward_of));
   HEADROOM_RETURN_IF_ERROR(ReadOptional(o, "recompute", path, AsBool, op.recompute));
   HEADROOM_RETURN_IF_ERROR(ReadOptional(o, "measured_cost", path, AsNumber, op.measured_cost));
+  if (!(op.measured_cost >= 0) || !(op.measured_cost <= kMaxMeasuredCost)) {
+    return (path / "measured_cost")
+        .Error(absl::StrFormat("%g (op '%s') is not a cost: it must be between 0 and %g", op.measured_cost, op.name,
+                               kMaxMeasuredCost));
+  }
   HEADROOM_RETURN_IF_ERROR(ReadOptional(o, "attention_core", path, AsBool, op.attention_core));
   if (op.forward_of != kNone && static_cast<size_t>(op.forward_of) >= num_ops) {
     return (path / "forward_of").Error(absl::StrFormat("op id %d out of range", op.forward_of));

@@ -1,6 +1,7 @@
 #include "planner/remat_lp.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -73,6 +74,23 @@ namespace {
 // stage, since every later reader reads a newer replay.
 
 constexpr double kInf = 1e30;
+
+// Note [Remat cost scale]
+// CLP asserts that every objective coefficient is below 1e25 (ClpSimplex.cpp)
+// and its tolerances are absolute (1e-7), while costs come in any unit: a
+// node-link graph's profiled cost_cpu up to kMaxMeasuredCost (graph/graph.h),
+// roofline seconds near 1e-6. So the LPs and the MILP see each cost divided
+// by the power of two just above the largest: coefficients in [0, 1), the
+// largest at least 1/2, and the division and the scaling back of objectives
+// and bounds exact.
+double CostScale(const Model& m) {
+  double largest = 0;
+  for (double c : m.cost) largest = std::max(largest, c);
+  if (!(largest > 0)) return 1.0;
+  int exponent = 0;
+  std::frexp(largest, &exponent);  // largest = f * 2^exponent, f in [1/2, 1)
+  return std::ldexp(1.0, exponent);
+}
 
 double Seconds(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
@@ -150,6 +168,7 @@ bool BuildCheckmate(const Model& m, uint64_t budget, bool integer, LpBuilder& b,
   const double capacity = 1.0;
   auto mem = [&](int32_t op) { return static_cast<double>(m.bytes[static_cast<size_t>(op)]) / scale; };
   const std::vector<int32_t> reach = ReachLast(m);
+  const double cost_scale = CostScale(m);  // Note [Remat cost scale]
 
   cols.r.assign(n, {});
   cols.s.assign(n, {});
@@ -158,7 +177,7 @@ bool BuildCheckmate(const Model& m, uint64_t budget, bool integer, LpBuilder& b,
     cols.s[t].assign(t, -1);
     for (size_t k = 0; k < t; ++k) {
       if (m.recomputable[k] && static_cast<int32_t>(t) <= reach[k]) {
-        cols.r[t][k] = b.AddCol(0, 1, m.cost[k], integer);
+        cols.r[t][k] = b.AddCol(0, 1, m.cost[k] / cost_scale, integer);
       }
       if (static_cast<int32_t>(t) <= reach[k]) cols.s[t][k] = b.AddCol(0, 1, 0, integer);
     }
@@ -320,7 +339,7 @@ absl::StatusOr<MilpOutcome> SolveCheckmateMilp(const Model& model, uint64_t budg
   out.proven_optimal = cbc.isProvenOptimal();
   out.proven_infeasible = cbc.isProvenInfeasible();
   out.hit_time_limit = cbc.isSecondsLimitReached();
-  out.best_bound = std::max(0.0, cbc.getBestPossibleObjValue());
+  out.best_bound = std::max(0.0, cbc.getBestPossibleObjValue()) * CostScale(model);
   if (const double* x = cbc.bestSolution(); x != nullptr && cbc.getSolutionCount() > 0) {
     out.has_solution = true;
     out.steps = DecodeCheckmate(model, cols, x);
@@ -351,7 +370,7 @@ absl::StatusOr<LpOutcome> SolveCheckmateLp(const Model& model, uint64_t budget, 
   out.status = SolveLp(b, time_limit_s, lp);
   out.seconds = Seconds(start);
   if (out.status != LpOutcome::Status::kOptimal) return out;
-  out.objective = lp.objectiveValue();
+  out.objective = lp.objectiveValue() * CostScale(model);
   const double* x = lp.getColSolution();
   for (size_t t = 0; t + 1 < n; ++t) {
     for (size_t i = 0; i <= t; ++i) {
@@ -397,6 +416,7 @@ absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, doub
     return out;
   }
   const double scale = static_cast<double>(budget);
+  const double cost_scale = CostScale(model);  // Note [Remat cost scale]
   const std::vector<int32_t> reach = ReachLast(model);
   const size_t num_values = model.value_producer.size();
   // The last stage at which a copy of each value can be live.
@@ -438,7 +458,9 @@ absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, doub
   for (size_t t = 0; t < n; ++t) {
     r[t].assign(t, -1);
     for (size_t k = 0; k < t; ++k) {
-      if (model.recomputable[k] && static_cast<int32_t>(t) <= reach[k]) r[t][k] = b.AddCol(0, 1, model.cost[k], false);
+      if (model.recomputable[k] && static_cast<int32_t>(t) <= reach[k]) {
+        r[t][k] = b.AddCol(0, 1, model.cost[k] / cost_scale, false);
+      }
     }
   }
   auto R = [&](int32_t t, int32_t k) {
@@ -482,7 +504,7 @@ absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, doub
   out.status = SolveLp(b, time_limit_s, lp);
   out.seconds = Seconds(start);
   if (out.status != LpOutcome::Status::kOptimal) return out;
-  out.objective = std::max(0.0, lp.objectiveValue());
+  out.objective = std::max(0.0, lp.objectiveValue()) * cost_scale;
   const double* x = lp.getColSolution();
   // Carry of op i from stage t to t + 1: the part of its values live at op
   // t + 1 not replayed in stage t + 1 (the largest over its values); an op

@@ -225,6 +225,34 @@ TEST(PlanCli, RandomLayeredDagPlansWithEveryStrategy) {
   }
 }
 
+// cost_cpu in any unit up to 1e30 plans (the LP sees costs scaled to 1, Note
+// [Remat cost scale] in planner/remat_lp.cc; CLP asserts on 1e25 unscaled);
+// beyond that, or negative, it is refused in one line naming the node.
+TEST(PlanCli, NodeLinkCostsAreScaledOrRefused) {
+  // The random_layered DAG with node 2's cost_cpu replaced.
+  auto dag = [](const std::string& name, const std::string& cost) {
+    std::ifstream in(RandomLayeredDag());
+    nlohmann::json graph = nlohmann::json::parse(in);
+    graph["nodes"][2]["cost_cpu"] = nlohmann::json::parse(cost);
+    return WriteTempFile(name, graph.dump());
+  };
+  for (const char* cost : {"1e25", "1e29"}) {
+    const std::string graph = dag(std::string("cost") + cost + ".nx.json", cost);
+    ExpectFits({"plan", "--model", graph, "--budget", "80%", "--json", "--strategy", "optimal"});
+    auto r = RunHeadroom({"plan", "--model", graph, "--budget", "80%", "--compare"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, Not(HasSubstr("nan")));
+  }
+  for (const auto& [cost, message] : {std::pair<std::string, std::string>{"1e308", "1e+308 (node '2') is not a cost"},
+                                      {"-4", "-4 (node '2') is not a cost"}}) {
+    const std::string graph = dag("bad_cost.nx.json", cost);
+    auto r = RunHeadroom({"plan", "--model", graph, "--budget", "80%"});
+    EXPECT_EQ(r.exit_code, 2) << cost;
+    EXPECT_THAT(r.err, HasSubstr(graph + ": nodes[2].cost_cpu: " + message));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
 TEST(PlanCli, BadInputIsOneLineNamingIt) {
   struct Case {
     std::vector<std::string> args;

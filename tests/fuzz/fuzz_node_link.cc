@@ -1,5 +1,5 @@
 // Any byte string given to the node-link importer yields a valid graph with
-// one op per node, or an error.
+// one op per node, each with a cost the planner can price, or an error.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -13,6 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!graph->Validate().ok()) __builtin_trap();
   for (const headroom::Op& op : graph->ops()) {
     if (op.outputs.size() != 1) __builtin_trap();
+    if (!(op.measured_cost >= 0 && op.measured_cost <= headroom::kMaxMeasuredCost)) __builtin_trap();
   }
   return 0;
 }

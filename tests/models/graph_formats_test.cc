@@ -230,6 +230,32 @@ TEST(NodeLink, ImportsADagWithNumbersForNamesAndNoBackward) {
   EXPECT_EQ(m->graph->num_ops(), 19u);
 }
 
+// Costs the planner can price: finite, non-negative, at most kMaxMeasuredCost
+// (graph/graph.h); the error names the node.
+TEST(NodeLink, RefusesCostsThatAreNotCosts) {
+  auto error_for = [](const std::string& cost) {
+    return std::string(ImportNodeLink(R"({"nodes": [{"id": 0, "name": "a", "cost_cpu": 1, "cost_ram": 1},
+                                                     {"id": 1, "name": "conv2", "cost_cpu": )" +
+                                          cost + R"(, "cost_ram": 1}], "links": []})",
+                                      "g.json")
+                           .status()
+                           .message());
+  };
+  EXPECT_THAT(error_for("-1"), HasSubstr("g.json: nodes[1].cost_cpu: -1 (node 'conv2') is not a cost"));
+  EXPECT_THAT(error_for("1e308"), HasSubstr("g.json: nodes[1].cost_cpu: 1e+308 (node 'conv2') is not a cost: it "
+                                            "must be between 0 and 1e+30"));
+  EXPECT_THAT(error_for("1e400"), HasSubstr("g.json: not valid JSON: [json.exception.out_of_range.406] number "
+                                            "overflow parsing '1e400'"));
+  EXPECT_TRUE(ImportNodeLink(R"({"nodes": [{"id": 0, "cost_cpu": 1e25, "cost_ram": 1}], "links": []})", "g.json").ok());
+  EXPECT_THAT(LoadGraphJson(R"({"headroom_graph_version": 1, "name": "g", "tensors": [],
+                                "ops": [{"kind": "k", "name": "big", "inputs": [], "outputs": [],
+                                         "measured_cost": 1e31}]})",
+                            "g.json")
+                  .status()
+                  .message(),
+              HasSubstr("g.json: ops[0].measured_cost: 1e+31 (op 'big') is not a cost"));
+}
+
 // The Checkmate/MOCCASIN benchmark graphs in ../shared/data (optional).
 TEST(NodeLink, ImportsTheSharedCheckmateSamples) {
   const std::filesystem::path dir(HEADROOM_SHARED_DATA_DIR);
