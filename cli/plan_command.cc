@@ -24,6 +24,7 @@
 #include "common/units.h"
 #include "estimators/plan_input.h"
 #include "hardware/gpu_catalog.h"
+#include "models/model_config.h"
 #include "models/model_source.h"
 #include "planner/arena_layout.h"
 #include "planner/plan_json.h"
@@ -310,7 +311,9 @@ absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
   HEADROOM_ASSIGN_OR_RETURN(auto budget, ResolveBudget(flags, in, machine, store_all, strategy));
   const PlanProblem problem = in.Problem(budget.first);
 
-  PlanReport report{.model = flags.model, .input = &in, .budget = budget.first,
+  PlanReport report{.model = flags.model,
+                    .model_class = model.config ? ArchitectureChoice(*model.config) : "",
+                    .input = &in, .budget = budget.first,
                     .budget_source = std::move(budget.second), .store_all = store_all};
   if (flags.compare) {
     report.strategies = AllStrategies();

@@ -191,22 +191,108 @@ constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] =
     {"mlp", "MlpChain"},
 };
 
-absl::StatusOr<std::string> ArchitectureOf(const json& doc, const JsonPath& path) {
+// model_type names transformers reads as another's: RWConfig's, the remote code Falcon was first published with
+// (tiiuae/falcon-7b's first config.json says "RefinedWebModel", falcon-40b's "RefinedWeb").
+constexpr std::pair<std::string_view, std::string_view> kModelTypeAliases[] = {
+    {"RefinedWebModel", "falcon"},
+    {"RefinedWeb", "falcon"},
+};
+
+bool IsModelled(std::string_view architecture) {
+  if (architecture == "resnet50" || architecture == "vgg16") return true;  // Note [CNN configs]
+  return std::any_of(std::begin(kArchitectures), std::end(kArchitectures),
+                     [&](const ArchitectureInfo& info) { return info.architecture == architecture; });
+}
+
+// The class model_type stands for, the way AutoConfig resolves it (aliases first); empty when none is modelled.
+std::string_view DefaultArchitecture(std::string_view type) {
+  for (const auto& [alias, canonical] : kModelTypeAliases) {
+    if (alias == type) type = canonical;
+  }
+  for (const auto& [model_type, architecture] : kDefaultArchitecture) {
+    if (model_type == type) return architecture;
+  }
+  return {};
+}
+
+// Names read from a config, each quoted for an error or a report line (common/quote.h).
+std::string JoinQuoted(const std::vector<std::string>& names) {
+  return absl::StrJoin(names, ", ", [](std::string* out, const std::string& name) { out->append(QuoteForError(name)); });
+}
+
+struct ResolvedArchitecture {
+  std::string name;
+  std::string from;  // ModelConfig::architecture_from
+};
+
+// Note [Choosing the architecture]
+// `architectures` lists the classes a checkpoint was saved with, in whatever order the saving code wrote them
+// (facebook/bart-large: BartModel, then BartForConditionalGeneration), and may name remote code
+// (tiiuae/falcon-7b's first config: RWForCausalLM, model_type RefinedWebModel), while transformers' Auto classes
+// build from model_type alone. So the first entry Headroom models is taken; where none is, model_type resolves
+// to its family's main class, as AutoModelForCausalLM would, older names included (kModelTypeAliases). Whenever
+// the class is not architectures[0], the config says how it was chosen (architecture_from) and the reports
+// print it, since the estimate is of that class.
+absl::StatusOr<ResolvedArchitecture> ArchitectureOf(const json& doc, const JsonPath& path) {
+  std::string type;
+  if (Present(doc, "model_type")) {
+    HEADROOM_ASSIGN_OR_RETURN(type, RequireString(doc, "model_type", path));
+  }
   if (Present(doc, "architectures")) {
     const json& list = doc["architectures"];
     if (!list.is_array() || list.empty()) {
       return (path / "architectures").Error("expected a non-empty array of class names");
     }
-    return AsString(list[0], path / "architectures" / 0);
-  }
-  if (Present(doc, "model_type")) {
-    HEADROOM_ASSIGN_OR_RETURN(std::string type, RequireString(doc, "model_type", path));
-    for (const auto& [model_type, architecture] : kDefaultArchitecture) {
-      if (model_type == type) return std::string(architecture);
+    std::vector<std::string> seen;
+    for (size_t i = 0; i < list.size(); ++i) {
+      HEADROOM_ASSIGN_OR_RETURN(std::string name, AsString(list[i], path / "architectures" / i));
+      if (IsModelled(name)) {
+        if (i == 0) return ResolvedArchitecture{.name = std::move(name)};
+        return ResolvedArchitecture{
+            .name = name,
+            .from = absl::StrFormat("architectures[%d], the first entry Headroom models (not %s)", i,
+                                    JoinQuoted(seen))};
+      }
+      seen.push_back(std::move(name));
     }
-    return (path / "model_type")
-        .Error(absl::StrFormat("unsupported model_type %s; supported architectures: %s", QuoteForError(type),
+    if (std::string_view main = DefaultArchitecture(type); !main.empty()) {
+      return ResolvedArchitecture{
+          .name = std::string(main),
+          .from = absl::StrFormat("model_type %s, as transformers' Auto classes resolve it (%s not modelled)",
+                                  QuoteForError(type), JoinQuoted(seen))};
+    }
+    if (std::find(seen.begin(), seen.end(), "Llama4ForConditionalGeneration") != seen.end()) {
+      return (path / "architectures" / 0)
+          .Error("Llama4ForConditionalGeneration: the vision tower is not modelled; give its text_config as a config "
+                 "of its own with \"architectures\": [\"Llama4ForCausalLM\"] (the preset llama-4-scout-17b-16e is "
+                 "Scout's)");
+    }
+    if (seen.size() == 1) {
+      return (path / "architectures" / 0)
+          .Error(absl::StrFormat("unsupported architecture %s; supported: %s", QuoteForError(seen[0]),
+                                 absl::StrJoin(SupportedArchitectures(), ", ")));
+    }
+    return (path / "architectures")
+        .Error(absl::StrFormat("none of %s is supported%s; supported: %s", JoinQuoted(seen),
+                               type.empty() ? "" : absl::StrFormat(", nor model_type %s", QuoteForError(type)),
                                absl::StrJoin(SupportedArchitectures(), ", ")));
+  }
+  if (!type.empty()) {
+    std::string_view main = DefaultArchitecture(type);
+    if (main.empty()) {
+      return (path / "model_type")
+          .Error(absl::StrFormat("unsupported model_type %s; supported architectures: %s", QuoteForError(type),
+                                 absl::StrJoin(SupportedArchitectures(), ", ")));
+    }
+    // model_type alone names its class as it always has; only an older name is worth saying.
+    ResolvedArchitecture resolved{.name = std::string(main)};
+    for (const auto& [alias, canonical] : kModelTypeAliases) {
+      if (alias == type) {
+        resolved.from =
+            absl::StrFormat("model_type %s, which transformers reads as '%s'", QuoteForError(type), canonical);
+      }
+    }
+    return resolved;
   }
   return path.Error("field 'architectures' (or 'model_type') is required");
 }
@@ -842,7 +928,16 @@ absl::Status ParseOpt(const json& doc, const JsonPath& path, ModelConfig& c) {
 // attention and MLP in parallel from one norm (ln_attn and ln_mlp under the new architecture) or in sequence; a
 // GELU MLP of ffn_hidden_size; biases on every Linear when `bias`; the lm_head tied to the embeddings.
 absl::Status ParseFalcon(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseCoreDims(doc, path, {}, c));
+  // RWConfig, the remote code Falcon was first published with, names its sizes n_embed, n_layer, n_head and
+  // n_head_kv; FalconConfig still takes n_embed, and transformers' converter renames the others.
+  auto named = [&](std::string_view key, std::string_view rw_key) {
+    return Present(doc, key) || !Present(doc, rw_key) ? key : rw_key;
+  };
+  HEADROOM_RETURN_IF_ERROR(ParseCoreDims(doc, path,
+                                         {.hidden = named("hidden_size", "n_embed"),
+                                          .layers = named("num_hidden_layers", "n_layer"),
+                                          .heads = named("num_attention_heads", "n_head")},
+                                         c));
   HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size,
                             OptionalPositiveInt(doc, "ffn_hidden_size", path, 4 * c.hidden_size));
   HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings,
@@ -863,7 +958,8 @@ absl::Status ParseFalcon(const json& doc, const JsonPath& path, ModelConfig& c) 
   }
   if (new_architecture) {
     // FalconAttention: num_kv_heads groups, each of num_attention_heads / num_kv_heads queries, a key and a value.
-    HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads, OptionalPositiveInt(doc, "num_kv_heads", path, c.num_heads));
+    HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads,
+                              OptionalPositiveInt(doc, named("num_kv_heads", "n_head_kv"), path, c.num_heads));
     if (!c.parallel_residual) {
       // FalconDecoderLayer reads ln_attn (or mlp_layernorm_out) that only the parallel layout defines.
       return (path / "parallel_attn").Error("false with new_decoder_architecture: transformers builds no such layer");
@@ -1539,10 +1635,12 @@ absl::StatusOr<ModelConfig> ParseDocument(const json& doc, const JsonPath& path,
   if (!doc.is_object()) {
     return path.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
   }
-  HEADROOM_ASSIGN_OR_RETURN(std::string architecture, ArchitectureOf(doc, path));
+  HEADROOM_ASSIGN_OR_RETURN(ResolvedArchitecture resolved, ArchitectureOf(doc, path));
+  const std::string& architecture = resolved.name;
   if (absl::StatusOr<ModelConfig> cnn = CnnConfig(architecture); cnn.ok()) {
     // Note [CNN configs].
     cnn->origin = std::string(origin);
+    cnn->architecture_from = resolved.from;
     HEADROOM_RETURN_IF_ERROR(ParseCnnSizes(doc, path, *cnn));
     return cnn;
   }
@@ -1550,20 +1648,13 @@ absl::StatusOr<ModelConfig> ParseDocument(const json& doc, const JsonPath& path,
   for (const ArchitectureInfo& candidate : kArchitectures) {
     if (candidate.architecture == architecture) info = &candidate;
   }
-  if (info == nullptr && architecture == "Llama4ForConditionalGeneration") {
-    return (path / "architectures" / 0)
-        .Error("Llama4ForConditionalGeneration: the vision tower is not modelled; give its text_config as a config "
-               "of its own with \"architectures\": [\"Llama4ForCausalLM\"] (the preset llama-4-scout-17b-16e is "
-               "Scout's)");
-  }
   if (info == nullptr) {
-    return (path / "architectures" / 0)
-        .Error(absl::StrFormat("unsupported architecture %s; supported: %s", QuoteForError(architecture),
-                               absl::StrJoin(SupportedArchitectures(), ", ")));
+    return absl::InternalError(absl::StrFormat("%s resolved but not modelled", QuoteForError(architecture)));
   }
   ModelConfig c;
   c.origin = std::string(origin);
   c.architecture = architecture;
+  c.architecture_from = resolved.from;
   c.model_type = std::string(info->model_type);
   c.family = info->family;
   c.encoder_head = info->head;
@@ -1632,6 +1723,11 @@ absl::StatusOr<ModelConfig> ParseDocument(const json& doc, const JsonPath& path,
 }
 
 }  // namespace
+
+std::string ArchitectureChoice(const ModelConfig& config) {
+  if (config.architecture_from.empty()) return "";
+  return absl::StrFormat("%s, from %s", config.architecture, config.architecture_from);
+}
 
 absl::StatusOr<ModelConfig> CnnConfig(std::string_view name) {
   if (name != "resnet50" && name != "vgg16") {

@@ -91,6 +91,9 @@ absl::StatusOr<EncoderHead> ParseEncoderHead(std::string_view name);
 struct ModelConfig {
   std::string origin;        // where it came from ("preset llama-3-8b", a path)
   std::string architecture;  // "LlamaForCausalLM", "BertModel", "resnet50", "MlpChain"
+  // How `architecture` was chosen when the config does not name it first, in words ("architectures[1], ...",
+  // "model_type 'RefinedWebModel', ..."); empty otherwise (Note [Choosing the architecture] in the .cc).
+  std::string architecture_from;
   std::string model_type;    // HF model_type: "llama", "gpt2", "bert", ...; "cnn", "mlp"
   ModelFamily family = ModelFamily::kDecoder;
   DType torch_dtype = DType::kF32;  // the dtype the checkpoint is stored in
@@ -276,7 +279,9 @@ struct ConfigFieldNames {
 ConfigFieldNames FieldNamesOf(const ModelConfig& config);
 
 // Parses a Hugging Face config.json (or the MlpChain form above). The
-// architecture comes from `architectures[0]`, falling back to `model_type`.
+// architecture is the first entry of `architectures` that Headroom models,
+// else `model_type`'s main class (RefinedWeb and RefinedWebModel are Falcon);
+// architecture_from says which when it is not `architectures[0]`.
 // Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
 // Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM, Llama4ForCausalLM (a Llama 4 config's
@@ -291,6 +296,11 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& config);
 // in_channels optional). Unknown
 // architectures are an InvalidArgument error listing the supported ones.
 absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::string_view origin);
+
+// "BartForConditionalGeneration, from architectures[1], ..." when the config
+// did not name its class first (architecture_from), else empty: the line the
+// reports print so that the class estimated is never a guess.
+std::string ArchitectureChoice(const ModelConfig& config);
 
 // The torchvision CNNs by name: "resnet50", "vgg16" (num_classes 1000,
 // 224x224x3 images). NotFound for other names.

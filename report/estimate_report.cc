@@ -68,6 +68,9 @@ void WriteHeader(const EstimateReport& r, std::ostream& out) {
     out << ", " << Params(e.trainable_parameters) << " trainable";
   }
   out << ")\n";
+  if (model.config && !model.config->architecture_from.empty()) {
+    out << "class:  " << ArchitectureChoice(*model.config) << "\n";
+  }
   if (model.config) {
     out << "setup:  " << SetupLine(job, e) << "\n";
   } else {
@@ -257,6 +260,9 @@ nlohmann::json EstimateJson(const EstimateReport& r) {
   j["schema_version"] = 1;
   j["model"] = {{"name", r.model->name}, {"architecture", Architecture(*r.model)}, {"parameters", e.parameters},
                 {"trainable_parameters", e.trainable_parameters}};
+  if (r.model->config && !r.model->config->architecture_from.empty()) {
+    j["model"]["architecture_from"] = r.model->config->architecture_from;
+  }
   j["setup"] = {{"training", job.training}, {"precision", PrecisionName(job.precision)},
                 {"optimizer", OptimizerName(job.optimizer)},
                 {"optimizer_impl", OptimizerImplName(job.optimizer_impl)},

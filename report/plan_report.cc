@@ -52,6 +52,7 @@ nlohmann::json RegionsJson(const Graph& step, const std::vector<CheckpointRegion
 std::string Header(const PlanReport& r) {
   const PlanInput& in = *r.input;
   std::string out = absl::StrFormat("Plan for %s: %d ops, costs from %s\n", r.model, in.step.num_ops(), in.cost_source);
+  if (!r.model_class.empty()) absl::StrAppend(&out, "class:       ", r.model_class, "\n");
   absl::StrAppend(&out, absl::StrFormat("budget:      %s for planned tensors (%s)\n", FormatBytes(r.budget),
                                         r.budget_source));
   if (in.fixed.total() > 0) {
@@ -203,6 +204,7 @@ nlohmann::json PlanJson(const PlanReport& r) {
           {"pipeline", {{"stage", in.pipeline_stage}, {"in_flight", in.in_flight}}},
           {"store_all", EvaluationJson(r.store_all)},
           {"plans", std::move(plans)}};
+  if (!r.model_class.empty()) out["model_class"] = r.model_class;
   if (r.arena) {
     out["arena"] = {{"bytes", r.arena->arena_bytes},
                     {"lower_bound_bytes", r.arena->lower_bound_bytes},

@@ -23,6 +23,7 @@ namespace headroom {
 
 struct PlanReport {
   std::string model;
+  std::string model_class;  // ArchitectureChoice (models/model_config.h): empty unless the class was resolved
   const PlanInput* input = nullptr;
   uint64_t budget = 0;
   std::string budget_source;  // how the budget was set, in words

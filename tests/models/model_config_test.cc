@@ -1,6 +1,9 @@
 #include "models/model_config.h"
 
+#include <string>
+
 #include "gmock/gmock.h"
+#include "models/builders.h"
 #include "models/model_source.h"
 #include "gtest/gtest.h"
 
@@ -48,6 +51,73 @@ TEST(ParseHfConfig, ModelTypeAloneSelectsTheMainClass) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->architecture, "BertModel");
   EXPECT_TRUE(c->encoder_pooler);
+}
+
+// Note [Choosing the architecture]: config.json files as people have them.
+absl::StatusOr<ModelConfig> TestConfig(const std::string& file) {
+  absl::StatusOr<LoadedModel> m = LoadModel(std::string(HEADROOM_SOURCE_DIR) + "/tests/models/testdata/" + file);
+  if (!m.ok()) return m.status();
+  return *m->config;
+}
+
+uint64_t Parameters(const ModelConfig& c) {
+  absl::StatusOr<Graph> g = BuildModelGraph(c, {.batch = 1, .seq_len = 8});
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? g->ParameterCount() : 0;
+}
+
+// tiiuae/falcon-7b as first published: remote code (RWForCausalLM), model_type RefinedWebModel and RWConfig's
+// n_layer and n_head. transformers loads it as Falcon, and so does Headroom, saying so; it is the falcon-7b preset.
+TEST(ParseHfConfig, FirstPublishedFalconConfigIsFalcon) {
+  absl::StatusOr<ModelConfig> c = TestConfig("falcon-7b-refinedweb.config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "FalconForCausalLM");
+  EXPECT_EQ(c->model_type, "falcon");
+  EXPECT_THAT(c->architecture_from, HasSubstr("model_type 'RefinedWebModel'"));
+  EXPECT_THAT(c->architecture_from, HasSubstr("RWForCausalLM not modelled"));
+  EXPECT_EQ(c->hidden_size, 4544);
+  EXPECT_EQ(c->num_layers, 32);
+  EXPECT_EQ(c->num_heads, 71);
+  EXPECT_EQ(c->num_kv_heads, 1);  // multi_query
+  EXPECT_TRUE(c->parallel_residual);
+  EXPECT_FALSE(c->qkv_bias);
+  absl::StatusOr<ModelConfig> preset = LoadPresetConfig("falcon-7b");
+  ASSERT_TRUE(preset.ok());
+  EXPECT_TRUE(preset->architecture_from.empty());
+  EXPECT_EQ(Parameters(*c), Parameters(*preset));
+
+  // RWConfig's n_embed for hidden_size, and falcon-40b's RefinedWeb with n_head_kv, without architectures.
+  absl::StatusOr<ModelConfig> rw40 = ParseHfConfig(
+      R"({"model_type": "RefinedWeb", "vocab_size": 65024, "n_embed": 8192, "n_layer": 60, "n_head": 128,
+          "n_head_kv": 8, "new_decoder_architecture": true, "parallel_attn": true, "bias": false})",
+      "falcon-40b.json");
+  ASSERT_TRUE(rw40.ok()) << rw40.status();
+  EXPECT_EQ(rw40->architecture, "FalconForCausalLM");
+  EXPECT_EQ(rw40->architecture_from, "model_type 'RefinedWeb', which transformers reads as 'falcon'");
+  EXPECT_EQ(rw40->hidden_size, 8192);
+  EXPECT_EQ(rw40->num_kv_heads, 8);
+}
+
+// facebook/bart-large lists BartModel (not modelled) before BartForConditionalGeneration: the first entry
+// modelled is taken and named; it is the bart-large preset.
+TEST(ParseHfConfig, TakesTheFirstArchitectureModelled) {
+  absl::StatusOr<ModelConfig> c = TestConfig("bart-large.config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "BartForConditionalGeneration");
+  EXPECT_EQ(ArchitectureChoice(*c),
+            "BartForConditionalGeneration, from architectures[1], the first entry Headroom models (not BartModel)");
+  absl::StatusOr<ModelConfig> preset = LoadPresetConfig("bart-large");
+  ASSERT_TRUE(preset.ok());
+  EXPECT_EQ(ArchitectureChoice(*preset), "");
+  EXPECT_EQ(Parameters(*c), Parameters(*preset));
+
+  // None modelled, and no model_type to fall back on: every entry seen is named, with the file.
+  EXPECT_THAT(ParseHfConfig(R"({"architectures": ["BartModel", "BartForQuestionAnswering"], "model_type": "mbart"})",
+                            "bart.json")
+                  .status()
+                  .message(),
+              HasSubstr("bart.json: architectures: none of BartModel, BartForQuestionAnswering is supported, nor "
+                        "model_type 'mbart'; supported: "));
 }
 
 TEST(ParseHfConfig, ErrorsNameTheField) {
