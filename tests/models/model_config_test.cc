@@ -74,7 +74,7 @@ TEST(ParseHfConfig, FirstPublishedFalconConfigIsFalcon) {
   EXPECT_EQ(c->architecture, "FalconForCausalLM");
   EXPECT_EQ(c->model_type, "falcon");
   EXPECT_THAT(c->architecture_from, HasSubstr("model_type 'RefinedWebModel'"));
-  EXPECT_THAT(c->architecture_from, HasSubstr("RWForCausalLM not modelled"));
+  EXPECT_THAT(c->architecture_from, HasSubstr("'RWForCausalLM' not modelled"));
   EXPECT_EQ(c->hidden_size, 4544);
   EXPECT_EQ(c->num_layers, 32);
   EXPECT_EQ(c->num_heads, 71);
@@ -105,7 +105,7 @@ TEST(ParseHfConfig, TakesTheFirstArchitectureModelled) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->architecture, "BartForConditionalGeneration");
   EXPECT_EQ(ArchitectureChoice(*c),
-            "BartForConditionalGeneration, from architectures[1], the first entry Headroom models (not BartModel)");
+            "BartForConditionalGeneration, from architectures[1], the first entry Headroom models (not 'BartModel')");
   absl::StatusOr<ModelConfig> preset = LoadPresetConfig("bart-large");
   ASSERT_TRUE(preset.ok());
   EXPECT_EQ(ArchitectureChoice(*preset), "");
@@ -116,8 +116,8 @@ TEST(ParseHfConfig, TakesTheFirstArchitectureModelled) {
                             "bart.json")
                   .status()
                   .message(),
-              HasSubstr("bart.json: architectures: none of BartModel, BartForQuestionAnswering is supported, nor "
-                        "model_type 'mbart'; supported: "));
+              HasSubstr("bart.json: architectures: none of 'BartModel', 'BartForQuestionAnswering' is supported, "
+                        "nor model_type 'mbart'; supported: "));
 }
 
 TEST(ParseHfConfig, ErrorsNameTheField) {
