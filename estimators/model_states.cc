@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -47,6 +48,20 @@ struct StageSums {
   std::map<std::string, uint64_t> modules;  // module name -> elements
   std::map<int, uint64_t> units;            // FSDP unit (layer, -1 root) -> elements
 };
+
+// An MoE expert parameter by its name: one of transformers 4's per-expert modules (".experts.<n>."), all of
+// which the graph holds, or transformers 5's stacked experts, which the graph holds at a rank's share (Note
+// [Expert parallelism in the graph] in models/builders/decoder.cc).
+enum class ExpertParameter : uint8_t { kNone, kPerExpertModule, kStacked };
+
+ExpertParameter ExpertParameterOf(std::string_view name) {
+  constexpr std::string_view kExperts = ".experts.";
+  const size_t at = name.find(kExperts);
+  if (at == std::string_view::npos) return ExpertParameter::kNone;
+  const size_t next = at + kExperts.size();
+  return next < name.size() && absl::ascii_isdigit(name[next]) ? ExpertParameter::kPerExpertModule
+                                                                 : ExpertParameter::kStacked;
+}
 
 }  // namespace
 
@@ -109,10 +124,10 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
       continue;
     }
     const uint64_t n = t.elements();
-    // The model's whole count: a rank's stacked experts stand for expert_parallel times as many (Note [Expert
-    // parallelism in the graph]).
-    const bool stacked_expert = t.name.find(".experts.") != std::string::npos && ParameterShare(t, layout) == 1.0;
-    model_parameters += stacked_expert ? n * static_cast<uint64_t>(layout.expert_parallel) : n;
+    // The model's whole count: a rank's stacked experts stand for expert_parallel times as many.
+    const ExpertParameter expert_kind = ExpertParameterOf(t.name);
+    model_parameters +=
+        expert_kind == ExpertParameter::kStacked ? n * static_cast<uint64_t>(layout.expert_parallel) : n;
     const bool quantized = IsQuantized(t.dtype);
     TensorStates s;
     s.weights = quantized || !IsFloatWeight(t.dtype) ? t.bytes() : DTypeBytes(precision.weight_dtype, n);
@@ -134,7 +149,7 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
     if (precision.fp8_weight_cache_bytes_per_param > 0 && feeds_linear[t.id] && t.shape.size() == 2) {
       s.fp8 = n * precision.fp8_weight_cache_bytes_per_param;
     }
-    const bool expert = t.name.find(".experts.") != std::string::npos;
+    const bool expert = expert_kind != ExpertParameter::kNone;
     const double share = ParameterShare(t, layout);
     double* into = expert ? stage.expert : stage.dense;
     const uint64_t parts[7] = {s.weights, s.master, s.grad, s.grad16, s.optimizer, s.fp8, s.ema};
@@ -257,12 +272,7 @@ absl::StatusOr<ModelStates> EstimateModelStates(const Graph& forward,
 }
 
 double ParameterShare(const Tensor& t, const ParallelLayout& layout) {
-  // transformers 4's per-expert modules (experts.<n>.) are all in the graph; transformers 5's stacked experts
-  // are built at this rank's share already (Note [Expert parallelism in the graph] in models/builders/decoder.cc).
-  const size_t at = t.name.find(".experts.");
-  const size_t next = at + std::string_view(".experts.").size();
-  const bool per_expert_module = at != std::string::npos && next < t.name.size() && absl::ascii_isdigit(t.name[next]);
-  return per_expert_module ? 1.0 / layout.expert_parallel : 1.0;
+  return ExpertParameterOf(t.name) == ExpertParameter::kPerExpertModule ? 1.0 / layout.expert_parallel : 1.0;
 }
 
 }  // namespace headroom
