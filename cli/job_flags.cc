@@ -156,6 +156,9 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
                  "RMSNorm: eager (Hugging Face) or fused (one kernel); default fused under --tp/--pp (Megatron)");
   app.add_option("--torch", f.torch_version, "PyTorch version that runs the step, e.g. 2.5 (default) or 1.13");
   app.add_option("--kernels", f.kernels, "cuda (default) or cpu: whose kernels run the ops (validation on a CPU)");
+  app.add_flag("--emulated-host", f.emulated_host,
+               "with --kernels cpu: offloaded tensors go to host memory kept apart from the ops' memory, as "
+               "headroom.plan(offload=True) does on a CPU to measure what a GPU would hold; plans may offload");
   app.add_option("--transformers", f.transformers_version,
                  "Hugging Face transformers version whose modeling code runs the model, e.g. 5.24 (default) or "
                  "4.46");
@@ -234,6 +237,10 @@ absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
     HEADROOM_ASSIGN_OR_RETURN(job.runtime, ForFlag("--torch", ParseTorchVersion(f.torch_version)));
   }
   HEADROOM_ASSIGN_OR_RETURN(job.runtime.kernels, ForFlag("--kernels", ParseKernels(f.kernels)));
+  if (f.emulated_host && job.runtime.kernels != Kernels::kCpu) {
+    return absl::InvalidArgumentError("--emulated-host: only with --kernels cpu (a GPU's host memory is apart already)");
+  }
+  job.runtime.emulated_host = f.emulated_host;
   if (!f.transformers_version.empty()) {
     HEADROOM_ASSIGN_OR_RETURN(job.runtime.transformers,
                               ForFlag("--transformers", ParseTransformersVersion(f.transformers_version)));

@@ -69,6 +69,7 @@ struct JobFlags {
   std::string rms_norm;  // empty: fused under Megatron layouts (--tp, --pp), else eager
   std::string torch_version;  // empty: the current 2.x line
   std::string kernels = "cuda";
+  bool emulated_host = false;
   std::string transformers_version;  // empty: TransformersVersion's default
 };
 

@@ -103,8 +103,9 @@ absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec
     for (const Op& op : in.step.ops()) in.op_cost.push_back(EstimateOpTime(op, *gpu, cost).seconds);
     in.cost_unit = "s";
     in.cost_source = absl::StrFormat("roofline on %s", gpu->name);
-    // With CPU kernels the device memory is host memory: there is nowhere to offload to.
-    if (job.runtime.kernels == Kernels::kCuda) {
+    // With CPU kernels the device memory is host memory: there is nowhere to
+    // offload to, unless host memory is kept apart (TorchRuntime::emulated_host).
+    if (job.runtime.kernels == Kernels::kCuda || job.runtime.emulated_host) {
       in.copy_bytes_per_cost = gpu->host_link.bandwidth_bytes_per_s * cost.host_link_efficiency;
     }
   }

@@ -69,6 +69,10 @@ struct TorchRuntime {
   int major = 2;
   int minor = 5;
   Kernels kernels = Kernels::kCuda;
+  // With CPU kernels: offloaded tensors go to host memory kept apart from
+  // the memory the ops use (headroom.plan(offload=True) on a CPU emulates a
+  // GPU's host memory so), so plans may offload. CUDA's always is.
+  bool emulated_host = false;
   // The transformers release running on it (Hugging Face models only).
   TransformersVersion transformers;
 

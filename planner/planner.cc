@@ -236,17 +236,22 @@ namespace {
 absl::StatusOr<PlanResult> PlanAndEvaluate(const PlanProblem& problem, const PlanProblem& one, Strategy strategy) {
   HEADROOM_ASSIGN_OR_RETURN(Planned planned, Plan(one, strategy));
   std::vector<CheckpointRegion> regions;
+  std::vector<HookedOffload> offloads;
   if (problem.runner == PlanRunner::kTorchSelectiveCheckpoint) {
     HEADROOM_ASSIGN_OR_RETURN(SelectiveCheckpoint realized,
                               RealizeSelectiveCheckpoint(*problem.step, planned.schedule));
     planned.schedule = std::move(realized.schedule);
     regions = std::move(realized.regions);
+    offloads = std::move(realized.offloads);
     absl::StrAppend(&planned.detail, absl::StrFormat("; as selective checkpointing of %d block(s)", regions.size()));
+    if (!offloads.empty()) {
+      absl::StrAppend(&planned.detail, absl::StrFormat(" and %d offload(s) by saved-tensor hooks", offloads.size()));
+    }
   }
   HEADROOM_ASSIGN_OR_RETURN(PlanEvaluation e, EvaluateSchedule(problem, planned.schedule));
   PlanResult result{.strategy = strategy, .schedule = std::move(planned.schedule), .evaluation = std::move(e),
                     .lower_bound_extra_cost = planned.lower_bound, .detail = std::move(planned.detail),
-                    .regions = std::move(regions)};
+                    .regions = std::move(regions), .offloads = std::move(offloads)};
   result.fits = result.evaluation.peak_bytes <= problem.budget;
   return result;
 }

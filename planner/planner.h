@@ -65,8 +65,10 @@ struct PlanResult {
   std::optional<double> lower_bound_extra_cost;
   std::string detail;  // what the strategy chose, in a few words ("4 segments")
   // With PlanRunner::kTorchSelectiveCheckpoint: the checkpointed regions and
-  // their policies, which `schedule` realizes.
+  // their policies, and the offloads saved-tensor hooks carry, which
+  // `schedule` realizes.
   std::vector<CheckpointRegion> regions;
+  std::vector<HookedOffload> offloads;
 };
 
 // Runs `strategy` and evaluates its schedule. Errors: an invalid problem

@@ -160,6 +160,114 @@ std::vector<OpId> FirstUnpacks(const Graph& step, const std::vector<int32_t>& re
   return first;
 }
 
+// Where the hooks carry the plan's offloads (Note [Offload through
+// saved-tensor hooks]): by op, the offloads complete right after it and the
+// prefetches issued right before it.
+struct OffloadPlacement {
+  std::vector<HookedOffload> offloads;
+  std::vector<std::vector<TensorId>> offload_after;
+  std::vector<std::vector<TensorId>> prefetch_before;
+};
+
+OffloadPlacement PlaceOffloads(const Graph& step, const Schedule& plan, const std::vector<CheckpointRegion>& regions) {
+  const size_t num_tensors = step.num_tensors();
+  OffloadPlacement out{.offload_after = std::vector<std::vector<TensorId>>(step.num_ops()),
+                       .prefetch_before = std::vector<std::vector<TensorId>>(step.num_ops())};
+  // The plan's offloads, and the op each prefetch is issued before.
+  std::vector<TensorId> offloaded;
+  std::vector<OpId> planned_prefetch(num_tensors, kNone);
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const ScheduleEntry& e = plan.entries[i];
+    if (e.action == ScheduleAction::kOffload &&
+        std::find(offloaded.begin(), offloaded.end(), e.target) == offloaded.end()) {
+      offloaded.push_back(e.target);
+    }
+    if (e.action != ScheduleAction::kPrefetch || planned_prefetch[static_cast<size_t>(e.target)] != kNone) continue;
+    for (size_t j = i + 1; j < plan.entries.size(); ++j) {
+      if (plan.entries[j].action != ScheduleAction::kCompute) continue;
+      planned_prefetch[static_cast<size_t>(e.target)] = plan.entries[j].target;
+      break;
+    }
+  }
+  if (offloaded.empty()) return out;
+  std::vector<bool> in_region(step.num_ops(), false);
+  for (const CheckpointRegion& r : regions) {
+    for (OpId o = r.first; o <= r.last; ++o) in_region[static_cast<size_t>(o)] = true;
+  }
+  // By storage: the forward ops outside the regions that save it, and
+  // whether only such ops do (the hooks see it whenever it is saved).
+  std::vector<std::vector<OpId>> savers(num_tensors);
+  std::vector<bool> hooked(num_tensors, true);
+  for (const Op& op : step.ops()) {
+    for (TensorId s : op.saved) {
+      const auto st = static_cast<size_t>(step.storage(s));
+      if (op.phase != Phase::kForward || in_region[static_cast<size_t>(op.id)]) {
+        hooked[st] = false;
+      } else if (savers[st].empty() || savers[st].back() != op.id) {
+        savers[st].push_back(op.id);
+      }
+    }
+  }
+  std::vector<OpId> backward_start(step.num_ops(), kNone);  // by forward op: where backward unpacks what it saved
+  for (const Op& op : step.ops()) {
+    if (op.phase != Phase::kBackward || op.forward_of == kNone) continue;
+    OpId& start = backward_start[static_cast<size_t>(op.forward_of)];
+    if (start == kNone) start = op.id;
+  }
+  std::vector<OpId> first_unpack(num_tensors, kNone);
+  std::vector<std::pair<OpId, TensorId>> unpack_events;  // (first unpack, storage), ascending
+  for (size_t st = 0; st < num_tensors; ++st) {
+    if (!hooked[st]) continue;
+    for (OpId saver : savers[st]) {
+      const OpId start = backward_start[static_cast<size_t>(saver)];
+      if (start != kNone && (first_unpack[st] == kNone || start < first_unpack[st])) first_unpack[st] = start;
+    }
+    if (first_unpack[st] != kNone) unpack_events.emplace_back(first_unpack[st], static_cast<TensorId>(st));
+  }
+  std::sort(unpack_events.begin(), unpack_events.end());
+  // By storage: its last reader before backward, and whether anything but
+  // autograd's unpacking reads it later or a region holds it.
+  std::vector<OpId> last_forward_use(num_tensors, kNone);
+  std::vector<bool> carried(num_tensors, true);
+  for (const Op& op : step.ops()) {
+    const auto o = static_cast<size_t>(op.id);
+    for (TensorId in : op.inputs) {
+      const auto st = static_cast<size_t>(step.storage(in));
+      if (IsForwardPhase(op.phase)) {
+        last_forward_use[st] = op.id;
+        if (in_region[o]) carried[st] = false;
+      } else if (op.phase != Phase::kBackward || op.forward_of == kNone ||
+                 std::find(savers[st].begin(), savers[st].end(), op.forward_of) == savers[st].end()) {
+        carried[st] = false;
+      }
+    }
+    for (TensorId t : op.outputs) {
+      const auto st = static_cast<size_t>(step.storage(t));
+      if (in_region[o]) carried[st] = false;
+      if (IsForwardPhase(op.phase)) last_forward_use[st] = op.id;
+    }
+  }
+  for (TensorId t : offloaded) {
+    const auto st = static_cast<size_t>(t);
+    if (step.storage(t) != t || !hooked[st] || !carried[st] || first_unpack[st] == kNone ||
+        last_forward_use[st] == kNone) {
+      continue;
+    }
+    HookedOffload offload{.tensor = t};
+    OpId back_at = first_unpack[st];
+    const OpId wanted = planned_prefetch[st] == kNone ? back_at : planned_prefetch[st];
+    auto event = std::lower_bound(unpack_events.begin(), unpack_events.end(), std::make_pair(wanted, TensorId{0}));
+    if (event != unpack_events.end() && event->first < back_at) {
+      back_at = event->first;
+      offload.prefetch_on_unpack_of = event->second;
+    }
+    out.offload_after[static_cast<size_t>(last_forward_use[st])].push_back(t);
+    out.prefetch_before[static_cast<size_t>(back_at)].push_back(t);
+    out.offloads.push_back(offload);
+  }
+  return out;
+}
+
 }  // namespace
 
 bool IsRandomKind(std::string_view kind) {
@@ -178,7 +286,7 @@ namespace {
 // `candidates` (contiguous runs of forward ops, in program order) are the
 // regions that may be checkpointed; only those with a replay are.
 absl::StatusOr<SelectiveCheckpoint> Realize(const Graph& step, const std::vector<bool>& wanted,
-                                            std::vector<CheckpointRegion> candidates) {
+                                            std::vector<CheckpointRegion> candidates, const Schedule& plan) {
   std::vector<bool> read_after_forward(step.num_tensors(), false);
   for (const Op& op : step.ops()) {
     if (IsForwardPhase(op.phase)) continue;
@@ -208,8 +316,13 @@ absl::StatusOr<SelectiveCheckpoint> Realize(const Graph& step, const std::vector
     out.regions.push_back(std::move(regions[r]));
   }
   // Every op computed in program order; the regions' replays stand in for
-  // any the plan had, and its copies are dropped.
+  // any the plan had, and the hooks carry what they can of its copies.
+  OffloadPlacement copies = PlaceOffloads(step, plan, out.regions);
+  out.offloads = std::move(copies.offloads);
   for (const Op& op : step.ops()) {
+    for (TensorId t : copies.prefetch_before[static_cast<size_t>(op.id)]) {
+      out.schedule.entries.push_back({ScheduleAction::kPrefetch, t});
+    }
     for (size_t r : replays_at[static_cast<size_t>(op.id)]) {
       const CheckpointRegion& region = out.regions[r];
       for (OpId o = region.first; o <= region.last_saving; ++o) {
@@ -219,6 +332,9 @@ absl::StatusOr<SelectiveCheckpoint> Realize(const Graph& step, const std::vector
       }
     }
     out.schedule.entries.push_back({ScheduleAction::kCompute, op.id});
+    for (TensorId t : copies.offload_after[static_cast<size_t>(op.id)]) {
+      out.schedule.entries.push_back({ScheduleAction::kOffload, t});
+    }
   }
   HEADROOM_RETURN_IF_ERROR(MaterializeSchedule(step, out.schedule).status());
   return out;
@@ -249,7 +365,7 @@ absl::StatusOr<SelectiveCheckpoint> RealizeSelectiveCheckpoint(const Graph& step
   for (const ScheduleEntry& e : plan.entries) {
     if (e.action == ScheduleAction::kRecompute) wanted[static_cast<size_t>(e.target)] = true;
   }
-  return Realize(step, wanted, LayerRegions(step));
+  return Realize(step, wanted, LayerRegions(step), plan);
 }
 
 absl::StatusOr<SelectiveCheckpoint> RealizeFullCheckpoints(const Graph& step,
@@ -271,7 +387,7 @@ absl::StatusOr<SelectiveCheckpoint> RealizeFullCheckpoints(const Graph& step,
     }
     previous = r.last;
   }
-  return Realize(step, wanted, std::move(regions));
+  return Realize(step, wanted, std::move(regions), Schedule{});
 }
 
 }  // namespace headroom

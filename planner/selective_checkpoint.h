@@ -44,10 +44,29 @@
 //    the numbers their first run drew: every random op before a replayed one
 //    is replayed too.
 //  - A region with nothing to replay is not checkpointed.
-// Offloads are not realized: their tensors stay on the device (PyTorch's
-// saved-tensor hooks could carry them, which this realization does not yet
-// model), and a plan that needs them is planned again without (Note [Plan
-// runners]).
+//
+// Note [Offload through saved-tensor hooks]
+// Outside the regions, an offload of the plan is carried out by
+// torch.autograd.graph.saved_tensors_hooks around the model's forward: the
+// pack hook copies a storage the plan offloads to host memory when autograd
+// saves it, and the unpack hook brings it back. That can only carry what
+// autograd alone keeps alive for backward, so a tensor is offloaded only if
+//  - every op that saves it (or a view of its storage) is a forward op
+//    outside the regions (inside, the checkpoint's own hooks take it), none
+//    reads it inside a region (a checkpoint keeps its inputs) and it is not
+//    made there;
+//  - every op after the loss that reads it is the backward of one of those
+//    savers (it reads the tensor only through what autograd unpacks).
+// The device storage is freed after its last forward reader, as Python lets
+// it go: the realized offload is there. Backward unpacks an op's saved
+// tensors when it starts that op's backward (the first backward op derived
+// from it), so the first unpack of a hooked storage is an event the hooks
+// see: a prefetch is issued at the first such event at or after the plan's
+// prefetch, and where none comes before the tensor's own first unpack, the
+// unpack copies it back. The host copy is released once the tensor is back;
+// the device copy lives until its last reader, as the liveness rule frees
+// it. Offloads that fail these rules are dropped (their tensors stay), and a
+// plan that then does not fit is planned again (Note [Plan runners]).
 #ifndef HEADROOM_PLANNER_SELECTIVE_CHECKPOINT_H_
 #define HEADROOM_PLANNER_SELECTIVE_CHECKPOINT_H_
 
@@ -73,14 +92,24 @@ struct CheckpointRegion {
   size_t replayed_ops = 0;
 };
 
+// A storage offloaded by the hooks (Note [Offload through saved-tensor hooks]).
+struct HookedOffload {
+  TensorId tensor = kNone;  // the storage's base tensor
+  // The storage whose first unpack issues the copy back; kNone: the
+  // tensor's own first unpack copies it back.
+  TensorId prefetch_on_unpack_of = kNone;
+};
+
 struct SelectiveCheckpoint {
   std::vector<CheckpointRegion> regions;  // in program order
+  std::vector<HookedOffload> offloads;    // in the order forward saves them
   Schedule schedule;                      // what runs (Note [Selective checkpoint semantics])
 };
 
 // The schedule PyTorch runs for `plan`, a schedule of `step`, with a region
-// per layer that `plan` replays any op of. Errors: `plan` does not
-// materialize (its message).
+// per layer that `plan` replays any op of, and the plan's offloads that
+// saved-tensor hooks carry. Errors: `plan` does not materialize (its
+// message).
 absl::StatusOr<SelectiveCheckpoint> RealizeSelectiveCheckpoint(const Graph& step, const Schedule& plan);
 
 // The schedule PyTorch runs with torch.utils.checkpoint around each of

@@ -49,6 +49,22 @@ nlohmann::json RegionsJson(const Graph& step, const std::vector<CheckpointRegion
   return out;
 }
 
+// The offloads saved-tensor hooks carry (Note [Offload through saved-tensor
+// hooks]): each storage by its base tensor, and the storage whose first
+// unpack brings it back (null: its own).
+nlohmann::json OffloadsJson(const Graph& step, const std::vector<HookedOffload>& offloads) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const HookedOffload& o : offloads) {
+    const Tensor& t = step.tensor(o.tensor);
+    out.push_back({{"tensor", o.tensor},
+                   {"name", t.name},
+                   {"bytes", t.bytes()},
+                   {"prefetch_on_unpack_of", o.prefetch_on_unpack_of == kNone ? nlohmann::json(nullptr)
+                                                                              : nlohmann::json(o.prefetch_on_unpack_of)}});
+  }
+  return out;
+}
+
 std::string Header(const PlanReport& r) {
   const PlanInput& in = *r.input;
   std::string out = absl::StrFormat("Plan for %s: %d ops, costs from %s\n", r.model, in.step.num_ops(), in.cost_source);
@@ -107,8 +123,10 @@ std::string OneText(const PlanReport& r, const PlanResult& p) {
       replayed += region.replayed_ops;
     }
     absl::StrAppend(&out, absl::StrFormat("pytorch:     selective checkpointing of %d block(s) (layers %s), %d ops "
-                                          "replayed; nothing else replayed\n",
-                                          p.regions.size(), layers.empty() ? "none" : LayerRanges(layers), replayed));
+                                          "replayed; nothing else replayed; %d tensor(s) offloaded by saved-tensor "
+                                          "hooks\n",
+                                          p.regions.size(), layers.empty() ? "none" : LayerRanges(layers), replayed,
+                                          p.offloads.size()));
   }
   if (in.in_flight > 1) {
     absl::StrAppend(&out, absl::StrFormat("in flight:   %d other micro-batch(es) hold %s each after their forward "
@@ -186,7 +204,10 @@ nlohmann::json PlanJson(const PlanReport& r) {
                         {"detail", result->detail},
                         {"evaluation", EvaluationJson(result->evaluation)}};
     if (result->lower_bound_extra_cost) j["lower_bound_extra_cost"] = *result->lower_bound_extra_cost;
-    if (in.runner == PlanRunner::kTorchSelectiveCheckpoint) j["regions"] = RegionsJson(in.step, result->regions);
+    if (in.runner == PlanRunner::kTorchSelectiveCheckpoint) {
+      j["regions"] = RegionsJson(in.step, result->regions);
+      j["offloads"] = OffloadsJson(in.step, result->offloads);
+    }
     plans.push_back(std::move(j));
   }
   nlohmann::json out = {{"model", r.model},

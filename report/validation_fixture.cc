@@ -162,6 +162,8 @@ absl::StatusOr<AppliedPlanRun> ParseRun(const json& run, const JsonPath& path) {
         .Error(absl::StrFormat("expected true or false, got %s", JsonTypeName(*equal)));
   }
   out.measured.gradients_bitwise_equal = equal->get<bool>();
+  HEADROOM_ASSIGN_OR_RETURN(out.measured.host_peak_bytes,
+                            OptionalUint(*measured, "host_peak_bytes", path / "measured"));
   return out;
 }
 

@@ -75,8 +75,10 @@ struct MeasuredStep {
   std::optional<uint64_t> driver_used_bytes;
   std::optional<uint64_t> driver_used_before_bytes;
   // Applied plans only: whether every parameter's gradient equals, bit for
-  // bit, the step's without the plan.
+  // bit, the step's without the plan; and the most host memory its
+  // offloads held at once (absent where the harness did not count it).
   std::optional<bool> gradients_bitwise_equal;
+  std::optional<uint64_t> host_peak_bytes;
 };
 
 // What another memory estimator predicted for the same step.
@@ -112,7 +114,8 @@ struct ValidationFixture {
 //    "measured": {"baseline_bytes", "store_all_peak_allocated_bytes", optional "store_all_seconds"},
 //    "plans": [{"budget": "70%", "strategy": "auto", "chosen_strategy": "chain-dp",
 //               "plan": {a plan file, planner/plan_json.h},
-//               "measured": {"peak_allocated_bytes", "gradients_bitwise_equal", optional "seconds"}},
+//               "measured": {"peak_allocated_bytes", "gradients_bitwise_equal", optional "host_peak_bytes",
+//                            optional "seconds"}},
 //              {"budget": "45%", "strategy": "offload", "error": "why no plan was made"}, ...]}
 //
 // Peaks are the planned tensors' (inputs, activations, gradients,
@@ -125,7 +128,7 @@ struct AppliedPlanRun {
   std::string chosen_strategy;  // what ran
   std::string error;            // why no plan was made; then nothing below is set
   PlanFile plan;
-  MeasuredStep measured;        // peak_allocated_bytes and gradients_bitwise_equal
+  MeasuredStep measured;        // peak_allocated_bytes, gradients_bitwise_equal, host_peak_bytes
 };
 
 struct AppliedPlansFixture {

@@ -38,6 +38,13 @@ std::string PeakAt(const std::string& phase, const std::string& op) {
   return absl::StrFormat("%s: %s", phase, op);
 }
 
+bool AnyHost(const ValidationRun& run) {
+  for (const FixtureCheck& check : run.checks) {
+    if (check.host_error) return true;
+  }
+  return false;
+}
+
 bool AnyReserved(const ValidationRun& run) {
   for (const FixtureCheck& check : run.checks) {
     if (check.reserved_error) return true;
@@ -62,6 +69,7 @@ struct Table {
 // The table both renderings share.
 Table BuildTable(const ValidationRun& run) {
   const bool reserved = AnyReserved(run);
+  const bool host = AnyHost(run);
   const std::vector<std::string> tools = PeerTools(run);
   Table table;
   auto column = [&](std::string name, Align align) {
@@ -79,6 +87,11 @@ Table BuildTable(const ValidationRun& run) {
     column("reserved measured", Align::kRight);
     column("reserved estimated", Align::kRight);
     column("reserved error", Align::kRight);
+  }
+  if (host) {
+    column("host measured", Align::kRight);
+    column("host estimated", Align::kRight);
+    column("host error", Align::kRight);
   }
   for (const std::string& tool : tools) column(tool, Align::kRight);
   column("verdict", Align::kLeft);
@@ -100,6 +113,15 @@ Table BuildTable(const ValidationRun& run) {
         row.insert(row.end(), 3, "");
       }
     }
+    if (host) {
+      if (check.host_error) {
+        row.push_back(FormatBytes(check.measured.host_peak_bytes.value_or(0)));
+        row.push_back(FormatBytes(check.estimated_host_bytes));
+        row.push_back(SignedPercent(*check.host_error));
+      } else {
+        row.insert(row.end(), 3, "");
+      }
+    }
     for (const std::string& tool : tools) {
       std::string cell;
       for (const PeerCheck& peer : check.peers) {
@@ -113,6 +135,8 @@ Table BuildTable(const ValidationRun& run) {
       row.emplace_back("gradients differ");
     } else if (!check.within_tolerance) {
       row.push_back("outside " + Percent(run.tolerance.allocated));
+    } else if (!check.host_within_tolerance) {
+      row.push_back("host outside " + Percent(run.tolerance.allocated));
     } else {
       row.push_back("reserved outside " + Percent(run.tolerance.reserved));
     }
@@ -261,6 +285,13 @@ absl::StatusOr<std::vector<FixtureCheck>> CheckAppliedPlans(const AppliedPlansFi
     }
     check.error = RelativeError(e.peak_bytes, measured.peak_allocated_bytes);
     check.within_tolerance = std::abs(check.error) <= tolerance.allocated;
+    if (e.host_peak_bytes > 0 || measured.host_peak_bytes.value_or(0) > 0) {
+      // A plan that offloads is checked on host memory too; a harness that did not count it fails the check.
+      check.estimated_host_bytes = e.host_peak_bytes;
+      const uint64_t host = measured.host_peak_bytes.value_or(0);
+      check.host_error = host > 0 ? RelativeError(e.host_peak_bytes, host) : 1.0;
+      check.host_within_tolerance = std::abs(*check.host_error) <= tolerance.allocated;
+    }
     return check;
   };
   std::vector<FixtureCheck> checks;
@@ -355,6 +386,12 @@ nlohmann::json ValidationJson(const ValidationRun& run) {
       entry["estimated"]["reserved_bytes"] = check.estimated.reserved_bytes;
       entry["reserved_error"] = *check.reserved_error;
       entry["reserved_within_tolerance"] = check.reserved_within_tolerance;
+    }
+    if (check.host_error) {
+      entry["measured"]["host_peak_bytes"] = m.host_peak_bytes.value_or(0);
+      entry["estimated"]["host_bytes"] = check.estimated_host_bytes;
+      entry["host_error"] = *check.host_error;
+      entry["host_within_tolerance"] = check.host_within_tolerance;
     }
     nlohmann::json peers = nlohmann::json::object();
     for (const PeerCheck& peer : check.peers) peers[peer.tool] = {{"bytes", peer.bytes}, {"error", peer.error}};

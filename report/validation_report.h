@@ -92,10 +92,16 @@ struct FixtureCheck {
   // CUDA fixtures that measured reserved memory (Note [Estimated reserved bytes]).
   std::optional<double> reserved_error;
   bool reserved_within_tolerance = true;
+  // Applied plans that offload: the host memory the plan's offloads hold at
+  // most, against what the harness counted (tolerance: allocated's).
+  uint64_t estimated_host_bytes = 0;
+  std::optional<double> host_error;
+  bool host_within_tolerance = true;
   std::vector<PeerCheck> peers;  // sorted by tool
 
   bool passed() const {
-    return within_tolerance && reserved_within_tolerance && measured.gradients_bitwise_equal.value_or(true);
+    return within_tolerance && reserved_within_tolerance && host_within_tolerance &&
+           measured.gradients_bitwise_equal.value_or(true);
   }
 };
 

@@ -230,7 +230,7 @@ TEST(SelectiveCheckpoint, ABlockThatWritesIntoItsInputIsNotCheckpointed) {
   EXPECT_EQ(sc->schedule, StoreAllSchedule(step));  // the replay is dropped: the tensor stays
 }
 
-TEST(SelectiveCheckpoint, ReplaysOutsideTheBlocksAndOffloadsAreDropped) {
+TEST(SelectiveCheckpoint, ReplaysOutsideTheBlocksAreDropped) {
   ForwardBuilder b;
   const TensorId w = b.Weight("w");
   const TensorId head = b.Op(-1, "linear", {b.x(), w}, {b.x(), w});
@@ -253,6 +253,120 @@ TEST(SelectiveCheckpoint, ReplaysOutsideTheBlocksAndOffloadsAreDropped) {
   broken.entries.pop_back();
   EXPECT_THAT(RealizeSelectiveCheckpoint(step, broken).status().message(),
               ::testing::HasSubstr("every op must be computed once"));
+}
+
+// The step in program order, with `offloaded` copied out right after its
+// last forward reader and back right before `back_before`, and `replayed`
+// ops replayed as Replaying does.
+Schedule Offloading(const Graph& step, TensorId offloaded, OpId back_before, const std::vector<OpId>& replayed = {}) {
+  OpId last_forward_reader = step.producer(offloaded);
+  for (const Op& op : step.ops()) {
+    const bool reads = std::find(op.inputs.begin(), op.inputs.end(), offloaded) != op.inputs.end();
+    if (reads && IsForwardPhase(op.phase)) last_forward_reader = op.id;
+  }
+  Schedule s;
+  for (const ScheduleEntry& e : Replaying(step, replayed).entries) {
+    if (e.action == ScheduleAction::kCompute && e.target == back_before) {
+      s.entries.push_back({ScheduleAction::kPrefetch, offloaded});
+    }
+    s.entries.push_back(e);
+    if (e.action == ScheduleAction::kCompute && e.target == last_forward_reader) {
+      s.entries.push_back({ScheduleAction::kOffload, offloaded});
+    }
+  }
+  return s;
+}
+
+// The first backward op derived from `forward_op`: where PyTorch unpacks what it saved.
+OpId BackwardStart(const Graph& step, OpId forward_op) {
+  for (const Op& op : step.ops()) {
+    if (op.phase == Phase::kBackward && op.forward_of == forward_op) return op.id;
+  }
+  return kNone;
+}
+
+OpId EntryOf(const Schedule& s, ScheduleAction action, int32_t target) {
+  for (size_t i = 0; i < s.entries.size(); ++i) {
+    if (s.entries[i].action == action && s.entries[i].target == target) return static_cast<OpId>(i);
+  }
+  return kNone;
+}
+
+OpId NextCompute(const Schedule& s, OpId entry) {
+  for (size_t i = static_cast<size_t>(entry); i < s.entries.size(); ++i) {
+    if (s.entries[i].action == ScheduleAction::kCompute) return s.entries[i].target;
+  }
+  return kNone;
+}
+
+TEST(SelectiveCheckpoint, SavedTensorHooksCarryAnOffloadOutsideTheBlocks) {
+  TwoLayers t;
+  const Graph& step = t.step;
+  const OpId relu0 = OpNamed(step, "layers.0.relu");
+  const TensorId relu0_out = step.op(relu0).outputs[0];
+  // Brought back right before its own first unpack: the relu's backward.
+  const OpId unpacks = BackwardStart(step, relu0);
+  absl::StatusOr<SelectiveCheckpoint> sc = RealizeSelectiveCheckpoint(step, Offloading(step, relu0_out, unpacks));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  ASSERT_EQ(sc->offloads.size(), 1u);
+  EXPECT_EQ(sc->offloads[0].tensor, relu0_out);
+  EXPECT_EQ(sc->offloads[0].prefetch_on_unpack_of, kNone);  // its own unpack brings it back
+  EXPECT_EQ(NextCompute(sc->schedule, EntryOf(sc->schedule, ScheduleAction::kPrefetch, relu0_out)), unpacks);
+  // Freed after its last forward reader, the exp.
+  const OpId offload = EntryOf(sc->schedule, ScheduleAction::kOffload, relu0_out);
+  ASSERT_NE(offload, kNone);
+  EXPECT_EQ(sc->schedule.entries[static_cast<size_t>(offload) - 1].target, OpNamed(step, "layers.0.exp"));
+  EXPECT_TRUE(sc->regions.empty());
+
+  // A prefetch the plan issues earlier goes to the first unpack the hooks
+  // see at or after it: layer 1's backward, where its exp's output is unpacked.
+  const OpId exp1 = OpNamed(step, "layers.1.exp");
+  absl::StatusOr<SelectiveCheckpoint> early =
+      RealizeSelectiveCheckpoint(step, Offloading(step, relu0_out, BackwardStart(step, exp1)));
+  ASSERT_TRUE(early.ok()) << early.status();
+  ASSERT_EQ(early->offloads.size(), 1u);
+  EXPECT_EQ(early->offloads[0].prefetch_on_unpack_of, step.op(exp1).outputs[0]);
+  EXPECT_EQ(NextCompute(early->schedule, EntryOf(early->schedule, ScheduleAction::kPrefetch, relu0_out)),
+            BackwardStart(step, exp1));
+  // What runs is what is realized: realizing it again changes nothing.
+  absl::StatusOr<SelectiveCheckpoint> again = RealizeSelectiveCheckpoint(step, early->schedule);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->schedule, early->schedule);
+}
+
+TEST(SelectiveCheckpoint, AnOffloadInsideACheckpointedBlockIsDropped) {
+  // Layer 0 is checkpointed (its exp replayed): the checkpoint's own hooks
+  // take what its ops save, so the relu's output stays on the device.
+  TwoLayers t;
+  const Graph& step = t.step;
+  const OpId relu0 = OpNamed(step, "layers.0.relu");
+  const TensorId relu0_out = step.op(relu0).outputs[0];
+  absl::StatusOr<SelectiveCheckpoint> sc = RealizeSelectiveCheckpoint(
+      step, Offloading(step, relu0_out, BackwardStart(step, relu0), {OpNamed(step, "layers.0.exp")}));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  EXPECT_EQ(sc->regions.size(), 1u);
+  EXPECT_TRUE(sc->offloads.empty());
+  EXPECT_EQ(sc->schedule.CountOf(ScheduleAction::kOffload), 0u);
+}
+
+TEST(SelectiveCheckpoint, PlansThatOffloadAreEvaluatedAsTheHooksRunThem) {
+  TwoLayers t;
+  const Graph& step = t.step;
+  PlanProblem problem{.step = &step, .op_cost = std::vector<double>(step.num_ops(), 1.0),
+                      .profile = {.count_parameter_gradients = false}, .budget = ~uint64_t{0},
+                      .copy_bytes_per_cost = 1e9, .runner = PlanRunner::kTorchSelectiveCheckpoint};
+  const PlanEvaluation store_all = *EvaluateSchedule(problem, StoreAllSchedule(step));
+  problem.budget = store_all.peak_bytes * 7 / 10;
+  absl::StatusOr<PlanResult> r = RunStrategy(problem, Strategy::kOffload);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->fits);
+  EXPECT_FALSE(r->offloads.empty());
+  EXPECT_GT(r->evaluation.host_peak_bytes, 0u);
+  EXPECT_EQ(r->schedule.CountOf(ScheduleAction::kOffload), r->offloads.size());
+  absl::StatusOr<SelectiveCheckpoint> again = RealizeSelectiveCheckpoint(step, r->schedule);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->schedule, r->schedule);
+  EXPECT_TRUE(ValidateSchedule(problem, r->schedule).ok());
 }
 
 TEST(SelectiveCheckpoint, FullCheckpointsReplayEachRegionUpToItsLastSave) {
