@@ -9,7 +9,8 @@ semantics] in planner/selective_checkpoint.h), so the plan's figures are those o
 
 The op a block dispatches is checked against the traced one at every step: a model whose ops differ from its
 trace (another input shape, another attention implementation, a changed forward) is refused by name, never run
-with a policy meant for other ops.
+with a policy meant for other ops. A plan's offloads are carried by saved-tensor hooks around the whole model's
+forward (offloading.py).
 """
 import contextlib
 import functools
@@ -65,12 +66,14 @@ class Region:
 class AppliedPlan:
     """The regions of a plan wrapped around a model's blocks until remove()."""
 
-    def __init__(self, model, regions):
+    def __init__(self, model, regions, offloads=None):
         _require_selective_checkpointing()
         self._restore = []
         try:
             for region in regions:
                 self._wrap(model, region)
+            if offloads:
+                self._hook_saved_tensors(model, offloads)
             # A key/value cache the replay would extend twice; Hugging Face turns it off under gradient
             # checkpointing too, and the plan was traced without it.
             self._restore.append(kv_cache_off(model))
@@ -99,10 +102,27 @@ class AppliedPlan:
                                    f"{len(region.kinds)}; make the plan again with headroom.plan")
             return out
 
-        had_own = "forward" in block.__dict__  # an instance attribute someone else set: put it back as it was
-        block.forward = forward
-        self._restore.append(lambda: setattr(block, "forward", original) if had_own
-                             else block.__dict__.pop("forward", None))
+        self._replace_forward(block, forward, original)
+
+    def _hook_saved_tensors(self, model, offloads):
+        original = model.forward
+
+        def forward(*args, **kwargs):
+            if not torch.is_grad_enabled():
+                return original(*args, **kwargs)
+            step = offloads.step(type(model).__name__)
+            with step.tracker, step.hooks():
+                out = original(*args, **kwargs)
+            step.finish()
+            return out
+
+        self._replace_forward(model, forward, original)
+
+    def _replace_forward(self, module, forward, original):
+        had_own = "forward" in module.__dict__  # an instance attribute someone else set: put it back as it was
+        module.forward = forward
+        self._restore.append(lambda: setattr(module, "forward", original) if had_own
+                             else module.__dict__.pop("forward", None))
 
     def remove(self):
         """Restores the model's blocks as they were; safe to call twice."""
@@ -133,8 +153,8 @@ def _require_selective_checkpointing():
 
 
 @contextlib.contextmanager
-def applied(model, regions):
-    plan = AppliedPlan(model, regions)
+def applied(model, regions, offloads=None):
+    plan = AppliedPlan(model, regions, offloads)
     try:
         yield model
     finally:

@@ -17,6 +17,7 @@ import torch
 
 from . import _native
 from .applying import AppliedPlan, Region, applied, kv_cache_off
+from .offloading import Offloads
 from .trace import trace_model
 from .trace.recorder import block_of
 
@@ -26,7 +27,7 @@ class PlanError(RuntimeError):
 
 
 def plan(model, example_batch, budget=None, gpu=None, loss_fn=None, strategy=None, optimizer="adamw",
-         loop="hand"):
+         loop="hand", emulate_host=False):
     """Plans `model`'s training step on `example_batch` so that its activations fit.
 
     example_batch: a dict of keyword arguments (a Hugging Face batch), a tuple of positional ones, or one tensor.
@@ -36,15 +37,22 @@ def plan(model, example_batch, budget=None, gpu=None, loss_fn=None, strategy=Non
     strategy: one of headroom plan's (default: the best plan that fits, hybrid first).
     optimizer: what the fixed state holds with gpu= (adamw, sgd, sgd-momentum, adam8bit, adafactor, lion).
     loop: "hand" when the training loop keeps the model's output through backward, "trainer" when it does not.
+    emulate_host: on a CPU, plan offloads too, to host memory mapped apart from PyTorch's allocator, so that a CPU
+    measures what a GPU would hold (the copies save nothing on a CPU). On CUDA offloads go to pinned host memory.
     """
     if (budget is None) == (gpu is None):
         raise ValueError("headroom.plan: give budget= (bytes, '2GiB' or '60%') or gpu= (a catalog name)")
+    if emulate_host and _device(model).type != "cpu":
+        raise ValueError(f"headroom.plan: emulate_host is for a model on a CPU; this one is on {_device(model)}, "
+                         "whose host memory is apart already")
     args, kwargs = _call_arguments(example_batch)
     with _without_kv_cache(model):
         graph = trace_model(model, args, kwargs, loss=_loss_of(loss_fn), name=type(model).__name__)
     flags = ["--runner", "torch-ops", "--json", "--optimizer", optimizer, "--loop", loop,
              "--precision", _precision(model), "--kernels", "cpu" if _device(model).type == "cpu" else "cuda",
              "--torch", ".".join(torch.__version__.split("+")[0].split(".")[:2])]
+    if emulate_host:
+        flags.append("--emulated-host")
     flags += ["--budget", str(budget)] if budget is not None else ["--gpu", gpu]
     if strategy:
         flags += ["--strategy", strategy]
@@ -66,10 +74,12 @@ def plan(model, example_batch, budget=None, gpu=None, loss_fn=None, strategy=Non
 class Plan:
     """A plan and what it costs as PyTorch runs it.
 
-    strategy, peak_bytes (activations, gradients and temporaries at the peak), budget_bytes, store_all_bytes
+    strategy, peak_bytes (activations, gradients and temporaries at the peak), host_bytes (the most host memory its
+    offloads hold at once; host_peak_measured_bytes after it ran), budget_bytes, store_all_bytes
     (the same without a plan), states_bytes (weights, resident gradients, optimizer state), overhead (extra step
     time over the step without a plan, a fraction; from a GPU roofline), gap (overhead above the lower bound any
-    replay plan needs, when one is known), regions (the checkpointed blocks), report (headroom plan's JSON),
+    replay plan needs, when one is known), regions (the checkpointed blocks), offloads (the offloaded tensors'
+    names, by graph tensor id), report (headroom plan's JSON),
     plan_file (the schedule), graph (the traced step).
     """
 
@@ -100,16 +110,23 @@ class Plan:
             if traced != r["kinds"]:
                 raise PlanError(f"{region.module}: the plan's ops are not the traced ones (headroom executable "
                                 "and package out of step?)")
+        self._offloads = Offloads(graph, chosen.get("offloads", []))
+        self.offloads = self._offloads.names
         self._applied = None
+
+    @property
+    def host_peak_measured_bytes(self):
+        """The most host memory the offloads held at once over every step run under the plan so far."""
+        return self._offloads.host_peak_bytes
 
     def applied(self, model):
         """`with plan.applied(model): ...` runs the model under the plan, and restores it after."""
-        return applied(model, self.regions)
+        return applied(model, self.regions, self._offloads)
 
     def apply(self, model):
         """Applies the plan until remove()."""
         self.remove()
-        self._applied = AppliedPlan(model, self.regions)
+        self._applied = AppliedPlan(model, self.regions, self._offloads)
         return self
 
     def remove(self):
@@ -126,7 +143,9 @@ class Plan:
                 f"{_mib(self.budget_bytes)}{'' if self.fits else ' (does NOT fit)'}; without a plan "
                 f"{_mib(self.store_all_bytes)}; weights and optimizer state {_mib(self.states_bytes)}\n"
                 f"  step time {100 * self.overhead:+.1f}% over no plan (GPU roofline){gap}\n"
-                f"  checkpointed blocks: {blocks} ({replayed} ops replayed in backward)")
+                f"  checkpointed blocks: {blocks} ({replayed} ops replayed in backward)"
+                + (f"\n  offloaded by saved-tensor hooks: {len(self.offloads)} tensors, "
+                   f"{_mib(self.host_bytes)} of host memory at most" if self.offloads else ""))
 
     __repr__ = __str__
 

@@ -132,6 +132,38 @@ class PlanTest(unittest.TestCase):
         with self.assertRaisesRegex(headroom.PlanError, "no .loss"):
             headroom.plan(torch.nn.Linear(4, 4), torch.randn(2, 4), budget="50%")
 
+    def test_offloads_run_through_saved_tensor_hooks_and_change_no_gradient(self):
+        # On a CPU with emulate_host the copies go to a mapping apart from PyTorch's allocator, as to a GPU's host.
+        for build in (tiny_llama, tiny_gpt2):
+            model, batch = build()
+            model.config.use_cache = False
+            reference = gradients(model, batch)
+            for strategy in ("offload", "hybrid"):
+                with self.subTest(model=type(model).__name__, strategy=strategy):
+                    plan = headroom.plan(model, batch, budget="50%", strategy=strategy, optimizer="sgd",
+                                         emulate_host=True)
+                    self.assertTrue(plan.fits, str(plan))
+                    self.assertTrue(plan.offloads, str(plan))
+                    self.assertIn("offloaded by saved-tensor hooks", str(plan))
+                    with plan.applied(model):
+                        self.assertEqual(differing(reference, gradients(model, batch)), {})
+                    # Host memory held at once is the plan's, to the byte (validation/apply-plans checks the
+                    # device side with the allocation hook).
+                    self.assertEqual(plan.host_peak_measured_bytes, plan.host_bytes)
+
+    def test_offloads_refuse_a_model_that_runs_other_ops(self):
+        model, batch = tiny_llama()
+        plan = headroom.plan(model, batch, budget="50%", strategy="offload", optimizer="sgd", emulate_host=True)
+        model.config._attn_implementation = "eager"
+        try:
+            with plan.applied(model), self.assertRaisesRegex(headroom.PlanMismatch,
+                                                             r"LlamaForCausalLM: op \d+ of the forward is aten\.\w+"):
+                model(**batch).loss.backward()
+        finally:
+            model.config._attn_implementation = "sdpa"
+        with self.assertRaisesRegex(ValueError, "emulate_host is for a model on a CPU"):
+            headroom.plan(model.to("meta"), batch, budget="50%", emulate_host=True)
+
     def test_planning_touches_neither_the_model_nor_the_random_numbers(self):
         model, batch = tiny_gpt2()
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
