@@ -242,7 +242,7 @@
 // same lifetimes, every step after its first few and in every run of the
 // job (bench/RESULTS.md), so where each block should go can be worked out
 // offline from a recorded run, with every lifetime known
-// (LayoutRepeatingSteps in planner/trace_layout.h), and followed at run
+// (LayoutRepeatingSteps in layout/trace_layout.h), and followed at run
 // time (Sekiyama et al., "Profile-guided memory optimization for deep
 // neural networks", arXiv:1804.10001, 2018, did this for Chainer). With
 // AllocatorOptions::layout_plan, the allocator counts the requests of at

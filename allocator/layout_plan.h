@@ -1,6 +1,6 @@
 // A layout plan: where each allocation of a job goes, worked out offline
 // from a recorded run of the same job (LayoutRepeatingSteps in
-// planner/trace_layout.h, `headroom replay --write-plan`) and followed by the
+// layout/trace_layout.h, `headroom replay --write-plan`) and followed by the
 // caching allocator (Note [Following a layout plan] in caching_allocator.h).
 //
 //   HEADROOM_ASSIGN_OR_RETURN(LayoutPlan plan, ReadLayoutPlanFile("t5.plan.json"));

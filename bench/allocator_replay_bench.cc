@@ -23,7 +23,7 @@
 // of the run's repeating steps, made from its own recording (Note [Following
 // a layout plan]; skipped where the run has no plan).
 // BM_RealTrace/<trace>/planned: the yardstick, a layout of the whole run
-// planned with every lifetime known (planner/trace_layout.h): the most 2 MiB
+// planned with every lifetime known (layout/trace_layout.h): the most 2 MiB
 // pages its live blocks touch at once over live (smallest_over_live, as a
 // policy's smallest device), its single buffer over live, and its time.
 // .../planned-steps and .../planned-steps-by-lifetime: the plan a run could
@@ -38,7 +38,7 @@
 
 #include "absl/strings/str_split.h"
 #include "allocator/alloc_conf.h"
-#include "planner/trace_layout.h"
+#include "layout/trace_layout.h"
 #include "replay/allocation_trace.h"
 #include "replay/recorded_run.h"
 #include "replay/trace_replay.h"

@@ -1,4 +1,4 @@
-// The static activation-arena layout (planner/arena_layout.h) on training
+// The static activation-arena layout (layout/arena_layout.h) on training
 // steps and on synthetic lifetimes, up to 100k tensors. Baselines in the
 // same run: ProfileMemory on the same step (the liveness pass the layout
 // starts from), and the paper's quadratic loop (every placed tensor scanned
@@ -17,9 +17,9 @@
 
 #include "graph/liveness.h"
 #include "graph/training_step.h"
+#include "layout/arena_layout.h"
 #include "models/builders.h"
 #include "models/model_source.h"
-#include "planner/arena_layout.h"
 #include "planner/checkpoint_plan.h"
 
 namespace headroom {

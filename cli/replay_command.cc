@@ -4,7 +4,7 @@
 // memory snapshot through the caching allocator on a simulated device and
 // reports what each allocator configuration would reserve (and with
 // --smallest, on how small a device it runs, beside a layout planned with
-// every lifetime known: planner/trace_layout.h); with --write-plan, writes
+// every lifetime known: layout/trace_layout.h); with --write-plan, writes
 // the layout plan of the trace's repeating steps for the allocator to
 // follow (Note [Following a layout plan] in allocator/caching_allocator.h).
 // This file holds the flags, their checks and the dispatch; the report is
@@ -26,7 +26,7 @@
 #include "common/json_fields.h"
 #include "common/status_macros.h"
 #include "common/units.h"
-#include "planner/trace_layout.h"
+#include "layout/trace_layout.h"
 #include "replay/allocation_trace.h"
 #include "replay/recorded_run.h"
 #include "replay/trace_replay.h"

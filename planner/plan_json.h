@@ -17,7 +17,7 @@
 // back, lists every device tensor of the scheduled step (a replay's copy is
 // its own tensor, named with "@recompute"): [name, bytes, first, last,
 // offset], allocated before schedule entry `first` and freed after entry
-// `last`, at `offset` in the plan's static arena (planner/arena_layout.h).
+// `last`, at `offset` in the plan's static arena (layout/arena_layout.h).
 // The step block identifies the step the ids refer to: --load rebuilds the
 // step from the same model and flags and refuses a plan whose op count,
 // tensor count or fingerprint (a hash of op kinds, names and tensor sizes,

@@ -15,8 +15,8 @@
 
 #include "absl/status/statusor.h"
 #include "estimators/plan_input.h"
+#include "layout/arena_layout.h"
 #include "nlohmann/json.hpp"
-#include "planner/arena_layout.h"
 #include "planner/planner.h"
 
 namespace headroom {
@@ -33,7 +33,7 @@ struct PlanReport {
   std::vector<Strategy> strategies;
   std::vector<absl::StatusOr<PlanResult>> results;
   // The single plan's activation arena laid out statically
-  // (planner/arena_layout.h); absent for --compare.
+  // (layout/arena_layout.h); absent for --compare.
   std::optional<ArenaLayout> arena;
   // The single plan replayed through the caching allocator after the fixed
   // state (Note [Plan budget] in estimators/plan_input.h); absent for --compare.

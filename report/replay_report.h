@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "layout/trace_layout.h"
 #include "nlohmann/json.hpp"
-#include "planner/trace_layout.h"
 #include "replay/allocation_trace.h"
 #include "replay/trace_replay.h"
 
@@ -49,7 +49,7 @@ struct ReplayReportOptions {
   // Adds each run's memory_summary()-style statistics table.
   bool summary = false;
   // With `headroom replay --smallest`: the trace laid out with every block's
-  // lifetime known in advance (planner/trace_layout.h), the yardstick for the
+  // lifetime known in advance (layout/trace_layout.h), the yardstick for the
   // runs' smallest devices, or why it could not be (too many allocations).
   std::optional<absl::StatusOr<TraceLayout>> planned;
   // With `headroom replay --write-plan`: the layout plan of the trace's steps

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "planner/trace_layout.h"
+#include "layout/trace_layout.h"
 #include "replay/allocation_trace.h"
 #include "replay/recorded_run.h"
 #include "replay/trace_replay.h"

@@ -6,6 +6,7 @@
 #include "estimators/optimizer_state.h"
 #include "hardware/gpu_catalog.h"
 #include "job/checkpoint_mode.h"
+#include "layout/arena_layout.h"
 #include "models/model_source.h"
 #include "planner/checkpoint_sets.h"
 #include "replay/allocation_trace.h"
@@ -24,6 +25,11 @@ int main() {
   }
   if (!headroom::ParseRmmLog("Thread,Time,Action,Pointer,Size,Stream\n", "consumer").ok()) return 7;
   if (!headroom::ParseConfigFormat("deepspeed").ok()) return 8;
+  // Two blocks live at op 1 (512 B, and 1000 B rounded up to 1024 B) share no byte.
+  const headroom::ArenaRequest requests[] = {{.id = 0, .first = 0, .last = 1, .bytes = 512},
+                                             {.id = 1, .first = 1, .last = 2, .bytes = 1000}};
+  const absl::StatusOr<headroom::ArenaLayout> arena = headroom::LayoutArena(requests);
+  if (!arena.ok() || arena->arena_bytes != 1536) return 9;
   std::printf("consumer: %s has %llu bytes\n", (*gpu)->name.c_str(),
               static_cast<unsigned long long>((*gpu)->memory_bytes));
   return 0;

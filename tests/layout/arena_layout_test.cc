@@ -1,7 +1,7 @@
 // The static arena layout: its invariants on random lifetimes, exact
 // agreement with the paper's quadratic loop, hand examples whose optimum is
 // known, and a model's training step.
-#include "planner/arena_layout.h"
+#include "layout/arena_layout.h"
 
 #include <algorithm>
 #include <cstdint>

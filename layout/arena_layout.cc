@@ -1,4 +1,4 @@
-#include "planner/arena_layout.h"
+#include "layout/arena_layout.h"
 
 #include <algorithm>
 #include <bit>

@@ -27,8 +27,8 @@
 // disjoint), so a sweep over the trace counts pages in O(1) per event.
 // Greedy by size is a heuristic, not an optimum: an online policy can do
 // better on some traces, and no layout does better than the live peak.
-#ifndef HEADROOM_PLANNER_TRACE_LAYOUT_H_
-#define HEADROOM_PLANNER_TRACE_LAYOUT_H_
+#ifndef HEADROOM_LAYOUT_TRACE_LAYOUT_H_
+#define HEADROOM_LAYOUT_TRACE_LAYOUT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "allocator/layout_plan.h"
-#include "planner/arena_layout.h"
+#include "layout/arena_layout.h"
 #include "replay/allocation_trace.h"
 
 namespace headroom {
@@ -112,4 +112,4 @@ absl::Status CheckPlanFollowsOneStream(const AllocationTrace& trace);
 
 }  // namespace headroom
 
-#endif  // HEADROOM_PLANNER_TRACE_LAYOUT_H_
+#endif  // HEADROOM_LAYOUT_TRACE_LAYOUT_H_

@@ -1,4 +1,4 @@
-#include "planner/trace_layout.h"
+#include "layout/trace_layout.h"
 
 #include <algorithm>
 #include <span>

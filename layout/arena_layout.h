@@ -21,20 +21,20 @@
 // CUDA caching allocator hands out 512-byte aligned blocks).
 // The lower bound is the largest sum of aligned sizes live at one op, since
 // those tensors must all be disjoint; the heuristic usually reaches it on
-// training steps, but not always (tests/planner/arena_layout_test.cc has a
+// training steps, but not always (tests/layout/arena_layout_test.cc has a
 // four-tensor case where it needs 4 units for an optimum of 3).
 //
 // Visiting tensors by the bytes they hold over time instead (size times
 // the ops they live, ArenaOrder::kSizeTimesLifetime; ties as above) places
 // the long-lived ones first: on some recorded allocation traces it leaves
 // a much smaller arena (the CPU GPT-2, Llama and MoE runs), on others a
-// larger one (planner/trace_layout.h; bench/RESULTS.md).
+// larger one (layout/trace_layout.h; bench/RESULTS.md).
 //
 // Lifetimes are op indices, inclusive (TensorLifetime, Note [Liveness rule]
 // in graph/liveness.h): two tensors conflict when their [first, last]
 // ranges intersect. Zero-byte tensors take no space and sit at offset 0.
-#ifndef HEADROOM_PLANNER_ARENA_LAYOUT_H_
-#define HEADROOM_PLANNER_ARENA_LAYOUT_H_
+#ifndef HEADROOM_LAYOUT_ARENA_LAYOUT_H_
+#define HEADROOM_LAYOUT_ARENA_LAYOUT_H_
 
 #include <cstdint>
 #include <span>
@@ -108,4 +108,4 @@ absl::StatusOr<ArenaLayout> LayoutActivationArena(const Graph& step, const Arena
 
 }  // namespace headroom
 
-#endif  // HEADROOM_PLANNER_ARENA_LAYOUT_H_
+#endif  // HEADROOM_LAYOUT_ARENA_LAYOUT_H_

@@ -2,7 +2,7 @@
 // the replay's rules for a trace's anomalies, the page count against a
 // brute-force one, and a recorded PyTorch run laid out without overlap; the
 // plan of its repeating steps, followed through every recorded step.
-#include "planner/trace_layout.h"
+#include "layout/trace_layout.h"
 
 #include <algorithm>
 #include <cstdint>
