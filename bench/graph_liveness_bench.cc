@@ -15,7 +15,7 @@
 #include "graph/liveness.h"
 #include "models/model_source.h"
 #include "graph/training_step.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 
 namespace headroom {
 namespace {

@@ -28,7 +28,7 @@
 #include "hardware/gpu_catalog.h"
 #include "models/builders.h"
 #include "models/model_source.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 #include "planner/offload.h"
 #include "planner/plan.h"
 

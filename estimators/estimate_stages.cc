@@ -15,7 +15,7 @@
 #include "hardware/cost_model.h"
 #include "models/builders.h"
 #include "models/model_config.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 
 namespace headroom {
 namespace {
@@ -286,7 +286,7 @@ bool IsWholeStep(const LoadedModel& model, const Graph& forward) {
 }
 
 absl::StatusOr<Graph> BuildStep(const Graph& forward, const JobSpec& job, const EstimateSetup& setup) {
-  // The planner owns what a checkpoint mode means (planner/checkpoint_plan.h).
+  // The planner owns what a checkpoint mode means (planner/checkpoint_mode_plan.h).
   CheckpointPlan plan;
   if (job.training) {
     HEADROOM_ASSIGN_OR_RETURN(plan, PlanForMode(forward, job.checkpoint, job.checkpoint_every));

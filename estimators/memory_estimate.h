@@ -9,7 +9,7 @@
 //   e->total_bytes(); e->fits(); e->rows();   // category, bytes; total = what nvidia-smi shows
 //
 // Pipeline: BuildModelGraph (models/builders.h) for one micro-batch on one
-// tensor-parallel shard -> PlanForMode (planner/checkpoint_plan.h) for the
+// tensor-parallel shard -> PlanForMode (planner/checkpoint_mode_plan.h) for the
 // checkpoint mode -> BuildTrainingStep (graph/training_step.h) with that plan
 // -> EstimateModelStates for the resident bytes -> the step's allocation
 // sequence, resident state first, replayed through the caching allocator

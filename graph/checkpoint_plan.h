@@ -1,6 +1,6 @@
 // A checkpoint plan: which forward ops of a graph are replayed during
 // backward, grouped into segments. It is a value the planner computes
-// (planner/checkpoint_plan.h turns the named modes into plans; a search over
+// (planner/checkpoint_mode_plan.h turns the named modes into plans; a search over
 // the graph may produce any other) and the step builder executes
 // (graph/training_step.h, Note [Checkpoint segments]).
 //

@@ -142,7 +142,7 @@ struct Op {
   double measured_cost = 0;
   // Eager attention's core (QK^T, scale/mask, softmax, dropout on the
   // probabilities, probs @ V): what selective activation recomputation
-  // replays (planner/checkpoint_plan.h, CheckpointMode::kSelective). Builders set it.
+  // replays (planner/checkpoint_mode_plan.h, CheckpointMode::kSelective). Builders set it.
   bool attention_core = false;
 };
 

@@ -1,7 +1,7 @@
 // The full schedule of one training step: forward, loss, backward (with
 // activation checkpointing) and the optimizer step, derived from a forward
 // graph as the builders emit it (models/builders.h) and an explicit
-// checkpoint plan (graph/checkpoint_plan.h; planner/checkpoint_plan.h makes
+// checkpoint plan (graph/checkpoint_plan.h; planner/checkpoint_mode_plan.h makes
 // the plan of each named mode).
 //
 //   HEADROOM_ASSIGN_OR_RETURN(Graph forward, BuildModelGraph(config, build));

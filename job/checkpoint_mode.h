@@ -1,6 +1,6 @@
 // The activation-checkpointing modes a user can ask for by name. The planner
 // turns a mode into an explicit plan over the model's graph
-// (planner/checkpoint_plan.h); the step builder only ever sees plans.
+// (planner/checkpoint_mode_plan.h); the step builder only ever sees plans.
 //
 //   ParseCheckpointMode("every-k")          -> CheckpointMode::kEveryK
 //   CheckpointModeName(CheckpointMode::kSqrtN) -> "sqrt-n"

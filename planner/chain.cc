@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "graph/training_step.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 #include "planner/schedule.h"
 
 namespace headroom {

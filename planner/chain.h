@@ -89,7 +89,7 @@ struct Chain {
 };
 
 // The chain of a model's layers (Op::layer >= 0; layer i is stage i), as
-// PlanForMode sees them (planner/checkpoint_plan.h). `forward_or_step` is a
+// PlanForMode sees them (planner/checkpoint_mode_plan.h). `forward_or_step` is a
 // forward graph as the builders emit it, or a complete step with nothing
 // checkpointed (PlanProblem::step, planner/schedule.h); `op_cost` one finite
 // non-negative cost per op of it, and `profile` the bytes that count

@@ -150,7 +150,7 @@ ChainPlan UniformChainPlan(const Chain& chain, StageChoice choice);
 
 // The plan over the forward ops of a forward graph or a step (indexed by its
 // OpId, as SegmentSchedule takes it), as PlanForMode makes its modes
-// (planner/checkpoint_plan.h): a segment per checkpointed run of layers, one
+// (planner/checkpoint_mode_plan.h): a segment per checkpointed run of layers, one
 // per contiguous run of attention-core ops of a selective layer; stage i is
 // layer i. InvalidArgument when the plan's stages are not the graph's layers.
 absl::StatusOr<CheckpointPlan> ChainPlanToCheckpointPlan(const Graph& forward_or_step, const ChainPlan& plan);

@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "graph/liveness.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 
 namespace headroom {
 namespace {

@@ -19,7 +19,7 @@
 #include "graph/liveness.h"
 #include "models/model_source.h"
 #include "graph/training_step.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 
 namespace headroom {
 namespace {
@@ -28,7 +28,7 @@ constexpr int64_t kSeq = 512;
 constexpr int64_t kBatch = 2;
 
 // Saved bytes per layer of a GPT-2 small (h 768, 12 heads, 12 layers) step.
-// A named checkpoint mode, planned by the planner (planner/checkpoint_plan.h).
+// A named checkpoint mode, planned by the planner (planner/checkpoint_mode_plan.h).
 struct ModeOptions {
   CheckpointMode checkpoint = CheckpointMode::kOff;
 };

@@ -10,7 +10,7 @@
 #include "graph/autograd.h"
 #include "graph/liveness.h"
 #include "graph/ops.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 #include "gtest/gtest.h"
 
 namespace headroom {
@@ -410,7 +410,7 @@ struct Stack {
   }
 };
 
-// A named checkpoint mode, planned by the planner (planner/checkpoint_plan.h).
+// A named checkpoint mode, planned by the planner (planner/checkpoint_mode_plan.h).
 struct ModeOptions {
   CheckpointMode checkpoint = CheckpointMode::kOff;
   int checkpoint_every = 1;

@@ -1,6 +1,6 @@
 // Roofline figures worked out by hand from data/gpus.json.
 #include "hardware/cost_model.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 
 #include "common/units.h"
 #include "gmock/gmock.h"

@@ -9,7 +9,7 @@
 
 #include "models/builders.h"
 #include "hardware/cost_model.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 #include "models/model_source.h"
 #include "graph/training_step.h"
 #include "gtest/gtest.h"

@@ -17,7 +17,7 @@
 #include "models/builders.h"
 #include "models/model_source.h"
 #include "planner/chain_dp.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 
 namespace headroom {
 namespace {

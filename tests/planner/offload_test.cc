@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "models/builders.h"
 #include "models/model_source.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 #include "planner/plan.h"
 #include "planner/schedule.h"
 

@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "models/builders.h"
 #include "models/model_source.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 #include "planner/plan.h"
 
 namespace headroom {

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "models/builders.h"
 #include "models/model_source.h"
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 #include "replay/allocation_trace.h"
 #include "replay/trace_replay.h"
 #include "tests/planner/step_fixtures.h"

@@ -22,8 +22,8 @@
 //    Activation Recomputation in Large Transformer Models", sec. 4.2. With
 //    flash attention the builders mark no core, so the plan is empty, as
 //    the paper observes flash attention makes selective recomputation moot.
-#ifndef HEADROOM_PLANNER_CHECKPOINT_PLAN_H_
-#define HEADROOM_PLANNER_CHECKPOINT_PLAN_H_
+#ifndef HEADROOM_PLANNER_CHECKPOINT_MODE_PLAN_H_
+#define HEADROOM_PLANNER_CHECKPOINT_MODE_PLAN_H_
 
 #include "absl/status/statusor.h"
 #include "graph/checkpoint_plan.h"
@@ -38,4 +38,4 @@ absl::StatusOr<CheckpointPlan> PlanForMode(const Graph& forward, CheckpointMode 
 
 }  // namespace headroom
 
-#endif  // HEADROOM_PLANNER_CHECKPOINT_PLAN_H_
+#endif  // HEADROOM_PLANNER_CHECKPOINT_MODE_PLAN_H_

@@ -1,6 +1,6 @@
 // The plan of each named checkpoint mode over a hand-built stack of layers,
 // and the plan invariants the step builder relies on.
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 
 #include <string>
 #include <vector>

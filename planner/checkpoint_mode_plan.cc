@@ -1,4 +1,4 @@
-#include "planner/checkpoint_plan.h"
+#include "planner/checkpoint_mode_plan.h"
 
 #include <algorithm>
 #include <cstdint>
