@@ -258,6 +258,30 @@ TEST(Strategies, InFlightMicroBatchesHoldWhatTheirForwardLeaves) {
   EXPECT_THAT(ValidateProblem(three).message(), HasSubstr("micro-batches in flight"));
 }
 
+// Note [Never worse than its starts]: replanned for micro-batches in
+// flight, optimal is never costlier than chen-greedy, chain-dp or sqrt-n
+// on the same problem, and fits wherever one of them does.
+TEST(Strategies, PipelinedOptimalIsNeverWorseThanItsStarts) {
+  const Graph step = Gpt2Step(4);
+  PlanProblem four = ProblemFor(step, ProfileMemory(step).peak_bytes);
+  four.in_flight = 4;
+  const PlanEvaluation store_all = *EvaluateSchedule(four, StoreAllSchedule(step));
+  int compared = 0;
+  for (int percent : {80, 50, 30}) {
+    four.budget = store_all.peak_bytes / 100 * static_cast<uint64_t>(percent);
+    absl::StatusOr<PlanResult> optimal = RunStrategy(four, Strategy::kOptimal);
+    for (Strategy start : {Strategy::kChenGreedy, Strategy::kChainDp, Strategy::kSqrtN}) {
+      absl::StatusOr<PlanResult> r = RunStrategy(four, start);
+      if (!r.ok() || !r->fits) continue;
+      ++compared;
+      ASSERT_TRUE(optimal.ok()) << percent << "%: " << optimal.status();
+      EXPECT_TRUE(optimal->fits) << percent << "%";
+      EXPECT_LE(optimal->evaluation.step_cost, r->evaluation.step_cost) << percent << "% " << StrategyName(start);
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
 // A graph without layers has no chain: chain-dp says so; the others plan it.
 TEST(Strategies, ChainDpNeedsLayers) {
   Graph g("dag");
