@@ -2,6 +2,8 @@
 // any answer is wrong.
 #include <cstdio>
 
+#include "allocator/caching_allocator.h"
+#include "allocator/simulated/simulated_backend.h"
 #include "allocator/size_rounding.h"
 #include "estimators/optimizer_state.h"
 #include "hardware/gpu_catalog.h"
@@ -30,6 +32,13 @@ int main() {
                                              {.id = 1, .first = 1, .last = 2, .bytes = 1000}};
   const absl::StatusOr<headroom::ArenaLayout> arena = headroom::LayoutArena(requests);
   if (!arena.ok() || arena->arena_bytes != 1536) return 9;
+  // The allocator's public header, and everything it includes, is installed.
+  auto backend = headroom::SimulatedBackend::Create({.capacity_bytes = 1ull << 30});
+  if (!backend.ok()) return 10;
+  auto allocator = headroom::CachingAllocator::Create(backend->get(), {});
+  if (!allocator.ok()) return 11;
+  auto block = (*allocator)->Allocate(1000);
+  if (!block.ok() || !(*allocator)->Free(*block).ok()) return 12;
   std::printf("consumer: %s has %llu bytes\n", (*gpu)->name.c_str(),
               static_cast<unsigned long long>((*gpu)->memory_bytes));
   return 0;
