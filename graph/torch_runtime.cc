@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/name_table.h"
+#include "common/quote.h"
 
 namespace headroom {
 namespace {
@@ -38,11 +39,11 @@ absl::StatusOr<TorchRuntime> ParseTorchVersion(std::string_view version) {
   TorchRuntime r;
   if (!ParseMajorMinor(version, r.major, r.minor)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("PyTorch version '%s' is not MAJOR.MINOR (e.g. 2.5 or 1.13)", version));
+        absl::StrFormat("PyTorch version %s is not MAJOR.MINOR (e.g. 2.5 or 1.13)", QuoteForError(version)));
   }
   if (r.major < 1 || r.major > 99 || (r.major == 1 && r.minor < 13) || r.minor > 999) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("PyTorch version '%s' is not supported (1.13 or later)", version));
+        absl::StrFormat("PyTorch version %s is not supported (1.13 or later)", QuoteForError(version)));
   }
   return r;
 }
@@ -55,11 +56,11 @@ absl::StatusOr<TransformersVersion> ParseTransformersVersion(std::string_view ve
   TransformersVersion v;
   if (!ParseMajorMinor(version, v.major, v.minor)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("transformers version '%s' is not MAJOR.MINOR (e.g. 5.24 or 4.46)", version));
+        absl::StrFormat("transformers version %s is not MAJOR.MINOR (e.g. 5.24 or 4.46)", QuoteForError(version)));
   }
   if (v.major < 4 || v.major > 99 || (v.major == 4 && v.minor < 40) || v.minor > 999) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("transformers version '%s' is not supported (4.40 or later)", version));
+        absl::StrFormat("transformers version %s is not supported (4.40 or later)", QuoteForError(version)));
   }
   return v;
 }

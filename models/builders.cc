@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/checked_math.h"
 #include "common/name_table.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "models/builder.h"
 
@@ -497,8 +498,8 @@ absl::Status Builder::CheckLoraTargetsUsed() const {
   for (const std::string& target : lora_targets_) {
     if (used_targets_.count(target) == 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "lora target module '%s' matches no Linear of %s (its modules: %s, or all-linear)",
-          target, c_.architecture, absl::StrJoin(seen_leaves_, ", ")));
+          "lora target module %s matches no Linear of %s (its modules: %s, or all-linear)",
+          QuoteForError(target), c_.architecture, absl::StrJoin(seen_leaves_, ", ")));
     }
   }
   return absl::OkStatus();

@@ -234,6 +234,26 @@ TEST(ValidateCli, AnAppliedPlanWhoseGradientsDifferOrWhosePeakIsOffFails) {
   EXPECT_THAT(r.out, HasSubstr("outside 3%"));
 }
 
+TEST(ValidateCli, AnAppliedPlanThatOffloadsIsCheckedOnHostMemoryToo) {
+  nlohmann::json fixture = RealPlansFixture();
+  nlohmann::json* offloading = nullptr;
+  for (nlohmann::json& run : fixture["plans"]) {
+    if (!run.contains("error") && run["measured"].value("host_peak_bytes", uint64_t{0}) > 0) offloading = &run;
+  }
+  ASSERT_NE(offloading, nullptr) << "the fixture has a plan that offloads";
+  auto r = RunHeadroom({"validate", "--json", Write("host.json", fixture)});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("\"host_error\""));
+  nlohmann::json& measured = (*offloading)["measured"];
+  measured["host_peak_bytes"] = measured["host_peak_bytes"].get<uint64_t>() * 11 / 10;
+  r = RunHeadroom({"validate", Write("host_off.json", fixture)});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("host outside 3%"));
+  measured.erase("host_peak_bytes");  // a harness that did not count host memory proves nothing
+  r = RunHeadroom({"validate", Write("host_missing.json", fixture)});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+}
+
 TEST(ValidateCli, BadAppliedPlansNameTheFieldAndAStepTheyWereNotMadeFor) {
   auto error_of = [](const std::string& name, const nlohmann::json& fixture) {
     auto r = RunHeadroom({"validate", Write(name, fixture)});
