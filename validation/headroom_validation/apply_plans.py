@@ -383,10 +383,14 @@ def timed_applied(plan, model, batch, meter, repeats):
 def _job_flags(flags):
     """The plan's flags that describe the step (not the budget, strategy or output): what validate needs."""
     keep, out, i = {"--optimizer", "--loop", "--precision", "--kernels", "--torch"}, [], 0
+    switches = {"--emulated-host"}  # flags without a value
     while i < len(flags):
         if flags[i] in keep:
             out += flags[i:i + 2]
             i += 2
+        elif flags[i] in switches:
+            out.append(flags[i])
+            i += 1
         else:
             i += 1 if flags[i] == "--json" else 2
     return out
