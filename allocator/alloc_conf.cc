@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "allocator/history.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 
@@ -23,7 +24,7 @@ std::string_view Trim(std::string_view s) {
 
 absl::Status Bad(std::string_view key, std::string_view value, std::string_view expected) {
   return absl::InvalidArgumentError(
-      absl::StrFormat("HEADROOM_ALLOC_CONF: %s:%s: expected %s", key, value, expected));
+      absl::StrFormat("%s:%s: expected %s", key, value, expected));
 }
 
 absl::StatusOr<uint64_t> ParseUint(std::string_view key, std::string_view value) {
@@ -164,11 +165,11 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     options.layout_plan_file = std::string(value);
   } else if (key == "release_lock_on_cudamalloc" || key.starts_with("pinned_")) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "HEADROOM_ALLOC_CONF: key '%s' tunes a part of PyTorch's allocator that Headroom does not have "
+        "key '%s' tunes a part of PyTorch's allocator that Headroom does not have "
         "(remove it)", key));
   } else {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "HEADROOM_ALLOC_CONF: unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
+        "unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
         "garbage_collection_threshold, expandable_segments, backend, memory_fraction, hard_limit_mb, "
         "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages, move_threshold, "
         "move_threshold_max, unified_pool, reuse_layout_mb, align_growth, stitch_pages, layout_plan)",
@@ -202,7 +203,7 @@ absl::StatusOr<AllocatorOptions> ParseAllocConf(std::string_view conf) {
     }
     if (depth != 0) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("HEADROOM_ALLOC_CONF: unbalanced brackets in '%s'", conf.substr(start, end - start)));
+          absl::StrFormat("unbalanced brackets in '%s'", conf.substr(start, end - start)));
     }
     std::string_view item = Trim(conf.substr(start, end - start));
     start = end + 1;
@@ -213,12 +214,12 @@ absl::StatusOr<AllocatorOptions> ParseAllocConf(std::string_view conf) {
     const size_t colon = item.find(':');
     if (colon == std::string_view::npos) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("HEADROOM_ALLOC_CONF: '%s' is not key:value", item));
+          absl::StrFormat("'%s' is not key:value", item));
     }
     std::string_view key = Trim(item.substr(0, colon));
     std::string_view value = Trim(item.substr(colon + 1));
     if (!seen.insert(std::string(key)).second) {
-      return absl::InvalidArgumentError(absl::StrFormat("HEADROOM_ALLOC_CONF: key '%s' given twice", key));
+      return absl::InvalidArgumentError(absl::StrFormat("key '%s' given twice", key));
     }
     HEADROOM_RETURN_IF_ERROR(ApplyKey(key, value, options));
   }
@@ -299,6 +300,16 @@ std::string ResolveAllocConfPreset(std::string_view text) {
     return preset.conf.empty() ? std::string(rest) : preset.conf + "," + std::string(rest);
   }
   return std::string(text);
+}
+
+absl::StatusOr<AllocatorOptions> ResolveAllocConf(std::string_view text_or_preset) {
+  absl::StatusOr<AllocatorOptions> options = ParseAllocConf(ResolveAllocConfPreset(text_or_preset));
+  if (options.ok()) return options;
+  const std::string presets = absl::StrJoin(
+      AllocConfPresets(), ", ", [](std::string* out, const AllocConfPreset& preset) { out->append(preset.name); });
+  return absl::Status(options.status().code(),
+                      absl::StrFormat("%s: %s (or a preset: %s)", QuoteForError(text_or_preset),
+                                      options.status().message(), presets));
 }
 
 }  // namespace headroom

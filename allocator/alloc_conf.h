@@ -39,6 +39,17 @@
 // Presets name common settings for `headroom replay --compare`:
 //   pytorch-default  (empty string), expandable, max-split-512, power2-4,
 //   gc-0.8, and headroom (Headroom's own policy).
+//
+// Where a user gives the configuration (--alloc-conf, replay's --conf and
+// --compare, the C ABI's HEADROOM_ALLOC_CONF), ResolveAllocConf reads it, a
+// preset or keys, and its error is the one wording all of them print after
+// the name of where the text came from:
+//
+//   absl::StatusOr<AllocatorOptions> options = ResolveAllocConf(flag_value);
+//   if (!options.ok()) {
+//     return absl::InvalidArgumentError(absl::StrCat("--alloc-conf ", options.status().message()));
+//   }
+//   // --alloc-conf 'best-fit': 'best-fit' is not key:value (or a preset: pytorch-default, ...)
 #ifndef HEADROOM_ALLOCATOR_ALLOC_CONF_H_
 #define HEADROOM_ALLOCATOR_ALLOC_CONF_H_
 
@@ -68,6 +79,13 @@ const std::vector<AllocConfPreset>& AllocConfPresets();
 // "headroom,layout_plan:t5.plan.json" is the headroom preset with a plan (a
 // key the preset sets again is an error, as any repeated key).
 std::string ResolveAllocConfPreset(std::string_view text);
+
+// ParseAllocConf(ResolveAllocConfPreset(text_or_preset)). Its error starts
+// with the input quoted (QuoteForError), then the parser's reason and the
+// presets' names, so that a caller puts only where the text came from in
+// front: "'expandable:maybe': unknown key 'expandable' (known: ...) (or a
+// preset: pytorch-default, expandable, ...)".
+absl::StatusOr<AllocatorOptions> ResolveAllocConf(std::string_view text_or_preset);
 
 }  // namespace headroom
 

@@ -55,7 +55,7 @@ using bench::TransformerTrace;
 void BM_ReplayTransformer(benchmark::State& state, const char* preset) {
   const AllocationTrace trace = TransformerTrace(16);
   const ReplayOptions options{.capacity_bytes = 80 * kGiB,
-                              .allocator = *ParseAllocConf(ResolveAllocConfPreset(preset))};
+                              .allocator = *ResolveAllocConf(preset)};
   ReplayResult result;
   for (auto _ : state) {
     result = *ReplayTrace(trace, options);
@@ -97,9 +97,9 @@ void BM_RealTrace(benchmark::State& state, const std::string& path, const std::s
     return;
   }
   // A conf from HEADROOM_BENCH_CONFS may be mistyped: its error, not a crash.
-  absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(ResolveAllocConfPreset(conf));
+  absl::StatusOr<AllocatorOptions> allocator = ResolveAllocConf(conf);
   if (!allocator.ok()) {
-    state.SkipWithError(std::string(allocator.status().message()).c_str());
+    state.SkipWithError(("HEADROOM_BENCH_CONFS " + std::string(allocator.status().message())).c_str());
     return;
   }
   const AllocationTrace& trace = run->trace;

@@ -214,14 +214,8 @@ absl::StatusOr<JobSpec> ToJob(const JobFlags& f) {
     HEADROOM_ASSIGN_OR_RETURN(job.overheads.cuda_context, ForFlag("--cuda-context", ParseBytes(f.cuda_context)));
   }
   job.overheads.streams = f.streams;
-  absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(ResolveAllocConfPreset(f.alloc_conf));
-  if (!allocator.ok()) {
-    const std::string presets = absl::StrJoin(
-        AllocConfPresets(), ", ", [](std::string* out, const AllocConfPreset& preset) { out->append(preset.name); });
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--alloc-conf '%s': %s (or a preset: %s)", f.alloc_conf, allocator.status().message(),
-                        presets));
-  }
+  absl::StatusOr<AllocatorOptions> allocator = ResolveAllocConf(f.alloc_conf);
+  if (!allocator.ok()) return absl::InvalidArgumentError(absl::StrCat("--alloc-conf ", allocator.status().message()));
   job.allocator = *allocator;
   job.keep_gradients = f.keep_grads;
   if (!f.head.empty()) {

@@ -17,13 +17,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "allocator/alloc_conf.h"
 #include "allocator/layout_plan.h"
 #include "allocator/simulated/simulated_backend.h"
 #include "cli/command.h"
 #include "cli/output_files.h"
 #include "common/json_fields.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "layout/trace_layout.h"
@@ -99,21 +99,15 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
 
   std::vector<ReplayRun> runs;
   for (const std::string& label : labels) {
-    const std::string conf = ResolveAllocConfPreset(label);
-    absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(conf);
+    absl::StatusOr<AllocatorOptions> allocator = ResolveAllocConf(label);
     if (!allocator.ok()) {
-      return absl::InvalidArgumentError(absl::StrFormat("configuration '%s': %s (presets: %s)", label,
-                                                        std::string(allocator.status().message()),
-                                                        absl::StrJoin(AllocConfPresets(), ", ",
-                                                                      [](std::string* o, const AllocConfPreset& p) {
-                                                                        o->append(p.name);
-                                                                      })));
+      return absl::InvalidArgumentError(absl::StrCat("configuration ", allocator.status().message()));
     }
     if (!allocator->layout_plan_file.empty()) {  // read once here, not by each replay's allocator
       absl::StatusOr<LayoutPlan> plan = ReadLayoutPlanFile(allocator->layout_plan_file);
       if (!plan.ok()) {
-        return absl::Status(plan.status().code(), absl::StrFormat("configuration '%s': layout_plan: %s", label,
-                                                                  std::string(plan.status().message())));
+        return absl::Status(plan.status().code(), absl::StrFormat("configuration %s: layout_plan: %s",
+                                                                  QuoteForError(label), plan.status().message()));
       }
       allocator->layout_plan = std::make_shared<const LayoutPlan>(*std::move(plan));
     }

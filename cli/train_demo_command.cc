@@ -72,8 +72,8 @@ absl::Status RunTrainDemoCommand(const TrainDemoFlags& f, std::ostream& out) {
   HEADROOM_RETURN_IF_ERROR(CheckOutputFiles({{"--graph-out", f.graph_out}}, {{"--plan", f.plan}}));
   HEADROOM_ASSIGN_OR_RETURN(const DemoModel model, BuildModel(f));
   TrainDemoOptions options{.steps = f.steps, .executor = {.learning_rate = f.lr}};
-  absl::StatusOr<AllocatorOptions> allocator = ParseAllocConf(ResolveAllocConfPreset(f.alloc_conf));
-  if (!allocator.ok()) return absl::InvalidArgumentError(absl::StrCat("--alloc-conf: ", allocator.status().message()));
+  absl::StatusOr<AllocatorOptions> allocator = ResolveAllocConf(f.alloc_conf);
+  if (!allocator.ok()) return absl::InvalidArgumentError(absl::StrCat("--alloc-conf ", allocator.status().message()));
   options.job = DemoJob(*allocator);
   if (!f.plan.empty()) {
     HEADROOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(f.plan));

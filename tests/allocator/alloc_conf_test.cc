@@ -128,5 +128,23 @@ TEST(AllocConf, Presets) {
   }
 }
 
+// The one resolver every user-facing reader calls: a preset (alone or leading keys) or keys; its error quotes
+// the input, gives the parser's reason and names the presets, for the caller to put its source in front.
+TEST(AllocConf, ResolveAllocConfReadsPresetsAndNamesTheInput) {
+  absl::StatusOr<AllocatorOptions> headroom = ResolveAllocConf("headroom,history_entries:4");
+  ASSERT_TRUE(headroom.ok()) << headroom.status();
+  EXPECT_EQ(FormatAllocConf(*headroom), FormatAllocConf(*ParseAllocConf(
+                                            ResolveAllocConfPreset("headroom") + ",history_entries:4")));
+  absl::StatusOr<AllocatorOptions> bad = ResolveAllocConf("best-fit");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "'best-fit': 'best-fit' is not key:value "
+            "(or a preset: pytorch-default, expandable, max-split-512, power2-4, gc-0.8, headroom)");
+  EXPECT_THAT(ResolveAllocConf("expandable_segments:True\n\x1b[2J").status().message(),
+              HasSubstr("'expandable_segments:True\\n\\x1b[2J': "));
+  EXPECT_THAT(ResolveAllocConf("headroom,unified_pool:False").status().message(),
+              HasSubstr("'headroom,unified_pool:False': key 'unified_pool' given twice"));
+}
+
 }  // namespace
 }  // namespace headroom

@@ -169,7 +169,8 @@ TEST(ReplayCli, InputErrorsExitTwo) {
   const std::string path = WriteTempFile("replay_err.csv", kLog);
   auto bad_conf = RunHeadroom({"replay", path, "--conf", "expandable_segments:maybe"});
   EXPECT_EQ(bad_conf.exit_code, 2);
-  EXPECT_THAT(bad_conf.err, HasSubstr("expandable_segments:maybe"));
+  EXPECT_THAT(bad_conf.err, HasSubstr("configuration 'expandable_segments:maybe': expandable_segments:maybe: "
+                                      "expected True or False (or a preset: pytorch-default, "));
   auto bad_capacity = RunHeadroom({"replay", path, "--capacity", "lots"});
   EXPECT_EQ(bad_capacity.exit_code, 2);
   auto missing = RunHeadroom({"replay", "/nonexistent/trace.csv"});

@@ -16,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "allocator/alloc_conf.h"
@@ -52,8 +53,10 @@ absl::StatusOr<DeviceState*> CreateState(int device) {
   // memory API that expandable segments need.
   const char* env = std::getenv("HEADROOM_ALLOC_CONF");
   const char* fallback = (*backend)->properties().supports_virtual_memory ? "headroom" : "pytorch-default";
-  absl::StatusOr<AllocatorOptions> options = ParseAllocConf(ResolveAllocConfPreset(env != nullptr ? env : fallback));
-  if (!options.ok()) return options.status();
+  absl::StatusOr<AllocatorOptions> options = ResolveAllocConf(env != nullptr ? env : fallback);
+  if (!options.ok()) {
+    return absl::Status(options.status().code(), absl::StrCat("HEADROOM_ALLOC_CONF ", options.status().message()));
+  }
   auto state = std::make_unique<DeviceState>();
   state->backend = *std::move(backend);
   absl::StatusOr<std::unique_ptr<CachingAllocator>> allocator =
