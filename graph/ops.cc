@@ -353,7 +353,7 @@ TensorId OpEmitter::Activation(const std::string& name, ActivationKind kind, Ten
   return y;
 }
 
-TensorId OpEmitter::Mul(const std::string& name, TensorId a, TensorId b) {
+Op OpEmitter::Broadcasting(const std::string& name, std::string kind, TensorId a, TensorId b) {
   const Tensor at = graph_.tensor(a);
   const Tensor bt = graph_.tensor(b);
   // Broadcasting as PyTorch does: shapes align at their last dimension, a size-1 dimension stretches.
@@ -364,9 +364,13 @@ TensorId OpEmitter::Mul(const std::string& name, TensorId a, TensorId b) {
     dim = std::max(dim, other[i]);
   }
   TensorId c = NewTensor(name + ".out", shape, Promote(at.dtype, bt.dtype));
-  Op op{.kind = "mul", .name = name, .inputs = {a, b}, .outputs = {c},
-        .flops = static_cast<double>(graph_.tensor(c).elements()),
-        .compute_dtype = graph_.tensor(c).dtype};
+  return {.kind = std::move(kind), .name = name, .inputs = {a, b}, .outputs = {c},
+          .flops = static_cast<double>(graph_.tensor(c).elements()), .compute_dtype = graph_.tensor(c).dtype};
+}
+
+TensorId OpEmitter::Mul(const std::string& name, TensorId a, TensorId b) {
+  Op op = Broadcasting(name, "mul", a, b);
+  const TensorId c = op.outputs[0];
   if (RequiresGrad(a)) op.saved.push_back(b);
   if (RequiresGrad(b)) op.saved.push_back(a);
   Emit(std::move(op), RequiresGrad(a) || RequiresGrad(b));
@@ -374,20 +378,9 @@ TensorId OpEmitter::Mul(const std::string& name, TensorId a, TensorId b) {
 }
 
 TensorId OpEmitter::Add(const std::string& name, TensorId a, TensorId b) {
-  const Tensor at = graph_.tensor(a);
-  const Tensor bt = graph_.tensor(b);
-  // Broadcasting as PyTorch does: shapes align at their last dimension, a size-1 dimension stretches.
-  std::vector<int64_t> shape = at.shape.size() >= bt.shape.size() ? at.shape : bt.shape;
-  const std::vector<int64_t>& other = at.shape.size() >= bt.shape.size() ? bt.shape : at.shape;
-  for (size_t i = 0; i < other.size(); ++i) {
-    int64_t& dim = shape[shape.size() - other.size() + i];
-    dim = std::max(dim, other[i]);
-  }
-  TensorId c = NewTensor(name + ".out", shape, Promote(at.dtype, bt.dtype));
-  Emit({.kind = "add", .name = name, .inputs = {a, b}, .outputs = {c},
-        .flops = static_cast<double>(graph_.tensor(c).elements()),
-        .compute_dtype = graph_.tensor(c).dtype},
-       RequiresGrad(a) || RequiresGrad(b));
+  Op op = Broadcasting(name, "add", a, b);
+  const TensorId c = op.outputs[0];
+  Emit(std::move(op), RequiresGrad(a) || RequiresGrad(b));
   return c;
 }
 

@@ -296,6 +296,9 @@ class OpEmitter {
                      double flops_per_element);
   // The wider of two floating dtypes (type promotion of elementwise ops).
   static DType Promote(DType a, DType b);
+  // A two-input elementwise op, not yet emitted: its output is a new tensor of the broadcast shape (PyTorch's
+  // rule) and the promoted dtype, one flop per output element. The caller says what autograd saves.
+  Op Broadcasting(const std::string& name, std::string kind, TensorId a, TensorId b);
 
   Graph& graph_;
   EmitterOptions options_;
