@@ -62,33 +62,7 @@ absl::StatusOr<PlanRunner> ParseRunnerFlag(const std::string& runner) {
       absl::StrFormat("--runner: unknown runner '%s' (headroom or torch-ops)", runner));
 }
 
-// Note [Plan budget]: from in.gpu_budget down, the budget for which the
-// plan `strategy` makes, replayed through the allocator with the fixed
-// state, fits the GPU: each round asks for a plan whose peak is lower than
-// the last one's by what its replay overflowed the GPU by. Stops after a few
-// rounds, and where no plan fits the budget (planning then says so); 0 when
-// the overflow takes all of it.
-absl::StatusOr<uint64_t> BudgetThatReplaysWithinTheGpu(const PlanInput& in, Strategy strategy) {
-  constexpr int kRounds = 8;
-  uint64_t budget = *in.gpu_budget;
-  for (int round = 0; round < kRounds; ++round) {
-    absl::StatusOr<PlanResult> plan = RunStrategy(in.Problem(budget), strategy);
-    if (!plan.ok()) {
-      if (plan.status().code() == absl::StatusCode::kResourceExhausted) return budget;
-      return plan.status();
-    }
-    HEADROOM_ASSIGN_OR_RETURN(const Graph scheduled, MaterializeSchedule(in.step, plan->schedule));
-    HEADROOM_ASSIGN_OR_RETURN(const PlanReplay replay, ReplayPlan(in, scheduled));
-    if (replay.total_bytes() <= in.capacity && !replay.allocator.out_of_memory) return budget;
-    const uint64_t over = replay.total_bytes() > in.capacity ? replay.total_bytes() - in.capacity : 1;
-    const uint64_t peak = std::min(budget, plan->evaluation.peak_bytes);
-    if (over >= peak) return 0;
-    budget = peak - over;
-  }
-  return budget;
-}
-
-// The budget for planned tensors (Note [Plan budget]) and how it was set.
+// The budget for planned tensors (Note [Plan budget] in estimators/plan_input.h) and how it was set.
 absl::StatusOr<std::pair<uint64_t, std::string>> ResolveBudget(const PlanFlags& flags, const PlanInput& in,
                                                                const Machine& machine,
                                                                const PlanEvaluation& store_all,

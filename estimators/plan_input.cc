@@ -11,6 +11,8 @@
 #include "estimators/model_states.h"
 #include "hardware/cost_model.h"
 #include "hardware/gpu_catalog.h"
+#include "planner/planner.h"
+#include "planner/schedule.h"
 
 namespace headroom {
 namespace {
@@ -127,6 +129,29 @@ absl::StatusOr<PlanReplay> ReplayPlan(const PlanInput& in, const Graph& schedule
   HEADROOM_ASSIGN_OR_RETURN(out.allocator, ReplayAllocations(steps, in.allocator, device_bytes));
   if (sequence != nullptr) *sequence = std::move(steps.trace);
   return out;
+}
+
+absl::StatusOr<uint64_t> BudgetThatReplaysWithinTheGpu(const PlanInput& in, Strategy strategy) {
+  if (!in.gpu_budget) {
+    return absl::FailedPreconditionError("the step's fixed state fills the GPU: no budget is left to lower");
+  }
+  constexpr int kRounds = 8;
+  uint64_t budget = *in.gpu_budget;
+  for (int round = 0; round < kRounds; ++round) {
+    absl::StatusOr<PlanResult> plan = RunStrategy(in.Problem(budget), strategy);
+    if (!plan.ok()) {
+      if (plan.status().code() == absl::StatusCode::kResourceExhausted) return budget;
+      return plan.status();
+    }
+    HEADROOM_ASSIGN_OR_RETURN(const Graph scheduled, MaterializeSchedule(in.step, plan->schedule));
+    HEADROOM_ASSIGN_OR_RETURN(const PlanReplay replay, ReplayPlan(in, scheduled));
+    if (replay.total_bytes() <= in.capacity && !replay.allocator.out_of_memory) return budget;
+    const uint64_t over = replay.total_bytes() > in.capacity ? replay.total_bytes() - in.capacity : 1;
+    const uint64_t peak = std::min(budget, plan->evaluation.peak_bytes);
+    if (over >= peak) return 0;
+    budget = peak - over;
+  }
+  return budget;
 }
 
 }  // namespace headroom

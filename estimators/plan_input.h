@@ -21,7 +21,8 @@
 // request. The caching allocator needs more than the bytes requested (its
 // rounding and its cache of unused blocks, Note [Allocator rounding and
 // cache]), which depends on the plan, so `headroom plan --gpu` lowers the
-// budget until the plan fits as the allocator serves it: it plans for
+// budget until the plan fits as the allocator serves it
+// (BudgetThatReplaysWithinTheGpu): it plans for
 // gpu_budget, replays the plan through the allocator after the fixed state
 // with the job's --alloc-conf (ReplayPlan; estimators/step_replay.h, Note
 // [Allocator replay]), asks for a plan whose peak is lower by what the
@@ -54,6 +55,7 @@
 #include "job/job_spec.h"
 #include "models/model_source.h"
 #include "planner/plan.h"
+#include "planner/planner.h"
 
 namespace headroom {
 
@@ -123,6 +125,16 @@ struct PlanReplay {
 // tensors and the optimizer's temporaries.
 absl::StatusOr<PlanReplay> ReplayPlan(const PlanInput& in, const Graph& scheduled,
                                       AllocationTrace* sequence = nullptr);
+
+// The loop of Note [Plan budget]: from in.gpu_budget down, the budget for
+// which the plan `strategy` makes, replayed through the allocator with the
+// fixed state, fits the GPU: each round asks for a plan whose peak is lower than
+// the last one's by what its replay overflowed the GPU by. Stops after a few
+// rounds, and where no plan fits the budget (planning then says so); 0 when
+// the overflow takes all of it. A FailedPrecondition error when
+// in.gpu_budget is unset (the fixed state fills the GPU: the caller says so
+// in its own words).
+absl::StatusOr<uint64_t> BudgetThatReplaysWithinTheGpu(const PlanInput& in, Strategy strategy);
 
 }  // namespace headroom
 
