@@ -395,201 +395,263 @@ std::vector<ResidentBlock> ResidentBlocks(const Graph& forward, const ModelState
   return out;
 }
 
-absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::span<const ResidentBlock> resident,
-                                                     const StepSequenceOptions& options) {
-  HEADROOM_RETURN_IF_ERROR(step.CheckBounds());
-  StepAllocations out;
-  out.trace = {.source = step.name(), .format = "rmm-csv", .events = {}};
-  const std::vector<TensorLifetime> life = ComputeLifetimes(step, options.profile);
-  const GraphEventOrder order(step, life);
-  const auto num_ops = static_cast<OpId>(step.num_ops());
-  std::vector<BudgetCategory> category(step.num_tensors(), BudgetCategory::kActivations);
-  for (const Tensor& t : step.tensors()) {
-    const TensorLifetime& l = life[static_cast<size_t>(t.id)];
-    if (l.first <= l.last) category[static_cast<size_t>(t.id)] = CategoryOf(step, t, options.autocast);
+namespace {
+
+// BuildStepAllocations's work, one object per call: the stages Build() runs,
+// in order, over the state they share (the writer, each tensor's pointer,
+// the clock, the blocks still to place).
+class StepSequenceBuilder {
+ public:
+  // `step` has passed CheckBounds().
+  StepSequenceBuilder(const Graph& step, std::span<const ResidentBlock> resident, const StepSequenceOptions& options)
+      : step_(step),
+        resident_(resident),
+        temporaries_(options.optimizer_temporaries),
+        life_(ComputeLifetimes(step, options.profile)),
+        order_(step, life_),
+        num_ops_(static_cast<OpId>(step.num_ops())),
+        category_(CategorizeTensors(step, life_, options.autocast)),
+        forward_end_(ForwardEnd(step)),
+        first_optimizer_op_(FirstOptimizerOp(step)),
+        in_flight_(std::max(1, options.in_flight)),
+        temporary_tensors_(static_cast<uint64_t>(std::max(1, temporaries_.tensors))) {
+    out_.trace = {.source = step.name(), .format = "rmm-csv", .events = {}};
   }
-  // The forward part (forward and loss ops before the first backward or
-  // optimizer op) and the first optimizer op.
-  OpId forward_end = -1;
-  while (forward_end + 1 < num_ops && (step.op(forward_end + 1).phase == Phase::kForward ||
-                                       step.op(forward_end + 1).phase == Phase::kLoss)) {
-    ++forward_end;
-  }
-  OpId first_optimizer_op = num_ops;
-  for (const Op& op : step.ops()) {
-    if (op.phase == Phase::kOptimizer) {
-      first_optimizer_op = op.id;
-      break;
+
+  absl::StatusOr<StepAllocations> Build() && {
+    ReserveEvents();
+    PlaceResidentBlocks();
+    unit_schedule_ = ScheduleFsdpUnits(step_, units_);
+    unit_pointer_.assign(units_.size(), 0);
+    pointer_.assign(step_.num_tensors(), 0);
+    // Note [The first step in the replay]: the first and the last steps' peaks are never the sequence's.
+    const int steps = from_first_step_.empty() ? 1 : kStepsUntilSettled;
+    if (steps > 1) {
+      writer_.set_counting_peak(false);
+      RunStep();
+      writer_.set_counting_peak(true);
     }
+    ReplayWarmUpForwards();
+    RunStep();
+    writer_.set_counting_peak(false);
+    for (int settling = 2; settling < steps; ++settling) RunStep();
+    writer_.set_counting_peak(true);
+    HEADROOM_RETURN_IF_ERROR(writer_.status());
+    ListLargestLiveAtThePeak();
+    return std::move(out_);
   }
-  const int in_flight = std::max(1, options.in_flight);
-  const size_t resident_events = resident.size();
-  const OptimizerTemporaries& temporaries = options.optimizer_temporaries;
-  const auto temporary_tensors = static_cast<uint64_t>(std::max(1, temporaries.tensors));
-  out.trace.events.reserve(resident_events + 2 * order.num_allocations() * static_cast<size_t>(in_flight) +
-                           2 * temporaries.bytes.size() * temporary_tensors);
 
-  // Note [KV cache in the forward]: blocks the forward fills, where it has an attention layer for each.
-  int filled_layers = 0;
-  for (const ResidentBlock& block : resident) filled_layers = std::max(filled_layers, block.attention_layer + 1);
-  const std::vector<OpId> attention_ops = filled_layers > 0 ? FirstAttentionOps(step) : std::vector<OpId>{};
-  const bool fill_in_forward = filled_layers > 0 && static_cast<size_t>(filled_layers) == attention_ops.size();
-  std::map<OpId, std::vector<ResidentBlock>> filled_at;  // by the op that allocates them (once)
-
-  SequenceWriter writer(out);
-  std::vector<ResidentBlock> from_first_step;
-  std::vector<ResidentBlock> units;  // Note [FSDP units in the step]
-  for (const ResidentBlock& block : resident) {
-    if (block.fsdp != FsdpBlock::kResident) {
-      units.push_back(block);
-    } else if (block.from_first_step) {
-      from_first_step.push_back(block);
-    } else if (fill_in_forward && block.attention_layer >= 0) {
-      filled_at[attention_ops[static_cast<size_t>(block.attention_layer)]].push_back(block);
-    } else {
-      writer.Allocate(block.bytes, block.category, block.stream, 0, Site::kResident, kNone);
+ private:
+  static std::vector<BudgetCategory> CategorizeTensors(const Graph& step, const std::vector<TensorLifetime>& life,
+                                                       bool autocast) {
+    std::vector<BudgetCategory> category(step.num_tensors(), BudgetCategory::kActivations);
+    for (const Tensor& t : step.tensors()) {
+      const TensorLifetime& l = life[static_cast<size_t>(t.id)];
+      if (l.first <= l.last) category[static_cast<size_t>(t.id)] = CategoryOf(step, t, autocast);
     }
+    return category;
   }
 
-  const FsdpSchedule unit_schedule = ScheduleFsdpUnits(step, units);
-  std::vector<uint64_t> unit_pointer(units.size(), 0);
-  auto allocate_units = [&](const std::map<OpId, std::vector<size_t>>& at, OpId op, uint64_t now) {
-    if (auto it = at.find(op); it != at.end()) {
-      for (size_t i : it->second) {
-        unit_pointer[i] = writer.Allocate(units[i].bytes, units[i].category, 0, now, Site::kStep, op);
+  // The last op of the forward part (forward and loss ops before the first
+  // backward or optimizer op); -1 when there is none.
+  static OpId ForwardEnd(const Graph& step) {
+    const auto num_ops = static_cast<OpId>(step.num_ops());
+    OpId forward_end = -1;
+    while (forward_end + 1 < num_ops && (step.op(forward_end + 1).phase == Phase::kForward ||
+                                         step.op(forward_end + 1).phase == Phase::kLoss)) {
+      ++forward_end;
+    }
+    return forward_end;
+  }
+
+  // The first optimizer op; the number of ops when there is none.
+  static OpId FirstOptimizerOp(const Graph& step) {
+    for (const Op& op : step.ops()) {
+      if (op.phase == Phase::kOptimizer) return op.id;
+    }
+    return static_cast<OpId>(step.num_ops());
+  }
+
+  void ReserveEvents() {
+    out_.trace.events.reserve(resident_.size() + 2 * order_.num_allocations() * static_cast<size_t>(in_flight_) +
+                              2 * temporaries_.bytes.size() * temporary_tensors_);
+  }
+
+  // Sorts the resident blocks by when they are allocated and allocates those
+  // held from the start: FSDP units follow their schedule, the optimizer
+  // state waits for the first step, a KV cache the forward fills waits for
+  // its layer's first attention op.
+  void PlaceResidentBlocks() {
+    // Note [KV cache in the forward]: blocks the forward fills, where it has an attention layer for each.
+    int filled_layers = 0;
+    for (const ResidentBlock& block : resident_) filled_layers = std::max(filled_layers, block.attention_layer + 1);
+    const std::vector<OpId> attention_ops = filled_layers > 0 ? FirstAttentionOps(step_) : std::vector<OpId>{};
+    const bool fill_in_forward = filled_layers > 0 && static_cast<size_t>(filled_layers) == attention_ops.size();
+    for (const ResidentBlock& block : resident_) {
+      if (block.fsdp != FsdpBlock::kResident) {
+        units_.push_back(block);  // Note [FSDP units in the step]
+      } else if (block.from_first_step) {
+        from_first_step_.push_back(block);
+      } else if (fill_in_forward && block.attention_layer >= 0) {
+        filled_at_[attention_ops[static_cast<size_t>(block.attention_layer)]].push_back(block);
+      } else {
+        writer_.Allocate(block.bytes, block.category, block.stream, 0, Site::kResident, kNone);
       }
     }
-  };
-  auto free_unit = [&](size_t i, uint64_t now) {
-    writer.Free(unit_pointer[i], units[i].bytes, units[i].category, 0, now);
-    unit_pointer[i] = 0;
-  };
+  }
 
-  std::vector<uint64_t> pointer(step.num_tensors(), 0);
-  std::vector<HeldBlock> held;
-  uint64_t time = 0;
+  void AllocateUnits(const std::map<OpId, std::vector<size_t>>& at, OpId op, uint64_t now) {
+    if (auto it = at.find(op); it != at.end()) {
+      for (size_t i : it->second) {
+        unit_pointer_[i] = writer_.Allocate(units_[i].bytes, units_[i].category, 0, now, Site::kStep, op);
+      }
+    }
+  }
+
+  void FreeUnit(size_t i, uint64_t now) {
+    writer_.Free(unit_pointer_[i], units_[i].bytes, units_[i].category, 0, now);
+    unit_pointer_[i] = 0;
+  }
+
+  void FreeTensor(TensorId id, uint64_t now) {
+    uint64_t& p = pointer_[static_cast<size_t>(id)];
+    writer_.Free(p, step_.tensor(id).bytes(), category_[static_cast<size_t>(id)], 0, now);
+    p = 0;
+  }
+
   // Backward is over: 1F1B's cool-down frees the held blocks, then the first
   // step creates the optimizer state and the optimizer allocates its
   // temporaries while every gradient is live.
-  auto optimizer_step = [&](OpId at) {
-    const uint64_t now = time + static_cast<uint64_t>(at);
-    for (const HeldBlock& h : held) writer.Free(h.pointer, h.bytes, h.category, 0, now);
-    held.clear();
-    for (const ResidentBlock& block : from_first_step) {
-      writer.Allocate(block.bytes, block.category, block.stream, now, Site::kResident, kNone);
+  void RunOptimizerStep(OpId at) {
+    const uint64_t now = time_ + static_cast<uint64_t>(at);
+    for (const HeldBlock& h : held_) writer_.Free(h.pointer, h.bytes, h.category, 0, now);
+    held_.clear();
+    for (const ResidentBlock& block : from_first_step_) {
+      writer_.Allocate(block.bytes, block.category, block.stream, now, Site::kResident, kNone);
     }
-    from_first_step.clear();
-    // Each parameter's temporaries are `temporary_tensors` blocks, live together (Note [Optimizer step
+    from_first_step_.clear();
+    // Each parameter's temporaries are `temporary_tensors_` blocks, live together (Note [Optimizer step
     // transients]).
     std::vector<std::pair<uint64_t, uint64_t>> live;  // pointer, bytes
     auto free_live = [&] {
-      for (const auto& [p, bytes] : live) writer.Free(p, bytes, BudgetCategory::kTemporaries, 0, now);
+      for (const auto& [p, bytes] : live) writer_.Free(p, bytes, BudgetCategory::kTemporaries, 0, now);
       live.clear();
     };
-    for (uint64_t bytes : temporaries.bytes) {
-      const uint64_t share = bytes / temporary_tensors;
-      for (uint64_t i = 0; i < temporary_tensors; ++i) {
-        const uint64_t piece = i + 1 == temporary_tensors ? bytes - share * (temporary_tensors - 1) : share;
-        live.emplace_back(writer.Allocate(piece, BudgetCategory::kTemporaries, 0, now, Site::kOptimizer, at), piece);
+    for (uint64_t bytes : temporaries_.bytes) {
+      const uint64_t share = bytes / temporary_tensors_;
+      for (uint64_t i = 0; i < temporary_tensors_; ++i) {
+        const uint64_t piece = i + 1 == temporary_tensors_ ? bytes - share * (temporary_tensors_ - 1) : share;
+        live.emplace_back(writer_.Allocate(piece, BudgetCategory::kTemporaries, 0, now, Site::kOptimizer, at), piece);
       }
-      if (!temporaries.together) free_live();
+      if (!temporaries_.together) free_live();
     }
     free_live();
-  };
+  }
+
   // The step itself (Note [Plan trace order]).
-  auto run_step = [&] {
-    for (OpId op = 0; op < num_ops; ++op) {
-      const uint64_t now = time + static_cast<uint64_t>(op);
-      if (op == first_optimizer_op) optimizer_step(op);
+  void RunStep() {
+    for (OpId op = 0; op < num_ops_; ++op) {
+      const uint64_t now = time_ + static_cast<uint64_t>(op);
+      if (op == first_optimizer_op_) RunOptimizerStep(op);
       // Resident from then on: the first step fills the cache, later ones find it.
-      if (auto filled = filled_at.find(op); filled != filled_at.end()) {
+      if (auto filled = filled_at_.find(op); filled != filled_at_.end()) {
         for (const ResidentBlock& block : filled->second) {
-          writer.Allocate(block.bytes, block.category, block.stream, now, Site::kStep, op);
+          writer_.Allocate(block.bytes, block.category, block.stream, now, Site::kStep, op);
         }
-        filled_at.erase(filled);
+        filled_at_.erase(filled);
       }
-      allocate_units(unit_schedule.before, op, now);
-      for (TensorId id : order.Beginning(op)) {
-        pointer[static_cast<size_t>(id)] =
-            writer.Allocate(step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now, Site::kStep, op);
+      AllocateUnits(unit_schedule_.before, op, now);
+      for (TensorId id : order_.Beginning(op)) {
+        pointer_[static_cast<size_t>(id)] =
+            writer_.Allocate(step_.tensor(id).bytes(), category_[static_cast<size_t>(id)], 0, now, Site::kStep, op);
       }
       // A step without optimizer ops (a graph file's): at its last op, before its frees.
-      if (op + 1 == num_ops && first_optimizer_op == num_ops) optimizer_step(op);
-      for (TensorId id : order.Ending(op)) {
-        uint64_t& p = pointer[static_cast<size_t>(id)];
-        writer.Free(p, step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, now);
-        p = 0;
-      }
-      allocate_units(unit_schedule.after, op, now);
-      if (auto it = unit_schedule.release.find(op); it != unit_schedule.release.end()) {
-        for (size_t i : it->second) free_unit(i, now);
+      if (op + 1 == num_ops_ && first_optimizer_op_ == num_ops_) RunOptimizerStep(op);
+      for (TensorId id : order_.Ending(op)) FreeTensor(id, now);
+      AllocateUnits(unit_schedule_.after, op, now);
+      if (auto it = unit_schedule_.release.find(op); it != unit_schedule_.release.end()) {
+        for (size_t i : it->second) FreeUnit(i, now);
       }
     }
-    if (num_ops == 0) optimizer_step(0);
-    time += static_cast<uint64_t>(num_ops) + 1;
+    if (num_ops_ == 0) RunOptimizerStep(0);
+    time_ += static_cast<uint64_t>(num_ops_) + 1;
     // What outlives the step's last op (its outputs, gradient shards) is dropped before the next step.
-    for (TensorId id = 0; id < static_cast<TensorId>(pointer.size()); ++id) {
-      uint64_t& p = pointer[static_cast<size_t>(id)];
-      writer.Free(p, step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, time);
-      p = 0;
-    }
-    for (size_t i = 0; i < units.size(); ++i) free_unit(i, time);
-  };
-  // Note [The first step in the replay]: the first and the last steps' peaks are never the sequence's.
-  const int steps = from_first_step.empty() ? 1 : kStepsUntilSettled;
-  if (steps > 1) {
-    writer.set_counting_peak(false);
-    run_step();
-    writer.set_counting_peak(true);
+    for (TensorId id = 0; id < static_cast<TensorId>(pointer_.size()); ++id) FreeTensor(id, time_);
+    for (size_t i = 0; i < units_.size(); ++i) FreeUnit(i, time_);
   }
 
   // Note [Pipeline warm-up in the replay]: the other micro-batches' forwards, later ones' held tensors only.
-  for (int micro_batch = 1; micro_batch < in_flight; ++micro_batch) {
-    const bool whole = micro_batch <= kWarmUpsReplayedWhole;
-    for (OpId op = 0; op <= forward_end; ++op) {
-      for (TensorId id : order.Beginning(op)) {
-        const Tensor& t = step.tensor(id);
-        if (t.role == TensorRole::kGradient) continue;  // gradient buffers are shared by the micro-batches
-        if (!whole && life[static_cast<size_t>(id)].last <= forward_end) continue;
-        const BudgetCategory c = category[static_cast<size_t>(id)];
-        const uint64_t p = writer.Allocate(t.bytes(), c, 0, time + static_cast<uint64_t>(op), Site::kWarmUp, op);
-        if (life[static_cast<size_t>(id)].last > forward_end) {
-          held.push_back({.pointer = p, .bytes = t.bytes(), .category = c});
-        } else {
-          pointer[static_cast<size_t>(id)] = p;
+  void ReplayWarmUpForwards() {
+    for (int micro_batch = 1; micro_batch < in_flight_; ++micro_batch) {
+      const bool whole = micro_batch <= kWarmUpsReplayedWhole;
+      for (OpId op = 0; op <= forward_end_; ++op) {
+        const uint64_t now = time_ + static_cast<uint64_t>(op);
+        for (TensorId id : order_.Beginning(op)) {
+          const Tensor& t = step_.tensor(id);
+          if (t.role == TensorRole::kGradient) continue;  // gradient buffers are shared by the micro-batches
+          if (!whole && life_[static_cast<size_t>(id)].last <= forward_end_) continue;
+          const BudgetCategory c = category_[static_cast<size_t>(id)];
+          const uint64_t p = writer_.Allocate(t.bytes(), c, 0, now, Site::kWarmUp, op);
+          if (life_[static_cast<size_t>(id)].last > forward_end_) {
+            held_.push_back({.pointer = p, .bytes = t.bytes(), .category = c});
+          } else {
+            pointer_[static_cast<size_t>(id)] = p;
+          }
         }
-      }
-      for (TensorId id : order.Ending(op)) {
         if (!whole) continue;  // a later warm-up's transients were not allocated
-        uint64_t& p = pointer[static_cast<size_t>(id)];
-        writer.Free(p, step.tensor(id).bytes(), category[static_cast<size_t>(id)], 0, time + static_cast<uint64_t>(op));
-        p = 0;
+        for (TensorId id : order_.Ending(op)) FreeTensor(id, now);
       }
+      time_ += static_cast<uint64_t>(forward_end_ + 1);
     }
-    time += static_cast<uint64_t>(forward_end + 1);
   }
 
-  run_step();
-  writer.set_counting_peak(false);
-  for (int settling = 2; settling < steps; ++settling) run_step();
-  writer.set_counting_peak(true);
-  HEADROOM_RETURN_IF_ERROR(writer.status());
-
-  if (out.peak_op != kNone && !out.peak_in_warm_up) {
-    for (const Tensor& t : step.tensors()) {
-      const TensorLifetime& l = life[static_cast<size_t>(t.id)];
-      if (l.first <= out.peak_op && out.peak_op <= l.last && t.bytes() > 0) out.largest_live.push_back(t.id);
+  // The step's largest tensors live at the peak, when it is at an op of the step itself.
+  void ListLargestLiveAtThePeak() {
+    if (out_.peak_op == kNone || out_.peak_in_warm_up) return;
+    for (const Tensor& t : step_.tensors()) {
+      const TensorLifetime& l = life_[static_cast<size_t>(t.id)];
+      if (l.first <= out_.peak_op && out_.peak_op <= l.last && t.bytes() > 0) out_.largest_live.push_back(t.id);
     }
     auto larger = [&](TensorId a, TensorId b) {
-      const uint64_t x = step.tensor(a).bytes(), y = step.tensor(b).bytes();
+      const uint64_t x = step_.tensor(a).bytes(), y = step_.tensor(b).bytes();
       return x != y ? x > y : a < b;
     };
-    const size_t listed = std::min(kLargestLiveListed, out.largest_live.size());
-    std::partial_sort(out.largest_live.begin(), out.largest_live.begin() + static_cast<ptrdiff_t>(listed),
-                      out.largest_live.end(), larger);
-    out.largest_live.resize(listed);
+    const size_t listed = std::min(kLargestLiveListed, out_.largest_live.size());
+    std::partial_sort(out_.largest_live.begin(), out_.largest_live.begin() + static_cast<ptrdiff_t>(listed),
+                      out_.largest_live.end(), larger);
+    out_.largest_live.resize(listed);
   }
-  return out;
+
+  const Graph& step_;
+  const std::span<const ResidentBlock> resident_;
+  const OptimizerTemporaries& temporaries_;
+  const std::vector<TensorLifetime> life_;
+  const GraphEventOrder order_;
+  const OpId num_ops_;
+  const std::vector<BudgetCategory> category_;  // by tensor id
+  const OpId forward_end_;
+  const OpId first_optimizer_op_;
+  const int in_flight_;
+  const uint64_t temporary_tensors_;
+
+  StepAllocations out_;
+  SequenceWriter writer_{out_};
+  std::vector<ResidentBlock> from_first_step_;             // allocated by the first step's optimizer
+  std::vector<ResidentBlock> units_;                       // Note [FSDP units in the step]
+  std::map<OpId, std::vector<ResidentBlock>> filled_at_;  // by the op that allocates them (once)
+  FsdpSchedule unit_schedule_;
+  std::vector<uint64_t> unit_pointer_;  // by index into units_; 0 when not allocated
+  std::vector<uint64_t> pointer_;       // by tensor id; 0 when not allocated
+  std::vector<HeldBlock> held_;         // in-flight micro-batches' tensors kept past their forward
+  uint64_t time_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<StepAllocations> BuildStepAllocations(const Graph& step, std::span<const ResidentBlock> resident,
+                                                     const StepSequenceOptions& options) {
+  HEADROOM_RETURN_IF_ERROR(step.CheckBounds());
+  return StepSequenceBuilder(step, resident, options).Build();
 }
 
 absl::StatusOr<AllocatorReplay> ReplayAllocations(const StepAllocations& sequence, const AllocatorOptions& allocator,

@@ -177,6 +177,45 @@ class Builder {
     return sp_ ? e_.AllGather(name + ".all_gather", x, 1, t_) : x;
   }
   TensorId Attention(const std::string& prefix, TensorId x, TensorId x_shard);
+  // Attention's stages (builders/attention.cc), in the order it runs them, and what they share.
+  // The model types whose attention departs from the shared path.
+  struct AttentionQuirks {
+    bool opt = false;
+    bool falcon = false;
+    bool bigcode = false;  // GPTBigCode
+    bool bloom = false;
+    bool clip = false;    // either CLIP tower
+    bool siglip = false;  // either SigLIP tower
+    bool llama4 = false;
+  };
+  // This shard's queries, keys and values, and the module of the output projection.
+  struct QkvProjection {
+    TensorId q = kNone;
+    TensorId k = kNone;
+    TensorId v = kNone;
+    std::string out_module;
+  };
+  // The family's projections of x: one fused module (GPT-2, GPT-NeoX, Bloom, GPTBigCode), GPT-J's, Falcon's, or
+  // SeparateQkv's.
+  QkvProjection ProjectQkv(const std::string& prefix, TensorId x, TensorId x_shard, const AttentionQuirks& quirks);
+  QkvProjection GptjQkv(const std::string& prefix, TensorId x, TensorId x_shard);
+  QkvProjection FalconQkv(const std::string& prefix, TensorId x, TensorId x_shard);
+  // q_proj, k_proj and v_proj or their BERT and ViT names (Phi-3's one qkv_proj), with their norms.
+  QkvProjection SeparateQkv(const std::string& prefix, TensorId x, TensorId x_shard, const AttentionQuirks& quirks);
+  // Positions on q and k: the rotary embedding (Llama 4's in f32), Llama 4's L2 norm and temperature tuning.
+  void PositionQueryAndKey(const std::string& prefix, const AttentionQuirks& quirks, QkvProjection& qkv);
+  // Eager attention from the projections to the context, marked as the attention core; q, k and v become the
+  // tensors its matmuls read.
+  TensorId EagerAttentionCore(const std::string& core, TensorId x, TensorId sinks, const AttentionQuirks& quirks,
+                              QkvProjection& qkv);
+  // The copies eager attention makes to fold batch and heads: GPTBigCode's query rows, repeat_kv, Falcon's v.
+  void FoldHeadsForTheMatMuls(const std::string& core, const AttentionQuirks& quirks, QkvProjection& qkv);
+  // q k^T (Bloom's with its ALiBi biases), scaled, soft-capped (Gemma 2) and masked as the family does.
+  TensorId ScaledMaskedScores(const std::string& core, TensorId x, const AttentionQuirks& quirks, TensorId q,
+                              TensorId k);
+  // The softmax (over GPT-OSS's sinks too, after OPT's clamp) and its cast back to v's dtype, before dropout.
+  TensorId AttentionProbabilities(const std::string& core, TensorId scores, TensorId sinks, TensorId v,
+                                  const AttentionQuirks& quirks);
   // One projection `module` whose output holds this shard's queries, keys and values (GPT-2's c_attn, Phi-3's
   // qkv_proj, Falcon's query_key_value, ...): q, k and v are views of that one storage, so it stays alive while
   // any of them is saved. `conv1d` stores the weight [in, out] as GPT-2 does.

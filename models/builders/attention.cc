@@ -130,24 +130,51 @@ namespace headroom::builders_internal {
 // a kernel that takes the ALiBi slopes itself (FlashAttention-2's
 // alibi_slopes), which adds nothing score-sized.
 
+// Attention runs its stages in this order: the sinks' parameter, the family's
+// q, k and v projections, their positions, the core (one flash kernel, or
+// eager attention's ops), then the heads merged and the output projection.
 TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_shard) {
   const int64_t b = o_.batch, s = seq_, h = c_.hidden_size, d = c_.head_dim;
-  const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
-  // CLIP's text tower masks causally; SigLIP's does not.
-  const bool causal = c_.family == ModelFamily::kDecoder || c_.model_type == "clip_text_model";
-  const bool opt = c_.model_type == "opt", falcon = c_.model_type == "falcon";
-  const bool bigcode = c_.model_type == "gpt_bigcode", bloom = c_.model_type == "bloom";
-  const bool clip = c_.model_type.starts_with("clip_"), siglip = c_.model_type.starts_with("siglip_");
-  const bool llama4 = c_.model_type == "llama4_text";
-  const bool rope = c_.positions == PositionKind::kRotary && c_.uses_rope(e_.layer());
-  TensorId q, k, v;
-  std::string out_module;
+  const int64_t heads = c_.num_heads / t_;
+  const AttentionQuirks quirks{.opt = c_.model_type == "opt",
+                               .falcon = c_.model_type == "falcon",
+                               .bigcode = c_.model_type == "gpt_bigcode",
+                               .bloom = c_.model_type == "bloom",
+                               .clip = c_.model_type.starts_with("clip_"),
+                               .siglip = c_.model_type.starts_with("siglip_"),
+                               .llama4 = c_.model_type == "llama4_text"};
   // Note [GPT-OSS]: one learned sink logit per head, each rank holding its heads' under tensor parallelism.
   const TensorId sinks = c_.attention_sinks ? Param(prefix + "self_attn.sinks", {heads}) : kNone;
-  if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox" || bloom) {
+  QkvProjection qkv = ProjectQkv(prefix, x, x_shard, quirks);
+  PositionQueryAndKey(prefix, quirks, qkv);
+  TensorId context;
+  const std::string core = prefix + "attn_core";
+  if (o_.attention == AttentionImpl::kFlash) {
+    // CLIP's text tower masks causally; SigLIP's does not.
+    const bool causal = c_.family == ModelFamily::kDecoder || c_.model_type == "clip_text_model";
+    // flash_attention_2 reads grouped k/v directly; no repeat_kv copy. For Bloom, a kernel that takes ALiBi slopes
+    // (Note [Bloom]).
+    // Note [GPT-OSS]: a kernel that takes the sinks (FlashAttention-3's s_aux).
+    context = e_.FlashAttention(core + ".sdpa", qkv.q, qkv.k, qkv.v, causal, sinks);
+  } else {
+    context = EagerAttentionCore(core, x, sinks, quirks, qkv);
+  }
+  TensorId merged = e_.View(core + ".merge_heads", context, {b, s, heads * d});
+  TensorId out = Proj(qkv.out_module, merged, heads * d, h, c_.attn_output_bias, Parallel::kRow,
+                      /*conv1d=*/c_.model_type == "gpt2");
+  // Note [Python references in inference].
+  if (!o_.training) e_.ScopeEnd(prefix + "attention_returns", {x, qkv.q, qkv.k, qkv.v});
+  return ReduceOutput(qkv.out_module, out);
+}
+
+Builder::QkvProjection Builder::ProjectQkv(const std::string& prefix, TensorId x, TensorId x_shard,
+                                           const AttentionQuirks& quirks) {
+  QkvProjection qkv;
+  if (c_.model_type == "gpt2" || c_.model_type == "gpt_neox" || quirks.bloom) {
     const bool gpt2 = c_.model_type == "gpt2";
-    const std::string module =
-        prefix + (gpt2 ? "attn.c_attn" : bloom ? "self_attention.query_key_value" : "attention.query_key_value");
+    const std::string module = prefix + (gpt2          ? "attn.c_attn"
+                                         : quirks.bloom ? "self_attention.query_key_value"
+                                                        : "attention.query_key_value");
     if (gpt2 && !o_.runtime.transformers.AtLeast(5, 2)) {
       // GPT2Attention registers its causal mask as a buffer in every layer:
       // tril(ones(n_positions, n_positions)) as bool, 1 MiB per layer at 1024
@@ -156,86 +183,118 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
       const int64_t n = c_.max_position_embeddings;
       e_.Buffer(prefix + "attn.bias", {1, 1, n, n}, DType::kBool);
     }
-    std::tie(q, k, v) = FusedQkv(module, x, x_shard, /*conv1d=*/gpt2);
-    out_module = prefix + (gpt2 ? "attn.c_proj" : bloom ? "self_attention.dense" : "attention.dense");
-  } else if (c_.model_type == "gptj") {
-    // Note [GPT-J]: separate projections; q and k rotate as [b, s, heads, d], then permute.
-    const std::string base = prefix + "attn.";
-    TensorId qp = Proj(base + "q_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
-    TensorId kp = Proj(base + "k_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
-    TensorId vp = Proj(base + "v_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
-    v = e_.View(base + "v_proj.heads", vp, {b, heads, s, d});
-    const int64_t rd = c_.rotary_dim;
-    TensorId table = e_.Buffer(base + "embed_positions", {c_.max_position_embeddings, rd}, DType::kF32);
-    // One row of positions (position_ids is arange(s)[None] unless given): tables of batch 1.
-    TensorId rows = e_.Materialize(base + "embed_positions.repeat", "repeat", {table},
-                                   {1, c_.max_position_embeddings, rd}, DType::kF32);
-    TensorId sincos = e_.Materialize(base + "sincos", "gather", {rows}, {1, s, rd}, DType::kF32);
-    k = GptjRotary(prefix + "rotary_k", e_.View(base + "k_proj.heads", kp, {b, s, heads, d}), sincos);
-    q = GptjRotary(prefix + "rotary_q", e_.View(base + "q_proj.heads", qp, {b, s, heads, d}), sincos);
-    k = e_.View(base + "k_permute", k, {b, heads, s, d});
-    q = e_.View(base + "q_permute", q, {b, heads, s, d});
-    out_module = base + "out_proj";
-  } else if (bigcode) {
-    // Note [GPTBigCode]: c_attn's output is all queries, then the keys, then the values.
-    std::tie(q, k, v) = FusedQkv(prefix + "attn.c_attn", x, x_shard);
-    out_module = prefix + "attn.c_proj";
-  } else if (falcon) {
-    // Note [Falcon]: query_key_value holds kv groups of (heads / kv queries, a key, a value).
-    const std::string module = prefix + "self_attention.query_key_value";
-    std::tie(q, k, v) = FusedQkv(module, x, x_shard);
-    if (kv < heads || c_.kv_broadcast_early) {
-      // fused_qkv[..., [-2], :] is an index: a copy of each key and value head.
-      k = e_.Contiguous(module + ".k_index", k);
-      v = e_.Contiguous(module + ".v_index", v);
-    }
-    if (c_.kv_broadcast_early && kv > 1 && kv < heads) {
-      // The new architecture broadcasts k and v to every query head and flattens the groups: copies of all three
-      // (views when there is one group, whose keys and values the eager core then repeats).
-      q = e_.Contiguous(module + ".q_flatten", q);
-      k = e_.RepeatKv(module + ".k_broadcast", k, heads);
-      v = e_.RepeatKv(module + ".v_broadcast", v, heads);
-    }
-    out_module = prefix + "self_attention.dense";
-  } else {
-    const bool bert = c_.model_type == "bert" || c_.model_type == "roberta";
-    // Note [ViT in transformers 5.9]: q_proj, k_proj, v_proj and o_proj under `attention` from 5.9.
-    const bool vit = c_.model_type == "vit" && !o_.runtime.transformers.AtLeast(5, 9);
-    const bool vit59 = c_.model_type == "vit" && !vit;
-    const std::string base =
-        prefix + (bert ? "attention.self." : vit ? "attention.attention." : vit59 ? "attention." : "self_attn.");
-    const std::string qn = bert || vit ? "query" : "q_proj", kn = bert || vit ? "key" : "k_proj",
-                      vn = bert || vit ? "value" : "v_proj";
-    if (c_.fused_qkv) {
-      std::tie(q, k, v) = FusedQkv(base + "qkv_proj", x, x_shard);  // Phi-3
-    } else {
-      TensorId qp = Proj(base + qn, x, h, heads * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
-      // Note [OPT] (and CLIPAttention): q_proj(x) * head_dim^-1/2, its own tensor.
-      if (opt || clip) qp = e_.Scale(base + "q_proj.scaling", qp);
-      TensorId kp = Proj(base + kn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
-      TensorId vp = Proj(base + vn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
-      if (c_.qk_norm_full) {
-        // Note [OLMo 2]: one norm over all heads' features. Under tensor parallelism each rank
-        // holds its heads' share of the weight (the statistics' all-reduce is [b, s, 1]).
-        qp = RmsNormOver(base + "q_norm", qp, heads * d);
-        kp = RmsNormOver(base + "k_norm", kp, kv * d);
-      }
-      q = e_.View(base + qn + ".heads", qp, {b, heads, s, d});
-      k = e_.View(base + kn + ".heads", kp, {b, kv, s, d});
-      v = e_.View(base + vn + ".heads", vp, {b, kv, s, d});
-    }
-    if (c_.qk_norm) {
-      q = RmsNormOver(base + "q_norm", q, d);
-      k = RmsNormOver(base + "k_norm", k, d);
-    }
-    out_module = bert || vit ? prefix + "attention.output.dense"
-                             : base + (opt || clip || siglip ? "out_proj" : "o_proj");
+    std::tie(qkv.q, qkv.k, qkv.v) = FusedQkv(module, x, x_shard, /*conv1d=*/gpt2);
+    qkv.out_module =
+        prefix + (gpt2 ? "attn.c_proj" : quirks.bloom ? "self_attention.dense" : "attention.dense");
+    return qkv;
   }
+  if (c_.model_type == "gptj") return GptjQkv(prefix, x, x_shard);
+  if (quirks.bigcode) {
+    // Note [GPTBigCode]: c_attn's output is all queries, then the keys, then the values.
+    std::tie(qkv.q, qkv.k, qkv.v) = FusedQkv(prefix + "attn.c_attn", x, x_shard);
+    qkv.out_module = prefix + "attn.c_proj";
+    return qkv;
+  }
+  if (quirks.falcon) return FalconQkv(prefix, x, x_shard);
+  return SeparateQkv(prefix, x, x_shard, quirks);
+}
+
+Builder::QkvProjection Builder::GptjQkv(const std::string& prefix, TensorId x, TensorId x_shard) {
+  const int64_t b = o_.batch, s = seq_, h = c_.hidden_size, d = c_.head_dim;
+  const int64_t heads = c_.num_heads / t_;
+  // Note [GPT-J]: separate projections; q and k rotate as [b, s, heads, d], then permute.
+  QkvProjection qkv;
+  const std::string base = prefix + "attn.";
+  TensorId qp = Proj(base + "q_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
+  TensorId kp = Proj(base + "k_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
+  TensorId vp = Proj(base + "v_proj", x, h, heads * d, false, Parallel::kColumn, false, x_shard);
+  qkv.v = e_.View(base + "v_proj.heads", vp, {b, heads, s, d});
+  const int64_t rd = c_.rotary_dim;
+  TensorId table = e_.Buffer(base + "embed_positions", {c_.max_position_embeddings, rd}, DType::kF32);
+  // One row of positions (position_ids is arange(s)[None] unless given): tables of batch 1.
+  TensorId rows = e_.Materialize(base + "embed_positions.repeat", "repeat", {table},
+                                 {1, c_.max_position_embeddings, rd}, DType::kF32);
+  TensorId sincos = e_.Materialize(base + "sincos", "gather", {rows}, {1, s, rd}, DType::kF32);
+  qkv.k = GptjRotary(prefix + "rotary_k", e_.View(base + "k_proj.heads", kp, {b, s, heads, d}), sincos);
+  qkv.q = GptjRotary(prefix + "rotary_q", e_.View(base + "q_proj.heads", qp, {b, s, heads, d}), sincos);
+  qkv.k = e_.View(base + "k_permute", qkv.k, {b, heads, s, d});
+  qkv.q = e_.View(base + "q_permute", qkv.q, {b, heads, s, d});
+  qkv.out_module = base + "out_proj";
+  return qkv;
+}
+
+Builder::QkvProjection Builder::FalconQkv(const std::string& prefix, TensorId x, TensorId x_shard) {
+  const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
+  // Note [Falcon]: query_key_value holds kv groups of (heads / kv queries, a key, a value).
+  QkvProjection qkv;
+  const std::string module = prefix + "self_attention.query_key_value";
+  std::tie(qkv.q, qkv.k, qkv.v) = FusedQkv(module, x, x_shard);
+  if (kv < heads || c_.kv_broadcast_early) {
+    // fused_qkv[..., [-2], :] is an index: a copy of each key and value head.
+    qkv.k = e_.Contiguous(module + ".k_index", qkv.k);
+    qkv.v = e_.Contiguous(module + ".v_index", qkv.v);
+  }
+  if (c_.kv_broadcast_early && kv > 1 && kv < heads) {
+    // The new architecture broadcasts k and v to every query head and flattens the groups: copies of all three
+    // (views when there is one group, whose keys and values the eager core then repeats).
+    qkv.q = e_.Contiguous(module + ".q_flatten", qkv.q);
+    qkv.k = e_.RepeatKv(module + ".k_broadcast", qkv.k, heads);
+    qkv.v = e_.RepeatKv(module + ".v_broadcast", qkv.v, heads);
+  }
+  qkv.out_module = prefix + "self_attention.dense";
+  return qkv;
+}
+
+Builder::QkvProjection Builder::SeparateQkv(const std::string& prefix, TensorId x, TensorId x_shard,
+                                            const AttentionQuirks& quirks) {
+  const int64_t b = o_.batch, s = seq_, h = c_.hidden_size, d = c_.head_dim;
+  const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
+  QkvProjection qkv;
+  const bool bert = c_.model_type == "bert" || c_.model_type == "roberta";
+  // Note [ViT in transformers 5.9]: q_proj, k_proj, v_proj and o_proj under `attention` from 5.9.
+  const bool vit = c_.model_type == "vit" && !o_.runtime.transformers.AtLeast(5, 9);
+  const bool vit59 = c_.model_type == "vit" && !vit;
+  const std::string base =
+      prefix + (bert ? "attention.self." : vit ? "attention.attention." : vit59 ? "attention." : "self_attn.");
+  const std::string qn = bert || vit ? "query" : "q_proj", kn = bert || vit ? "key" : "k_proj",
+                    vn = bert || vit ? "value" : "v_proj";
+  if (c_.fused_qkv) {
+    std::tie(qkv.q, qkv.k, qkv.v) = FusedQkv(base + "qkv_proj", x, x_shard);  // Phi-3
+  } else {
+    TensorId qp = Proj(base + qn, x, h, heads * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+    // Note [OPT] (and CLIPAttention): q_proj(x) * head_dim^-1/2, its own tensor.
+    if (quirks.opt || quirks.clip) qp = e_.Scale(base + "q_proj.scaling", qp);
+    TensorId kp = Proj(base + kn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+    TensorId vp = Proj(base + vn, x, h, kv * d, c_.qkv_bias, Parallel::kColumn, false, x_shard);
+    if (c_.qk_norm_full) {
+      // Note [OLMo 2]: one norm over all heads' features. Under tensor parallelism each rank
+      // holds its heads' share of the weight (the statistics' all-reduce is [b, s, 1]).
+      qp = RmsNormOver(base + "q_norm", qp, heads * d);
+      kp = RmsNormOver(base + "k_norm", kp, kv * d);
+    }
+    qkv.q = e_.View(base + qn + ".heads", qp, {b, heads, s, d});
+    qkv.k = e_.View(base + kn + ".heads", kp, {b, kv, s, d});
+    qkv.v = e_.View(base + vn + ".heads", vp, {b, kv, s, d});
+  }
+  if (c_.qk_norm) {
+    qkv.q = RmsNormOver(base + "q_norm", qkv.q, d);
+    qkv.k = RmsNormOver(base + "k_norm", qkv.k, d);
+  }
+  qkv.out_module = bert || vit ? prefix + "attention.output.dense"
+                               : base + (quirks.opt || quirks.clip || quirks.siglip ? "out_proj" : "o_proj");
+  return qkv;
+}
+
+void Builder::PositionQueryAndKey(const std::string& prefix, const AttentionQuirks& quirks, QkvProjection& qkv) {
+  const int64_t s = seq_, d = c_.head_dim;
+  TensorId& q = qkv.q;
+  TensorId& k = qkv.k;
+  const bool rope = c_.positions == PositionKind::kRotary && c_.uses_rope(e_.layer());
   if (rope && c_.model_type != "gptj") {  // GPT-J's are rotated already
     const auto rotary_dims = static_cast<int64_t>(static_cast<double>(d) * c_.rotary_pct);
     const bool local = c_.local_rotary && c_.is_sliding_layer(e_.layer());
     const TensorId cos = local ? local_cos_ : cos_, sin = local ? local_sin_ : sin_;
-    if (llama4) {
+    if (quirks.llama4) {
       // Note [Llama 4]: q and k rotate as complex numbers in f32 and are cast back (type_as).
       const DType dtype = g_.tensor(q).dtype;
       q = e_.Cast(prefix + "rotary_q.cast_back",
@@ -251,11 +310,11 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
       k = e_.Rotary(prefix + "rotary_k", k, cos, sin, rotary_dims);
     }
   }
-  if (llama4 && rope && c_.qk_l2_norm) {
+  if (quirks.llama4 && rope && c_.qk_l2_norm) {
     q = L2Norm(prefix + "self_attn.qk_norm.q", q);
     k = L2Norm(prefix + "self_attn.qk_norm.k", k);
   }
-  if (llama4 && !rope && c_.attn_temperature_tuning) {
+  if (quirks.llama4 && !rope && c_.attn_temperature_tuning) {
     // Note [Llama 4]: (q * scales).to(q.dtype) with f32 scales of 1 + attn_scale * log1p(floor((pos + 1) /
     // floor_scale)) per position: the product is f32, then cast back.
     const DType dtype = g_.tensor(q).dtype;
@@ -263,87 +322,94 @@ TensorId Builder::Attention(const std::string& prefix, TensorId x, TensorId x_sh
     q = e_.Cast(prefix + "self_attn.attn_scales.cast_back", e_.Mul(prefix + "self_attn.attn_scales.mul", q, scales),
                 dtype);
   }
-  TensorId context;
-  const std::string core = prefix + "attn_core";
-  if (o_.attention == AttentionImpl::kFlash) {
-    // flash_attention_2 reads grouped k/v directly; no repeat_kv copy. For Bloom, a kernel that takes ALiBi slopes
-    // (Note [Bloom]).
-    // Note [GPT-OSS]: a kernel that takes the sinks (FlashAttention-3's s_aux).
-    context = e_.FlashAttention(core + ".sdpa", q, k, v, causal, sinks);
-  } else {
-    e_.set_attention_core(true);
-    if (bigcode && kv == 1 && !o_.runtime.transformers.AtLeast(4, 54)) {
-      // Note [GPTBigCode]: the query heads fold into the rows of one bmm (a copy of the strided queries) against
-      // the one key and value head, which stay views of c_attn's output. From transformers 4.54 the shared
-      // eager attention repeats the key and value head instead (Note [transformers versions]).
-      q = e_.Contiguous(core + ".q_fold", e_.View(core + ".q_rows", q, {b, s * heads, d}));
-      k = e_.View(core + ".k_rows", k, {b, s, d});
-      v = e_.View(core + ".v_rows", v, {b, s, d});
-    } else if (g_.tensor(k).shape[1] < heads) {
-      // GPTBigCode's queries are a strided slice of c_attn's output, which the matmul copies to fold batch and
-      // heads (Note [transformers versions]); rotated queries are fresh tensors already.
-      if (bigcode) q = e_.Contiguous(core + ".q_fold", q);
-      // HF eager attention materializes repeated k/v heads (repeat_kv; Falcon's matmul broadcasts and copies).
-      k = e_.RepeatKv(core + ".repeat_k", k, heads);
-      v = e_.RepeatKv(core + ".repeat_v", v, heads);
-    } else if (falcon) {
-      // Note [Falcon]: v is a transposed view, which the matmul copies to fold batch and heads.
-      v = e_.Contiguous(core + ".v_fold", v);
-    }
-    // Note [Bloom]: alibi.baddbmm(q, k^T), the biases added in the product's kernel.
-    TensorId scores = bloom ? e_.BaddBmm(core + ".qk", alibi_, q, k, /*b_transposed=*/true)
-                            : e_.MatMul(core + ".qk", q, k, /*b_transposed=*/true);
-    if (c_.attn_logit_softcap > 0) {
-      // Gemma 2 scales, caps, then adds the mask (Note [Gemma decoders]).
-      scores = e_.MaskedScale(core + ".scale_mask", SoftCap(core + ".softcap", e_.Scale(core + ".scale", scores)));
-    } else if (IsLlamaLike(c_)) {
-      // Note [Eager attention's scale and mask].
-      scores = e_.AddMask(core + ".mask", e_.Scale(core + ".scale", scores), g_.tensor(x).dtype);
-    } else {
-      scores = e_.MaskedScale(core + ".scale_mask", scores);
-    }
-    // Note [OPT]: before transformers 4.49, torch.max(scores, finfo.min) keeps the masked scores for backward
-    // and the softmax runs in f32 (and casts back) for f16 scores only; from 4.49 OPT's attention is
-    // Llama's (Note [transformers versions]).
-    const bool f16_scores = g_.tensor(scores).dtype == DType::kF16;
-    const bool opt_clamps = opt && !o_.runtime.transformers.AtLeast(4, 49);
-    TensorId probs;
-    if (sinks != kNone) {
-      // Note [GPT-OSS]: cat the sinks as one more column, subtract each row's max, softmax in the scores' dtype,
-      // drop the sink column (a view of the probabilities, which stay alive).
-      std::vector<int64_t> shape = g_.tensor(scores).shape;
-      const std::vector<int64_t> score_shape = shape;
-      shape.back() += 1;
-      TensorId combined = e_.Concat(core + ".sinks_cat", {scores, sinks}, shape);
-      const OpEmitter::Selection max = e_.TopK(core + ".row_max", "max", combined, 1);
-      probs = e_.View(core + ".drop_sink",
-                      e_.Softmax(core + ".softmax", e_.Add(core + ".sub_max", combined, max.values)), score_shape);
-    } else {
-      if (opt_clamps) scores = e_.Maximum(core + ".clamp", scores);
-      // Falcon's softmax takes the dtype of its input hidden states, a LayerNorm output (f32 under autocast).
-      probs = e_.Softmax(core + ".softmax", scores,
-                         /*force_f32=*/IsLlamaLike(c_) || siglip || (opt && (f16_scores || !opt_clamps)) ||
-                             (falcon && e_.options().autocast) || c_.attention_softmax_f32 || bloom);
-    }
-    // Decoders and SigLIP cast the probabilities back to v's dtype (HF's
-    // `.to(query.dtype)` / `.type(value.dtype)`); BERT, ViT and CLIP leave that to autocast.
-    if ((c_.family == ModelFamily::kDecoder && (!opt_clamps || f16_scores)) || siglip) {
-      probs = e_.Cast(core + ".probs_cast", probs, g_.tensor(v).dtype);
-      // `attn_weights = softmax(attn_weights, dtype=float32).to(query.dtype)`: the name holds the masked scores
-      // until the statement is done (Note [Eager attention's scale and mask]).
-      if (IsLlamaLike(c_)) e_.ScopeEnd(core + ".softmax_statement", {scores});
-    }
-    // Falcon's rotary attention drops no probabilities (its attention_dropout applies elsewhere, Note [Falcon]).
-    probs = e_.Dropout(core + ".dropout", probs, falcon ? 0.0 : c_.attention_dropout);
-    context = e_.MatMul(core + ".pv", probs, v);
-    e_.set_attention_core(false);
+}
+
+TensorId Builder::EagerAttentionCore(const std::string& core, TensorId x, TensorId sinks,
+                                     const AttentionQuirks& quirks, QkvProjection& qkv) {
+  e_.set_attention_core(true);
+  FoldHeadsForTheMatMuls(core, quirks, qkv);
+  const TensorId scores = ScaledMaskedScores(core, x, quirks, qkv.q, qkv.k);
+  TensorId probs = AttentionProbabilities(core, scores, sinks, qkv.v, quirks);
+  // Falcon's rotary attention drops no probabilities (its attention_dropout applies elsewhere, Note [Falcon]).
+  probs = e_.Dropout(core + ".dropout", probs, quirks.falcon ? 0.0 : c_.attention_dropout);
+  const TensorId context = e_.MatMul(core + ".pv", probs, qkv.v);
+  e_.set_attention_core(false);
+  return context;
+}
+
+void Builder::FoldHeadsForTheMatMuls(const std::string& core, const AttentionQuirks& quirks, QkvProjection& qkv) {
+  const int64_t b = o_.batch, s = seq_, d = c_.head_dim;
+  const int64_t heads = c_.num_heads / t_, kv = c_.num_kv_heads / t_;
+  if (quirks.bigcode && kv == 1 && !o_.runtime.transformers.AtLeast(4, 54)) {
+    // Note [GPTBigCode]: the query heads fold into the rows of one bmm (a copy of the strided queries) against
+    // the one key and value head, which stay views of c_attn's output. From transformers 4.54 the shared
+    // eager attention repeats the key and value head instead (Note [transformers versions]).
+    qkv.q = e_.Contiguous(core + ".q_fold", e_.View(core + ".q_rows", qkv.q, {b, s * heads, d}));
+    qkv.k = e_.View(core + ".k_rows", qkv.k, {b, s, d});
+    qkv.v = e_.View(core + ".v_rows", qkv.v, {b, s, d});
+  } else if (g_.tensor(qkv.k).shape[1] < heads) {
+    // GPTBigCode's queries are a strided slice of c_attn's output, which the matmul copies to fold batch and
+    // heads (Note [transformers versions]); rotated queries are fresh tensors already.
+    if (quirks.bigcode) qkv.q = e_.Contiguous(core + ".q_fold", qkv.q);
+    // HF eager attention materializes repeated k/v heads (repeat_kv; Falcon's matmul broadcasts and copies).
+    qkv.k = e_.RepeatKv(core + ".repeat_k", qkv.k, heads);
+    qkv.v = e_.RepeatKv(core + ".repeat_v", qkv.v, heads);
+  } else if (quirks.falcon) {
+    // Note [Falcon]: v is a transposed view, which the matmul copies to fold batch and heads.
+    qkv.v = e_.Contiguous(core + ".v_fold", qkv.v);
   }
-  TensorId merged = e_.View(core + ".merge_heads", context, {b, s, heads * d});
-  TensorId out = Proj(out_module, merged, heads * d, h, c_.attn_output_bias, Parallel::kRow,
-                      /*conv1d=*/c_.model_type == "gpt2");
-  // Note [Python references in inference].
-  if (!o_.training) e_.ScopeEnd(prefix + "attention_returns", {x, q, k, v});
-  return ReduceOutput(out_module, out);
+}
+
+TensorId Builder::ScaledMaskedScores(const std::string& core, TensorId x, const AttentionQuirks& quirks, TensorId q,
+                                     TensorId k) {
+  // Note [Bloom]: alibi.baddbmm(q, k^T), the biases added in the product's kernel.
+  TensorId scores = quirks.bloom ? e_.BaddBmm(core + ".qk", alibi_, q, k, /*b_transposed=*/true)
+                                 : e_.MatMul(core + ".qk", q, k, /*b_transposed=*/true);
+  if (c_.attn_logit_softcap > 0) {
+    // Gemma 2 scales, caps, then adds the mask (Note [Gemma decoders]).
+    return e_.MaskedScale(core + ".scale_mask", SoftCap(core + ".softcap", e_.Scale(core + ".scale", scores)));
+  }
+  if (IsLlamaLike(c_)) {
+    // Note [Eager attention's scale and mask].
+    return e_.AddMask(core + ".mask", e_.Scale(core + ".scale", scores), g_.tensor(x).dtype);
+  }
+  return e_.MaskedScale(core + ".scale_mask", scores);
+}
+
+TensorId Builder::AttentionProbabilities(const std::string& core, TensorId scores, TensorId sinks, TensorId v,
+                                         const AttentionQuirks& quirks) {
+  // Note [OPT]: before transformers 4.49, torch.max(scores, finfo.min) keeps the masked scores for backward
+  // and the softmax runs in f32 (and casts back) for f16 scores only; from 4.49 OPT's attention is
+  // Llama's (Note [transformers versions]).
+  const bool f16_scores = g_.tensor(scores).dtype == DType::kF16;
+  const bool opt_clamps = quirks.opt && !o_.runtime.transformers.AtLeast(4, 49);
+  TensorId probs;
+  if (sinks != kNone) {
+    // Note [GPT-OSS]: cat the sinks as one more column, subtract each row's max, softmax in the scores' dtype,
+    // drop the sink column (a view of the probabilities, which stay alive).
+    std::vector<int64_t> shape = g_.tensor(scores).shape;
+    const std::vector<int64_t> score_shape = shape;
+    shape.back() += 1;
+    TensorId combined = e_.Concat(core + ".sinks_cat", {scores, sinks}, shape);
+    const OpEmitter::Selection max = e_.TopK(core + ".row_max", "max", combined, 1);
+    probs = e_.View(core + ".drop_sink",
+                    e_.Softmax(core + ".softmax", e_.Add(core + ".sub_max", combined, max.values)), score_shape);
+  } else {
+    if (opt_clamps) scores = e_.Maximum(core + ".clamp", scores);
+    // Falcon's softmax takes the dtype of its input hidden states, a LayerNorm output (f32 under autocast).
+    probs = e_.Softmax(core + ".softmax", scores,
+                       /*force_f32=*/IsLlamaLike(c_) || quirks.siglip || (quirks.opt && (f16_scores || !opt_clamps)) ||
+                           (quirks.falcon && e_.options().autocast) || c_.attention_softmax_f32 || quirks.bloom);
+  }
+  // Decoders and SigLIP cast the probabilities back to v's dtype (HF's
+  // `.to(query.dtype)` / `.type(value.dtype)`); BERT, ViT and CLIP leave that to autocast.
+  if ((c_.family == ModelFamily::kDecoder && (!opt_clamps || f16_scores)) || quirks.siglip) {
+    probs = e_.Cast(core + ".probs_cast", probs, g_.tensor(v).dtype);
+    // `attn_weights = softmax(attn_weights, dtype=float32).to(query.dtype)`: the name holds the masked scores
+    // until the statement is done (Note [Eager attention's scale and mask]).
+    if (IsLlamaLike(c_)) e_.ScopeEnd(core + ".softmax_statement", {scores});
+  }
+  return probs;
 }
 
 // Note [GPT-J]
