@@ -16,6 +16,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/input_file.h"     // ReadTextFile, for the callers that read a document's file
+#include "common/json_document.h"  // ParseJsonDocument, likewise
 #include "nlohmann/json.hpp"
 
 namespace headroom {
@@ -37,22 +39,6 @@ class JsonPath {
   std::string document_;
   std::string path_;
 };
-
-// Parses text as JSON; a syntax error names the document and byte offset.
-absl::StatusOr<nlohmann::json> ParseJsonDocument(std::string_view text, std::string_view document);
-
-// Every input file (model configs, graphs, catalogs, traces) is read whole
-// into memory; this bound keeps a wrong path (a disk image, /dev/zero) from
-// exhausting it. The largest real inputs, multi-GB PyTorch snapshots
-// excepted, are tens of MB.
-inline constexpr uint64_t kMaxTextFileBytes = uint64_t{1} << 30;
-
-// Reads a whole regular file of at most `max_bytes`. Errors name the
-// path: NotFound when it does not exist or cannot be opened,
-// InvalidArgument when it is a directory ("is a directory"), not a regular
-// file ("is not a regular file": a FIFO, socket or device, which is never
-// opened, so a FIFO with no writer cannot block) or too large.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes = kMaxTextFileBytes);
 
 // "object", "array", "string", "number", "boolean", "null".
 std::string_view JsonTypeName(const nlohmann::json& value);
