@@ -1,13 +1,17 @@
 #include "common/json_document.h"
 
+#include <cstddef>
 #include <limits>
+#include <new>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/json_fields.h"
 #include "common/quote.h"
+#include "common/units.h"
 
 namespace headroom {
 
@@ -15,106 +19,170 @@ using nlohmann::json;
 
 namespace {
 
+// Note [JSON nesting bound]
+// nlohmann's parser nests without limit, and a level costs far more than its
+// byte of text: an array inside an array is a json value, a vector and slots
+// on the parser's stacks, so a 50 MB file of '[' took 3 GB before the parser
+// found it unterminated, and a memory limit turned that into an abort with no
+// message. No input Headroom reads nests more than 6 deep (a PyTorch
+// snapshot's segments[i].blocks[j].frames[k]; plans, graphs, fixtures and
+// configs less), so a document nested beyond kMaxJsonDepth is refused when
+// the parse reaches that level, before memory is spent on it: the document
+// is built here from the parser's SAX events, and the event that opens one
+// level too many stops the parse.
+//
 // Note [Integers as written]: nlohmann's parser reads an integer literal
 // that does not fit in 64 bits as a double, which a field reader would then
 // echo as the double (18446744073709551616 as 1.8446744073709552e+19) or,
-// where it is integral, accept rounded. This pass over the document's
-// events finds the first such literal, as written, with its field path.
-class OversizedIntegerFinder final : public nlohmann::json_sax<json> {
+// where it is integral, accept rounded. The builder notes the first such
+// literal, as written, with its field path; a document that holds one is
+// refused once it has parsed (a syntax error anywhere is reported first).
+class BoundedDocumentBuilder {
  public:
-  explicit OversizedIntegerFinder(std::string_view document) : document_(document) {}
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
 
-  // The error naming the literal, once the parse stopped at one.
-  std::optional<absl::Status> found() const { return found_; }
+  explicit BoundedDocumentBuilder(std::string_view document) : document_(document) {}
 
-  bool null() override { return Value(); }
-  bool boolean(bool) override { return Value(); }
-  bool number_integer(number_integer_t) override { return Value(); }
-  bool number_unsigned(number_unsigned_t) override { return Value(); }
-  bool number_float(number_float_t, const string_t& text) override {
-    if (text.find_first_of(".eE") != string_t::npos) return Value();
-    found_ = Path().Error(absl::StrFormat("%s is too large an integer (the range is %d to %d)", EscapeForError(text),
-                                          std::numeric_limits<int64_t>::min(), std::numeric_limits<uint64_t>::max()));
+  bool null() { return Add(nullptr); }
+  bool boolean(bool value) { return Add(value); }
+  bool number_integer(number_integer_t value) { return Add(value); }
+  bool number_unsigned(number_unsigned_t value) { return Add(value); }
+  bool number_float(number_float_t value, const string_t& text) {
+    // Only a literal too large for 64 bits comes as a float without '.', 'e' or 'E'.
+    if (!oversized_integer_.has_value() && text.find_first_of(".eE") == string_t::npos) {
+      oversized_integer_ =
+          Path().Error(absl::StrFormat("%s is too large an integer (the range is %d to %d)", EscapeForError(text),
+                                       std::numeric_limits<int64_t>::min(), std::numeric_limits<uint64_t>::max()));
+    }
+    return Add(value);
+  }
+  bool string(string_t& value) { return Add(value); }
+  bool binary(binary_t& value) { return Add(json::binary(value)); }  // CBOR and the like; never from JSON text
+  bool start_object(std::size_t) { return Open(json::value_t::object); }
+  bool start_array(std::size_t) { return Open(json::value_t::array); }
+  bool key(string_t& key) {
+    open_.back().key = key;
+    return true;
+  }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+  bool parse_error(std::size_t, const std::string&, const json::exception& e) {
+    if (const auto* syntax = dynamic_cast<const json::parse_error*>(&e)) {
+      error_ = absl::InvalidArgumentError(
+          absl::StrFormat("%s: not valid JSON at byte %d: %s", document_, syntax->byte, syntax->what()));
+    } else {  // e.g. out_of_range: a number beyond double's range
+      error_ = absl::InvalidArgumentError(absl::StrFormat("%s: not valid JSON: %s", document_, e.what()));
+    }
     return false;
   }
-  bool string(string_t&) override { return Value(); }
-  bool binary(binary_t&) override { return Value(); }
-  bool start_object(std::size_t) override {
-    frames_.push_back({});
-    return true;
-  }
-  bool key(string_t& key) override {
-    frames_.back().key = key;
-    return true;
-  }
-  bool end_object() override { return End(); }
-  bool start_array(std::size_t) override {
-    frames_.push_back({.array = true});
-    return true;
-  }
-  bool end_array() override { return End(); }
-  bool parse_error(std::size_t, const std::string&, const json::exception&) override { return false; }
+
+  // Whether the parse stopped at a level beyond kMaxJsonDepth.
+  bool too_deep() const { return too_deep_; }
+  // The syntax error the parser reported, if any.
+  const std::optional<absl::Status>& error() const { return error_; }
+  const std::optional<absl::Status>& oversized_integer() const { return oversized_integer_; }
+  // The document, once the parse succeeded.
+  json TakeDocument() && { return std::move(root_); }
 
  private:
-  struct Frame {
-    bool array = false;
-    size_t index = 0;
+  // An array or object still open, and for an object the key of its next value.
+  struct OpenValue {
+    json value;
     std::string key;
   };
-  // A value has ended: the next one in an array is one further on.
-  bool Value() {
-    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+
+  template <typename Value>
+  bool Add(Value&& value) {
+    if (open_.empty()) {
+      root_ = json(std::forward<Value>(value));
+    } else if (OpenValue& parent = open_.back(); parent.value.is_array()) {
+      parent.value.emplace_back(std::forward<Value>(value));
+    } else {
+      parent.value[parent.key] = json(std::forward<Value>(value));  // a repeated key: the last value stays
+    }
     return true;
   }
-  bool End() {
-    frames_.pop_back();
-    return Value();
+  bool Open(json::value_t type) {
+    if (open_.size() >= kMaxJsonDepth) {  // Note [JSON nesting bound]
+      too_deep_ = true;
+      return false;
+    }
+    open_.push_back({.value = json(type)});
+    return true;
   }
+  bool Close() {
+    json value = std::move(open_.back().value);
+    open_.pop_back();
+    return Add(std::move(value));
+  }
+  // Where the next value goes, e.g. "doc.json: steps[1].end".
   JsonPath Path() const {
     JsonPath path(document_);
-    for (const Frame& f : frames_) path = f.array ? path / f.index : path / f.key;
+    for (const OpenValue& open : open_) path = open.value.is_array() ? path / open.value.size() : path / open.key;
     return path;
   }
 
   std::string_view document_;
-  std::vector<Frame> frames_;
-  std::optional<absl::Status> found_;
+  json root_;
+  std::vector<OpenValue> open_;
+  bool too_deep_ = false;
+  std::optional<absl::Status> error_;
+  std::optional<absl::Status> oversized_integer_;
 };
 
-// Whether `text` holds 19 digits in a row: every integer literal beyond
-// 64 bits does, and few documents otherwise do (a snapshot's times are 16).
-bool HasLongDigitRun(std::string_view text) {
-  size_t run = 0;
-  for (const char c : text) {
-    run = (c >= '0' && c <= '9') ? run + 1 : 0;
-    if (run == 19) return true;
+// The 1-based byte offset of the '[' or '{' that opens level `depth` + 1 of
+// `text`, which is valid JSON up to there: strings are skipped, so brackets
+// inside them do not count. Run only for the error of a refused document.
+size_t OffsetOfLevel(std::string_view text, size_t depth) {
+  size_t level = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++level > depth) return i + 1;
+    } else if ((c == ']' || c == '}') && level > 0) {
+      --level;
+    }
   }
-  return false;
+  return text.size();
 }
 
 }  // namespace
 
 absl::StatusOr<json> ParseJsonDocument(std::string_view text, std::string_view document) {
-  // The callback-free, exception-free form returns a "discarded" value on error
-  // but loses the position, so parse once more with exceptions for the message.
-  json value = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (!value.is_discarded()) {
-    if (HasLongDigitRun(text)) {  // Note [Integers as written]
-      OversizedIntegerFinder finder(document);
-      (void)json::sax_parse(text.begin(), text.end(), &finder);
-      if (finder.found()) return *finder.found();
-    }
-    return value;
-  }
   try {
-    value = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: not valid JSON at byte %d: %s", document, e.byte, e.what()));
-  } catch (const json::exception& e) {  // e.g. out_of_range: a number beyond double's range
-    return absl::InvalidArgumentError(absl::StrFormat("%s: not valid JSON: %s", document, e.what()));
+    BoundedDocumentBuilder builder(document);
+    if (!json::sax_parse(text.begin(), text.end(), &builder)) {
+      if (builder.too_deep()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: arrays and objects nested %d deep at byte %d, more than the %d levels an input may "
+                            "have",
+                            document, kMaxJsonDepth + 1, OffsetOfLevel(text, kMaxJsonDepth), kMaxJsonDepth));
+      }
+      if (builder.error().has_value()) return *builder.error();
+      return absl::InvalidArgumentError(absl::StrFormat("%s: not valid JSON", document));
+    }
+    if (builder.oversized_integer().has_value()) return *builder.oversized_integer();
+    return std::move(builder).TakeDocument();
+  } catch (const std::bad_alloc&) {  // the document built so far is freed by now
+    return absl::ResourceExhaustedError(absl::StrFormat("%s: out of memory parsing its %s of JSON (%d bytes)",
+                                                        document, FormatBytes(text.size()), text.size()));
   }
-  return absl::InvalidArgumentError(absl::StrFormat("%s: not valid JSON", document));
 }
 
 }  // namespace headroom

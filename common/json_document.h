@@ -1,7 +1,13 @@
-// Parsing a JSON input document into nlohmann::json, with errors that name
-// the document: a syntax error gives the byte offset, and an integer beyond
-// 64 bits is refused as written, with its field path (Note [Integers as
-// written] in json_document.cc).
+// Parsing a JSON input document into nlohmann::json, within bounds, with
+// errors that name the document:
+//  - a syntax error gives the byte offset;
+//  - an integer beyond 64 bits is refused as written, with its field path
+//    (Note [Integers as written] in json_document.cc);
+//  - arrays and objects nested deeper than kMaxJsonDepth are refused as the
+//    parse reaches that level, before memory is spent on them (Note [JSON
+//    nesting bound] in json_document.cc);
+//  - running out of memory while parsing is ResourceExhausted naming the
+//    document, not an exception.
 //
 //   HEADROOM_ASSIGN_OR_RETURN(nlohmann::json doc, ParseJsonDocument(text, "config.json"));
 //
@@ -9,6 +15,7 @@
 #ifndef HEADROOM_COMMON_JSON_DOCUMENT_H_
 #define HEADROOM_COMMON_JSON_DOCUMENT_H_
 
+#include <cstddef>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -16,7 +23,14 @@
 
 namespace headroom {
 
-// Parses text as JSON; a syntax error names the document and byte offset.
+// The deepest arrays and objects may nest in an input document: `[]` is 1
+// deep, `{"a": [1]}` 2. Real inputs nest at most 6 deep.
+inline constexpr size_t kMaxJsonDepth = 128;
+
+// Parses text as JSON. Errors name `document`: InvalidArgument for a syntax
+// error (with the byte offset), an integer beyond 64 bits (with its path) or
+// nesting beyond kMaxJsonDepth (with the byte where it goes past);
+// ResourceExhausted when memory ran out.
 absl::StatusOr<nlohmann::json> ParseJsonDocument(std::string_view text, std::string_view document);
 
 }  // namespace headroom

@@ -1,5 +1,8 @@
 #include "common/json_document.h"
 
+#include <chrono>
+#include <string>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -42,6 +45,60 @@ TEST(ParseJsonDocument, IntegersBeyond64BitsAreRefusedAsWritten) {
                                     "d": 12345678901234567890123.5})",
                                 "ok.json")
                   .ok());
+}
+
+// Note [JSON nesting bound]: a document nested beyond kMaxJsonDepth is
+// refused as the parse reaches that level, with the byte where it does.
+TEST(ParseJsonDocument, NestingBeyondTheBoundIsRefused) {
+  const std::string deepest = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  absl::StatusOr<json> ok = ParseJsonDocument(deepest, "ok.json");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->dump(), deepest);
+
+  const std::string too_deep = "{\"a\": \"[[[\", \"b\": " + deepest + "}";
+  absl::StatusOr<json> refused = ParseJsonDocument(too_deep, "deep.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  // The brackets in the string "[[[" are not levels: the object is level 1,
+  // and the 128th '[' after its 18 bytes {"a": "[[[", "b":  opens level 129.
+  EXPECT_EQ(std::string(refused.status().message()),
+            "deep.json: arrays and objects nested 129 deep at byte 146, more than the 128 levels an input may have");
+}
+
+// 100,000 '[' (and a 50 MB file of them, which took 3 GB before) stop at
+// level 129: nothing past it is read or built.
+TEST(ParseJsonDocument, AHundredThousandBracketsAreRefusedAtOnce) {
+  const std::string brackets(100'000, '[');
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<json> refused = ParseJsonDocument(brackets, "brackets.json");
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("brackets.json: arrays and objects nested 129 deep at byte 129"));
+  EXPECT_LT(elapsed, std::chrono::seconds(1));
+  // Objects count as levels too.
+  std::string objects;
+  for (int i = 0; i < 100'000; ++i) objects += "{\"k\":";
+  EXPECT_THAT(ParseJsonDocument(objects, "objects.json").status().message(),
+              HasSubstr("objects.json: arrays and objects nested 129 deep at byte 641,"));
+}
+
+// The document built from the parser's events is the one nlohmann's own
+// parser builds: repeated keys keep the last value, numbers keep their type.
+TEST(ParseJsonDocument, BuildsTheSameDocumentAsNlohmann) {
+  const std::string text =
+      R"({"b": [1, -2, 3.5, "s", null, true, {"x": [], "y": {}}], "a": {"k": 1, "k": [2]}, "u": 18446744073709551615,
+          "e": "\u00e9\n", "nested": [[[{"z": [false]}]]]})";
+  absl::StatusOr<json> ours = ParseJsonDocument(text, "same.json");
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  const json theirs = json::parse(text);
+  EXPECT_EQ(*ours, theirs);
+  EXPECT_EQ(ours->dump(), theirs.dump());
+  EXPECT_TRUE((*ours)["u"].is_number_unsigned());
+  EXPECT_TRUE((*ours)["b"][1].is_number_integer());
+  EXPECT_EQ((*ours)["a"]["k"], json::array({2}));
+  for (const std::string scalar : {"0", "-1", "2.5", "\"s\"", "null", "false"}) {
+    EXPECT_EQ(*ParseJsonDocument(scalar, "scalar.json"), json::parse(scalar)) << scalar;
+  }
 }
 
 }  // namespace
