@@ -84,7 +84,7 @@ absl::StatusOr<LayoutPlan> ParseLayoutPlan(std::string_view text, std::string_vi
 }
 
 absl::StatusOr<LayoutPlan> ReadLayoutPlanFile(const std::string& path) {
-  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, kLayoutPlanFile));
   return ParseLayoutPlan(text, path);
 }
 

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/input_file.h"
 
 namespace headroom {
 
@@ -60,6 +61,12 @@ struct LayoutPlan {
 // multiple of 512 (sizes above 0, extent at most 2^62) and repeat_from is at
 // most blocks.size().
 absl::Status CheckLayoutPlan(const LayoutPlan& plan, std::string_view source);
+
+// A layout plan file's bound (Note [Input bounds] in common/input_file.h):
+// LayoutPlanJson writes at most 46 bytes a block (",\n  [offset, size]" with
+// 19 digits each), so a plan of kMaxBlocks fits.
+inline constexpr InputFileKind kLayoutPlanFile{.noun = "a layout plan", .max_bytes = kMaxRecordingFileBytes};
+static_assert(LayoutPlan::kMaxBlocks * 46 < kLayoutPlanFile.max_bytes);
 
 // Parses a plan file's text; errors name `source` and the field at fault.
 absl::StatusOr<LayoutPlan> ParseLayoutPlan(std::string_view text, std::string_view source);

@@ -118,7 +118,7 @@ std::string SmallestReachable(const PlanProblem& problem) {
 }
 
 absl::StatusOr<PlanResult> LoadPlan(const std::string& path, const PlanProblem& problem) {
-  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, kPlanFile));
   HEADROOM_ASSIGN_OR_RETURN(PlanFile file, ParsePlanFile(text, path));
   HEADROOM_RETURN_IF_ERROR(CheckPlanMatchesStep(file, *problem.step, path));
   absl::StatusOr<Strategy> strategy = ParseStrategy(file.strategy);

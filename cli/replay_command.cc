@@ -66,7 +66,7 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--device %d: a device index is 0 or more", *options.device));
   }
-  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(options.trace_path));
+  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(options.trace_path, kTraceFile));
   AllocationTrace trace;
   if (options.device.has_value()) {
     const size_t first = text.find_first_not_of(" \t\r\n");
@@ -83,7 +83,7 @@ absl::Status RunReplay(const ReplayCommandOptions& options, std::ostream& out) {
   }
   ReplayReportOptions report{.summary = options.summary};
   if (!options.write_plan.empty()) {
-    HEADROOM_ASSIGN_OR_RETURN(std::string steps_text, ReadTextFile(options.steps));
+    HEADROOM_ASSIGN_OR_RETURN(std::string steps_text, ReadTextFile(options.steps, kStepsFile));
     HEADROOM_ASSIGN_OR_RETURN(std::vector<uint64_t> step_ends, ParseStepEnds(steps_text, options.steps, &trace));
     const absl::Status one_stream = CheckPlanFollowsOneStream(trace);
     if (!one_stream.ok()) return absl::InvalidArgumentError(absl::StrCat("--write-plan: ", one_stream.message()));

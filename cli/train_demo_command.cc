@@ -76,7 +76,7 @@ absl::Status RunTrainDemoCommand(const TrainDemoFlags& f, std::ostream& out) {
   if (!allocator.ok()) return absl::InvalidArgumentError(absl::StrCat("--alloc-conf ", allocator.status().message()));
   options.job = DemoJob(*allocator);
   if (!f.plan.empty()) {
-    HEADROOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(f.plan));
+    HEADROOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(f.plan, kPlanFile));
     HEADROOM_ASSIGN_OR_RETURN(options.plan_file, ParsePlanFile(text, f.plan));
     options.plan_source = f.plan;
     options.budget_bytes = options.plan_file->budget_bytes;

@@ -101,7 +101,7 @@ absl::StatusOr<JobSpec> FixtureJob(const std::string& path, std::string_view fie
 absl::StatusOr<std::vector<FixtureCheck>> CheckFixtureFile(const std::string& path,
                                                            const ValidationTolerance& tolerance) {
   // Note [Fixture file bound].
-  HEADROOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, kMaxFixtureFileBytes));
+  HEADROOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, kFixtureFile));
   HEADROOM_ASSIGN_OR_RETURN(const auto fixture, ParseFixture(text, path));
   std::string what = "estimate";
   absl::StatusOr<std::vector<FixtureCheck>> checks;

@@ -8,6 +8,9 @@
 //    nesting bound] in json_document.cc);
 //  - running out of memory while parsing is ResourceExhausted naming the
 //    document, not an exception.
+// Files are read with ReadTextFile (common/input_file.h), whose size bound
+// for each kind of input, with the nesting bound, bounds the memory a
+// document takes (Note [Input bounds] there).
 //
 //   HEADROOM_ASSIGN_OR_RETURN(nlohmann::json doc, ParseJsonDocument(text, "config.json"));
 //

@@ -207,7 +207,7 @@ absl::StatusOr<GpuCatalog> GpuCatalog::Parse(std::string_view json_text, std::st
 
 absl::StatusOr<GpuCatalog> GpuCatalog::LoadFile(const std::string& path) {
   std::string text;
-  HEADROOM_ASSIGN_OR_RETURN(text, ReadTextFile(path));
+  HEADROOM_ASSIGN_OR_RETURN(text, ReadTextFile(path, kCatalogFile));
   return Parse(text, path);
 }
 

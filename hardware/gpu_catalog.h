@@ -26,9 +26,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/input_file.h"
 #include "nlohmann/json.hpp"
 
 namespace headroom {
+
+// A catalog file's bound (Note [Input bounds] in common/input_file.h).
+inline constexpr InputFileKind kCatalogFile{.noun = "a GPU catalog", .max_bytes = kMaxSmallFileBytes};
 
 // The arithmetic a kernel runs in, as data sheets list peaks. fp32 is the
 // plain (non-Tensor-Core) rate; the others are Tensor Core rates.

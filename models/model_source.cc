@@ -68,7 +68,7 @@ absl::StatusOr<LoadedModel> LoadFile(const std::string& path) {
   std::error_code error;
   if (std::filesystem::is_directory(file, error)) file /= "config.json";  // an HF snapshot
   // Note [Model file bound] in model_source.h.
-  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(file.string(), kMaxModelFileBytes));
+  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(file.string(), kModelFile));
   HEADROOM_ASSIGN_OR_RETURN(nlohmann::json doc, ParseJsonDocument(text, file.string()));
   return LoadDocument(text, doc, path, file.string());
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/input_file.h"
 #include "graph/graph.h"
 #include "models/model_config.h"
 #include "nlohmann/json.hpp"
@@ -34,8 +35,10 @@ namespace headroom {
 // A model file is read whole into memory and parsed as JSON, so files are
 // bounded: at most kMaxModelFileBytes (256 MiB; the largest published
 // node-link graphs are a few MiB, configs a few KiB). A larger file is an
-// error naming it, before any of it is read.
-inline constexpr uint64_t kMaxModelFileBytes = uint64_t{256} << 20;
+// error naming it, before any of it is read (Note [Input bounds] in
+// common/input_file.h).
+inline constexpr uint64_t kMaxModelFileBytes = kMaxDocumentFileBytes;
+inline constexpr InputFileKind kModelFile{.noun = "a model file", .max_bytes = kMaxModelFileBytes};
 
 enum class ModelSourceKind : uint8_t { kPreset, kConfigFile, kGraphFile, kNodeLinkFile };
 

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/input_file.h"
 #include "graph/graph.h"
 #include "nlohmann/json.hpp"
 #include "planner/schedule.h"
@@ -39,6 +40,10 @@
 namespace headroom {
 
 inline constexpr int kPlanFileVersion = 1;
+
+// A plan file's bound (Note [Input bounds] in common/input_file.h): a plan is
+// smaller than the graph file of its step, which is a model file.
+inline constexpr InputFileKind kPlanFile{.noun = "a plan file", .max_bytes = kMaxDocumentFileBytes};
 
 // One device tensor of the scheduled step (Note [Plan file format]).
 struct PlanTensor {

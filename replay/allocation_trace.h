@@ -2,7 +2,7 @@
 // people already have, for replay through the caching allocator
 // (trace_replay.h).
 //
-//   HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+//   HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, kTraceFile));
 //   HEADROOM_ASSIGN_OR_RETURN(AllocationTrace trace, ParseAllocationTrace(text, path));
 //
 // Formats:
@@ -34,8 +34,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/input_file.h"
 
 namespace headroom {
+
+// A trace file's bound, RMM CSV or PyTorch snapshot (Note [Input bounds] in
+// common/input_file.h).
+inline constexpr InputFileKind kTraceFile{.noun = "a recorded trace", .max_bytes = kMaxRecordingFileBytes};
 
 enum class TraceOp { kAllocate, kFree, kAllocateFailure };
 

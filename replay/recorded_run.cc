@@ -68,11 +68,11 @@ absl::StatusOr<RecordedRun> LoadRecordedRun(const std::string& trace_path) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: a recorded run's trace is named NAME.rmm.csv or NAME.snapshot.json", trace_path));
   }
-  HEADROOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(trace_path));
+  HEADROOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(trace_path, kTraceFile));
   RecordedRun run;
   HEADROOM_ASSIGN_OR_RETURN(run.trace, ParseAllocationTrace(text, trace_path));
   const std::string steps_path = trace_path.substr(0, trace_path.size() - suffix.size()) + ".steps.json";
-  HEADROOM_ASSIGN_OR_RETURN(const std::string steps, ReadTextFile(steps_path));
+  HEADROOM_ASSIGN_OR_RETURN(const std::string steps, ReadTextFile(steps_path, kStepsFile));
   HEADROOM_ASSIGN_OR_RETURN(run.step_end_times, ParseStepEnds(steps, steps_path, &run.trace));
   return run;
 }

@@ -30,6 +30,9 @@ struct RecordedRun {
   std::vector<uint64_t> step_end_times;  // increasing, in the trace's time
 };
 
+// A steps file's bound (Note [Input bounds] in common/input_file.h).
+inline constexpr InputFileKind kStepsFile{.noun = "a steps file", .max_bytes = kMaxSmallFileBytes};
+
 // A steps.json document: an object with "step_end_events" or
 // "step_end_time_ns", an array of increasing unsigned integers (a repeated
 // end would be a step with nothing in it). With `trace`, an end past the

@@ -280,7 +280,7 @@ absl::StatusOr<std::variant<ValidationFixture, AppliedPlansFixture>> ParseFixtur
 
 absl::StatusOr<ValidationFixture> LoadValidationFixture(const std::string& path) {
   // Note [Fixture file bound].
-  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, kMaxFixtureFileBytes));
+  HEADROOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, kFixtureFile));
   return ParseValidationFixture(text, path);
 }
 

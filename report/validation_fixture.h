@@ -158,6 +158,7 @@ absl::StatusOr<std::variant<ValidationFixture, AppliedPlansFixture>> ParseFixtur
 // (Note [Model file bound] in models/model_source.h), so a fixture file has
 // the same bound; real fixtures are a few KiB.
 inline constexpr uint64_t kMaxFixtureFileBytes = kMaxModelFileBytes;
+inline constexpr InputFileKind kFixtureFile{.noun = "a fixture", .max_bytes = kMaxFixtureFileBytes};
 
 // Parses a fixture's text; `path` names it in errors.
 absl::StatusOr<ValidationFixture> ParseValidationFixture(std::string_view text, std::string_view path);

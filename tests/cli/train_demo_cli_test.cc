@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "planner/plan_json.h"
 #include "tests/cli/run_command.h"
 
 namespace headroom {
@@ -64,7 +65,7 @@ TEST(TrainDemoCli, PlanPredictsAndReplayReservesWhatTheRunMeasured) {
   EXPECT_THAT(l["strategy"].get<std::string>(), HasSubstr("hybrid from"));
 
   // A plan file whose schedule was cut short is refused, naming the file.
-  const absl::StatusOr<std::string> plan_text = ReadTextFile(plan_file);
+  const absl::StatusOr<std::string> plan_text = ReadTextFile(plan_file, kPlanFile);
   ASSERT_TRUE(plan_text.ok()) << plan_text.status();
   nlohmann::json broken = nlohmann::json::parse(*plan_text);
   broken["schedule"].erase(broken["schedule"].size() - 1);

@@ -142,7 +142,7 @@ TEST(TraceLayout, CountsPagesAsABruteForceCountDoes) {
 
 TEST(TraceLayout, LaysOutARecordedRunWithoutOverlapAtItsLivePeak) {
   const std::string path = std::string(HEADROOM_RECORDED_TRACES_DIR) + "/llama-mha-fp32-adamw-loop.6steps.rmm.csv";
-  const absl::StatusOr<std::string> text = ReadTextFile(path);
+  const absl::StatusOr<std::string> text = ReadTextFile(path, kTraceFile);
   ASSERT_TRUE(text.ok()) << text.status();
   const absl::StatusOr<AllocationTrace> trace = ParseAllocationTrace(*text, path);
   ASSERT_TRUE(trace.ok()) << trace.status();

@@ -269,7 +269,7 @@ TEST(NodeLink, ImportsTheSharedCheckmateSamples) {
     const std::filesystem::path path = dir / sample.file;
     if (!std::filesystem::exists(path)) continue;
     ++found;
-    absl::StatusOr<std::string> text = ReadTextFile(path.string());
+    absl::StatusOr<std::string> text = ReadTextFile(path.string(), kModelFile);
     ASSERT_TRUE(text.ok()) << text.status();
     absl::StatusOr<Graph> g = ImportNodeLink(*text, path.string());
     ASSERT_TRUE(g.ok()) << g.status();

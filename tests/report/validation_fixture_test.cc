@@ -21,7 +21,7 @@ using ::testing::HasSubstr;
 const std::string kTestData = HEADROOM_REPORT_TESTDATA;
 
 nlohmann::json RealFixture() {
-  absl::StatusOr<std::string> text = ReadTextFile(kTestData + "/llama-mha-fp32-adamw-loop.json");
+  absl::StatusOr<std::string> text = ReadTextFile(kTestData + "/llama-mha-fp32-adamw-loop.json", kFixtureFile);
   EXPECT_TRUE(text.ok()) << text.status();
   return nlohmann::json::parse(*text);
 }
