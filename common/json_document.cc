@@ -1,6 +1,7 @@
 #include "common/json_document.h"
 
 #include <cstddef>
+#include <iterator>
 #include <limits>
 #include <new>
 #include <optional>
@@ -37,6 +38,35 @@ namespace {
 // where it is integral, accept rounded. The builder notes the first such
 // literal, as written, with its field path; a document that holds one is
 // refused once it has parsed (a syntax error anywhere is reported first).
+//
+// Note [Freeing a document without memory]
+// nlohmann's json destructor frees an array or object through a vector of
+// its children that it allocates first, so destroying a large document when
+// memory has run out throws std::bad_alloc from a destructor, which
+// terminates. Dismantle empties containers from the innermost out, popping
+// the last child each time, which allocates nothing; it recurses at most
+// kMaxJsonDepth deep. The builder keeps each open value in its stack until
+// its parent holds it, so that all it built can be dismantled so. A document
+// that parsed is freed by its owner, through nlohmann's destructor: if
+// memory is short by then (the vector it needs is 16 bytes a child of the
+// largest array or object), that still terminates.
+void Dismantle(json& value) noexcept {
+  if (value.is_array()) {
+    auto& array = value.get_ref<json::array_t&>();
+    while (!array.empty()) {
+      Dismantle(array.back());
+      array.pop_back();
+    }
+  } else if (value.is_object()) {
+    auto& object = value.get_ref<json::object_t&>();
+    while (!object.empty()) {
+      const auto last = std::prev(object.end());
+      Dismantle(last->second);
+      object.erase(last);
+    }
+  }
+}
+
 class BoundedDocumentBuilder {
  public:
   using number_integer_t = json::number_integer_t;
@@ -87,6 +117,12 @@ class BoundedDocumentBuilder {
   const std::optional<absl::Status>& oversized_integer() const { return oversized_integer_; }
   // The document, once the parse succeeded.
   json TakeDocument() && { return std::move(root_); }
+  // Frees what was built, allocating nothing, for when memory ran out (Note
+  // [Freeing a document without memory]).
+  void Release() noexcept {
+    for (; !open_.empty(); open_.pop_back()) Dismantle(open_.back().value);
+    Dismantle(root_);
+  }
 
  private:
   // An array or object still open, and for an object the key of its next value.
@@ -114,10 +150,20 @@ class BoundedDocumentBuilder {
     open_.push_back({.value = json(type)});
     return true;
   }
+  // The value leaves open_ only once its parent has room for it (Note
+  // [Freeing a document without memory]).
   bool Close() {
-    json value = std::move(open_.back().value);
+    json& value = open_.back().value;
+    if (open_.size() == 1) {
+      root_ = std::move(value);
+    } else if (OpenValue& parent = open_[open_.size() - 2]; parent.value.is_array()) {
+      parent.value.emplace_back(std::move(value));  // the vector moves it in once it has grown, if it must
+    } else {
+      json& slot = parent.value[parent.key];  // a repeated key: the last value stays
+      slot = std::move(value);
+    }
     open_.pop_back();
-    return Add(std::move(value));
+    return true;
   }
   // Where the next value goes, e.g. "doc.json: steps[1].end".
   JsonPath Path() const {
@@ -165,8 +211,8 @@ size_t OffsetOfLevel(std::string_view text, size_t depth) {
 }  // namespace
 
 absl::StatusOr<json> ParseJsonDocument(std::string_view text, std::string_view document) {
+  BoundedDocumentBuilder builder(document);
   try {
-    BoundedDocumentBuilder builder(document);
     if (!json::sax_parse(text.begin(), text.end(), &builder)) {
       if (builder.too_deep()) {
         return absl::InvalidArgumentError(
@@ -179,7 +225,8 @@ absl::StatusOr<json> ParseJsonDocument(std::string_view text, std::string_view d
     }
     if (builder.oversized_integer().has_value()) return *builder.oversized_integer();
     return std::move(builder).TakeDocument();
-  } catch (const std::bad_alloc&) {  // the document built so far is freed by now
+  } catch (const std::bad_alloc&) {
+    builder.Release();
     return absl::ResourceExhaustedError(absl::StrFormat("%s: out of memory parsing its %s of JSON (%d bytes)",
                                                         document, FormatBytes(text.size()), text.size()));
   }
