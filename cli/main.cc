@@ -2,6 +2,7 @@
 // trace replay and the accuracy check against measured steps. Each
 // subcommand is declared in its own *_command.cc.
 #include <iostream>
+#include <new>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,7 +64,14 @@ int Main(int argc, char** argv) {
 
   for (const Subcommand& command : commands) {
     if (!command.app->parsed()) continue;
-    const absl::Status status = command.run(std::cout);
+    absl::Status status;
+    try {
+      status = command.run(std::cout);
+    } catch (const std::bad_alloc&) {
+      // The readers name the input that did not fit; this is anything else
+      // (Note [Operator new that throws] in operator_new.cc).
+      status = absl::ResourceExhaustedError("out of host memory");
+    }
     if (!status.ok()) {
       std::cerr << "headroom " << command.app->get_name() << ": " << status.message() << "\n";
     }

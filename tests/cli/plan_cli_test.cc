@@ -1,6 +1,7 @@
 // `headroom plan`: a plan that fits, the comparison table, plan files that
 // round-trip, and the error paths (one line naming the input).
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -279,6 +280,57 @@ TEST(PlanCli, BadInputIsOneLineNamingIt) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("version 9 is not one this Headroom reads"));
 }
+
+// Note [JSON nesting bound]: a plan file of 100,000 '[' is refused at level
+// 129, at once and in one line, where it took memory in proportion to its
+// depth before (a 50 MB one: 3 GB) and aborted under a memory limit.
+TEST(PlanCli, LoadRefusesDeepNestingInOneLine) {
+  const std::string deep = WriteTempFile("deep.plan.json", std::string(100'000, '['));
+  auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--load", deep});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "headroom plan: " + deep +
+                       ": arrays and objects nested 129 deep at byte 129, more than the 128 levels an input may "
+                       "have\n");
+}
+
+// Note [Input bounds]: a plan file is at most 256 MiB; a larger one (sparse
+// here: no disk blocks) is refused before it is read.
+TEST(PlanCli, LoadRefusesAPlanFileBeyondItsBound) {
+  const std::string huge = WriteTempFile("huge.plan.json", "{}");
+  std::filesystem::resize_file(huge, (uint64_t{256} << 20) + 1);
+  auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--load", huge});
+  std::filesystem::remove(huge);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "headroom plan: " + huge + ": 268435457 bytes is more than the 256.00 MiB a plan file may have\n");
+}
+
+// Under a memory limit a plan file too large for it is one line naming it
+// (exit 1: the input is valid, the machine is short), not SIGABRT (Note
+// [Operator new that throws] in cli/operator_new.cc). 24 MB of `[{},...]`
+// takes about 650 MB parsed; the limit is 384 MiB of address space, which
+// `headroom` fits in up to the parse (it does with 200 MB).
+// Sanitizer builds report running out of memory their own way.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HEADROOM_SANITIZER_NEW 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define HEADROOM_SANITIZER_NEW 1
+#endif
+#endif
+#ifndef HEADROOM_SANITIZER_NEW
+TEST(PlanCli, LoadOutOfMemoryIsOneLineNamingTheFile) {
+  std::string objects = "[{}";
+  for (int i = 0; i < 8'000'000; ++i) objects += ",{}";
+  objects += "]";
+  const std::string flat = WriteTempFile("flat.plan.json", objects);
+  auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--load", flat},
+                       {.address_space_limit = uint64_t{384} << 20});
+  std::filesystem::remove(flat);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("headroom plan: " + flat + ": out of memory parsing its 22.89 MiB of JSON"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+#endif
 
 TEST(PlanCli, ImpossibleBudgetStatesTheSmallestReachable) {
   auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "5%"});

@@ -39,6 +39,10 @@ CommandResult RunHeadroom(const std::vector<std::string>& args, const RunOptions
   const std::string out_path = base + ".out", err_path = base + ".err";
 
   std::vector<std::string> argv_storage = {HEADROOM_BINARY};
+  if (options.address_space_limit) {
+    const std::string kib = std::to_string(*options.address_space_limit / 1024);
+    argv_storage = {"/bin/sh", "-c", "ulimit -v " + kib + " && exec \"$0\" \"$@\"", HEADROOM_BINARY};
+  }
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_storage) argv.push_back(a.data());

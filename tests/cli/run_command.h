@@ -19,6 +19,10 @@ struct RunOptions {
   // RLIMIT_FSIZE for the child, with SIGXFSZ ignored: a write past it fails
   // with EFBIG, which stands in for a full disk (root is not exempt).
   std::optional<uint64_t> file_size_limit;
+  // RLIMIT_AS for the child, in bytes: its allocations past it fail, as
+  // under a container's or a job scheduler's memory limit. It is set by a
+  // shell that then runs the binary, so this process's limit never changes.
+  std::optional<uint64_t> address_space_limit;
 };
 
 // Runs HEADROOM_BINARY with `args` (no shell involved).
