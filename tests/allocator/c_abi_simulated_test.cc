@@ -19,15 +19,15 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-// Devices 0-8, 10-11 and 13-14 are simulated 1 GiB devices whose stream
+// Devices 0-8, 10-11 and 13-15 are simulated 1 GiB devices whose stream
 // events wait for the test (device 11 without the virtual memory API); device
 // 9 cannot be set up; device 12 has 6 MiB, whose events complete at once.
 namespace headroom::c_abi {
 
-SimulatedBackend* simulated[15] = {};
+SimulatedBackend* simulated[16] = {};
 
 absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateDeviceBackend(int device) {
-  if (device == 9 || device >= 15) return absl::NotFoundError("no such simulated device");
+  if (device == 9 || device >= 16) return absl::NotFoundError("no such simulated device");
   absl::StatusOr<std::unique_ptr<SimulatedBackend>> backend =
       SimulatedBackend::Create({.capacity_bytes = device == 12 ? 6 * kMiB : kGiB,
                                 .supports_virtual_memory = device != 11,
@@ -230,7 +230,7 @@ TEST(CAbi, TheAllocConfIsReadWhenADeviceIsFirstUsed) {
 
 // A layout plan named in HEADROOM_ALLOC_CONF after the preset (Note [Following a layout plan]): the allocator
 // reads it when the device is first used and places each request where it says (device 13); a plan file that
-// cannot be read is that device's error (device 14).
+// cannot be read is that device's error (devices 14 and 15).
 TEST(CAbi, FollowsTheLayoutPlanItsConfNames) {
   const std::string path = ::testing::TempDir() + "/c_abi_test.plan.json";
   {
@@ -270,6 +270,17 @@ TEST(CAbi, FollowsTheLayoutPlanItsConfNames) {
     error = headroom_last_error();
   }
   EXPECT_NE(error.find("/no/such/file.plan.json"), std::string::npos) << error;
+
+  // A plan file is read as every JSON input is (Note [JSON nesting bound] in common/json_document.cc): 100,000
+  // '[' are refused at level 129, naming the file, where they took memory in proportion before (device 15).
+  const std::string deep = ::testing::TempDir() + "/c_abi_test_deep.plan.json";
+  std::ofstream(deep) << std::string(100'000, '[');
+  {
+    ScopedAllocConf scoped(("headroom,layout_plan:" + deep).c_str());
+    EXPECT_EQ(headroom_malloc(4096, 15, nullptr), nullptr);
+    error = headroom_last_error();
+  }
+  EXPECT_NE(error.find(deep + ": arrays and objects nested 129 deep at byte 129"), std::string::npos) << error;
 }
 
 // Headroom's own policy, by its preset's name (device 8) and by default (device 10).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -102,6 +103,19 @@ TEST(LayoutPlanFile, NamesTheFieldAtFault) {
     EXPECT_THAT(plan.status().message(), HasSubstr("bad.plan.json"));
     EXPECT_THAT(plan.status().message(), HasSubstr(c.says));
   }
+}
+
+// A layout plan file has the bound of a recorded trace (Note [Input bounds]
+// in common/input_file.h): past it (a sparse file, no disk blocks) it is
+// refused before it is read, naming the kind and the bound.
+TEST(LayoutPlanFile, IsBoundedLikeARecordedTrace) {
+  const std::string path = ::testing::TempDir() + "/huge.plan.json";
+  std::ofstream(path) << "{}";
+  std::filesystem::resize_file(path, kLayoutPlanFile.max_bytes + 1);
+  const absl::StatusOr<LayoutPlan> plan = ReadLayoutPlanFile(path);
+  std::filesystem::remove(path);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(), path + ": 1073741825 bytes is more than the 1.00 GiB a layout plan may have");
 }
 
 TEST(LayoutPlanFile, TheAllocatorReadsTheFileItsConfNames) {
