@@ -100,28 +100,36 @@ class Builder {
         for_causal_lm_loss_(UsesForCausalLmLoss(tower, options.runtime)),
         lora_targets_(parent.lora_targets_) {}
 
+  // Checks the options, then emits the graph with the builder of the config's family (models/model_registry.h).
   absl::Status Build();
 
- private:
-  absl::Status CheckOptions() const;
+  // The whole model of each kind, as the registry's families name them (ModelFamilyEntry::build).
   // `merge_inputs`, when set, runs right after the token embedding lookup and returns the embeddings the
   // blocks take (LLaVA's image features scattered in), given the token ids and the looked-up embeddings.
   using MergeInputs = std::function<absl::StatusOr<TensorId>(TensorId ids, TensorId embeddings)>;
   absl::Status BuildDecoder(const MergeInputs& merge_inputs = nullptr);
   absl::Status BuildEncoder();
   absl::Status BuildT5();
+  absl::Status BuildBart();
+  absl::Status BuildWhisper();
+  absl::Status BuildVision();
+  absl::Status BuildContrastive();
+  // LLaVA (Note [LLaVA]): the language model with the projected image features among its tokens.
+  absl::Status BuildLlava();
+  absl::Status BuildMamba();
+  absl::Status BuildCnn();
+  absl::Status BuildMlp();
+
+ private:
+  absl::Status CheckOptions() const;
   // One T5 attention module (Note [T5]): keys and values from `kv_source`, scores plus `position_bias`.
   TensorId T5Attention(const std::string& module, TensorId x, TensorId kv_source, TensorId position_bias);
   // T5's first-block position bias, [1, heads, q, k] buckets plus `mask`; zeros plus `mask` without buckets.
   TensorId T5PositionBias(const std::string& module, int64_t q, int64_t k, TensorId mask, bool buckets);
   TensorId T5FeedForward(const std::string& prefix, TensorId x);
-  absl::Status BuildBart();
-  absl::Status BuildWhisper();
   // One BART or Whisper attention module (Note [BART], Note [Whisper]): q from x, k and v from `kv_source`,
   // `mask` added to the scores (none when kNone).
   TensorId BartAttention(const std::string& module, TensorId x, TensorId kv_source, TensorId mask, bool causal);
-  absl::Status BuildVision();
-  absl::Status BuildContrastive();
   // A vision transformer over pixel_values up to its last hidden state (Note [Vision transformers]), blocks
   // numbered from `first_layer`, module names under `root` ("vit.", "vision_model.").
   // With `hidden_states`, appends every hidden state as output_hidden_states=True returns them: the embeddings'
@@ -136,8 +144,6 @@ class Builder {
   TensorId AttentionPool(const std::string& head, TensorId x);
   // x / x.norm(dim=-1, keepdim=True).
   TensorId Normalize(const std::string& name, TensorId x);
-  // LLaVA (Note [LLaVA]): the language model with the projected image features among its tokens.
-  absl::Status BuildLlava();
   // LLaVA's get_image_features: the vision tower over batch x images images, the selected hidden state, the
   // projector; [batch x images, image_feature_tokens, text hidden].
   absl::StatusOr<TensorId> LlavaImageFeatures();
@@ -146,11 +152,8 @@ class Builder {
     seen_leaves_.insert(tower.seen_leaves_.begin(), tower.seen_leaves_.end());
     used_targets_.insert(tower.used_targets_.begin(), tower.used_targets_.end());
   }
-  absl::Status BuildMamba();
   // One MambaMixer's slow_forward over its block's normed input (Note [Mamba]).
   TensorId MambaMixer(const std::string& prefix, TensorId x);
-  absl::Status BuildCnn();
-  absl::Status BuildMlp();
   absl::Status CheckLoraTargetsUsed() const;
   // Stops a build that would outgrow graph/graph.h's Note [Size bounds]
   // after block `layer`, before it takes the memory of the whole model.

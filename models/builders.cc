@@ -10,7 +10,9 @@
 #include "common/name_table.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
+#include "common/quote.h"
 #include "models/builder.h"
+#include "models/model_registry.h"
 
 namespace headroom::builders_internal {
 
@@ -507,21 +509,13 @@ absl::Status Builder::CheckLoraTargetsUsed() const {
 
 absl::Status Builder::Build() {
   HEADROOM_RETURN_IF_ERROR(CheckOptions());
-  switch (c_.family) {
-    case ModelFamily::kDecoder: HEADROOM_RETURN_IF_ERROR(BuildDecoder()); break;
-    case ModelFamily::kEncoder: HEADROOM_RETURN_IF_ERROR(BuildEncoder()); break;
-    case ModelFamily::kEncoderDecoder:
-      HEADROOM_RETURN_IF_ERROR(c_.model_type == "t5"        ? BuildT5()
-                               : c_.model_type == "whisper" ? BuildWhisper()
-                                                            : BuildBart());
-      break;
-    case ModelFamily::kVision: HEADROOM_RETURN_IF_ERROR(BuildVision()); break;
-    case ModelFamily::kContrastive: HEADROOM_RETURN_IF_ERROR(BuildContrastive()); break;
-    case ModelFamily::kVisionLanguage: HEADROOM_RETURN_IF_ERROR(BuildLlava()); break;
-    case ModelFamily::kCnn: HEADROOM_RETURN_IF_ERROR(BuildCnn()); break;
-    case ModelFamily::kMlp: HEADROOM_RETURN_IF_ERROR(BuildMlp()); break;
-    case ModelFamily::kStateSpace: HEADROOM_RETURN_IF_ERROR(BuildMamba()); break;
+  const models_internal::ModelFamilyEntry* family = models_internal::FindFamily(c_.model_type);
+  if (family == nullptr) {
+    // Configs come from ParseHfConfig or CnnConfig, whose model_type is always a family's.
+    return absl::InvalidArgumentError(absl::StrFormat("%s: model_type %s is no model family's",
+                                                      c_.architecture, QuoteForError(c_.model_type)));
   }
+  HEADROOM_RETURN_IF_ERROR(family->build(*this));
   HEADROOM_RETURN_IF_ERROR(CheckLoraTargetsUsed());
   return g_.Validate();
 }

@@ -139,6 +139,22 @@ absl::Status ParseAttentionBias(const json& doc, const JsonPath& path, bool defa
   return absl::OkStatus();
 }
 
+absl::Status ParseLlamaDecoder(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 4096, c));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads,
+                            OptionalPositiveInt(doc, "num_key_value_heads", path, c.num_heads));
+  HEADROOM_ASSIGN_OR_RETURN(c.head_dim, OptionalPositiveInt(doc, "head_dim", path, 0));
+  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "rms_norm_eps", path, 1e-6));
+  HEADROOM_ASSIGN_OR_RETURN(c.activation,
+                            ParseActivation(doc, "hidden_act", path, ActivationKind::kSilu));
+  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings,
+                            OptionalBool(doc, "tie_word_embeddings", path, false));
+  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout,
+                            Probability(doc, "attention_dropout", path, 0.0));
+  UseLlamaBlock(c);
+  return absl::OkStatus();
+}
+
 // A list of num_hidden_layers layer types, each one of the two `allowed` ("sliding_attention", ...); `windowed` is the
 // type whose layers attend within a window (or chunk) and go into c.sliding_layers.
 absl::Status ParseLayerTypeList(const json& doc, const JsonPath& path, std::initializer_list<std::string_view> allowed,
@@ -261,6 +277,11 @@ absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c) {
   return CheckParameterCount(path, absl::StrFormat("%s, %s, %s, %s and %s", fields.layers, hidden, inner, "vocab_size",
                                                    c.is_moe() ? "num_local_experts" : "the heads"),
                              parameters);
+}
+
+absl::Status CheckTransformer(const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(CheckAttentionShape(path, c));
+  return CheckTransformerSizes(path, c);
 }
 
 absl::StatusOr<ActivationKind> HfActivation(std::string_view name) { return kHfActivationNames.Parse(name); }

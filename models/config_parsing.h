@@ -1,15 +1,14 @@
 // The config.json reading that model families share, internal to models/: optional and bounded fields the way
 // Hugging Face's config classes write them, the sizes every transformer has, Llama's block, and the checks a
 // parsed config passes (Note [Model size bounds] in model_config.h). Each family's parser
-// (models/families/) is written with these, so that a field reads, defaults and fails the same way in every
+// (models/families/, one per family) is written with these, so that a field reads, defaults and fails the same way in every
 // family:
 //
 //   absl::Status ParseMyDecoder(const json& doc, const JsonPath& path, ModelConfig& c) {
 //     HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, /*default_max_positions=*/4096, c));
 //     HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "rms_norm_eps", path, 1e-6));
 //     UseLlamaBlock(c);
-//     HEADROOM_RETURN_IF_ERROR(CheckAttentionShape(path, c));
-//     return CheckTransformerSizes(path, c);
+//     return CheckTransformer(path, c);
 //   }
 //
 // Errors name the field at fault under `path` ("config.json: hidden_size: must be positive, got 0").
@@ -82,6 +81,12 @@ void UseLlamaBlock(ModelConfig& c);
 // attention_bias: one switch for the q/k/v and output projections alike (LlamaAttention and its descendants).
 absl::Status ParseAttentionBias(const json& doc, const JsonPath& path, bool default_value, ModelConfig& c);
 
+// What LlamaConfig's descendants (Mistral, Mixtral, Qwen2 and 3, Gemma 1-3, Phi-3, OLMo 2) read alike: the
+// standard sizes (max_position_embeddings 4096 by default), num_key_value_heads, head_dim, rms_norm_eps,
+// hidden_act, tie_word_embeddings and attention_dropout, and Llama's block. Each family's parser reads its own
+// fields after these.
+absl::Status ParseLlamaDecoder(const json& doc, const JsonPath& path, ModelConfig& c);
+
 // A list of num_hidden_layers layer types, each one of the two `allowed` ("sliding_attention", ...); `windowed` is the
 // type whose layers attend within a window (or chunk) and go into c.sliding_layers.
 absl::Status ParseLayerTypeList(const json& doc, const JsonPath& path, std::initializer_list<std::string_view> allowed,
@@ -98,6 +103,20 @@ absl::Status CheckWeight(const JsonPath& path, std::string_view rows_field, int6
 absl::Status CheckParameterCount(const JsonPath& path, std::string_view what, uint64_t parameters);
 // Transformers: the largest weights and the whole model's parameter count.
 absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c);
+// What a transformer's parse ends with: CheckAttentionShape, then CheckTransformerSizes.
+absl::Status CheckTransformer(const JsonPath& path, ModelConfig& c);
+
+// A transformer family's parser (ModelFamilyEntry::parse in models/model_registry.h): `Parse`, then
+// CheckTransformer.
+template <absl::Status (*Parse)(const json&, const JsonPath&, ModelConfig&)>
+absl::Status CheckedTransformer(const json& doc, const JsonPath& path, ModelConfig& c) {
+  if (absl::Status status = Parse(doc, path, c); !status.ok()) return status;
+  return CheckTransformer(path, c);
+}
+
+// ParseHfConfig of a document already parsed, whose errors name fields under `path`: LLaVA reads its
+// text_config with it, a whole decoder config of its own (defined in model_config.cc).
+absl::StatusOr<ModelConfig> ParseConfigDocument(const json& doc, const JsonPath& path, std::string_view origin);
 
 }  // namespace headroom::models_internal
 

@@ -15,12 +15,15 @@
 #include "common/name_table.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
+#include "models/builder.h"
 #include "models/config_parsing.h"
+#include "models/model_registry.h"
 
 namespace headroom {
-namespace {
 
-using namespace models_internal;  // the shared config.json helpers (models/config_parsing.h)
+using namespace models_internal;  // the registry and the shared config.json helpers
+
+namespace {
 
 constexpr NameTable<EncoderHead, 3> kEncoderHeadNames("encoder head", {{
     {"classification", EncoderHead::kSequenceClassification},
@@ -28,113 +31,14 @@ constexpr NameTable<EncoderHead, 3> kEncoderHeadNames("encoder head", {{
     {"body-only", EncoderHead::kBodyOnly},
 }});
 
-struct ArchitectureInfo {
-  std::string_view architecture;
-  std::string_view model_type;
-  ModelFamily family;
-  EncoderHead head = EncoderHead::kBodyOnly;
-};
-
-constexpr ArchitectureInfo kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", ModelFamily::kDecoder},
-    {"MistralForCausalLM", "mistral", ModelFamily::kDecoder},
-    {"Qwen2ForCausalLM", "qwen2", ModelFamily::kDecoder},
-    {"GPT2LMHeadModel", "gpt2", ModelFamily::kDecoder},
-    {"GPT2Model", "gpt2", ModelFamily::kDecoder},
-    {"GPTNeoXForCausalLM", "gpt_neox", ModelFamily::kDecoder},
-    {"MixtralForCausalLM", "mixtral", ModelFamily::kDecoder},
-    {"Qwen3ForCausalLM", "qwen3", ModelFamily::kDecoder},
-    {"GemmaForCausalLM", "gemma", ModelFamily::kDecoder},
-    {"Gemma2ForCausalLM", "gemma2", ModelFamily::kDecoder},
-    {"Phi3ForCausalLM", "phi3", ModelFamily::kDecoder},
-    {"Qwen2MoeForCausalLM", "qwen2_moe", ModelFamily::kDecoder},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", ModelFamily::kDecoder},
-    {"Olmo2ForCausalLM", "olmo2", ModelFamily::kDecoder},
-    {"Gemma3ForCausalLM", "gemma3_text", ModelFamily::kDecoder},
-    {"Starcoder2ForCausalLM", "starcoder2", ModelFamily::kDecoder},
-    {"OPTForCausalLM", "opt", ModelFamily::kDecoder},
-    {"FalconForCausalLM", "falcon", ModelFamily::kDecoder},
-    {"GPTJForCausalLM", "gptj", ModelFamily::kDecoder},
-    {"GPTBigCodeForCausalLM", "gpt_bigcode", ModelFamily::kDecoder},
-    {"BloomForCausalLM", "bloom", ModelFamily::kDecoder},
-    {"BertModel", "bert", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
-    {"BertForMaskedLM", "bert", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
-    {"BertForSequenceClassification", "bert", ModelFamily::kEncoder,
-     EncoderHead::kSequenceClassification},
-    {"RobertaModel", "roberta", ModelFamily::kEncoder, EncoderHead::kBodyOnly},
-    {"RobertaForMaskedLM", "roberta", ModelFamily::kEncoder, EncoderHead::kMaskedLm},
-    {"RobertaForSequenceClassification", "roberta", ModelFamily::kEncoder,
-     EncoderHead::kSequenceClassification},
-    {"T5ForConditionalGeneration", "t5", ModelFamily::kEncoderDecoder},
-    {"BartForConditionalGeneration", "bart", ModelFamily::kEncoderDecoder},
-    {"WhisperForConditionalGeneration", "whisper", ModelFamily::kEncoderDecoder},
-    {"DeepseekV2ForCausalLM", "deepseek_v2", ModelFamily::kDecoder},
-    {"DeepseekV3ForCausalLM", "deepseek_v3", ModelFamily::kDecoder},
-    {"GptOssForCausalLM", "gpt_oss", ModelFamily::kDecoder},
-    {"Llama4ForCausalLM", "llama4_text", ModelFamily::kDecoder},
-    {"ViTModel", "vit", ModelFamily::kVision, EncoderHead::kBodyOnly},
-    {"ViTForImageClassification", "vit", ModelFamily::kVision, EncoderHead::kSequenceClassification},
-    {"CLIPModel", "clip", ModelFamily::kContrastive},
-    {"SiglipModel", "siglip", ModelFamily::kContrastive},
-    {"LlavaForConditionalGeneration", "llava", ModelFamily::kVisionLanguage},
-    {"MambaForCausalLM", "mamba", ModelFamily::kStateSpace},
-    {"MlpChain", "mlp", ModelFamily::kMlp},
-};
-
-// model_type alone (no "architectures") picks the model's main class.
-constexpr std::pair<std::string_view, std::string_view> kDefaultArchitecture[] = {
-    {"llama", "LlamaForCausalLM"},   {"mistral", "MistralForCausalLM"},
-    {"qwen2", "Qwen2ForCausalLM"},   {"gpt2", "GPT2LMHeadModel"},
-    {"gpt_neox", "GPTNeoXForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
-    {"qwen3", "Qwen3ForCausalLM"},   {"gemma", "GemmaForCausalLM"},
-    {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
-    {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
-    {"olmo2", "Olmo2ForCausalLM"},   {"gemma3_text", "Gemma3ForCausalLM"},
-    {"starcoder2", "Starcoder2ForCausalLM"}, {"opt", "OPTForCausalLM"},
-    {"falcon", "FalconForCausalLM"}, {"gptj", "GPTJForCausalLM"},
-    {"gpt_bigcode", "GPTBigCodeForCausalLM"}, {"bloom", "BloomForCausalLM"},
-    {"bert", "BertModel"},           {"roberta", "RobertaModel"},
-    {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
-    {"t5", "T5ForConditionalGeneration"},   {"bart", "BartForConditionalGeneration"},
-    {"whisper", "WhisperForConditionalGeneration"},
-    {"gpt_oss", "GptOssForCausalLM"},       {"llama4_text", "Llama4ForCausalLM"},
-    {"vit", "ViTModel"},             {"clip", "CLIPModel"},
-    {"siglip", "SiglipModel"},       {"llava", "LlavaForConditionalGeneration"},
-    {"mamba", "MambaForCausalLM"},
-    {"mlp", "MlpChain"},
-};
-
-// model_type names transformers reads as another's: RWConfig's, the remote code Falcon was first published with
-// (tiiuae/falcon-7b's first config.json says "RefinedWebModel", falcon-40b's "RefinedWeb").
-constexpr std::pair<std::string_view, std::string_view> kModelTypeAliases[] = {
-    {"RefinedWebModel", "falcon"},
-    {"RefinedWeb", "falcon"},
-};
-
-bool IsModelled(std::string_view architecture) {
-  if (architecture == "resnet50" || architecture == "vgg16") return true;  // Note [CNN configs]
-  return std::any_of(std::begin(kArchitectures), std::end(kArchitectures),
-                     [&](const ArchitectureInfo& info) { return info.architecture == architecture; });
-}
-
-// The class model_type stands for, the way AutoConfig resolves it (aliases first); empty when none is modelled.
-std::string_view DefaultArchitecture(std::string_view type) {
-  for (const auto& [alias, canonical] : kModelTypeAliases) {
-    if (alias == type) type = canonical;
-  }
-  for (const auto& [model_type, architecture] : kDefaultArchitecture) {
-    if (model_type == type) return architecture;
-  }
-  return {};
-}
-
 // Names read from a config, each quoted for an error or a report line (common/quote.h).
 std::string JoinQuoted(const std::vector<std::string>& names) {
   return absl::StrJoin(names, ", ", [](std::string* out, const std::string& name) { out->append(QuoteForError(name)); });
 }
 
 struct ResolvedArchitecture {
-  std::string name;
+  const ModelFamilyEntry* family = nullptr;
+  const ArchitectureClass* architecture = nullptr;
   std::string from;  // ModelConfig::architecture_from
 };
 
@@ -143,7 +47,7 @@ struct ResolvedArchitecture {
 // (facebook/bart-large: BartModel, then BartForConditionalGeneration), and may name remote code
 // (tiiuae/falcon-7b's first config: RWForCausalLM, model_type RefinedWebModel), while transformers' Auto classes
 // build from model_type alone. So the first entry Headroom models is taken; where none is, model_type resolves
-// to its family's main class, as AutoModelForCausalLM would, older names included (kModelTypeAliases). Whenever
+// to its family's main class, as AutoModelForCausalLM would, older names included (model_type_aliases). Whenever
 // the class is not architectures[0], the config says how it was chosen (architecture_from) and the reports
 // print it, since the estimate is of that class.
 absl::StatusOr<ResolvedArchitecture> ArchitectureOf(const json& doc, const JsonPath& path) {
@@ -159,26 +63,29 @@ absl::StatusOr<ResolvedArchitecture> ArchitectureOf(const json& doc, const JsonP
     std::vector<std::string> seen;
     for (size_t i = 0; i < list.size(); ++i) {
       HEADROOM_ASSIGN_OR_RETURN(std::string name, AsString(list[i], path / "architectures" / i));
-      if (IsModelled(name)) {
-        if (i == 0) return ResolvedArchitecture{.name = std::move(name)};
+      if (const FamilyClass modelled = FindClass(name); modelled.family != nullptr) {
+        if (i == 0) return ResolvedArchitecture{.family = modelled.family, .architecture = modelled.architecture};
         return ResolvedArchitecture{
-            .name = name,
+            .family = modelled.family,
+            .architecture = modelled.architecture,
             .from = absl::StrFormat("architectures[%d], the first entry Headroom models (not %s)", i,
                                     JoinQuoted(seen))};
       }
       seen.push_back(std::move(name));
     }
-    if (std::string_view main = DefaultArchitecture(type); !main.empty()) {
+    if (const ModelFamilyEntry* family = FamilyOfModelType(type); family != nullptr) {
       return ResolvedArchitecture{
-          .name = std::string(main),
+          .family = family,
+          .architecture = &family->classes.front(),
           .from = absl::StrFormat("model_type %s, as transformers' Auto classes resolve it (%s not modelled)",
                                   QuoteForError(type), JoinQuoted(seen))};
     }
-    if (std::find(seen.begin(), seen.end(), "Llama4ForConditionalGeneration") != seen.end()) {
-      return (path / "architectures" / 0)
-          .Error("Llama4ForConditionalGeneration: the vision tower is not modelled; give its text_config as a config "
-                 "of its own with \"architectures\": [\"Llama4ForCausalLM\"] (the preset llama-4-scout-17b-16e is "
-                 "Scout's)");
+    for (const ModelFamilyEntry* family : ModelFamilies()) {
+      for (const RefusedClass& refused : family->refused_classes) {
+        if (std::find(seen.begin(), seen.end(), refused.name) != seen.end()) {
+          return (path / "architectures" / 0).Error(absl::StrFormat("%s: %s", refused.name, refused.advice));
+        }
+      }
     }
     if (seen.size() == 1) {
       return (path / "architectures" / 0)
@@ -191,19 +98,17 @@ absl::StatusOr<ResolvedArchitecture> ArchitectureOf(const json& doc, const JsonP
                                absl::StrJoin(SupportedArchitectures(), ", ")));
   }
   if (!type.empty()) {
-    std::string_view main = DefaultArchitecture(type);
-    if (main.empty()) {
+    const ModelFamilyEntry* family = FamilyOfModelType(type);
+    if (family == nullptr) {
       return (path / "model_type")
           .Error(absl::StrFormat("unsupported model_type %s; supported architectures: %s", QuoteForError(type),
                                  absl::StrJoin(SupportedArchitectures(), ", ")));
     }
     // model_type alone names its class as it always has; only an older name is worth saying.
-    ResolvedArchitecture resolved{.name = std::string(main)};
-    for (const auto& [alias, canonical] : kModelTypeAliases) {
-      if (alias == type) {
-        resolved.from =
-            absl::StrFormat("model_type %s, which transformers reads as '%s'", QuoteForError(type), canonical);
-      }
+    ResolvedArchitecture resolved{.family = family, .architecture = &family->classes.front()};
+    if (type != family->model_type) {
+      resolved.from =
+          absl::StrFormat("model_type %s, which transformers reads as '%s'", QuoteForError(type), family->model_type);
     }
     return resolved;
   }
@@ -553,26 +458,59 @@ absl::Status ParseMamba(const json& doc, const JsonPath& path, ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// layer_types: "sliding_attention" or "full_attention" for each of the num_hidden_layers layers.
-absl::Status ParseLayerTypes(const json& doc, const JsonPath& path, ModelConfig& c) {
-  const json& types = doc["layer_types"];
-  if (!types.is_array() || types.size() != static_cast<size_t>(c.num_layers)) {
-    return (path / "layer_types")
-        .Error(absl::StrFormat("expected an array of num_hidden_layers (%d) layer types", c.num_layers));
-  }
-  for (size_t i = 0; i < types.size(); ++i) {
-    HEADROOM_ASSIGN_OR_RETURN(const std::string type, AsString(types[i], path / "layer_types" / i));
-    if (type != "sliding_attention" && type != "full_attention") {
-      return (path / "layer_types" / i)
-          .Error(absl::StrFormat("%s is neither 'sliding_attention' nor 'full_attention'", QuoteForError(type)));
-    }
-    c.sliding_layers.push_back(type == "sliding_attention");
-  }
+// LlamaForCausalLM: attention_bias on q/k/v/o, mlp_bias on the MLP's three projections.
+absl::Status ParseLlama(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
+  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
+  HEADROOM_ASSIGN_OR_RETURN(c.mlp_bias, OptionalBool(doc, "mlp_bias", path, false));
   return absl::OkStatus();
 }
 
-// Gemma's departures from Llama (Note [Gemma decoders] in builders/decoder.cc).
+absl::Status ParseMistral(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
+  // Mistral v0.1 attends within 4096 tokens in every layer (Note [Sliding-window KV cache]); v0.2 and later
+  // write null.
+  HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, OptionalPositiveInt(doc, "sliding_window", path, 0));
+  return absl::OkStatus();
+}
+
+absl::Status ParseMixtral(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
+  HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_local_experts", path, kMaxExperts));
+  HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));
+  return absl::OkStatus();
+}
+
+// Qwen2Attention: q/k/v with bias, o_proj without.
+absl::Status ParseQwen2(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
+  c.qkv_bias = true;
+  return absl::OkStatus();
+}
+
+// Qwen3Attention: q_norm and k_norm over head_dim; attention_bias on q/k/v/o, off in the releases.
+absl::Status ParseQwen3(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
+  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
+  c.qk_norm = true;
+  return absl::OkStatus();
+}
+
+// Qwen2-MoE: Qwen2's attention, Qwen2MoeSparseMoeBlock's experts.
+absl::Status ParseQwen2Moe(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseQwen2(doc, path, c));
+  return ParseQwenMoe(doc, path, c);
+}
+
+// Qwen3-MoE: Qwen3's attention, Qwen3MoeSparseMoeBlock's experts.
+absl::Status ParseQwen3Moe(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseQwen3(doc, path, c));
+  return ParseQwenMoe(doc, path, c);
+}
+
+// Gemma's departures from Llama (Note [Gemma decoders] in builders/decoder.cc), which Gemma 2 and 3 keep.
 absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
   // transformers reads hidden_activation and falls back to the tanh GELU
   // whatever hidden_act says (Gemma 1 configs say "gelu").
   HEADROOM_ASSIGN_OR_RETURN(c.activation,
@@ -581,7 +519,12 @@ absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
   HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
   c.norm_plus_one = true;
   c.embedding_scaled = true;
-  if (c.model_type == "gemma") return absl::OkStatus();
+  return absl::OkStatus();
+}
+
+// Gemma 2's departures from Gemma, which Gemma 3 keeps: sandwich norms, soft caps, a sliding window.
+absl::Status ParseGemma2Block(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
   c.norm_placement = NormPlacement::kSandwich;
   for (const auto& [key, cap] : {std::pair<std::string_view, double*>{"attn_logit_softcapping", &c.attn_logit_softcap},
                                  {"final_logit_softcapping", &c.final_logit_softcap}}) {
@@ -589,20 +532,29 @@ absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
     if (!(*cap >= 0)) return (path / key).Error(absl::StrFormat("must be positive or null, got %g", *cap));
   }
   HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, PositiveInt(doc, "sliding_window", path));
-  if (c.model_type == "gemma2") {
-    // Gemma2DecoderLayer: even layers attend within the window, odd ones to everything.
-    c.global_layer_every = 2;
-    return absl::OkStatus();
-  }
-  // Gemma 3 (Note [Gemma decoders]): q/k norms over head_dim, a second rotary table for the sliding layers,
-  // and every sliding_window_pattern-th layer global; newer configs list layer_types instead.
+  return absl::OkStatus();
+}
+
+absl::Status ParseGemma2(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseGemma2Block(doc, path, c));
+  // Gemma2DecoderLayer: even layers attend within the window, odd ones to everything.
+  c.global_layer_every = 2;
+  return absl::OkStatus();
+}
+
+// Gemma 3 (Note [Gemma decoders]): q/k norms over head_dim, a second rotary table for the sliding layers,
+// and every sliding_window_pattern-th layer global; newer configs list layer_types instead.
+absl::Status ParseGemma3(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseGemma2Block(doc, path, c));
   c.qk_norm = true;
   c.local_rotary = true;
   HEADROOM_ASSIGN_OR_RETURN(c.query_pre_attn_scalar, OptionalNumber(doc, "query_pre_attn_scalar", path, 256.0));
   if (!(c.query_pre_attn_scalar > 0)) {
     return (path / "query_pre_attn_scalar").Error(absl::StrFormat("must be positive, got %g", c.query_pre_attn_scalar));
   }
-  if (Present(doc, "layer_types")) return ParseLayerTypes(doc, path, c);
+  if (Present(doc, "layer_types")) {
+    return ParseLayerTypeList(doc, path, {"sliding_attention", "full_attention"}, "sliding_attention", c);
+  }
   HEADROOM_ASSIGN_OR_RETURN(c.global_layer_every, OptionalInt(doc, "sliding_window_pattern", path, 6));
   if (c.global_layer_every < 1 || c.global_layer_every > kMaxLayers) {
     return (path / "sliding_window_pattern")
@@ -611,60 +563,25 @@ absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
   return absl::OkStatus();
 }
 
-absl::Status ParseLlamaLike(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 4096, c));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_kv_heads,
-                            OptionalPositiveInt(doc, "num_key_value_heads", path, c.num_heads));
-  HEADROOM_ASSIGN_OR_RETURN(c.head_dim, OptionalPositiveInt(doc, "head_dim", path, 0));
-  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "rms_norm_eps", path, 1e-6));
-  HEADROOM_ASSIGN_OR_RETURN(c.activation,
-                            ParseActivation(doc, "hidden_act", path, ActivationKind::kSilu));
-  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings,
-                            OptionalBool(doc, "tie_word_embeddings", path, false));
-  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout,
-                            Probability(doc, "attention_dropout", path, 0.0));
-  UseLlamaBlock(c);
-  if (c.model_type == "qwen2" || c.model_type == "qwen2_moe") {
-    // Qwen2Attention: q/k/v with bias, o_proj without.
-    c.qkv_bias = true;
-  } else if (c.model_type == "llama") {
-    HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
-    HEADROOM_ASSIGN_OR_RETURN(c.mlp_bias, OptionalBool(doc, "mlp_bias", path, false));
-  }
-  if (c.model_type == "mistral") {
-    // Mistral v0.1 attends within 4096 tokens in every layer (Note [Sliding-window KV cache]); v0.2 and later
-    // write null.
-    HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, OptionalPositiveInt(doc, "sliding_window", path, 0));
-  }
-  if (c.model_type == "mixtral") {
-    HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_local_experts", path, kMaxExperts));
-    HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));
-  }
-  if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") {
-    // Qwen3Attention: q_norm and k_norm over head_dim; attention_bias on q/k/v/o, off in the releases.
-    HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
-    c.qk_norm = true;
-  }
-  if (c.model_type == "gemma" || c.model_type == "gemma2" || c.model_type == "gemma3_text") {
-    HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
-  }
-  if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") HEADROOM_RETURN_IF_ERROR(ParseQwenMoe(doc, path, c));
-  if (c.model_type == "olmo2") {
-    // Olmo2Attention: attention_bias on q/k/v/o, q_norm and k_norm over the whole q and k projections;
-    // Olmo2DecoderLayer norms each branch's output instead of its input (Note [OLMo 2] in builders/decoder.cc).
-    HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
-    c.qk_norm_full = true;
-    c.norm_placement = NormPlacement::kBranchOutput;
-  }
-  if (c.model_type == "phi3") {
-    // Phi3Attention and Phi3MLP: fused projections without biases, residual dropout, partial rotary
-    // (Phi-4-mini). Its sliding_window applies to flash attention only and is not modelled.
-    c.fused_qkv = c.fused_gate_up = true;
-    HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "resid_pdrop", path, 0.0));
-    HEADROOM_ASSIGN_OR_RETURN(c.rotary_pct, OptionalNumber(doc, "partial_rotary_factor", path, 1.0));
-    if (!(c.rotary_pct > 0 && c.rotary_pct <= 1)) {
-      return (path / "partial_rotary_factor").Error(absl::StrFormat("must be in (0, 1], got %g", c.rotary_pct));
-    }
+// Olmo2Attention: attention_bias on q/k/v/o, q_norm and k_norm over the whole q and k projections;
+// Olmo2DecoderLayer norms each branch's output instead of its input (Note [OLMo 2] in builders/decoder.cc).
+absl::Status ParseOlmo2(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
+  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
+  c.qk_norm_full = true;
+  c.norm_placement = NormPlacement::kBranchOutput;
+  return absl::OkStatus();
+}
+
+// Phi3Attention and Phi3MLP: fused projections without biases, residual dropout, partial rotary
+// (Phi-4-mini). Its sliding_window applies to flash attention only and is not modelled.
+absl::Status ParsePhi3(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
+  c.fused_qkv = c.fused_gate_up = true;
+  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "resid_pdrop", path, 0.0));
+  HEADROOM_ASSIGN_OR_RETURN(c.rotary_pct, OptionalNumber(doc, "partial_rotary_factor", path, 1.0));
+  if (!(c.rotary_pct > 0 && c.rotary_pct <= 1)) {
+    return (path / "partial_rotary_factor").Error(absl::StrFormat("must be in (0, 1], got %g", c.rotary_pct));
   }
   return absl::OkStatus();
 }
@@ -1221,8 +1138,6 @@ absl::Status ParseContrastive(const json& doc, const JsonPath& path, ModelConfig
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModelConfig> ParseDocument(const json& doc, const JsonPath& path, std::string_view origin);
-
 // Note [LLaVA configs]
 // LlavaConfig (transformers 4.46's configuration_llava.py) nests a whole decoder config as text_config and a
 // vision tower's as vision_config, and llava-hf's checkpoints lean on their defaults: llava-1.5-7b-hf's
@@ -1261,7 +1176,7 @@ absl::Status ParseLlava(const json& doc, const JsonPath& path, ModelConfig& c) {
   }
   if (!Present(text, "torch_dtype") && Present(doc, "torch_dtype")) text["torch_dtype"] = doc["torch_dtype"];
   const JsonPath text_path = path / "text_config";
-  HEADROOM_ASSIGN_OR_RETURN(ModelConfig language, ParseDocument(text, text_path, c.origin));
+  HEADROOM_ASSIGN_OR_RETURN(ModelConfig language, ParseConfigDocument(text, text_path, c.origin));
   if (language.family != ModelFamily::kDecoder) {
     return (text_path / "model_type")
         .Error(absl::StrFormat("%s is not a causal language model; LLaVA's language model is a decoder",
@@ -1319,173 +1234,303 @@ absl::Status ParseLlava(const json& doc, const JsonPath& path, ModelConfig& c) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-std::string_view EncoderHeadName(EncoderHead head) { return kEncoderHeadNames.Name(head); }
-absl::StatusOr<EncoderHead> ParseEncoderHead(std::string_view name) { return kEncoderHeadNames.Parse(name); }
-
-ConfigFieldNames FieldNamesOf(const ModelConfig& c) {
-  const std::string& type = c.model_type;
-  if (type == "gpt2" || type == "gptj" || type == "gpt_bigcode") {
-    const bool multi_query = type == "gpt_bigcode" && c.num_kv_heads == 1 && c.num_heads > 1;
-    return {.hidden = "n_embd", .layers = "n_layer", .heads = "n_head",
-            .kv_heads = multi_query ? "multi_query" : "n_head", .intermediate = "n_inner", .positions = "n_positions"};
-  }
-  if (type == "opt") return {.kv_heads = "num_attention_heads", .intermediate = "ffn_dim"};
-  if (type == "llama4_text") return {.intermediate = "intermediate_size_mlp"};
-  if (type == "t5") {
-    return {.hidden = "d_model", .layers = "num_layers", .heads = "num_heads", .kv_heads = "num_heads",
-            .intermediate = "d_ff", .positions = "n_positions"};
-  }
-  if (type == "bart" || type == "whisper") {
-    return {.hidden = "d_model", .layers = "encoder_layers", .heads = "encoder_attention_heads",
-            .kv_heads = "encoder_attention_heads", .intermediate = "encoder_ffn_dim",
-            .positions = type == "whisper" ? "max_target_positions" : "max_position_embeddings"};
-  }
-  if (c.family == ModelFamily::kContrastive || c.family == ModelFamily::kVisionLanguage) {
-    return {.layers = "text_config.num_hidden_layers + vision_config.num_hidden_layers"};
-  }
-  if (type == "bloom") {
-    return {.layers = "n_layer", .heads = "n_head", .kv_heads = "n_head", .intermediate = "4 x hidden_size"};
-  }
-  if (type == "falcon") {
-    const std::string_view kv = c.kv_broadcast_early      ? "num_kv_heads"
-                                : c.num_kv_heads == 1 ? "multi_query"
-                                                      : "num_attention_heads";
-    return {.kv_heads = kv, .intermediate = "ffn_hidden_size"};
-  }
-  if (type == "gpt_neox" || type == "bert" || type == "roberta" || type == "deepseek_v2" || type == "deepseek_v3") {
-    return {.kv_heads = "num_attention_heads"};
-  }
-  return {};
+// Note [CNN configs]: torchvision's ReLU, and the blocks a layer count counts (resnet50's bottleneck blocks,
+// vgg16's convolutions).
+void UseTorchvisionCnn(ModelConfig& c) {
+  c.activation = ActivationKind::kRelu;
+  c.num_layers = c.architecture == "resnet50" ? 16 : 13;  // bottleneck blocks / conv layers
 }
 
-std::vector<std::string> SupportedArchitectures() {
-  std::vector<std::string> names;
-  for (const ArchitectureInfo& info : kArchitectures) names.emplace_back(info.architecture);
-  names.emplace_back("resnet50");
-  names.emplace_back("vgg16");
+absl::Status ParseCnn(const json& doc, const JsonPath& path, ModelConfig& c) {
+  UseTorchvisionCnn(c);
+  return ParseCnnSizes(doc, path, c);
+}
+
+absl::Status ParseMambaConfig(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseMamba(doc, path, c));
+  return CheckStateSpaceSizes(path, c);
+}
+
+absl::Status ParseMlpChainConfig(const json& doc, const JsonPath& path, ModelConfig& c) {
+  HEADROOM_RETURN_IF_ERROR(ParseMlpChain(doc, path, c));
+  return CheckMlpSizes(path, c);
+}
+
+// GPT-2's size names, which GPT-J and GPTBigCode keep.
+constexpr ConfigFieldNames kGpt2FieldNames{.hidden = "n_embd", .layers = "n_layer", .heads = "n_head",
+                                           .kv_heads = "n_head", .intermediate = "n_inner",
+                                           .positions = "n_positions"};
+// Families that read no num_key_value_heads: the heads' own key sets them.
+constexpr ConfigFieldNames kUngroupedHeadNames{.kv_heads = "num_attention_heads"};
+// Two towers' blocks count as the model's layers.
+constexpr ConfigFieldNames kTwoTowerFieldNames{.layers = "text_config.num_hidden_layers + vision_config.num_hidden_layers"};
+
+ConfigFieldNames Gpt2FieldNames(const ModelConfig&) { return kGpt2FieldNames; }
+ConfigFieldNames GptBigCodeFieldNames(const ModelConfig& c) {
+  ConfigFieldNames names = kGpt2FieldNames;
+  if (c.num_kv_heads == 1 && c.num_heads > 1) names.kv_heads = "multi_query";
   return names;
 }
-
-absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::string_view origin) {
-  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(json_text, origin));
-  return ParseDocument(doc, JsonPath(origin), origin);
+ConfigFieldNames UngroupedHeadNames(const ModelConfig&) { return kUngroupedHeadNames; }
+ConfigFieldNames TwoTowerFieldNames(const ModelConfig&) { return kTwoTowerFieldNames; }
+ConfigFieldNames OptFieldNames(const ModelConfig&) {
+  return {.kv_heads = "num_attention_heads", .intermediate = "ffn_dim"};
+}
+ConfigFieldNames Llama4TextFieldNames(const ModelConfig&) { return {.intermediate = "intermediate_size_mlp"}; }
+ConfigFieldNames T5FieldNames(const ModelConfig&) {
+  return {.hidden = "d_model", .layers = "num_layers", .heads = "num_heads", .kv_heads = "num_heads",
+          .intermediate = "d_ff", .positions = "n_positions"};
+}
+ConfigFieldNames BartFieldNames(const ModelConfig&) {
+  return {.hidden = "d_model", .layers = "encoder_layers", .heads = "encoder_attention_heads",
+          .kv_heads = "encoder_attention_heads", .intermediate = "encoder_ffn_dim",
+          .positions = "max_position_embeddings"};
+}
+ConfigFieldNames WhisperFieldNames(const ModelConfig& c) {
+  ConfigFieldNames names = BartFieldNames(c);
+  names.positions = "max_target_positions";
+  return names;
+}
+ConfigFieldNames BloomFieldNames(const ModelConfig&) {
+  return {.layers = "n_layer", .heads = "n_head", .kv_heads = "n_head", .intermediate = "4 x hidden_size"};
+}
+ConfigFieldNames FalconFieldNames(const ModelConfig& c) {
+  const std::string_view kv = c.kv_broadcast_early      ? "num_kv_heads"
+                              : c.num_kv_heads == 1 ? "multi_query"
+                                                    : "num_attention_heads";
+  return {.kv_heads = kv, .intermediate = "ffn_hidden_size"};
 }
 
-namespace {
+using builders_internal::Builder;
 
-// ParseHfConfig of a parsed document, whose errors name fields under `path` (LLaVA's text_config).
-absl::StatusOr<ModelConfig> ParseDocument(const json& doc, const JsonPath& path, std::string_view origin) {
+absl::Status BuildDecoder(Builder& b) { return b.BuildDecoder(); }
+absl::Status BuildEncoder(Builder& b) { return b.BuildEncoder(); }
+
+constexpr ArchitectureClass kLlamaClasses[] = {{"LlamaForCausalLM"}};
+constexpr ArchitectureClass kMistralClasses[] = {{"MistralForCausalLM"}};
+constexpr ArchitectureClass kQwen2Classes[] = {{"Qwen2ForCausalLM"}};
+constexpr ArchitectureClass kGpt2Classes[] = {{"GPT2LMHeadModel"}, {"GPT2Model"}};
+constexpr ArchitectureClass kGptNeoxClasses[] = {{"GPTNeoXForCausalLM"}};
+constexpr ArchitectureClass kMixtralClasses[] = {{"MixtralForCausalLM"}};
+constexpr ArchitectureClass kQwen3Classes[] = {{"Qwen3ForCausalLM"}};
+constexpr ArchitectureClass kGemmaClasses[] = {{"GemmaForCausalLM"}};
+constexpr ArchitectureClass kGemma2Classes[] = {{"Gemma2ForCausalLM"}};
+constexpr ArchitectureClass kPhi3Classes[] = {{"Phi3ForCausalLM"}};
+constexpr ArchitectureClass kQwen2MoeClasses[] = {{"Qwen2MoeForCausalLM"}};
+constexpr ArchitectureClass kQwen3MoeClasses[] = {{"Qwen3MoeForCausalLM"}};
+constexpr ArchitectureClass kOlmo2Classes[] = {{"Olmo2ForCausalLM"}};
+constexpr ArchitectureClass kGemma3Classes[] = {{"Gemma3ForCausalLM"}};
+constexpr ArchitectureClass kStarcoder2Classes[] = {{"Starcoder2ForCausalLM"}};
+constexpr ArchitectureClass kOptClasses[] = {{"OPTForCausalLM"}};
+constexpr ArchitectureClass kFalconClasses[] = {{"FalconForCausalLM"}};
+// RWConfig's, the remote code Falcon was first published with (tiiuae/falcon-7b's first config.json says
+// "RefinedWebModel", falcon-40b's "RefinedWeb").
+constexpr std::string_view kFalconModelTypeAliases[] = {"RefinedWebModel", "RefinedWeb"};
+constexpr ArchitectureClass kGptjClasses[] = {{"GPTJForCausalLM"}};
+constexpr ArchitectureClass kGptBigCodeClasses[] = {{"GPTBigCodeForCausalLM"}};
+constexpr ArchitectureClass kBloomClasses[] = {{"BloomForCausalLM"}};
+constexpr ArchitectureClass kBertClasses[] = {
+    {"BertModel", EncoderHead::kBodyOnly},
+    {"BertForMaskedLM", EncoderHead::kMaskedLm},
+    {"BertForSequenceClassification", EncoderHead::kSequenceClassification},
+};
+constexpr ArchitectureClass kRobertaClasses[] = {
+    {"RobertaModel", EncoderHead::kBodyOnly},
+    {"RobertaForMaskedLM", EncoderHead::kMaskedLm},
+    {"RobertaForSequenceClassification", EncoderHead::kSequenceClassification},
+};
+constexpr ArchitectureClass kT5Classes[] = {{"T5ForConditionalGeneration"}};
+constexpr ArchitectureClass kBartClasses[] = {{"BartForConditionalGeneration"}};
+constexpr ArchitectureClass kWhisperClasses[] = {{"WhisperForConditionalGeneration"}};
+constexpr ArchitectureClass kDeepseekV2Classes[] = {{"DeepseekV2ForCausalLM"}};
+constexpr ArchitectureClass kDeepseekV3Classes[] = {{"DeepseekV3ForCausalLM"}};
+constexpr ArchitectureClass kGptOssClasses[] = {{"GptOssForCausalLM"}};
+constexpr ArchitectureClass kLlama4TextClasses[] = {{"Llama4ForCausalLM"}};
+constexpr RefusedClass kLlama4Refused[] = {
+    {"Llama4ForConditionalGeneration",
+     "the vision tower is not modelled; give its text_config as a config of its own with \"architectures\": "
+     "[\"Llama4ForCausalLM\"] (the preset llama-4-scout-17b-16e is Scout's)"},
+};
+constexpr ArchitectureClass kVitClasses[] = {
+    {"ViTModel", EncoderHead::kBodyOnly},
+    {"ViTForImageClassification", EncoderHead::kSequenceClassification},
+};
+constexpr ArchitectureClass kClipClasses[] = {{"CLIPModel"}};
+constexpr ArchitectureClass kSiglipClasses[] = {{"SiglipModel"}};
+constexpr ArchitectureClass kLlavaClasses[] = {{"LlavaForConditionalGeneration"}};
+constexpr ArchitectureClass kMambaClasses[] = {{"MambaForCausalLM"}};
+constexpr ArchitectureClass kMlpChainClasses[] = {{"MlpChain"}};
+constexpr ArchitectureClass kCnnClasses[] = {{"resnet50"}, {"vgg16"}};
+
+}  // namespace
+
+namespace models_internal {
+
+extern constexpr ModelFamilyEntry kLlamaFamily{.model_type = "llama", .classes = kLlamaClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseLlama>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kMistralFamily{.model_type = "mistral", .classes = kMistralClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseMistral>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kQwen2Family{.model_type = "qwen2", .classes = kQwen2Classes,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseQwen2>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kGpt2Family{.model_type = "gpt2", .classes = kGpt2Classes,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGpt2>, .build = BuildDecoder,
+    .field_names = Gpt2FieldNames};
+extern constexpr ModelFamilyEntry kGptNeoxFamily{.model_type = "gpt_neox", .classes = kGptNeoxClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGptNeox>, .build = BuildDecoder,
+    .field_names = UngroupedHeadNames};
+extern constexpr ModelFamilyEntry kMixtralFamily{.model_type = "mixtral", .classes = kMixtralClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseMixtral>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kQwen3Family{.model_type = "qwen3", .classes = kQwen3Classes,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseQwen3>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kGemmaFamily{.model_type = "gemma", .classes = kGemmaClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGemma>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kGemma2Family{.model_type = "gemma2", .classes = kGemma2Classes,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGemma2>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kPhi3Family{.model_type = "phi3", .classes = kPhi3Classes,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParsePhi3>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kQwen2MoeFamily{.model_type = "qwen2_moe", .classes = kQwen2MoeClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseQwen2Moe>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kQwen3MoeFamily{.model_type = "qwen3_moe", .classes = kQwen3MoeClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseQwen3Moe>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kOlmo2Family{.model_type = "olmo2", .classes = kOlmo2Classes,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseOlmo2>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kGemma3Family{.model_type = "gemma3_text", .classes = kGemma3Classes,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGemma3>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kStarcoder2Family{.model_type = "starcoder2", .classes = kStarcoder2Classes,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseStarcoder2>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kOptFamily{.model_type = "opt", .classes = kOptClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseOpt>, .build = BuildDecoder,
+    .field_names = OptFieldNames};
+extern constexpr ModelFamilyEntry kFalconFamily{.model_type = "falcon", .classes = kFalconClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseFalcon>, .build = BuildDecoder,
+    .field_names = FalconFieldNames, .model_type_aliases = kFalconModelTypeAliases};
+extern constexpr ModelFamilyEntry kGptjFamily{.model_type = "gptj", .classes = kGptjClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGptj>, .build = BuildDecoder,
+    .field_names = Gpt2FieldNames};
+extern constexpr ModelFamilyEntry kGptBigCodeFamily{.model_type = "gpt_bigcode", .classes = kGptBigCodeClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGptBigCode>, .build = BuildDecoder,
+    .field_names = GptBigCodeFieldNames};
+extern constexpr ModelFamilyEntry kBloomFamily{.model_type = "bloom", .classes = kBloomClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseBloom>, .build = BuildDecoder,
+    .field_names = BloomFieldNames};
+extern constexpr ModelFamilyEntry kBertFamily{.model_type = "bert", .classes = kBertClasses,
+    .kind = ModelFamily::kEncoder, .parse = CheckedTransformer<ParseBertLike>, .build = BuildEncoder,
+    .field_names = UngroupedHeadNames};
+extern constexpr ModelFamilyEntry kRobertaFamily{.model_type = "roberta", .classes = kRobertaClasses,
+    .kind = ModelFamily::kEncoder, .parse = CheckedTransformer<ParseBertLike>, .build = BuildEncoder,
+    .field_names = UngroupedHeadNames};
+extern constexpr ModelFamilyEntry kT5Family{.model_type = "t5", .classes = kT5Classes,
+    .kind = ModelFamily::kEncoderDecoder, .parse = CheckedTransformer<ParseT5>,
+    .build = [](Builder& b) { return b.BuildT5(); }, .field_names = T5FieldNames};
+extern constexpr ModelFamilyEntry kBartFamily{.model_type = "bart", .classes = kBartClasses,
+    .kind = ModelFamily::kEncoderDecoder, .parse = CheckedTransformer<ParseBart>,
+    .build = [](Builder& b) { return b.BuildBart(); }, .field_names = BartFieldNames};
+extern constexpr ModelFamilyEntry kWhisperFamily{.model_type = "whisper", .classes = kWhisperClasses,
+    .kind = ModelFamily::kEncoderDecoder, .parse = CheckedTransformer<ParseWhisper>,
+    .build = [](Builder& b) { return b.BuildWhisper(); }, .field_names = WhisperFieldNames};
+extern constexpr ModelFamilyEntry kDeepseekV2Family{.model_type = "deepseek_v2", .classes = kDeepseekV2Classes,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseDeepseek>, .build = BuildDecoder,
+    .field_names = UngroupedHeadNames};
+extern constexpr ModelFamilyEntry kDeepseekV3Family{.model_type = "deepseek_v3", .classes = kDeepseekV3Classes,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseDeepseek>, .build = BuildDecoder,
+    .field_names = UngroupedHeadNames};
+extern constexpr ModelFamilyEntry kGptOssFamily{.model_type = "gpt_oss", .classes = kGptOssClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGptOss>, .build = BuildDecoder};
+extern constexpr ModelFamilyEntry kLlama4TextFamily{.model_type = "llama4_text", .classes = kLlama4TextClasses,
+    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseLlama4Text>, .build = BuildDecoder,
+    .field_names = Llama4TextFieldNames, .refused_classes = kLlama4Refused};
+extern constexpr ModelFamilyEntry kVitFamily{.model_type = "vit", .classes = kVitClasses,
+    .kind = ModelFamily::kVision, .parse = ParseVit, .build = [](Builder& b) { return b.BuildVision(); }};
+extern constexpr ModelFamilyEntry kClipFamily{.model_type = "clip", .classes = kClipClasses,
+    .kind = ModelFamily::kContrastive, .parse = ParseContrastive,
+    .build = [](Builder& b) { return b.BuildContrastive(); }, .field_names = TwoTowerFieldNames};
+extern constexpr ModelFamilyEntry kSiglipFamily{.model_type = "siglip", .classes = kSiglipClasses,
+    .kind = ModelFamily::kContrastive, .parse = ParseContrastive,
+    .build = [](Builder& b) { return b.BuildContrastive(); }, .field_names = TwoTowerFieldNames};
+extern constexpr ModelFamilyEntry kLlavaFamily{.model_type = "llava", .classes = kLlavaClasses,
+    .kind = ModelFamily::kVisionLanguage, .parse = ParseLlava,
+    .build = [](Builder& b) { return b.BuildLlava(); }, .field_names = TwoTowerFieldNames};
+extern constexpr ModelFamilyEntry kMambaFamily{.model_type = "mamba", .classes = kMambaClasses,
+    .kind = ModelFamily::kStateSpace, .parse = ParseMambaConfig, .build = [](Builder& b) { return b.BuildMamba(); }};
+extern constexpr ModelFamilyEntry kMlpChainFamily{.model_type = "mlp", .classes = kMlpChainClasses,
+    .kind = ModelFamily::kMlp, .parse = ParseMlpChainConfig, .build = [](Builder& b) { return b.BuildMlp(); }};
+extern constexpr ModelFamilyEntry kCnnFamily{.model_type = "cnn", .classes = kCnnClasses, .kind = ModelFamily::kCnn,
+    .parse = ParseCnn, .build = [](Builder& b) { return b.BuildCnn(); }, .model_type_selects = false};
+
+absl::StatusOr<ModelConfig> ParseConfigDocument(const json& doc, const JsonPath& path, std::string_view origin) {
   if (!doc.is_object()) {
     return path.Error(absl::StrFormat("expected a JSON object, got %s", JsonTypeName(doc)));
   }
   HEADROOM_ASSIGN_OR_RETURN(ResolvedArchitecture resolved, ArchitectureOf(doc, path));
-  const std::string& architecture = resolved.name;
-  if (absl::StatusOr<ModelConfig> cnn = CnnConfig(architecture); cnn.ok()) {
-    // Note [CNN configs].
-    cnn->origin = std::string(origin);
-    cnn->architecture_from = resolved.from;
-    HEADROOM_RETURN_IF_ERROR(ParseCnnSizes(doc, path, *cnn));
-    return cnn;
-  }
-  const ArchitectureInfo* info = nullptr;
-  for (const ArchitectureInfo& candidate : kArchitectures) {
-    if (candidate.architecture == architecture) info = &candidate;
-  }
-  if (info == nullptr) {
-    return absl::InternalError(absl::StrFormat("%s resolved but not modelled", QuoteForError(architecture)));
-  }
+  const ModelFamilyEntry& family = *resolved.family;
   ModelConfig c;
   c.origin = std::string(origin);
-  c.architecture = architecture;
+  c.architecture = std::string(resolved.architecture->name);
   c.architecture_from = resolved.from;
-  c.model_type = std::string(info->model_type);
-  c.family = info->family;
-  c.encoder_head = info->head;
-  if (Present(doc, "torch_dtype")) {
+  c.model_type = std::string(family.model_type);
+  c.family = family.kind;
+  c.encoder_head = resolved.architecture->head;
+  // Note [CNN configs]: a torchvision model has no checkpoint, and no torch_dtype is read for it.
+  if (family.kind != ModelFamily::kCnn && Present(doc, "torch_dtype")) {
     HEADROOM_ASSIGN_OR_RETURN(std::string dtype_name, RequireString(doc, "torch_dtype", path));
     absl::StatusOr<DType> dtype = ParseDType(dtype_name);
     if (!dtype.ok()) return (path / "torch_dtype").Error(std::string(dtype.status().message()));
     c.torch_dtype = *dtype;
   }
-  const std::string& type = c.model_type;
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
-      type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe" || type == "qwen3_moe" ||
-      type == "olmo2" || type == "gemma3_text") {
-    HEADROOM_RETURN_IF_ERROR(ParseLlamaLike(doc, path, c));
-  } else if (type == "t5") {
-    HEADROOM_RETURN_IF_ERROR(ParseT5(doc, path, c));
-  } else if (type == "bart") {
-    HEADROOM_RETURN_IF_ERROR(ParseBart(doc, path, c));
-  } else if (type == "whisper") {
-    HEADROOM_RETURN_IF_ERROR(ParseWhisper(doc, path, c));
-  } else if (type == "deepseek_v2" || type == "deepseek_v3") {
-    HEADROOM_RETURN_IF_ERROR(ParseDeepseek(doc, path, c));
-  } else if (type == "gpt_oss") {
-    HEADROOM_RETURN_IF_ERROR(ParseGptOss(doc, path, c));
-  } else if (type == "llama4_text") {
-    HEADROOM_RETURN_IF_ERROR(ParseLlama4Text(doc, path, c));
-  } else if (type == "gpt2") {
-    HEADROOM_RETURN_IF_ERROR(ParseGpt2(doc, path, c));
-  } else if (type == "gpt_neox") {
-    HEADROOM_RETURN_IF_ERROR(ParseGptNeox(doc, path, c));
-  } else if (type == "starcoder2") {
-    HEADROOM_RETURN_IF_ERROR(ParseStarcoder2(doc, path, c));
-  } else if (type == "opt") {
-    HEADROOM_RETURN_IF_ERROR(ParseOpt(doc, path, c));
-  } else if (type == "falcon") {
-    HEADROOM_RETURN_IF_ERROR(ParseFalcon(doc, path, c));
-  } else if (type == "gptj") {
-    HEADROOM_RETURN_IF_ERROR(ParseGptj(doc, path, c));
-  } else if (type == "gpt_bigcode") {
-    HEADROOM_RETURN_IF_ERROR(ParseGptBigCode(doc, path, c));
-  } else if (type == "bloom") {
-    HEADROOM_RETURN_IF_ERROR(ParseBloom(doc, path, c));
-  } else if (type == "bert" || type == "roberta") {
-    HEADROOM_RETURN_IF_ERROR(ParseBertLike(doc, path, c));
-  } else if (type == "vit") {
-    HEADROOM_RETURN_IF_ERROR(ParseVit(doc, path, c));
-    return c;
-  } else if (type == "clip" || type == "siglip") {
-    HEADROOM_RETURN_IF_ERROR(ParseContrastive(doc, path, c));
-    return c;
-  } else if (type == "llava") {
-    HEADROOM_RETURN_IF_ERROR(ParseLlava(doc, path, c));
-    return c;
-  } else if (type == "mamba") {
-    HEADROOM_RETURN_IF_ERROR(ParseMamba(doc, path, c));
-    HEADROOM_RETURN_IF_ERROR(CheckStateSpaceSizes(path, c));
-    return c;
-  } else {
-    HEADROOM_RETURN_IF_ERROR(ParseMlpChain(doc, path, c));
-    HEADROOM_RETURN_IF_ERROR(CheckMlpSizes(path, c));
-    return c;
-  }
-  HEADROOM_RETURN_IF_ERROR(CheckAttentionShape(path, c));
-  HEADROOM_RETURN_IF_ERROR(CheckTransformerSizes(path, c));
+  HEADROOM_RETURN_IF_ERROR(family.parse(doc, path, c));
   return c;
 }
 
-}  // namespace
+}  // namespace models_internal
+
+std::string_view EncoderHeadName(EncoderHead head) { return kEncoderHeadNames.Name(head); }
+absl::StatusOr<EncoderHead> ParseEncoderHead(std::string_view name) { return kEncoderHeadNames.Parse(name); }
+
+ConfigFieldNames FieldNamesOf(const ModelConfig& c) {
+  const ModelFamilyEntry* family = FindFamily(c.model_type);
+  if (family == nullptr || family->field_names == nullptr) return {};
+  return family->field_names(c);
+}
+
+std::vector<std::string> SupportedArchitectures() {
+  std::vector<std::string> names;
+  for (const ModelFamilyEntry* family : ModelFamilies()) {
+    for (const ArchitectureClass& architecture : family->classes) names.emplace_back(architecture.name);
+  }
+  return names;
+}
+
+absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::string_view origin) {
+  HEADROOM_ASSIGN_OR_RETURN(json doc, ParseJsonDocument(json_text, origin));
+  return ParseConfigDocument(doc, JsonPath(origin), origin);
+}
 
 std::string ArchitectureChoice(const ModelConfig& config) {
   if (config.architecture_from.empty()) return "";
   return absl::StrFormat("%s, from %s", config.architecture, config.architecture_from);
 }
 
+std::vector<std::string> CnnNames() {
+  std::vector<std::string> names;
+  for (const ModelFamilyEntry* family : ModelFamilies()) {
+    if (family->kind != ModelFamily::kCnn) continue;
+    for (const ArchitectureClass& architecture : family->classes) names.emplace_back(architecture.name);
+  }
+  return names;
+}
+
 absl::StatusOr<ModelConfig> CnnConfig(std::string_view name) {
-  if (name != "resnet50" && name != "vgg16") {
-    return absl::NotFoundError(
-        absl::StrFormat("unknown CNN %s (built in: resnet50, vgg16)", QuoteForError(name)));
+  const FamilyClass cnn = FindClass(name);
+  if (cnn.family == nullptr || cnn.family->kind != ModelFamily::kCnn) {
+    return absl::NotFoundError(absl::StrFormat("unknown CNN %s (built in: %s)", QuoteForError(name),
+                                               absl::StrJoin(CnnNames(), ", ")));
   }
   ModelConfig c;
   c.origin = absl::StrFormat("torchvision %s", name);
   c.architecture = std::string(name);
-  c.model_type = "cnn";
+  c.model_type = std::string(cnn.family->model_type);
   c.family = ModelFamily::kCnn;
-  c.activation = ActivationKind::kRelu;
-  c.num_layers = name == "resnet50" ? 16 : 13;  // bottleneck blocks / conv layers
+  UseTorchvisionCnn(c);
   return c;
 }
 

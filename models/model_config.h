@@ -305,6 +305,8 @@ std::string ArchitectureChoice(const ModelConfig& config);
 // The torchvision CNNs by name: "resnet50", "vgg16" (num_classes 1000,
 // 224x224x3 images). NotFound for other names.
 absl::StatusOr<ModelConfig> CnnConfig(std::string_view name);
+// Their names, "resnet50" and "vgg16".
+std::vector<std::string> CnnNames();
 
 // The architectures ParseHfConfig accepts, for help texts.
 std::vector<std::string> SupportedArchitectures();

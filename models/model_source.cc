@@ -23,8 +23,6 @@ const std::map<std::string, std::string_view>& EmbeddedModelFiles();
 
 namespace {
 
-constexpr std::string_view kCnnNames[] = {"resnet50", "vgg16"};
-
 std::string NormalizePresetName(std::string_view name) {
   std::string out = absl::AsciiStrToLower(std::string(name));
   std::replace(out.begin(), out.end(), '_', '-');
@@ -80,14 +78,14 @@ std::vector<std::string> PresetNames() {
   for (const auto& [file, text] : internal::EmbeddedModelFiles()) {
     names.push_back(file.substr(0, file.rfind(".json")));
   }
-  for (std::string_view cnn : kCnnNames) names.emplace_back(cnn);
+  for (std::string& cnn : CnnNames()) names.push_back(std::move(cnn));
   std::sort(names.begin(), names.end());
   return names;
 }
 
 absl::StatusOr<ModelConfig> LoadPresetConfig(std::string_view name) {
   const std::string key = NormalizePresetName(name);
-  for (std::string_view cnn : kCnnNames) {
+  for (const std::string& cnn : CnnNames()) {
     if (cnn == key) return CnnConfig(cnn);
   }
   const auto& files = internal::EmbeddedModelFiles();
