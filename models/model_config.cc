@@ -115,34 +115,6 @@ absl::StatusOr<ResolvedArchitecture> ArchitectureOf(const json& doc, const JsonP
   return path.Error("field 'architectures' (or 'model_type') is required");
 }
 
-
-// Qwen2MoeSparseMoeBlock: num_experts routed experts of moe_intermediate_size, top-k of them per token, and
-// a shared expert behind a sigmoid gate (Qwen3MoeSparseMoeBlock has none); layers listed in mlp_only_layers,
-// or not a multiple of decoder_sparse_step, keep a dense MLP of intermediate_size.
-absl::Status ParseQwenMoe(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_experts", path, kMaxExperts));
-  HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.moe_intermediate_size, PositiveInt(doc, "moe_intermediate_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
-                            OptionalInt(doc, "shared_expert_intermediate_size", path, 0));
-  if (c.shared_expert_intermediate_size < 0 || c.shared_expert_intermediate_size > kMaxSize) {
-    return (path / "shared_expert_intermediate_size").Error("must be between 0 and 2^31");
-  }
-  HEADROOM_ASSIGN_OR_RETURN(c.moe_every, OptionalInt(doc, "decoder_sparse_step", path, 1));
-  if (c.moe_every < 1 || c.moe_every > kMaxLayers) {
-    return (path / "decoder_sparse_step").Error(absl::StrFormat("must be between 1 and %d", kMaxLayers));
-  }
-  if (Present(doc, "mlp_only_layers")) {
-    const json& layers = doc["mlp_only_layers"];
-    if (!layers.is_array()) return (path / "mlp_only_layers").Error("expected an array of layer indices");
-    for (size_t i = 0; i < layers.size(); ++i) {
-      HEADROOM_ASSIGN_OR_RETURN(const int64_t layer, AsInt(layers[i], path / "mlp_only_layers" / i));
-      c.dense_layers.push_back(layer);
-    }
-  }
-  return absl::OkStatus();
-}
-
 // DeepSeek-V2 and V3 (DeepseekV2ForCausalLM, DeepseekV3ForCausalLM; Note [Multi-head latent attention] in
 // builders.cc): RMSNorm, SwiGLU, rotary, latent attention, and from layer first_k_dense_replace on (every
 // moe_layer_freq-th layer) n_routed_experts experts of moe_intermediate_size with n_shared_experts always-on
@@ -455,134 +427,6 @@ absl::Status ParseMamba(const json& doc, const JsonPath& path, ModelConfig& c) {
   }
   c.norm = NormKind::kRmsNorm;
   c.norm_bias = false;
-  return absl::OkStatus();
-}
-
-// LlamaForCausalLM: attention_bias on q/k/v/o, mlp_bias on the MLP's three projections.
-absl::Status ParseLlama(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
-  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
-  HEADROOM_ASSIGN_OR_RETURN(c.mlp_bias, OptionalBool(doc, "mlp_bias", path, false));
-  return absl::OkStatus();
-}
-
-absl::Status ParseMistral(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
-  // Mistral v0.1 attends within 4096 tokens in every layer (Note [Sliding-window KV cache]); v0.2 and later
-  // write null.
-  HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, OptionalPositiveInt(doc, "sliding_window", path, 0));
-  return absl::OkStatus();
-}
-
-absl::Status ParseMixtral(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_experts, BoundedCount(doc, "num_local_experts", path, kMaxExperts));
-  HEADROOM_ASSIGN_OR_RETURN(c.experts_per_token, PositiveInt(doc, "num_experts_per_tok", path));
-  return absl::OkStatus();
-}
-
-// Qwen2Attention: q/k/v with bias, o_proj without.
-absl::Status ParseQwen2(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
-  c.qkv_bias = true;
-  return absl::OkStatus();
-}
-
-// Qwen3Attention: q_norm and k_norm over head_dim; attention_bias on q/k/v/o, off in the releases.
-absl::Status ParseQwen3(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
-  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
-  c.qk_norm = true;
-  return absl::OkStatus();
-}
-
-// Qwen2-MoE: Qwen2's attention, Qwen2MoeSparseMoeBlock's experts.
-absl::Status ParseQwen2Moe(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseQwen2(doc, path, c));
-  return ParseQwenMoe(doc, path, c);
-}
-
-// Qwen3-MoE: Qwen3's attention, Qwen3MoeSparseMoeBlock's experts.
-absl::Status ParseQwen3Moe(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseQwen3(doc, path, c));
-  return ParseQwenMoe(doc, path, c);
-}
-
-// Gemma's departures from Llama (Note [Gemma decoders] in builders/decoder.cc), which Gemma 2 and 3 keep.
-absl::Status ParseGemma(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
-  // transformers reads hidden_activation and falls back to the tanh GELU
-  // whatever hidden_act says (Gemma 1 configs say "gelu").
-  HEADROOM_ASSIGN_OR_RETURN(c.activation,
-                            ParseActivation(doc, "hidden_activation", path, ActivationKind::kGeluTanh));
-  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
-  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
-  c.norm_plus_one = true;
-  c.embedding_scaled = true;
-  return absl::OkStatus();
-}
-
-// Gemma 2's departures from Gemma, which Gemma 3 keeps: sandwich norms, soft caps, a sliding window.
-absl::Status ParseGemma2Block(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseGemma(doc, path, c));
-  c.norm_placement = NormPlacement::kSandwich;
-  for (const auto& [key, cap] : {std::pair<std::string_view, double*>{"attn_logit_softcapping", &c.attn_logit_softcap},
-                                 {"final_logit_softcapping", &c.final_logit_softcap}}) {
-    HEADROOM_ASSIGN_OR_RETURN(*cap, OptionalNumber(doc, key, path, 0.0));
-    if (!(*cap >= 0)) return (path / key).Error(absl::StrFormat("must be positive or null, got %g", *cap));
-  }
-  HEADROOM_ASSIGN_OR_RETURN(c.sliding_window, PositiveInt(doc, "sliding_window", path));
-  return absl::OkStatus();
-}
-
-absl::Status ParseGemma2(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseGemma2Block(doc, path, c));
-  // Gemma2DecoderLayer: even layers attend within the window, odd ones to everything.
-  c.global_layer_every = 2;
-  return absl::OkStatus();
-}
-
-// Gemma 3 (Note [Gemma decoders]): q/k norms over head_dim, a second rotary table for the sliding layers,
-// and every sliding_window_pattern-th layer global; newer configs list layer_types instead.
-absl::Status ParseGemma3(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseGemma2Block(doc, path, c));
-  c.qk_norm = true;
-  c.local_rotary = true;
-  HEADROOM_ASSIGN_OR_RETURN(c.query_pre_attn_scalar, OptionalNumber(doc, "query_pre_attn_scalar", path, 256.0));
-  if (!(c.query_pre_attn_scalar > 0)) {
-    return (path / "query_pre_attn_scalar").Error(absl::StrFormat("must be positive, got %g", c.query_pre_attn_scalar));
-  }
-  if (Present(doc, "layer_types")) {
-    return ParseLayerTypeList(doc, path, {"sliding_attention", "full_attention"}, "sliding_attention", c);
-  }
-  HEADROOM_ASSIGN_OR_RETURN(c.global_layer_every, OptionalInt(doc, "sliding_window_pattern", path, 6));
-  if (c.global_layer_every < 1 || c.global_layer_every > kMaxLayers) {
-    return (path / "sliding_window_pattern")
-        .Error(absl::StrFormat("must be between 1 and %d, got %d", kMaxLayers, c.global_layer_every));
-  }
-  return absl::OkStatus();
-}
-
-// Olmo2Attention: attention_bias on q/k/v/o, q_norm and k_norm over the whole q and k projections;
-// Olmo2DecoderLayer norms each branch's output instead of its input (Note [OLMo 2] in builders/decoder.cc).
-absl::Status ParseOlmo2(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
-  HEADROOM_RETURN_IF_ERROR(ParseAttentionBias(doc, path, false, c));
-  c.qk_norm_full = true;
-  c.norm_placement = NormPlacement::kBranchOutput;
-  return absl::OkStatus();
-}
-
-// Phi3Attention and Phi3MLP: fused projections without biases, residual dropout, partial rotary
-// (Phi-4-mini). Its sliding_window applies to flash attention only and is not modelled.
-absl::Status ParsePhi3(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseLlamaDecoder(doc, path, c));
-  c.fused_qkv = c.fused_gate_up = true;
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "resid_pdrop", path, 0.0));
-  HEADROOM_ASSIGN_OR_RETURN(c.rotary_pct, OptionalNumber(doc, "partial_rotary_factor", path, 1.0));
-  if (!(c.rotary_pct > 0 && c.rotary_pct <= 1)) {
-    return (path / "partial_rotary_factor").Error(absl::StrFormat("must be in (0, 1], got %g", c.rotary_pct));
-  }
   return absl::OkStatus();
 }
 
@@ -1306,20 +1150,8 @@ using builders_internal::Builder;
 absl::Status BuildDecoder(Builder& b) { return b.BuildDecoder(); }
 absl::Status BuildEncoder(Builder& b) { return b.BuildEncoder(); }
 
-constexpr ArchitectureClass kLlamaClasses[] = {{"LlamaForCausalLM"}};
-constexpr ArchitectureClass kMistralClasses[] = {{"MistralForCausalLM"}};
-constexpr ArchitectureClass kQwen2Classes[] = {{"Qwen2ForCausalLM"}};
 constexpr ArchitectureClass kGpt2Classes[] = {{"GPT2LMHeadModel"}, {"GPT2Model"}};
 constexpr ArchitectureClass kGptNeoxClasses[] = {{"GPTNeoXForCausalLM"}};
-constexpr ArchitectureClass kMixtralClasses[] = {{"MixtralForCausalLM"}};
-constexpr ArchitectureClass kQwen3Classes[] = {{"Qwen3ForCausalLM"}};
-constexpr ArchitectureClass kGemmaClasses[] = {{"GemmaForCausalLM"}};
-constexpr ArchitectureClass kGemma2Classes[] = {{"Gemma2ForCausalLM"}};
-constexpr ArchitectureClass kPhi3Classes[] = {{"Phi3ForCausalLM"}};
-constexpr ArchitectureClass kQwen2MoeClasses[] = {{"Qwen2MoeForCausalLM"}};
-constexpr ArchitectureClass kQwen3MoeClasses[] = {{"Qwen3MoeForCausalLM"}};
-constexpr ArchitectureClass kOlmo2Classes[] = {{"Olmo2ForCausalLM"}};
-constexpr ArchitectureClass kGemma3Classes[] = {{"Gemma3ForCausalLM"}};
 constexpr ArchitectureClass kStarcoder2Classes[] = {{"Starcoder2ForCausalLM"}};
 constexpr ArchitectureClass kOptClasses[] = {{"OPTForCausalLM"}};
 constexpr ArchitectureClass kFalconClasses[] = {{"FalconForCausalLM"}};
@@ -1366,36 +1198,12 @@ constexpr ArchitectureClass kCnnClasses[] = {{"resnet50"}, {"vgg16"}};
 
 namespace models_internal {
 
-extern constexpr ModelFamilyEntry kLlamaFamily{.model_type = "llama", .classes = kLlamaClasses,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseLlama>, .build = BuildDecoder};
-extern constexpr ModelFamilyEntry kMistralFamily{.model_type = "mistral", .classes = kMistralClasses,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseMistral>, .build = BuildDecoder};
-extern constexpr ModelFamilyEntry kQwen2Family{.model_type = "qwen2", .classes = kQwen2Classes,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseQwen2>, .build = BuildDecoder};
 extern constexpr ModelFamilyEntry kGpt2Family{.model_type = "gpt2", .classes = kGpt2Classes,
     .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGpt2>, .build = BuildDecoder,
     .field_names = Gpt2FieldNames};
 extern constexpr ModelFamilyEntry kGptNeoxFamily{.model_type = "gpt_neox", .classes = kGptNeoxClasses,
     .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGptNeox>, .build = BuildDecoder,
     .field_names = UngroupedHeadNames};
-extern constexpr ModelFamilyEntry kMixtralFamily{.model_type = "mixtral", .classes = kMixtralClasses,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseMixtral>, .build = BuildDecoder};
-extern constexpr ModelFamilyEntry kQwen3Family{.model_type = "qwen3", .classes = kQwen3Classes,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseQwen3>, .build = BuildDecoder};
-extern constexpr ModelFamilyEntry kGemmaFamily{.model_type = "gemma", .classes = kGemmaClasses,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGemma>, .build = BuildDecoder};
-extern constexpr ModelFamilyEntry kGemma2Family{.model_type = "gemma2", .classes = kGemma2Classes,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGemma2>, .build = BuildDecoder};
-extern constexpr ModelFamilyEntry kPhi3Family{.model_type = "phi3", .classes = kPhi3Classes,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParsePhi3>, .build = BuildDecoder};
-extern constexpr ModelFamilyEntry kQwen2MoeFamily{.model_type = "qwen2_moe", .classes = kQwen2MoeClasses,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseQwen2Moe>, .build = BuildDecoder};
-extern constexpr ModelFamilyEntry kQwen3MoeFamily{.model_type = "qwen3_moe", .classes = kQwen3MoeClasses,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseQwen3Moe>, .build = BuildDecoder};
-extern constexpr ModelFamilyEntry kOlmo2Family{.model_type = "olmo2", .classes = kOlmo2Classes,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseOlmo2>, .build = BuildDecoder};
-extern constexpr ModelFamilyEntry kGemma3Family{.model_type = "gemma3_text", .classes = kGemma3Classes,
-    .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseGemma3>, .build = BuildDecoder};
 extern constexpr ModelFamilyEntry kStarcoder2Family{.model_type = "starcoder2", .classes = kStarcoder2Classes,
     .kind = ModelFamily::kDecoder, .parse = CheckedTransformer<ParseStarcoder2>, .build = BuildDecoder};
 extern constexpr ModelFamilyEntry kOptFamily{.model_type = "opt", .classes = kOptClasses,
