@@ -284,6 +284,12 @@ absl::Status CheckTransformer(const JsonPath& path, ModelConfig& c) {
   return CheckTransformerSizes(path, c);
 }
 
+ConfigFieldNames Gpt2FieldNames(const ModelConfig&) { return kGpt2FieldNames; }
+ConfigFieldNames UngroupedHeadNames(const ModelConfig&) { return {.kv_heads = "num_attention_heads"}; }
+ConfigFieldNames TwoTowerFieldNames(const ModelConfig&) {
+  return {.layers = "text_config.num_hidden_layers + vision_config.num_hidden_layers"};
+}
+
 absl::StatusOr<ActivationKind> HfActivation(std::string_view name) { return kHfActivationNames.Parse(name); }
 
 }  // namespace headroom::models_internal

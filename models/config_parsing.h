@@ -106,6 +106,17 @@ absl::Status CheckTransformerSizes(const JsonPath& path, const ModelConfig& c);
 // What a transformer's parse ends with: CheckAttentionShape, then CheckTransformerSizes.
 absl::Status CheckTransformer(const JsonPath& path, ModelConfig& c);
 
+// The config.json key names families share (ModelFamilyEntry::field_names in models/model_registry.h).
+// GPT-2's, which GPT-J and GPTBigCode keep.
+inline constexpr ConfigFieldNames kGpt2FieldNames{.hidden = "n_embd", .layers = "n_layer", .heads = "n_head",
+                                                  .kv_heads = "n_head", .intermediate = "n_inner",
+                                                  .positions = "n_positions"};
+ConfigFieldNames Gpt2FieldNames(const ModelConfig& c);
+// Families that read no num_key_value_heads: the heads' own key sets them.
+ConfigFieldNames UngroupedHeadNames(const ModelConfig& c);
+// Two-tower models (CLIP, SigLIP, LLaVA): both towers' blocks count as the model's layers.
+ConfigFieldNames TwoTowerFieldNames(const ModelConfig& c);
+
 // A transformer family's parser (ModelFamilyEntry::parse in models/model_registry.h): `Parse`, then
 // CheckTransformer.
 template <absl::Status (*Parse)(const json&, const JsonPath&, ModelConfig&)>
