@@ -115,100 +115,6 @@ absl::StatusOr<ResolvedArchitecture> ArchitectureOf(const json& doc, const JsonP
   return path.Error("field 'architectures' (or 'model_type') is required");
 }
 
-// T5ForConditionalGeneration (T5, T5 v1.1, Flan-T5; Note [T5] in builders/encoder_decoder.cc): its own key names,
-// relative position buckets instead of position embeddings, `feed_forward_proj` "relu" or "gated-<act>" (transformers
-// maps "gated-gelu" to the tanh GELU), embeddings tied to the head unless tie_word_embeddings says otherwise.
-absl::Status ParseT5(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "d_model", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.head_dim, PositiveInt(doc, "d_kv", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "d_ff", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "num_heads", path));
-  c.num_kv_heads = c.num_heads;
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "num_layers", path, kMaxLayers));
-  c.decoder_layers = c.num_layers;
-  if (Present(doc, "num_decoder_layers")) {
-    HEADROOM_ASSIGN_OR_RETURN(c.decoder_layers, BoundedCount(doc, "num_decoder_layers", path, kMaxLayers));
-  }
-  HEADROOM_ASSIGN_OR_RETURN(c.relative_buckets, OptionalPositiveInt(doc, "relative_attention_num_buckets", path, 32));
-  // Relative buckets reach any length; n_positions is the length T5 was trained at, the default --seq.
-  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, OptionalPositiveInt(doc, "n_positions", path, 512));
-  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_epsilon", path, 1e-6));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "dropout_rate", path, 0.1));
-  c.attention_dropout = c.embedding_dropout = c.hidden_dropout;
-  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
-  std::string projection = "relu";
-  if (Present(doc, "feed_forward_proj")) {
-    HEADROOM_ASSIGN_OR_RETURN(projection, RequireString(doc, "feed_forward_proj", path));
-  }
-  c.gated_mlp = projection.starts_with("gated-");
-  std::string act = c.gated_mlp ? projection.substr(6) : projection;
-  if (act == "gelu" && c.gated_mlp) act = "gelu_new";
-  absl::StatusOr<ActivationKind> kind = HfActivation(act);
-  if (!kind.ok() || act.find('-') != std::string::npos) {
-    return (path / "feed_forward_proj")
-        .Error(absl::StrFormat("%s is neither 'ACT' nor 'gated-ACT' with a known activation",
-                               QuoteForError(projection)));
-  }
-  c.activation = *kind;
-  c.norm = NormKind::kRmsNorm;  // T5LayerNorm: no mean subtraction, no bias
-  c.norm_bias = false;
-  c.positions = PositionKind::kRelativeBuckets;
-  return absl::OkStatus();
-}
-
-// BartForConditionalGeneration (Note [BART] in builders/encoder_decoder.cc): encoder and decoder of the same width,
-// each with its own learned positions; the encoder's and decoder's heads and feed-forward sizes must agree (every BART
-// checkpoint's do).
-absl::Status ParseBart(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "d_model", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_layers, BoundedCount(doc, "encoder_layers", path, kMaxLayers));
-  HEADROOM_ASSIGN_OR_RETURN(c.decoder_layers, BoundedCount(doc, "decoder_layers", path, kMaxLayers));
-  HEADROOM_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(doc, "encoder_attention_heads", path));
-  HEADROOM_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(doc, "encoder_ffn_dim", path));
-  for (const auto& [key, encoder_value] : {std::pair<std::string_view, int64_t>{"decoder_attention_heads", c.num_heads},
-                                          {"decoder_ffn_dim", c.intermediate_size}}) {
-    HEADROOM_ASSIGN_OR_RETURN(const int64_t value, PositiveInt(doc, key, path));
-    if (value != encoder_value) {
-      return (path / key).Error(absl::StrFormat("%d differs from the encoder's %d, which is not modelled", value,
-                                                encoder_value));
-    }
-  }
-  c.num_kv_heads = c.num_heads;
-  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, OptionalPositiveInt(doc, "max_position_embeddings", path, 1024));
-  HEADROOM_ASSIGN_OR_RETURN(c.activation, ParseActivation(doc, "activation_function", path, ActivationKind::kGelu));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "dropout", path, 0.1));
-  c.embedding_dropout = c.hidden_dropout;
-  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout, Probability(doc, "attention_dropout", path, 0.0));
-  HEADROOM_ASSIGN_OR_RETURN(c.activation_dropout, Probability(doc, "activation_dropout", path, 0.0));
-  HEADROOM_ASSIGN_OR_RETURN(c.embedding_scaled, OptionalBool(doc, "scale_embedding", path, false));
-  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(doc, "tie_word_embeddings", path, true));
-  c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;
-  c.norm = NormKind::kLayerNorm;
-  c.positions = PositionKind::kLearned;
-  return absl::OkStatus();
-}
-
-// WhisperForConditionalGeneration (Note [Whisper] in builders/encoder_decoder.cc): BART's key names for the two stacks
-// (whose heads and feed-forward sizes must agree, as every Whisper checkpoint's do), the audio front end's num_mel_bins
-// and max_source_positions, and the decoder's max_target_positions (WhisperConfig's defaults when absent: 80,
-// 1500, 448; dropout 0). The sinusoidal table the encoder is initialized from needs an even d_model.
-absl::Status ParseWhisper(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseBart(doc, path, c));
-  if (c.hidden_size % 2 != 0) {
-    return (path / "d_model").Error(absl::StrFormat("%d is odd; the encoder's sinusoidal positions need it even",
-                                                    c.hidden_size));
-  }
-  HEADROOM_ASSIGN_OR_RETURN(c.num_mel_bins, OptionalPositiveInt(doc, "num_mel_bins", path, 80));
-  HEADROOM_ASSIGN_OR_RETURN(c.source_positions, OptionalPositiveInt(doc, "max_source_positions", path, 1500));
-  HEADROOM_ASSIGN_OR_RETURN(c.max_position_embeddings, OptionalPositiveInt(doc, "max_target_positions", path, 448));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "dropout", path, 0.0));
-  c.embedding_dropout = c.hidden_dropout;
-  c.embedding_scaled = false;  // WhisperConfig reads scale_embedding, but neither stack's forward applies it
-  return absl::OkStatus();
-}
-
 // MambaForCausalLM (transformers 4.46's MambaConfig; Note [Mamba] in builders/state_space.cc). MambaConfig gives every
 // size but vocab_size, hidden_size and num_hidden_layers a default; intermediate_size is int(expand x hidden_size)
 // unless the config writes it (PretrainedConfig keeps extra keys, and the released checkpoints write it), and
@@ -257,42 +163,6 @@ absl::Status ParseMamba(const json& doc, const JsonPath& path, ModelConfig& c) {
   }
   c.norm = NormKind::kRmsNorm;
   c.norm_bias = false;
-  return absl::OkStatus();
-}
-
-absl::Status ParseBertLike(const json& doc, const JsonPath& path, ModelConfig& c) {
-  HEADROOM_RETURN_IF_ERROR(ParseStandardDims(doc, path, 512, c));
-  HEADROOM_ASSIGN_OR_RETURN(c.type_vocab_size, OptionalInt(doc, "type_vocab_size", path, 2));
-  if (c.type_vocab_size < 0 || c.type_vocab_size > kMaxSize) {
-    return (path / "type_vocab_size").Error("must be between 0 and 2^31");
-  }
-  HEADROOM_ASSIGN_OR_RETURN(c.norm_eps, OptionalNumber(doc, "layer_norm_eps", path, 1e-12));
-  HEADROOM_ASSIGN_OR_RETURN(c.activation,
-                            ParseActivation(doc, "hidden_act", path, ActivationKind::kGelu));
-  HEADROOM_ASSIGN_OR_RETURN(c.hidden_dropout, Probability(doc, "hidden_dropout_prob", path, 0.1));
-  HEADROOM_ASSIGN_OR_RETURN(c.attention_dropout,
-                            Probability(doc, "attention_probs_dropout_prob", path, 0.1));
-  c.embedding_dropout = c.hidden_dropout;
-  HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings,
-                            OptionalBool(doc, "tie_word_embeddings", path, true));
-  if (Present(doc, "num_labels")) {
-    HEADROOM_ASSIGN_OR_RETURN(c.num_labels, PositiveInt(doc, "num_labels", path));
-  } else if (Present(doc, "id2label")) {
-    const json& labels = doc["id2label"];
-    if (!labels.is_object() || labels.empty()) {
-      return (path / "id2label").Error("expected a non-empty object");
-    }
-    c.num_labels = static_cast<int64_t>(labels.size());
-  }
-  c.norm = NormKind::kLayerNorm;
-  c.positions = PositionKind::kLearned;
-  c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;
-  c.final_norm = false;
-  // The pooler belongs to BertModel/RobertaModel only: the masked-LM and
-  // RoBERTa classification models build the encoder with add_pooling_layer=False.
-  c.encoder_pooler = c.encoder_head == EncoderHead::kBodyOnly ||
-                     (c.encoder_head == EncoderHead::kSequenceClassification &&
-                      c.model_type == "bert");
   return absl::OkStatus();
 }
 
@@ -667,38 +537,9 @@ absl::Status ParseMlpChainConfig(const json& doc, const JsonPath& path, ModelCon
   return CheckMlpSizes(path, c);
 }
 
-ConfigFieldNames T5FieldNames(const ModelConfig&) {
-  return {.hidden = "d_model", .layers = "num_layers", .heads = "num_heads", .kv_heads = "num_heads",
-          .intermediate = "d_ff", .positions = "n_positions"};
-}
-ConfigFieldNames BartFieldNames(const ModelConfig&) {
-  return {.hidden = "d_model", .layers = "encoder_layers", .heads = "encoder_attention_heads",
-          .kv_heads = "encoder_attention_heads", .intermediate = "encoder_ffn_dim",
-          .positions = "max_position_embeddings"};
-}
-ConfigFieldNames WhisperFieldNames(const ModelConfig& c) {
-  ConfigFieldNames names = BartFieldNames(c);
-  names.positions = "max_target_positions";
-  return names;
-}
-
 using builders_internal::Builder;
 
-absl::Status BuildEncoder(Builder& b) { return b.BuildEncoder(); }
 
-constexpr ArchitectureClass kBertClasses[] = {
-    {"BertModel", EncoderHead::kBodyOnly},
-    {"BertForMaskedLM", EncoderHead::kMaskedLm},
-    {"BertForSequenceClassification", EncoderHead::kSequenceClassification},
-};
-constexpr ArchitectureClass kRobertaClasses[] = {
-    {"RobertaModel", EncoderHead::kBodyOnly},
-    {"RobertaForMaskedLM", EncoderHead::kMaskedLm},
-    {"RobertaForSequenceClassification", EncoderHead::kSequenceClassification},
-};
-constexpr ArchitectureClass kT5Classes[] = {{"T5ForConditionalGeneration"}};
-constexpr ArchitectureClass kBartClasses[] = {{"BartForConditionalGeneration"}};
-constexpr ArchitectureClass kWhisperClasses[] = {{"WhisperForConditionalGeneration"}};
 constexpr ArchitectureClass kVitClasses[] = {
     {"ViTModel", EncoderHead::kBodyOnly},
     {"ViTForImageClassification", EncoderHead::kSequenceClassification},
@@ -714,21 +555,6 @@ constexpr ArchitectureClass kCnnClasses[] = {{"resnet50"}, {"vgg16"}};
 
 namespace models_internal {
 
-extern constexpr ModelFamilyEntry kBertFamily{.model_type = "bert", .classes = kBertClasses,
-    .kind = ModelFamily::kEncoder, .parse = CheckedTransformer<ParseBertLike>, .build = BuildEncoder,
-    .field_names = UngroupedHeadNames};
-extern constexpr ModelFamilyEntry kRobertaFamily{.model_type = "roberta", .classes = kRobertaClasses,
-    .kind = ModelFamily::kEncoder, .parse = CheckedTransformer<ParseBertLike>, .build = BuildEncoder,
-    .field_names = UngroupedHeadNames};
-extern constexpr ModelFamilyEntry kT5Family{.model_type = "t5", .classes = kT5Classes,
-    .kind = ModelFamily::kEncoderDecoder, .parse = CheckedTransformer<ParseT5>,
-    .build = [](Builder& b) { return b.BuildT5(); }, .field_names = T5FieldNames};
-extern constexpr ModelFamilyEntry kBartFamily{.model_type = "bart", .classes = kBartClasses,
-    .kind = ModelFamily::kEncoderDecoder, .parse = CheckedTransformer<ParseBart>,
-    .build = [](Builder& b) { return b.BuildBart(); }, .field_names = BartFieldNames};
-extern constexpr ModelFamilyEntry kWhisperFamily{.model_type = "whisper", .classes = kWhisperClasses,
-    .kind = ModelFamily::kEncoderDecoder, .parse = CheckedTransformer<ParseWhisper>,
-    .build = [](Builder& b) { return b.BuildWhisper(); }, .field_names = WhisperFieldNames};
 extern constexpr ModelFamilyEntry kVitFamily{.model_type = "vit", .classes = kVitClasses,
     .kind = ModelFamily::kVision, .parse = ParseVit, .build = [](Builder& b) { return b.BuildVision(); }};
 extern constexpr ModelFamilyEntry kClipFamily{.model_type = "clip", .classes = kClipClasses,
