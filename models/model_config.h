@@ -11,7 +11,7 @@
 // (one Linear per entry of layer_sizes, the activation and dropout between
 // consecutive Linears, cross-entropy over the last layer when training), and
 // the torchvision CNNs in the same form (Note [CNN configs] in
-// model_config.cc):
+// models/families/cnn.cc):
 //
 //   {"architectures": ["resnet50"], "image_size": 64, "num_classes": 100}
 //
