@@ -1,7 +1,8 @@
 // The model builders' shared machinery, internal to models/: the Builder that
 // emits one model's forward graph (models/builders.h is the public API). Its
 // methods live beside the families they build:
-//   builders.cc                  options, norms, projections, activations, losses, dispatch
+//   builders.cc                  options, norms, projections, activations, losses, dispatch by the config's
+//                                family (models/model_registry.h)
 //   builders/attention.cc        self-attention of the decoders and encoders, GPT-J, latent attention
 //   builders/decoder.cc          decoder blocks, MLPs, mixtures of experts (GPT-OSS, Llama 4)
 //   builders/encoder.cc          BERT and RoBERTa

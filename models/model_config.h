@@ -54,6 +54,8 @@ inline constexpr int64_t kMaxExperts = 1024;
 inline constexpr uint64_t kMaxWeightElements = kMaxTensorBytes / 4;
 inline constexpr uint64_t kMaxParameters = uint64_t{1} << 44;
 
+// The kind of model a family of models/model_registry.cc is (ModelFamilyEntry::kind), which
+// estimators and builders branch on.
 enum class ModelFamily : uint8_t {
   kDecoder,  // causal LM: Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, OLMo 2, StarCoder2, OPT, GPT-2, GPT-NeoX,
              // Falcon, GPT-J, GPTBigCode, Bloom, Mixtral, GPT-OSS, Llama 4 (text)
@@ -282,18 +284,9 @@ ConfigFieldNames FieldNamesOf(const ModelConfig& config);
 // architecture is the first entry of `architectures` that Headroom models,
 // else `model_type`'s main class (RefinedWeb and RefinedWebModel are Falcon);
 // architecture_from says which when it is not `architectures[0]`.
-// Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-// Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Phi3ForCausalLM,
-// Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM, Llama4ForCausalLM (a Llama 4 config's
-// text_config), Olmo2ForCausalLM, Gemma3ForCausalLM, Starcoder2ForCausalLM,
-// OPTForCausalLM, FalconForCausalLM, GPTJForCausalLM, GPTBigCodeForCausalLM, BloomForCausalLM,
-// GPT2LMHeadModel (also GPT2Model), GPTNeoXForCausalLM, MixtralForCausalLM,
-// T5ForConditionalGeneration, BartForConditionalGeneration, WhisperForConditionalGeneration,
-// BertModel, BertForMaskedLM, BertForSequenceClassification, RobertaModel,
-// RobertaForMaskedLM, RobertaForSequenceClassification, ViTModel,
-// ViTForImageClassification, CLIPModel, SiglipModel, LlavaForConditionalGeneration, MambaForCausalLM, MlpChain, and the
-// torchvision CNNs resnet50 and vgg16 (image_size, num_classes and
-// in_channels optional). Unknown
+// Supported: every class of the model families models/model_registry.cc
+// lists (SupportedArchitectures), the torchvision CNNs resnet50 and vgg16
+// among them (image_size, num_classes and in_channels optional). Unknown
 // architectures are an InvalidArgument error listing the supported ones.
 absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::string_view origin);
 
@@ -303,12 +296,14 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
 std::string ArchitectureChoice(const ModelConfig& config);
 
 // The torchvision CNNs by name: "resnet50", "vgg16" (num_classes 1000,
-// 224x224x3 images). NotFound for other names.
+// 224x224x3 images). NotFound for other names. Defined with the CNNs' family
+// (models/families/cnn.cc).
 absl::StatusOr<ModelConfig> CnnConfig(std::string_view name);
 // Their names, "resnet50" and "vgg16".
 std::vector<std::string> CnnNames();
 
-// The architectures ParseHfConfig accepts, for help texts.
+// The architectures ParseHfConfig accepts, for help texts: every family's
+// classes, in the registry's order (models/model_registry.cc).
 std::vector<std::string> SupportedArchitectures();
 
 }  // namespace headroom

@@ -6,7 +6,7 @@
 
 namespace headroom::models_internal {
 
-// Each family's entry, defined in its family's file.
+// Each family's entry, defined in its file under models/families/ (`extern constexpr ModelFamilyEntry k...Family`).
 extern const ModelFamilyEntry kLlamaFamily;
 extern const ModelFamilyEntry kMistralFamily;
 extern const ModelFamilyEntry kQwen2Family;
@@ -46,17 +46,45 @@ extern const ModelFamilyEntry kCnnFamily;
 
 namespace {
 
-// The registry. Its order is the listings' (the errors that name every supported class print them so), which
-// is the order the families were added in; a new family goes at the end, before the CNNs.
+// The registry, one line per family. The order is the listings' (SupportedArchitectures, and so the errors that
+// name every supported class), the order the families were added in; a new family goes before the CNNs.
 constexpr const ModelFamilyEntry* kFamilies[] = {
-    &kLlamaFamily,     &kMistralFamily,    &kQwen2Family,       &kGpt2Family,       &kGptNeoxFamily,
-    &kMixtralFamily,   &kQwen3Family,      &kGemmaFamily,       &kGemma2Family,     &kPhi3Family,
-    &kQwen2MoeFamily,  &kQwen3MoeFamily,   &kOlmo2Family,       &kGemma3Family,     &kStarcoder2Family,
-    &kOptFamily,       &kFalconFamily,     &kGptjFamily,        &kGptBigCodeFamily, &kBloomFamily,
-    &kBertFamily,      &kRobertaFamily,    &kT5Family,          &kBartFamily,       &kWhisperFamily,
-    &kDeepseekV2Family, &kDeepseekV3Family, &kGptOssFamily,     &kLlama4TextFamily, &kVitFamily,
-    &kClipFamily,      &kSiglipFamily,     &kLlavaFamily,       &kMambaFamily,      &kMlpChainFamily,
-    &kCnnFamily,
+    &kLlamaFamily,       // families/llama.cc
+    &kMistralFamily,     // families/mistral.cc
+    &kQwen2Family,       // families/qwen.cc
+    &kGpt2Family,        // families/gpt2.cc
+    &kGptNeoxFamily,     // families/gpt_neox.cc
+    &kMixtralFamily,     // families/mistral.cc
+    &kQwen3Family,       // families/qwen.cc
+    &kGemmaFamily,       // families/gemma.cc
+    &kGemma2Family,      // families/gemma.cc
+    &kPhi3Family,        // families/phi3.cc
+    &kQwen2MoeFamily,    // families/qwen.cc
+    &kQwen3MoeFamily,    // families/qwen.cc
+    &kOlmo2Family,       // families/olmo2.cc
+    &kGemma3Family,      // families/gemma.cc
+    &kStarcoder2Family,  // families/starcoder2.cc
+    &kOptFamily,         // families/opt.cc
+    &kFalconFamily,      // families/falcon.cc
+    &kGptjFamily,        // families/gptj.cc
+    &kGptBigCodeFamily,  // families/gpt_bigcode.cc
+    &kBloomFamily,       // families/bloom.cc
+    &kBertFamily,        // families/bert.cc
+    &kRobertaFamily,     // families/bert.cc
+    &kT5Family,          // families/t5.cc
+    &kBartFamily,        // families/bart.cc
+    &kWhisperFamily,     // families/bart.cc
+    &kDeepseekV2Family,  // families/deepseek.cc
+    &kDeepseekV3Family,  // families/deepseek.cc
+    &kGptOssFamily,      // families/gpt_oss.cc
+    &kLlama4TextFamily,  // families/llama4.cc
+    &kVitFamily,         // families/vit.cc
+    &kClipFamily,        // families/clip.cc
+    &kSiglipFamily,      // families/clip.cc
+    &kLlavaFamily,       // families/llava.cc
+    &kMambaFamily,       // families/mamba.cc
+    &kMlpChainFamily,    // families/mlp_chain.cc
+    &kCnnFamily,         // families/cnn.cc
 };
 
 }  // namespace

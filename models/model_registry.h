@@ -4,21 +4,27 @@
 // resolution (ParseHfConfig; Note [Choosing the architecture] in model_config.cc), the builder dispatch
 // (Builder::Build in builders.cc), the config.json key names errors quote (FieldNamesOf) and every listing of
 // names (SupportedArchitectures, and so the errors naming every supported class; the torchvision CNNs) read
-// this one table. Adding an architecture is adding its family's file under models/families/ (and its line in
-// models/CMakeLists.txt) and its entry's line in model_registry.cc; nothing else names it.
+// this one table.
 //
-// A family's file defines its entry:
+// Adding an architecture is adding its family's file, models/families/<family>.cc, with its parser (written
+// with models/config_parsing.h), its classes and its entry; its line in models/CMakeLists.txt; and its entry's
+// declaration and line in model_registry.cc. A family's file defines its entry:
 //
 //   constexpr ArchitectureClass kClasses[] = {{"LlamaForCausalLM"}};
+//
 //   extern constexpr ModelFamilyEntry kLlamaFamily{
 //       .model_type = "llama",
 //       .classes = kClasses,
 //       .kind = ModelFamily::kDecoder,
-//       .parse = CheckedTransformer<ParseLlama>,
-//       .build = [](Builder& b) { return b.BuildDecoder(); },
+//       .parse = CheckedTransformer<ParseLlama>,  // ParseLlama, then the size checks
+//       .build = [](builders_internal::Builder& b) { return b.BuildDecoder(); },
 //   };
 //
 //   const ModelFamilyEntry* family = FindFamily(config.model_type);  // the family a parsed config is of
+//
+// The builders' blocks still branch on model_type where a family's graph differs from its kind's (the Llama
+// descendants' f32 softmax, module names, PEFT's default LoRA targets: builders.cc and builders/); a family
+// whose graph is its kind's needs none of that.
 //
 // Invariants (tests/models/model_registry_test.cc checks them): every model_type, model_type alias and class
 // name belongs to one entry; every entry has a class, a parser and a builder.
