@@ -22,13 +22,7 @@
 #include <cstdlib>
 #include <new>
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HEADROOM_SANITIZER_NEW 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define HEADROOM_SANITIZER_NEW 1
-#endif
-#endif
+#include "common/sanitizer_build.h"
 
 #ifndef HEADROOM_SANITIZER_NEW
 

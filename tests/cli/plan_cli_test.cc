@@ -310,13 +310,7 @@ TEST(PlanCli, LoadRefusesAPlanFileBeyondItsBound) {
 // takes about 650 MB parsed; the limit is 384 MiB of address space, which
 // `headroom` fits in up to the parse (it does with 200 MB).
 // Sanitizer builds report running out of memory their own way.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HEADROOM_SANITIZER_NEW 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define HEADROOM_SANITIZER_NEW 1
-#endif
-#endif
+#include "common/sanitizer_build.h"
 #ifndef HEADROOM_SANITIZER_NEW
 TEST(PlanCli, LoadOutOfMemoryIsOneLineNamingTheFile) {
   std::string objects = "[{}";

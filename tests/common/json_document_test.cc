@@ -112,13 +112,7 @@ TEST(ParseJsonDocument, BuildsTheSameDocumentAsNlohmann) {
 // without memory]): checked in a child process whose address space is
 // capped 256 MiB above what it uses, parsing 24 MB of `[{},...]`, which
 // takes about 650 MB. Sanitizer builds report running out their own way.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HEADROOM_SANITIZER_NEW 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define HEADROOM_SANITIZER_NEW 1
-#endif
-#endif
+#include "common/sanitizer_build.h"
 #ifndef HEADROOM_SANITIZER_NEW
 // In the child: 0 when the parse failed as it should, the error on stderr.
 int ParseUnderAMemoryCap() {
