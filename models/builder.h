@@ -123,10 +123,14 @@ class Builder {
 
  private:
   absl::Status CheckOptions() const;
-  // One T5 attention module (Note [T5]): keys and values from `kv_source`, scores plus `position_bias`.
-  TensorId T5Attention(const std::string& module, TensorId x, TensorId kv_source, TensorId position_bias);
-  // T5's first-block position bias, [1, heads, q, k] buckets plus `mask`; zeros plus `mask` without buckets.
-  TensorId T5PositionBias(const std::string& module, int64_t q, int64_t k, TensorId mask, bool buckets);
+  // One T5 attention module (Note [T5]): keys and values from `kv_source`, scores plus `position_bias`, plus
+  // `mask` where the release adds it to the scores (kNone: no mask).
+  TensorId T5Attention(const std::string& module, TensorId x, TensorId kv_source, TensorId position_bias,
+                       TensorId mask);
+  // T5's first-block position bias, [1, heads, q, k] buckets, or zeros of `dtype` without buckets; plus `mask`
+  // where the release folds the mask into the bias (kNone: it does not).
+  TensorId T5PositionBias(const std::string& module, int64_t q, int64_t k, TensorId mask, bool buckets,
+                          DType dtype);
   TensorId T5FeedForward(const std::string& prefix, TensorId x);
   // One BART or Whisper attention module (Note [BART], Note [Whisper]): q from x, k and v from `kv_source`,
   // `mask` added to the scores (none when kNone).

@@ -63,7 +63,10 @@ namespace headroom::builders_internal {
 //  - T5 (5.0): T5Config forces tie_word_embeddings and the lm_head is the
 //    shared embedding even for v1.1 and Flan-T5, whose checkpoints carry an
 //    lm_head of their own; the decoder output is still rescaled only when
-//    the config.json asks for tied embeddings.
+//    the config.json asks for tied embeddings. The position bias is no longer
+//    masked and batch-wide: the mask goes to each block's scores (Note [T5];
+//    read at 5.24 and taken to come with 5.0, the releases between unread),
+//    which saved bytes per layer do not show (the bias is made once).
 // BuildOptions::runtime.transformers (--transformers) picks the release.
 
 // Note [Falcon]

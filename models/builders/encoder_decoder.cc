@@ -13,11 +13,20 @@ namespace headroom::builders_internal {
 // between an encoder and a decoder of pre-norm blocks:
 //  - T5LayerNorm is an RMSNorm written out in PyTorch ops (the eager RMSNorm), without bias;
 //  - attention is unscaled (T5 folds 1/sqrt(d_kv) into its initialization) and adds a position bias that
-//    the first block computes once from relative-position buckets (an embedding of relative_buckets x heads),
-//    with the padding (encoder) or causal (decoder) mask folded in; later blocks reuse it, so a
-//    [batch, heads, q, k] tensor lives through every block; cross-attention's bias is zeros plus the mask;
-//  - softmax runs on scores.float() and comes back in the scores' dtype; dropout of dropout_rate follows the
-//    embeddings, the attention probabilities, the feed-forward's hidden layer and every block's output;
+//    the first block computes once from relative-position buckets (an embedding of relative_buckets x heads);
+//    later blocks reuse it; cross-attention's bias is zeros. Before transformers 5 the padding (encoder) or
+//    causal (decoder) mask is folded into the bias, so a [batch, heads, q, k] tensor lives through every
+//    block (and its gradient through their backward), the scores take it in place, and softmax runs on
+//    scores.float() and comes back in the scores' dtype. From 5.0 (read at 5.24: eager_attention_forward in
+//    modeling_t5.py, masks from masking_utils) the bias stays [1, heads, q, k] and the scores are
+//    matmul * scaling (1.0, still a kernel and a new tensor), + bias, + mask, each a new tensor, then a plain
+//    softmax. masking_utils builds no mask for a batch without padding (an all-ones attention_mask included)
+//    but for the decoder's causal one, [batch, 1, t, t]; Headroom models that unpadded batch (padding adds a
+//    [batch, 1, q, k] mask, a heads-th of one block's scores). Without this the builder held about two
+//    [batch, heads, q, k] tensors more than PyTorch through the encoder's backward (T5's --emit torch rows,
+//    validation/fixtures/plans/t5-emit.json, were 5-10% high);
+//  - dropout of dropout_rate follows the embeddings, the attention probabilities, the feed-forward's hidden
+//    layer and every block's output;
 //  - the feed-forward is wi, ReLU, wo or, gated (T5 v1.1, Flan-T5), act(wi_0) * wi_1, wo;
 //  - each decoder block attends to itself, then to the encoder's output through EncDecAttention, whose k and
 //    v read that output in every block;
@@ -25,9 +34,9 @@ namespace headroom::builders_internal {
 // Decoder blocks are numbered after the encoder's (blocks num_layers ... num_layers + decoder_layers - 1); the
 // decoder reads target_seq_len tokens (seq_len when not set). The loss is cross-entropy over the decoder's
 // logits, unshifted (the labels are shifted into the decoder's input instead).
-TensorId Builder::T5PositionBias(const std::string& module, int64_t q, int64_t k, TensorId mask, bool buckets) {
+TensorId Builder::T5PositionBias(const std::string& module, int64_t q, int64_t k, TensorId mask, bool buckets,
+                                 DType dtype) {
   const int64_t heads = c_.num_heads / t_;
-  const DType dtype = g_.tensor(mask).dtype;
   TensorId bias;
   if (buckets) {
     // relative_position_bucket's integer arithmetic: [q, k] bucket ids, no gradient.
@@ -38,10 +47,11 @@ TensorId Builder::T5PositionBias(const std::string& module, int64_t q, int64_t k
   } else {
     bias = e_.Zeros(module + ".position_bias", {1, heads, q, k}, dtype);
   }
-  return e_.Add(module + ".position_bias_masked", bias, mask);
+  return mask == kNone ? bias : e_.Add(module + ".position_bias_masked", bias, mask);
 }
 
-TensorId Builder::T5Attention(const std::string& module, TensorId x, TensorId kv_source, TensorId position_bias) {
+TensorId Builder::T5Attention(const std::string& module, TensorId x, TensorId kv_source, TensorId position_bias,
+                              TensorId mask) {
   const int64_t b = o_.batch, d = c_.head_dim, heads = c_.num_heads / t_, h = c_.hidden_size;
   const int64_t q_len = g_.tensor(x).shape[1], k_len = g_.tensor(kv_source).shape[1];
   TensorId q = e_.View(module + ".q_heads", Proj(module + ".q", x, h, heads * d, false, Parallel::kColumn),
@@ -53,9 +63,16 @@ TensorId Builder::T5Attention(const std::string& module, TensorId x, TensorId kv
   e_.set_attention_core(true);
   TensorId scores = e_.MatMul(module + ".qk", q, k, /*b_transposed=*/true);
   const DType scores_dtype = g_.tensor(scores).dtype;
-  scores = e_.AddInplace(module + ".add_position_bias", scores, position_bias);
-  TensorId probs = e_.Cast(module + ".probs_cast", e_.Softmax(module + ".softmax", scores, /*force_f32=*/true),
-                           scores_dtype);
+  TensorId probs;
+  if (o_.runtime.transformers.AtLeast(5, 0)) {
+    scores = e_.Add(module + ".add_position_bias", e_.Scale(module + ".scale", scores), position_bias);
+    if (mask != kNone) scores = e_.Add(module + ".add_mask", scores, mask);
+    probs = e_.Softmax(module + ".softmax", scores, /*force_f32=*/false);
+  } else {
+    scores = e_.AddInplace(module + ".add_position_bias", scores, position_bias);
+    probs = e_.Cast(module + ".probs_cast", e_.Softmax(module + ".softmax", scores, /*force_f32=*/true),
+                    scores_dtype);
+  }
   probs = e_.Dropout(module + ".dropout", probs, c_.attention_dropout);
   TensorId context = e_.MatMul(module + ".pv", probs, v);
   e_.set_attention_core(false);
@@ -82,11 +99,15 @@ absl::Status Builder::BuildT5() {
   const int64_t h = c_.hidden_size, vocab = CeilDiv<int64_t>(c_.vocab_size, t_);
   e_.set_layer(-1);
   TensorId shared = Param("shared.weight", {vocab, h});
-  // The padding mask a batch comes with, as the additive [b, 1, 1, s] mask both attentions over it use.
+  // The padding mask a batch comes with; before transformers 5 both attentions over it add it as the additive
+  // [b, 1, 1, s] mask (Note [T5]).
   TensorId padding = e_.Input("attention_mask", {b, s}, DType::kI64);
   const DType act_dtype = e_.options().autocast ? o_.param_dtype : o_.compute_dtype;
-  TensorId encoder_mask =
-      e_.Cast("encoder.extended_attention_mask", e_.View("encoder.mask_view", padding, {b, 1, 1, s}), act_dtype);
+  const bool masks_in_bias = !o_.runtime.transformers.AtLeast(5, 0);
+  const TensorId encoder_mask =
+      masks_in_bias
+          ? e_.Cast("encoder.extended_attention_mask", e_.View("encoder.mask_view", padding, {b, 1, 1, s}), act_dtype)
+          : kNone;
   auto stack = [&](const std::string& root, TensorId ids, int64_t first_layer, int64_t layers, TensorId self_mask,
                    TensorId encoder_out) -> absl::StatusOr<TensorId> {
     e_.set_layer(-1);
@@ -94,22 +115,28 @@ absl::Status Builder::BuildT5() {
     if (t_ > 1) x = ReduceOutput(root + "embed_tokens", x);
     x = e_.Dropout(root + "dropout", x, c_.embedding_dropout);
     const int64_t len = g_.tensor(ids).shape[1];
+    // The mask goes into the first block's bias, or into every block's scores.
+    const TensorId bias_mask = masks_in_bias ? self_mask : kNone, scores_mask = masks_in_bias ? kNone : self_mask;
     TensorId self_bias = kNone, cross_bias = kNone;
     for (int64_t i = 0; i < layers; ++i) {
       e_.set_layer(static_cast<int>(first_layer + i));
       const std::string p = absl::StrFormat("%sblock.%d.layer.", root, i);
       TensorId normed = Norm(p + "0.layer_norm", x);
-      if (self_bias == kNone) self_bias = T5PositionBias(p + "0.SelfAttention", len, len, self_mask, true);
-      TensorId attn = T5Attention(p + "0.SelfAttention", normed, normed, self_bias);
+      if (self_bias == kNone) {
+        self_bias = T5PositionBias(p + "0.SelfAttention", len, len, bias_mask, true, act_dtype);
+      }
+      TensorId attn = T5Attention(p + "0.SelfAttention", normed, normed, self_bias, scores_mask);
       x = e_.Add(p + "0.add", x, e_.Dropout(p + "0.dropout", attn, c_.hidden_dropout));
       int next = 1;
       if (encoder_out != kNone) {
         normed = Norm(p + "1.layer_norm", x);
         const int64_t enc_len = g_.tensor(encoder_out).shape[1];
         if (cross_bias == kNone) {
-          cross_bias = T5PositionBias(p + "1.EncDecAttention", len, enc_len, encoder_mask, false);
+          // Zeros in the mask's dtype before transformers 5, in the queries' from 5.0.
+          cross_bias = T5PositionBias(p + "1.EncDecAttention", len, enc_len, encoder_mask, false,
+                                      masks_in_bias ? act_dtype : o_.compute_dtype);
         }
-        TensorId cross = T5Attention(p + "1.EncDecAttention", normed, encoder_out, cross_bias);
+        TensorId cross = T5Attention(p + "1.EncDecAttention", normed, encoder_out, cross_bias, kNone);
         x = e_.Add(p + "1.add", x, e_.Dropout(p + "1.dropout", cross, c_.hidden_dropout));
         next = 2;
       }
@@ -122,7 +149,8 @@ absl::Status Builder::BuildT5() {
     return e_.Dropout(root + "final_dropout", Norm(root + "final_layer_norm", x), c_.hidden_dropout);
   };
   TensorId encoder_ids = e_.Input("input_ids", {b, s}, DType::kI64);
-  HEADROOM_ASSIGN_OR_RETURN(TensorId encoded, stack("encoder.", encoder_ids, 0, c_.num_layers, encoder_mask, kNone));
+  HEADROOM_ASSIGN_OR_RETURN(TensorId encoded,
+                            stack("encoder.", encoder_ids, 0, c_.num_layers, encoder_mask, kNone));
   TensorId decoder_ids = e_.Input("decoder_input_ids", {b, t}, DType::kI64);
   // The causal mask over the decoder's own tokens, [b, 1, t, t].
   TensorId causal = e_.Zeros("decoder.causal_mask", {b, 1, t, t}, act_dtype);

@@ -74,6 +74,37 @@ TEST(EncoderDecoder, DecoderBlocksFollowTheEncodersAndAttendToIt) {
   EXPECT_TRUE(logits_are_targets);
 }
 
+// Note [T5]: before transformers 5 the mask is folded into a [batch, heads, q, k] position bias that every block
+// reads; from 5.0 the bias stays [1, heads, q, k] and only the decoder's self-attention adds its causal mask to the
+// scores, in every block.
+TEST(EncoderDecoder, PositionBiasIsMaskedAndBatchWideOnlyBeforeTransformers5) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(kT5Base, "t5-base.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  c->num_layers = 2;
+  c->decoder_layers = 3;
+  BuildOptions hf446 = kEager, hf524 = kEager;
+  hf446.runtime.transformers = {.major = 4, .minor = 46};
+  hf524.runtime.transformers = {.major = 5, .minor = 24};
+  const Graph old_graph = Build(*c, hf446), new_graph = Build(*c, hf524);
+  const Tensor* masked = FindTensor(old_graph, "encoder.block.0.layer.0.SelfAttention.position_bias_masked.out");
+  ASSERT_NE(masked, nullptr);
+  EXPECT_EQ(masked->shape, (std::vector<int64_t>{2, 12, 32, 32}));
+  for (const Op& op : old_graph.ops()) EXPECT_FALSE(op.name.ends_with(".add_mask")) << op.name;
+  for (const Tensor& t : new_graph.tensors()) EXPECT_THAT(t.name, ::testing::Not(HasSubstr("position_bias_masked")));
+  const Tensor* bias = FindTensor(new_graph, "encoder.block.0.layer.0.SelfAttention.position_bias");
+  ASSERT_NE(bias, nullptr);
+  EXPECT_EQ(bias->shape, (std::vector<int64_t>{1, 12, 32, 32}));
+  int masked_blocks = 0;
+  for (const Op& op : new_graph.ops()) {
+    if (op.name.ends_with(".add_mask")) {
+      ++masked_blocks;
+      EXPECT_THAT(op.name, HasSubstr("decoder.block.")) << "the encoder's batch has no padding";
+      EXPECT_THAT(op.name, HasSubstr("SelfAttention"));
+    }
+  }
+  EXPECT_EQ(masked_blocks, 3);
+}
+
 TEST(EncoderDecoder, TiedHeadsScaleAndReuseTheEmbeddings) {
   absl::StatusOr<ModelConfig> c = ParseHfConfig(kT5Base, "t5-base.json");
   ASSERT_TRUE(c.ok()) << c.status();
