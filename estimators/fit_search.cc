@@ -21,43 +21,64 @@ namespace {
 constexpr int64_t kMaxMicroBatchSearched = 1024;
 constexpr int64_t kSeqStep = 64;
 
-absl::StatusOr<bool> Fits(const LoadedModel& model, const JobSpec& job, const Machine& machine) {
+// One probe of a limit search: whether the job fits, and the bytes it needs when the estimate has a figure to
+// steer by (none past the size bounds or where the allocator ran out of memory).
+struct Probe {
+  bool fits = false;
+  std::optional<double> bytes;
+};
+
+absl::StatusOr<Probe> Measure(const LoadedModel& model, const JobSpec& job, const Machine& machine) {
   absl::StatusOr<MemoryEstimate> e = EstimateMemory(model, job, machine);
   if (!e.ok()) {
     // A probe beyond the size bounds (graph/graph.h, Note [Size bounds];
     // OutOfRange) does not fit any GPU. Any other error is a probe the search
     // should not have made, and surfaces.
-    if (e.status().code() == absl::StatusCode::kOutOfRange) return false;
+    if (e.status().code() == absl::StatusCode::kOutOfRange) return Probe{};
     return e.status();
   }
-  return e->fits();
+  if (e->allocator_out_of_memory) return Probe{};
+  return Probe{.fits = e->fits(), .bytes = static_cast<double>(e->total_bytes())};
 }
 
-// Largest value in [lo, hi] for which fits(value) holds, given fits(lo);
-// doubling then bisection (Note [Fit search]). `step` is the granularity.
-template <typename FitsFn>
-absl::StatusOr<std::pair<int64_t, bool>> Largest(int64_t lo, int64_t hi, int64_t step, FitsFn fits) {
-  int64_t good = lo;
-  int64_t bad = 0;
-  for (int64_t v = lo * 2; v <= hi; v *= 2) {
-    HEADROOM_ASSIGN_OR_RETURN(bool ok, fits(v));
-    if (!ok) {
-      bad = v;
-      break;
+// The largest value in [lo, hi] that fits: hi itself, or the largest multiple of `step` below it (Note [Fit
+// search]); nullopt when lo does not fit. The bool says the search stopped at hi.
+template <typename MeasureFn>
+absl::StatusOr<std::optional<std::pair<int64_t, bool>>> Largest(int64_t lo, int64_t hi, int64_t step,
+                                                                double capacity, MeasureFn measure) {
+  HEADROOM_ASSIGN_OR_RETURN(Probe first, measure(lo));
+  if (!first.fits) return std::nullopt;
+  if (hi <= lo) return std::pair{lo, true};
+  HEADROOM_ASSIGN_OR_RETURN(Probe top, measure(hi));
+  if (top.fits) return std::pair{hi, true};
+  // good fits, bad does not; their bytes steer the next probe where both have them.
+  int64_t good = lo, bad = hi;
+  std::optional<double> good_bytes = first.bytes, bad_bytes = top.bytes;
+  const auto floor_to_step = [&](int64_t v) { return v / step * step; };
+  bool bisect = false;
+  while (floor_to_step(bad - 1) > good) {
+    const int64_t first_candidate = floor_to_step(good) + step, last_candidate = floor_to_step(bad - 1);
+    int64_t v = good + (bad - good) / 2;
+    if (!bisect && good_bytes && bad_bytes && *bad_bytes > *good_bytes) {
+      // Bytes grow about linearly with the micro-batch and the sequence: aim at where the line crosses the
+      // capacity, as the largest value below it.
+      const double crossing = static_cast<double>(good) + (capacity - *good_bytes) / (*bad_bytes - *good_bytes) *
+                                                             static_cast<double>(bad - good);
+      v = static_cast<int64_t>(std::min(crossing, static_cast<double>(bad)));
     }
-    good = v;
-  }
-  if (bad == 0) {
-    if (good == hi) return std::pair{good, true};
-    HEADROOM_ASSIGN_OR_RETURN(bool ok, fits(hi));
-    if (ok) return std::pair{hi, true};
-    bad = hi;
-  }
-  while (bad - good > step) {
-    const int64_t mid = (good + (bad - good) / 2) / step * step;
-    if (mid <= good) break;
-    HEADROOM_ASSIGN_OR_RETURN(bool ok, fits(mid));
-    (ok ? good : bad) = mid;
+    v = std::clamp(floor_to_step(v), first_candidate, last_candidate);
+    const int64_t width = bad - good;
+    HEADROOM_ASSIGN_OR_RETURN(Probe p, measure(v));
+    if (p.fits) {
+      good = v;
+      good_bytes = p.bytes;
+    } else {
+      bad = v;
+      bad_bytes = p.bytes;
+    }
+    // A line that aimed badly (the interval kept more than half its width) is followed by a halving, so the
+    // search never takes more than twice bisection's probes.
+    bisect = !bisect && 2 * (bad - good) > width;
   }
   return std::pair{good, false};
 }
@@ -373,18 +394,13 @@ absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& jo
     out.fixed_shape = true;
     return out;
   }
-  JobSpec probe = job;
-  probe.micro_batch = 1;
-  HEADROOM_ASSIGN_OR_RETURN(bool one_fits, Fits(model, probe, machine));
-  if (one_fits) {
-    HEADROOM_ASSIGN_OR_RETURN(auto batch, Largest(1, kMaxMicroBatchSearched, 1, [&](int64_t b) {
-                                JobSpec j = job;
-                                j.micro_batch = b;
-                                return Fits(model, j, machine);
-                              }));
-    out.max_micro_batch = batch.first;
-    out.micro_batch_capped = batch.second;
-  }
+  const double capacity = static_cast<double>(machine.capacity());
+  HEADROOM_ASSIGN_OR_RETURN(auto batch, Largest(1, kMaxMicroBatchSearched, 1, capacity, [&](int64_t b) {
+                              JobSpec j = job;
+                              j.micro_batch = b;
+                              return Measure(model, j, machine);
+                            }));
+  if (batch) std::tie(out.max_micro_batch, out.micro_batch_capped) = *batch;
 
   const int64_t seq = ResolveSeqLen(model, job);
   // A vision transformer's sequence is fixed by its image; a two-tower model's is its text tower's.
@@ -409,19 +425,15 @@ absl::StatusOr<FitLimits> FindLimits(const LoadedModel& model, const JobSpec& jo
   // Whisper's sequence is its decoder's tokens, however the job named them (Note [Whisper] in
   // models/builders/encoder_decoder.cc).
   const bool whisper = model.config->model_type == "whisper";
-  probe = job;
-  probe.seq_len = std::min<int64_t>(shortest, longest_probed);
-  if (whisper) probe.target_seq_len = 0;
-  HEADROOM_ASSIGN_OR_RETURN(bool short_fits, Fits(model, probe, machine));
-  if (!short_fits) return out;
-  HEADROOM_ASSIGN_OR_RETURN(auto longest, Largest(probe.seq_len, longest_probed, seq_step, [&](int64_t s) {
-                              JobSpec j = job;
-                              j.seq_len = s;
-                              if (whisper) j.target_seq_len = 0;
-                              return Fits(model, j, machine);
-                            }));
-  out.max_seq_len = longest.first;
-  out.seq_len_capped = longest.second;
+  HEADROOM_ASSIGN_OR_RETURN(auto longest, Largest(std::min<int64_t>(shortest, longest_probed), longest_probed,
+                                                  seq_step, capacity, [&](int64_t s) {
+                                                    JobSpec j = job;
+                                                    j.seq_len = s;
+                                                    if (whisper) j.target_seq_len = 0;
+                                                    return Measure(model, j, machine);
+                                                  }));
+  if (!longest) return out;
+  std::tie(out.max_seq_len, out.seq_len_capped) = *longest;
   return out;
 }
 

@@ -8,11 +8,15 @@
 //
 // Note [Fit search]
 // Activation bytes grow monotonically with the micro-batch and the sequence
-// length, so both limits are found by doubling until the job stops fitting
-// and bisecting the last interval: O(log n) full estimates. Sequences are
-// searched in multiples of 64 tokens up to the model's
-// max_position_embeddings (the limit is reported as capped when everything
-// up to it fits).
+// length, so each limit is the end of an interval: the search estimates the
+// smallest value and the cap (1024 samples, the model's
+// max_position_embeddings; the limit is reported as capped when the cap
+// fits), then narrows the interval. Bytes grow about linearly in both, so
+// each probe aims where the line through the interval's two estimates
+// crosses the capacity, and a probe that does not halve the interval is
+// followed by a bisection: a near-linear job takes four or five full
+// estimates, any monotone one at most twice bisection's. Sequences are
+// searched in multiples of 64 tokens.
 //
 // Note [Ranking fixes]
 // Each candidate is one change to the job (checkpointing mode, micro-batch
