@@ -93,6 +93,18 @@ absl::StatusOr<double> Probability(const json& object, std::string_view key, con
   return p;
 }
 
+absl::Status ParseNumLabels(const json& doc, const JsonPath& path, ModelConfig& c) {
+  if (Present(doc, "num_labels")) {
+    HEADROOM_ASSIGN_OR_RETURN(c.num_labels, PositiveInt(doc, "num_labels", path));
+  } else if (Present(doc, "id2label")) {
+    const json& labels = doc["id2label"];
+    if (!labels.is_object() || labels.empty()) {
+      return (path / "id2label").Error("expected a non-empty object");
+    }
+    c.num_labels = static_cast<int64_t>(labels.size());
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<ActivationKind> ParseActivation(const json& object, std::string_view key,
                                                const JsonPath& path, ActivationKind fallback) {

@@ -55,6 +55,10 @@ absl::StatusOr<int64_t> BoundedCount(const json& object, std::string_view key, c
 // A dropout probability in [0, 1), `fallback` when absent.
 absl::StatusOr<double> Probability(const json& object, std::string_view key, const JsonPath& path, double fallback);
 
+// A classification head's labels: num_labels, or as many as id2label names; c.num_labels (transformers' 2)
+// otherwise.
+absl::Status ParseNumLabels(const json& doc, const JsonPath& path, ModelConfig& c);
+
 // Hugging Face's names for activations (transformers/activations.py ACT2FN): "gelu_new", "silu", "swish", ...
 absl::StatusOr<ActivationKind> HfActivation(std::string_view name);
 // The activation a config names under `key`, `fallback` when absent.

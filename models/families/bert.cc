@@ -28,15 +28,7 @@ absl::Status ParseBertLike(const json& doc, const JsonPath& path, ModelConfig& c
   c.embedding_dropout = c.hidden_dropout;
   HEADROOM_ASSIGN_OR_RETURN(c.tie_word_embeddings,
                             OptionalBool(doc, "tie_word_embeddings", path, true));
-  if (Present(doc, "num_labels")) {
-    HEADROOM_ASSIGN_OR_RETURN(c.num_labels, PositiveInt(doc, "num_labels", path));
-  } else if (Present(doc, "id2label")) {
-    const json& labels = doc["id2label"];
-    if (!labels.is_object() || labels.empty()) {
-      return (path / "id2label").Error("expected a non-empty object");
-    }
-    c.num_labels = static_cast<int64_t>(labels.size());
-  }
+  HEADROOM_RETURN_IF_ERROR(ParseNumLabels(doc, path, c));
   c.norm = NormKind::kLayerNorm;
   c.positions = PositionKind::kLearned;
   c.qkv_bias = c.attn_output_bias = c.mlp_bias = true;

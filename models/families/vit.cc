@@ -15,20 +15,6 @@ using builders_internal::Builder;
 
 constexpr TowerDefaults kVitDefaults{768, 12, 12, 3072, ActivationKind::kGelu, 1e-12, 16, 0, 0};
 
-// Labels of a classification head: num_labels, or as many as id2label names; transformers' 2 otherwise.
-absl::Status ParseNumLabels(const json& doc, const JsonPath& path, ModelConfig& c) {
-  if (Present(doc, "num_labels")) {
-    HEADROOM_ASSIGN_OR_RETURN(c.num_labels, PositiveInt(doc, "num_labels", path));
-  } else if (Present(doc, "id2label")) {
-    const json& labels = doc["id2label"];
-    if (!labels.is_object() || labels.empty()) {
-      return (path / "id2label").Error("expected a non-empty object");
-    }
-    c.num_labels = static_cast<int64_t>(labels.size());
-  }
-  return CheckWeight(path, "hidden_size", c.hidden_size, "num_labels", c.num_labels);
-}
-
 // ViTModel and ViTForImageClassification (transformers' modeling_vit.py; Note [Vision transformers] in
 // builders.cc): a class token, pre-norm blocks, a final layernorm; ViTModel adds its pooler.
 absl::Status ParseVit(const json& doc, const JsonPath& path, ModelConfig& c) {
@@ -40,7 +26,8 @@ absl::Status ParseVit(const json& doc, const JsonPath& path, ModelConfig& c) {
   c.class_token = true;
   c.encoder_pooler = c.encoder_head == EncoderHead::kBodyOnly;
   HEADROOM_RETURN_IF_ERROR(ParseImageSizes(doc, path, kVitDefaults, c));
-  return ParseNumLabels(doc, path, c);
+  HEADROOM_RETURN_IF_ERROR(ParseNumLabels(doc, path, c));
+  return CheckWeight(path, "hidden_size", c.hidden_size, "num_labels", c.num_labels);
 }
 
 constexpr ArchitectureClass kClasses[] = {
