@@ -10,18 +10,14 @@
 #include "common/name_table.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
-#include "common/quote.h"
 #include "models/builder.h"
 #include "models/model_registry.h"
 
 namespace headroom::builders_internal {
 
 bool IsLlamaLike(const ModelConfig& c) {
-  return c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" ||
-         c.model_type == "mixtral" || c.model_type == "qwen3" || c.model_type == "gemma" ||
-         c.model_type == "gemma2" || c.model_type == "phi3" || c.model_type == "qwen2_moe" ||
-         c.model_type == "qwen3_moe" || c.model_type == "olmo2" || c.model_type == "gemma3_text" ||
-         c.model_type == "starcoder2";
+  const models_internal::ModelFamilyEntry* family = models_internal::FindFamily(c.model_type);
+  return family != nullptr && family->llama_like;
 }
 
 bool UpcastsLogits(const ModelConfig& c) {
@@ -33,43 +29,13 @@ bool UsesForCausalLmLoss(const ModelConfig& c, const TorchRuntime& runtime) {
 }
 
 DecoderNames DecoderNamesOf(const ModelConfig& c) {
-  const std::string& type = c.model_type;
-  if (type == "gpt2" || type == "gpt_bigcode") {
-    return {.root = "transformer.", .embed = "wte", .layers = "h", .norm1 = "ln_1", .norm2 = "ln_2",
-            .final_norm = "ln_f"};
-  }
-  if (type == "gpt_neox") {
-    return {.root = "gpt_neox.", .embed = "embed_in", .final_norm = "final_layer_norm", .head = "embed_out"};
-  }
-  if (type == "bloom") return {.root = "transformer.", .embed = "word_embeddings", .layers = "h", .final_norm = "ln_f"};
-  if (type == "opt") {
-    return {.root = "model.decoder.", .norm1 = "self_attn_layer_norm", .norm2 = "final_layer_norm",
-            .final_norm = "final_layer_norm"};
-  }
-  if (type == "gptj") {
-    return {.root = "transformer.", .embed = "wte", .layers = "h", .norm1 = "ln_1", .final_norm = "ln_f"};
-  }
-  if (type == "falcon") {
-    // Note [Falcon]: ln_attn and ln_mlp when each parallel branch has its own norm.
-    const bool two = c.parallel_residual && c.branch_norms == 2;
-    return {.root = "transformer.", .embed = "word_embeddings", .layers = "h",
-            .norm1 = two ? "ln_attn" : "input_layernorm", .norm2 = two ? "ln_mlp" : "post_attention_layernorm",
-            .final_norm = "ln_f"};
-  }
-  return {};
+  const models_internal::ModelFamilyEntry* family = models_internal::FindFamily(c.model_type);
+  return family != nullptr && family->decoder_names != nullptr ? family->decoder_names(c) : DecoderNames{};
 }
 
 std::vector<std::string> DefaultLoraTargets(const ModelConfig& c, const TransformersVersion& transformers) {
-  // Note [ViT in transformers 5.9]: the query and value projections' new names.
-  if (c.model_type == "vit" && transformers.AtLeast(5, 9)) return {"q_proj", "v_proj"};
-  if (c.model_type == "gpt2" || c.model_type == "gpt_bigcode") return {"c_attn"};
-  if (c.model_type == "gpt_neox" || c.model_type == "falcon" || c.model_type == "bloom") return {"query_key_value"};
-  if (c.model_type == "phi3") return {"qkv_proj"};
-  if (c.model_type == "bert" || c.model_type == "roberta" || c.model_type == "vit") return {"query", "value"};
-  if (c.model_type == "t5") return {"q", "v"};
-  // Multi-head latent attention (Note [Multi-head latent attention]) has no v_proj: the values come out of
-  // kv_b_proj, and the queries out of q_b_proj when they pass a low-rank bottleneck.
-  if (c.is_mla()) return {c.q_lora_rank > 0 ? "q_b_proj" : "q_proj", "kv_b_proj"};
+  const models_internal::ModelFamilyEntry* family = models_internal::FindFamily(c.model_type);
+  if (family != nullptr && family->lora_targets != nullptr) return family->lora_targets(c, transformers);
   return {"q_proj", "v_proj"};
 }
 

@@ -26,6 +26,10 @@
 #include "models/model_config.h"
 #include "nlohmann/json.hpp"
 
+namespace headroom::builders_internal {
+struct DecoderNames;
+}  // namespace headroom::builders_internal
+
 namespace headroom::models_internal {
 
 using nlohmann::json;
@@ -116,6 +120,8 @@ inline constexpr ConfigFieldNames kGpt2FieldNames{.hidden = "n_embd", .layers = 
                                                   .kv_heads = "n_head", .intermediate = "n_inner",
                                                   .positions = "n_positions"};
 ConfigFieldNames Gpt2FieldNames(const ModelConfig& c);
+// GPT-2's module names (transformer.h.N.ln_1, ...), which GPTBigCode keeps (defined in families/gpt2.cc).
+builders_internal::DecoderNames Gpt2DecoderNames(const ModelConfig& c);
 // Families that read no num_key_value_heads: the heads' own key sets them.
 ConfigFieldNames UngroupedHeadNames(const ModelConfig& c);
 // Two-tower models (CLIP, SigLIP, LLaVA): both towers' blocks count as the model's layers.

@@ -22,8 +22,9 @@
 //
 //   const ModelFamilyEntry* family = FindFamily(config.model_type);  // the family a parsed config is of
 //
-// The builders' blocks still branch on model_type where a family's graph differs from its kind's (the Llama
-// descendants' f32 softmax, module names, PEFT's default LoRA targets: builders.cc and builders/); a family
+// An entry also says what the builders ask of a family by name: whether its attention and loss are Llama's
+// (llama_like), its decoder's module names and PEFT's default LoRA targets. The builders' blocks still branch
+// on model_type where one family's graph differs from its kind's in the ops themselves (builders/); a family
 // whose graph is its kind's needs none of that.
 //
 // Invariants (tests/models/model_registry_test.cc checks them): every model_type, model_type alias and class
@@ -32,7 +33,9 @@
 #define HEADROOM_MODELS_MODEL_REGISTRY_H_
 
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/json_fields.h"
@@ -42,6 +45,7 @@
 namespace headroom {
 namespace builders_internal {
 class Builder;
+struct DecoderNames;
 }  // namespace builders_internal
 
 namespace models_internal {
@@ -66,6 +70,10 @@ using ConfigParser = absl::Status (*)(const nlohmann::json& doc, const JsonPath&
 using GraphBuilder = absl::Status (*)(builders_internal::Builder& builder);
 // The config.json keys the family's sizes were read from (ConfigFieldNames in model_config.h).
 using FieldNamer = ConfigFieldNames (*)(const ModelConfig& config);
+// The leaf modules PEFT adapts by default (DefaultLoraTargets in builder.h).
+using LoraTargeter = std::vector<std::string> (*)(const ModelConfig& config, const TransformersVersion& transformers);
+// A decoder's module names as its state dict spells them (DecoderNamesOf in builder.h).
+using DecoderNamer = builders_internal::DecoderNames (*)(const ModelConfig& config);
 
 struct ModelFamilyEntry {
   // ModelConfig::model_type of every config the family parses: "llama", "falcon", "cnn".
@@ -82,6 +90,12 @@ struct ModelFamilyEntry {
   // False where no config.json's model_type names the family (the torchvision CNNs'): only its classes do.
   bool model_type_selects = true;
   std::span<const RefusedClass> refused_classes = {};
+  // Llama's eager attention (softmax in f32) and loss over f32 logits, which its descendants keep.
+  bool llama_like = false;
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the family; null: q_proj and v_proj.
+  LoraTargeter lora_targets = nullptr;
+  // Null: Llama's names (DecoderNames' defaults).
+  DecoderNamer decoder_names = nullptr;
 };
 
 // Every family, in the order listings give their classes (SupportedArchitectures).

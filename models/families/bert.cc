@@ -2,6 +2,8 @@
 // their masked-LM and sequence-classification heads (Note [Headless encoders] in builders.h). Built by BuildEncoder
 // (builders/encoder.cc).
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "common/status_macros.h"
 #include "models/builder.h"
@@ -52,6 +54,10 @@ constexpr ArchitectureClass kRobertaClasses[] = {
     {"RobertaForSequenceClassification", EncoderHead::kSequenceClassification},
 };
 
+std::vector<std::string> LoraTargets(const ModelConfig&, const TransformersVersion&) {
+  return {"query", "value"};
+}
+
 }  // namespace
 
 extern constexpr ModelFamilyEntry kBertFamily{
@@ -61,6 +67,7 @@ extern constexpr ModelFamilyEntry kBertFamily{
     .parse = CheckedTransformer<ParseBertLike>,
     .build = [](Builder& b) { return b.BuildEncoder(); },
     .field_names = UngroupedHeadNames,
+    .lora_targets = LoraTargets,
 };
 
 extern constexpr ModelFamilyEntry kRobertaFamily{
@@ -70,6 +77,7 @@ extern constexpr ModelFamilyEntry kRobertaFamily{
     .parse = CheckedTransformer<ParseBertLike>,
     .build = [](Builder& b) { return b.BuildEncoder(); },
     .field_names = UngroupedHeadNames,
+    .lora_targets = LoraTargets,
 };
 
 }  // namespace headroom::models_internal

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string_view>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -64,6 +66,14 @@ ConfigFieldNames BloomFieldNames(const ModelConfig&) {
 
 constexpr ArchitectureClass kClasses[] = {{"BloomForCausalLM"}};
 
+std::vector<std::string> LoraTargets(const ModelConfig&, const TransformersVersion&) {
+  return {"query_key_value"};
+}
+
+builders_internal::DecoderNames ModuleNames(const ModelConfig&) {
+  return {.root = "transformer.", .embed = "word_embeddings", .layers = "h", .final_norm = "ln_f"};
+}
+
 }  // namespace
 
 extern constexpr ModelFamilyEntry kBloomFamily{
@@ -73,6 +83,8 @@ extern constexpr ModelFamilyEntry kBloomFamily{
     .parse = CheckedTransformer<ParseBloom>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
     .field_names = BloomFieldNames,
+    .lora_targets = LoraTargets,
+    .decoder_names = ModuleNames,
 };
 
 }  // namespace headroom::models_internal

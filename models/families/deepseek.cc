@@ -2,6 +2,7 @@
 // attention] in builders/attention.cc) and shared experts. Built by BuildDecoder (builders/decoder.cc).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -68,6 +69,13 @@ absl::Status ParseDeepseek(const json& doc, const JsonPath& path, ModelConfig& c
 constexpr ArchitectureClass kDeepseekV2Classes[] = {{"DeepseekV2ForCausalLM"}};
 constexpr ArchitectureClass kDeepseekV3Classes[] = {{"DeepseekV3ForCausalLM"}};
 
+std::vector<std::string> LoraTargets(const ModelConfig& c, const TransformersVersion&) {
+  // Multi-head latent attention (Note [Multi-head latent attention]) has no v_proj: the values come out of
+  // kv_b_proj, and the queries out of q_b_proj when they pass a low-rank bottleneck.
+  if (c.is_mla()) return {c.q_lora_rank > 0 ? "q_b_proj" : "q_proj", "kv_b_proj"};
+  return {"q_proj", "v_proj"};
+}
+
 }  // namespace
 
 extern constexpr ModelFamilyEntry kDeepseekV2Family{
@@ -77,6 +85,7 @@ extern constexpr ModelFamilyEntry kDeepseekV2Family{
     .parse = CheckedTransformer<ParseDeepseek>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
     .field_names = UngroupedHeadNames,
+    .lora_targets = LoraTargets,
 };
 
 extern constexpr ModelFamilyEntry kDeepseekV3Family{
@@ -86,6 +95,7 @@ extern constexpr ModelFamilyEntry kDeepseekV3Family{
     .parse = CheckedTransformer<ParseDeepseek>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
     .field_names = UngroupedHeadNames,
+    .lora_targets = LoraTargets,
 };
 
 }  // namespace headroom::models_internal

@@ -3,6 +3,8 @@
 // (builders/decoder.cc).
 #include <cstdint>
 #include <string_view>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -90,6 +92,18 @@ constexpr ArchitectureClass kClasses[] = {{"FalconForCausalLM"}};
 // "RefinedWebModel", falcon-40b's "RefinedWeb").
 constexpr std::string_view kModelTypeAliases[] = {"RefinedWebModel", "RefinedWeb"};
 
+std::vector<std::string> LoraTargets(const ModelConfig&, const TransformersVersion&) {
+  return {"query_key_value"};
+}
+
+builders_internal::DecoderNames ModuleNames(const ModelConfig& c) {
+  // Note [Falcon]: ln_attn and ln_mlp when each parallel branch has its own norm.
+  const bool two = c.parallel_residual && c.branch_norms == 2;
+  return {.root = "transformer.", .embed = "word_embeddings", .layers = "h",
+          .norm1 = two ? "ln_attn" : "input_layernorm", .norm2 = two ? "ln_mlp" : "post_attention_layernorm",
+          .final_norm = "ln_f"};
+}
+
 }  // namespace
 
 extern constexpr ModelFamilyEntry kFalconFamily{
@@ -100,6 +114,8 @@ extern constexpr ModelFamilyEntry kFalconFamily{
     .build = [](Builder& b) { return b.BuildDecoder(); },
     .field_names = FalconFieldNames,
     .model_type_aliases = kModelTypeAliases,
+    .lora_targets = LoraTargets,
+    .decoder_names = ModuleNames,
 };
 
 }  // namespace headroom::models_internal

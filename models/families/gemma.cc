@@ -83,6 +83,7 @@ extern constexpr ModelFamilyEntry kGemmaFamily{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseGemma>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 extern constexpr ModelFamilyEntry kGemma2Family{
@@ -91,6 +92,7 @@ extern constexpr ModelFamilyEntry kGemma2Family{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseGemma2>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 extern constexpr ModelFamilyEntry kGemma3Family{
@@ -99,6 +101,7 @@ extern constexpr ModelFamilyEntry kGemma3Family{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseGemma3>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 }  // namespace headroom::models_internal

@@ -1,6 +1,9 @@
 // OpenAI's GPT-2 (GPT2LMHeadModel, and GPT2Model without its head; transformers' modeling_gpt2.py), whose size names
 // (n_embd, n_layer, n_head, n_inner, n_positions) GPT-J and GPTBigCode keep. Built by BuildDecoder
 // (builders/decoder.cc).
+#include <string>
+#include <vector>
+
 #include "common/status_macros.h"
 #include "models/builder.h"
 #include "models/config_parsing.h"
@@ -36,7 +39,16 @@ absl::Status ParseGpt2(const json& doc, const JsonPath& path, ModelConfig& c) {
 
 constexpr ArchitectureClass kClasses[] = {{"GPT2LMHeadModel"}, {"GPT2Model"}};
 
+std::vector<std::string> LoraTargets(const ModelConfig&, const TransformersVersion&) {
+  return {"c_attn"};
+}
+
 }  // namespace
+
+builders_internal::DecoderNames Gpt2DecoderNames(const ModelConfig&) {
+  return {.root = "transformer.", .embed = "wte", .layers = "h", .norm1 = "ln_1", .norm2 = "ln_2",
+          .final_norm = "ln_f"};
+}
 
 extern constexpr ModelFamilyEntry kGpt2Family{
     .model_type = "gpt2",
@@ -45,6 +57,8 @@ extern constexpr ModelFamilyEntry kGpt2Family{
     .parse = CheckedTransformer<ParseGpt2>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
     .field_names = Gpt2FieldNames,
+    .lora_targets = LoraTargets,
+    .decoder_names = Gpt2DecoderNames,
 };
 
 }  // namespace headroom::models_internal

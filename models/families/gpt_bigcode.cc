@@ -1,5 +1,8 @@
 // BigCode's StarCoder and SantaCoder (GPTBigCodeForCausalLM; Note [GPTBigCode] in builders/attention.cc). Built by
 // BuildDecoder (builders/decoder.cc).
+#include <string>
+#include <vector>
+
 #include "common/status_macros.h"
 #include "models/builder.h"
 #include "models/config_parsing.h"
@@ -42,6 +45,10 @@ ConfigFieldNames GptBigCodeFieldNames(const ModelConfig& c) {
 
 constexpr ArchitectureClass kClasses[] = {{"GPTBigCodeForCausalLM"}};
 
+std::vector<std::string> LoraTargets(const ModelConfig&, const TransformersVersion&) {
+  return {"c_attn"};
+}
+
 }  // namespace
 
 extern constexpr ModelFamilyEntry kGptBigCodeFamily{
@@ -51,6 +58,8 @@ extern constexpr ModelFamilyEntry kGptBigCodeFamily{
     .parse = CheckedTransformer<ParseGptBigCode>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
     .field_names = GptBigCodeFieldNames,
+    .lora_targets = LoraTargets,
+    .decoder_names = Gpt2DecoderNames,
 };
 
 }  // namespace headroom::models_internal

@@ -1,5 +1,8 @@
 // EleutherAI's GPT-NeoX and Pythia (GPTNeoXForCausalLM; transformers' modeling_gpt_neox.py): partial rotary,
 // attention and MLP in parallel. Built by BuildDecoder (builders/decoder.cc).
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "models/builder.h"
@@ -36,6 +39,14 @@ absl::Status ParseGptNeox(const json& doc, const JsonPath& path, ModelConfig& c)
 
 constexpr ArchitectureClass kClasses[] = {{"GPTNeoXForCausalLM"}};
 
+std::vector<std::string> LoraTargets(const ModelConfig&, const TransformersVersion&) {
+  return {"query_key_value"};
+}
+
+builders_internal::DecoderNames ModuleNames(const ModelConfig&) {
+  return {.root = "gpt_neox.", .embed = "embed_in", .final_norm = "final_layer_norm", .head = "embed_out"};
+}
+
 }  // namespace
 
 extern constexpr ModelFamilyEntry kGptNeoxFamily{
@@ -45,6 +56,8 @@ extern constexpr ModelFamilyEntry kGptNeoxFamily{
     .parse = CheckedTransformer<ParseGptNeox>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
     .field_names = UngroupedHeadNames,
+    .lora_targets = LoraTargets,
+    .decoder_names = ModuleNames,
 };
 
 }  // namespace headroom::models_internal

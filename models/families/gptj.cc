@@ -44,6 +44,10 @@ absl::Status ParseGptj(const json& doc, const JsonPath& path, ModelConfig& c) {
 
 constexpr ArchitectureClass kClasses[] = {{"GPTJForCausalLM"}};
 
+builders_internal::DecoderNames ModuleNames(const ModelConfig&) {
+  return {.root = "transformer.", .embed = "wte", .layers = "h", .norm1 = "ln_1", .final_norm = "ln_f"};
+}
+
 }  // namespace
 
 extern constexpr ModelFamilyEntry kGptjFamily{
@@ -53,6 +57,7 @@ extern constexpr ModelFamilyEntry kGptjFamily{
     .parse = CheckedTransformer<ParseGptj>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
     .field_names = Gpt2FieldNames,
+    .decoder_names = ModuleNames,
 };
 
 }  // namespace headroom::models_internal

@@ -28,6 +28,7 @@ extern constexpr ModelFamilyEntry kLlamaFamily{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseLlama>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 }  // namespace headroom::models_internal

@@ -37,6 +37,7 @@ extern constexpr ModelFamilyEntry kMistralFamily{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseMistral>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 extern constexpr ModelFamilyEntry kMixtralFamily{
@@ -45,6 +46,7 @@ extern constexpr ModelFamilyEntry kMixtralFamily{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseMixtral>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 }  // namespace headroom::models_internal

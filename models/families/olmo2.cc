@@ -30,6 +30,7 @@ extern constexpr ModelFamilyEntry kOlmo2Family{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseOlmo2>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 }  // namespace headroom::models_internal

@@ -48,6 +48,11 @@ ConfigFieldNames OptFieldNames(const ModelConfig&) {
 
 constexpr ArchitectureClass kClasses[] = {{"OPTForCausalLM"}};
 
+builders_internal::DecoderNames ModuleNames(const ModelConfig&) {
+  return {.root = "model.decoder.", .norm1 = "self_attn_layer_norm", .norm2 = "final_layer_norm",
+          .final_norm = "final_layer_norm"};
+}
+
 }  // namespace
 
 extern constexpr ModelFamilyEntry kOptFamily{
@@ -57,6 +62,7 @@ extern constexpr ModelFamilyEntry kOptFamily{
     .parse = CheckedTransformer<ParseOpt>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
     .field_names = OptFieldNames,
+    .decoder_names = ModuleNames,
 };
 
 }  // namespace headroom::models_internal

@@ -1,5 +1,8 @@
 // Microsoft's Phi-3 and Phi-4-mini (Phi3ForCausalLM; transformers' modeling_phi3.py): Llama's block with fused
 // projections. Built by BuildDecoder (builders/decoder.cc).
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "models/builder.h"
@@ -26,6 +29,10 @@ absl::Status ParsePhi3(const json& doc, const JsonPath& path, ModelConfig& c) {
 
 constexpr ArchitectureClass kClasses[] = {{"Phi3ForCausalLM"}};
 
+std::vector<std::string> LoraTargets(const ModelConfig&, const TransformersVersion&) {
+  return {"qkv_proj"};
+}
+
 }  // namespace
 
 extern constexpr ModelFamilyEntry kPhi3Family{
@@ -34,6 +41,8 @@ extern constexpr ModelFamilyEntry kPhi3Family{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParsePhi3>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
+    .lora_targets = LoraTargets,
 };
 
 }  // namespace headroom::models_internal

@@ -81,6 +81,7 @@ extern constexpr ModelFamilyEntry kQwen2Family{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseQwen2>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 extern constexpr ModelFamilyEntry kQwen3Family{
@@ -89,6 +90,7 @@ extern constexpr ModelFamilyEntry kQwen3Family{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseQwen3>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 extern constexpr ModelFamilyEntry kQwen2MoeFamily{
@@ -97,6 +99,7 @@ extern constexpr ModelFamilyEntry kQwen2MoeFamily{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseQwen2Moe>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 extern constexpr ModelFamilyEntry kQwen3MoeFamily{
@@ -105,6 +108,7 @@ extern constexpr ModelFamilyEntry kQwen3MoeFamily{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseQwen3Moe>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 }  // namespace headroom::models_internal

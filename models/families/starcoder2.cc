@@ -43,6 +43,7 @@ extern constexpr ModelFamilyEntry kStarcoder2Family{
     .kind = ModelFamily::kDecoder,
     .parse = CheckedTransformer<ParseStarcoder2>,
     .build = [](Builder& b) { return b.BuildDecoder(); },
+    .llama_like = true,
 };
 
 }  // namespace headroom::models_internal

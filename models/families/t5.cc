@@ -1,6 +1,7 @@
 // Google's T5, T5 v1.1 and Flan-T5 (T5ForConditionalGeneration; Note [T5] in builders/encoder_decoder.cc). Built by
 // BuildT5 (builders/encoder_decoder.cc).
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/quote.h"
@@ -63,6 +64,10 @@ ConfigFieldNames T5FieldNames(const ModelConfig&) {
 
 constexpr ArchitectureClass kClasses[] = {{"T5ForConditionalGeneration"}};
 
+std::vector<std::string> LoraTargets(const ModelConfig&, const TransformersVersion&) {
+  return {"q", "v"};
+}
+
 }  // namespace
 
 extern constexpr ModelFamilyEntry kT5Family{
@@ -72,6 +77,7 @@ extern constexpr ModelFamilyEntry kT5Family{
     .parse = CheckedTransformer<ParseT5>,
     .build = [](Builder& b) { return b.BuildT5(); },
     .field_names = T5FieldNames,
+    .lora_targets = LoraTargets,
 };
 
 }  // namespace headroom::models_internal

@@ -1,6 +1,8 @@
 // Google's ViT (ViTModel, ViTForImageClassification; transformers' modeling_vit.py, Note [Vision transformers] in
 // builders/vision.cc). Built by BuildVision (builders/vision.cc).
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "common/status_macros.h"
 #include "models/builder.h"
@@ -35,6 +37,12 @@ constexpr ArchitectureClass kClasses[] = {
     {"ViTForImageClassification", EncoderHead::kSequenceClassification},
 };
 
+std::vector<std::string> LoraTargets(const ModelConfig&, const TransformersVersion& transformers) {
+  // Note [ViT in transformers 5.9]: the query and value projections' new names.
+  if (transformers.AtLeast(5, 9)) return {"q_proj", "v_proj"};
+  return {"query", "value"};
+}
+
 }  // namespace
 
 extern constexpr ModelFamilyEntry kVitFamily{
@@ -43,6 +51,7 @@ extern constexpr ModelFamilyEntry kVitFamily{
     .kind = ModelFamily::kVision,
     .parse = ParseVit,
     .build = [](Builder& b) { return b.BuildVision(); },
+    .lora_targets = LoraTargets,
 };
 
 }  // namespace headroom::models_internal
