@@ -156,7 +156,11 @@ absl::StatusOr<Planned> PlanOptimal(const PlanProblem& problem) {
     HEADROOM_ASSIGN_OR_RETURN(RematPlan plan, PlanRemat(problem, StartsFrom(problem)));
     std::optional<double> bound;
     if (plan.lower_bound_solved) bound = plan.lower_bound;
-    if (knapsack.ok()) bound = std::max(bound.value_or(0), std::min(knapsack->extra_cost, plan.evaluation.extra_cost));
+    if (knapsack.ok()) {
+      bound = std::max(bound.value_or(0), std::min(knapsack->extra_cost, plan.evaluation.extra_cost));
+      // Note [Remat work limits]: without the LP, the knapsack bound is the one stated.
+      if (!plan.lower_bound_solved) absl::StrAppend(&plan.detail, "; knapsack bound");
+    }
     return Planned{std::move(plan.schedule), std::move(plan.detail), bound};
   }
   std::optional<std::pair<std::string, PlanEvaluation>> best;

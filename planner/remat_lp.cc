@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -287,10 +288,12 @@ std::vector<Step> DecodeCheckmate(const Model& m, const CheckmateColumns& cols, 
 }
 
 // Solves an LP with CLP's default (presolve, dual simplex).
-LpOutcome::Status SolveLp(const LpBuilder& b, double time_limit_s, ClpSimplex& lp) {
+LpOutcome::Status SolveLp(const LpBuilder& b, const LpLimits& limits, ClpSimplex& lp) {
   lp.setLogLevel(0);
   lp.loadProblem(b.Matrix(), b.col_lb.data(), b.col_ub.data(), b.obj.data(), b.row_lb.data(), b.row_ub.data());
-  lp.setMaximumSeconds(time_limit_s);
+  lp.setMaximumSeconds(limits.time_limit_s);
+  lp.setMaximumIterations(static_cast<int>(
+      std::clamp<int64_t>(limits.max_iterations, 0, std::numeric_limits<int>::max())));
   lp.initialSolve();
   if (lp.isProvenOptimal()) return LpOutcome::Status::kOptimal;
   if (lp.isProvenPrimalInfeasible()) return LpOutcome::Status::kInfeasible;
@@ -367,7 +370,7 @@ absl::StatusOr<LpOutcome> SolveCheckmateLp(const Model& model, uint64_t budget, 
   out.columns = static_cast<int>(b.obj.size());
   out.rows = static_cast<int>(b.row_lb.size());
   ClpSimplex lp;
-  out.status = SolveLp(b, time_limit_s, lp);
+  out.status = SolveLp(b, {.time_limit_s = time_limit_s}, lp);
   out.seconds = Seconds(start);
   if (out.status != LpOutcome::Status::kOptimal) return out;
   out.objective = lp.objectiveValue() * CostScale(model);
@@ -406,7 +409,7 @@ absl::StatusOr<LpOutcome> SolveCheckmateLp(const Model& model, uint64_t budget, 
 // that meets the budget, Checkmate's included, and an infeasible LP proves
 // that none does. It ignores memory while replays run, so it is weaker than
 // Checkmate's relaxation where within-stage peaks bind.
-absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, double time_limit_s) {
+absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, const LpLimits& limits) {
   const absl::Time start = absl::Now();
   LpOutcome out;
   const auto n = static_cast<size_t>(model.n);
@@ -499,9 +502,15 @@ absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, doub
   }
   out.columns = static_cast<int>(b.obj.size());
   out.rows = static_cast<int>(b.row_lb.size());
+  if (static_cast<int64_t>(out.columns) > limits.max_columns) {
+    out.too_large = true;  // status kStopped
+    out.seconds = Seconds(start);
+    return out;
+  }
 
   ClpSimplex lp;
-  out.status = SolveLp(b, time_limit_s, lp);
+  out.status = SolveLp(b, limits, lp);
+  out.iterations = lp.numberIterations();
   out.seconds = Seconds(start);
   if (out.status != LpOutcome::Status::kOptimal) return out;
   out.objective = std::max(0.0, lp.objectiveValue()) * cost_scale;

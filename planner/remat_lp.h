@@ -9,6 +9,7 @@
 #define HEADROOM_PLANNER_REMAT_LP_H_
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -32,12 +33,25 @@ struct MilpOutcome {
 };
 absl::StatusOr<MilpOutcome> SolveCheckmateMilp(const Model& model, uint64_t budget, double time_limit_s);
 
+// How much work an LP may take (Note [Remat work limits] in
+// remat_solver.h). The iteration and column limits fix the work, so the
+// outcome repeats on any machine; the time limit is a backstop.
+struct LpLimits {
+  double time_limit_s = 60;
+  int64_t max_iterations = std::numeric_limits<int64_t>::max();  // CLP's simplex iterations
+  int64_t max_columns = std::numeric_limits<int64_t>::max();     // larger LPs are not solved
+};
+
 // An LP solution: per op and stage, how much of a copy is held or replayed.
 struct LpOutcome {
+  // kStopped: a limit of LpLimits ended the solve (too_large: the column
+  // limit, before any iteration).
   enum class Status { kOptimal, kInfeasible, kStopped };
   Status status = Status::kStopped;
+  bool too_large = false;
   double objective = 0;  // extra cost; a lower bound only when kOptimal
   double seconds = 0;
+  int64_t iterations = 0;  // simplex iterations spent
   int columns = 0;
   int rows = 0;
   // carry[i][t]: the fraction of op i's output held from stage t into
@@ -48,7 +62,7 @@ struct LpOutcome {
 // Note [Remat LP bound]: a relaxation valid for every schedule in program
 // order, so its optimum bounds the extra cost of any of them from below,
 // and its infeasibility proves that no schedule meets `budget`.
-absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, double time_limit_s);
+absl::StatusOr<LpOutcome> SolveBoundLp(const Model& model, uint64_t budget, const LpLimits& limits);
 
 // The LP relaxation of Checkmate's MILP, for comparison with ours
 // (bench/remat_bench.cc): a bound within Checkmate's schedule space only

@@ -43,6 +43,52 @@ std::string Percent(uint64_t bytes, uint64_t of) {
                                                                              static_cast<double>(of));
 }
 
+// Note [Remat work limits]: the LPs of one call, solved within the
+// iterations they share, and what stopped one that did not finish.
+class LpWork {
+ public:
+  explicit LpWork(const RematOptions& options) : options_(options), iterations_left_(options.lp_iterations) {}
+
+  absl::StatusOr<LpOutcome> Solve(const Model& model, uint64_t budget) {
+    if (iterations_left_ <= 0) {
+      stopped_by_iterations_ = true;
+      return LpOutcome{};  // kStopped
+    }
+    HEADROOM_ASSIGN_OR_RETURN(LpOutcome lp,
+                              remat::SolveBoundLp(model, budget,
+                                                  {.time_limit_s = options_.lp_time_limit_s,
+                                                   .max_iterations = iterations_left_,
+                                                   .max_columns = options_.lp_max_columns}));
+    iterations_left_ -= lp.iterations;
+    if (lp.too_large) {
+      too_large_columns_ = lp.columns;
+    } else if (lp.status == LpOutcome::Status::kStopped) {
+      (iterations_left_ <= 0 ? stopped_by_iterations_ : stopped_by_time_) = true;
+    }
+    return lp;
+  }
+
+  // Why an LP was not solved, in a few words; empty when none was stopped.
+  std::string WhyStopped() const {
+    if (too_large_columns_ > 0) {
+      return absl::StrFormat("the LP's %d columns are over the %d it solves in seconds", too_large_columns_,
+                             options_.lp_max_columns);
+    }
+    if (stopped_by_iterations_) {
+      return absl::StrFormat("the LP stopped at its work limit of %d simplex iterations", options_.lp_iterations);
+    }
+    if (stopped_by_time_) return absl::StrFormat("the LP stopped at its time limit of %g s", options_.lp_time_limit_s);
+    return "";
+  }
+
+ private:
+  const RematOptions& options_;
+  int64_t iterations_left_;
+  int too_large_columns_ = 0;
+  bool stopped_by_iterations_ = false;
+  bool stopped_by_time_ = false;
+};
+
 // Note [Remat search]
 // A point of the search is a retention pattern (Note [Lazy derivation] in
 // remat_model.h); its schedule and peak come from DeriveSteps and Simulate.
@@ -417,10 +463,11 @@ Found SearchSchedule(const Model& model, uint64_t budget, const LpOutcome* lp, c
 // The least budget at which the bound LP is feasible, within [lo, hi] and
 // to relative precision 1e-3, as a proof: no schedule peaks below the
 // returned value. The LP is infeasible at `lo` and feasible at `hi`.
-uint64_t LpFloor(const Model& model, uint64_t lo, uint64_t hi, const RematOptions& options) {
+// Each LP takes its iterations from `work`; one that stops ends the search.
+uint64_t LpFloor(const Model& model, uint64_t lo, uint64_t hi, LpWork& work) {
   while (hi - lo > std::max<uint64_t>(1, hi / 1000)) {
     const uint64_t mid = lo + (hi - lo) / 2;
-    absl::StatusOr<LpOutcome> lp = remat::SolveBoundLp(model, mid, options.lp_time_limit_s);
+    absl::StatusOr<LpOutcome> lp = work.Solve(model, mid);
     if (!lp.ok() || lp->status == LpOutcome::Status::kStopped) break;  // unproven: keep what is proven
     (lp->status == LpOutcome::Status::kInfeasible ? lo : hi) = mid;
   }
@@ -428,7 +475,7 @@ uint64_t LpFloor(const Model& model, uint64_t lo, uint64_t hi, const RematOption
 }
 
 absl::StatusOr<ReachableBudget> Reachable(const PlanProblem& problem, const Model& model,
-                                          const RematOptions& options) {
+                                          const RematOptions& options, LpWork& work) {
   ReachableBudget out;
   // A start that peaks at the op floor reaches the least any schedule can.
   for (const auto& [name, schedule] : options.starts) {
@@ -439,7 +486,7 @@ absl::StatusOr<ReachableBudget> Reachable(const PlanProblem& problem, const Mode
   // Aim at the op floor: the search's repair lowers the peak until it gets
   // there (then it is the least possible) or stalls. Where the bound LP is
   // feasible at the floor, its solution seeds the search.
-  absl::StatusOr<LpOutcome> lp = remat::SolveBoundLp(model, model.floor, options.lp_time_limit_s);
+  absl::StatusOr<LpOutcome> lp = work.Solve(model, model.floor);
   const bool lp_feasible = lp.ok() && lp->status == LpOutcome::Status::kOptimal;
   Found found = SearchSchedule(model, model.floor, lp_feasible ? &*lp : nullptr, options, /*descend=*/false);
   out.schedule = remat::ToSchedule(found.steps);
@@ -452,13 +499,13 @@ absl::StatusOr<ReachableBudget> Reachable(const PlanProblem& problem, const Mode
   out.floor = std::min(model.floor, out.reached);
   // Above the op floor, the LP may prove a higher one.
   if (out.reached > out.floor && lp.ok() && lp->status == LpOutcome::Status::kInfeasible) {
-    out.floor = std::min(LpFloor(model, model.floor, out.reached, options), out.reached);
+    out.floor = std::min(LpFloor(model, model.floor, out.reached, work), out.reached);
   }
   return out;
 }
 
 absl::Status OverBudget(const PlanProblem& problem, const Model& model, const ReachableBudget& r,
-                        std::string_view what) {
+                        std::string_view what, const LpWork& work) {
   const Graph& step = *problem.step;
   const uint64_t store_all = ProfileMemory(step, problem.profile).peak_bytes;
   size_t floor_op = 0;
@@ -471,6 +518,9 @@ absl::Status OverBudget(const PlanProblem& problem, const Model& model, const Re
                             "live across it",
                             step.op(static_cast<OpId>(floor_op)).name)
           : "the LP relaxation is infeasible below it";
+  if (const std::string why = work.WhyStopped(); !why.empty()) {
+    absl::StrAppend(&floor_reason, "; ", why, ", so it may prove no higher floor");
+  }
   if (problem.budget < r.floor) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "plan problem for '%s': no schedule in program order fits the budget of %d bytes: none peaks below %d "
@@ -489,7 +539,8 @@ absl::Status OverBudget(const PlanProblem& problem, const Model& model, const Re
 
 absl::StatusOr<RematBound> RematLowerBound(const PlanProblem& problem, const RematOptions& options) {
   HEADROOM_ASSIGN_OR_RETURN(Model model, CheckedModel(problem));
-  HEADROOM_ASSIGN_OR_RETURN(LpOutcome lp, remat::SolveBoundLp(model, problem.budget, options.lp_time_limit_s));
+  LpWork work(options);
+  HEADROOM_ASSIGN_OR_RETURN(LpOutcome lp, work.Solve(model, problem.budget));
   RematBound b{.seconds = lp.seconds};
   b.feasible = lp.status != LpOutcome::Status::kInfeasible && problem.budget >= model.floor;
   b.solved = lp.status == LpOutcome::Status::kOptimal;
@@ -556,15 +607,17 @@ absl::StatusOr<RematBound> ReplayKnapsackBound(const PlanProblem& problem) {
 
 absl::StatusOr<ReachableBudget> SmallestReachableBudget(const PlanProblem& problem, const RematOptions& options) {
   HEADROOM_ASSIGN_OR_RETURN(Model model, CheckedModel(problem));
-  return Reachable(problem, model, options);
+  LpWork work(options);
+  return Reachable(problem, model, options, work);
 }
 
 absl::StatusOr<RematPlan> PlanRemat(const PlanProblem& problem, const RematOptions& options) {
   const absl::Time start = absl::Now();
   HEADROOM_ASSIGN_OR_RETURN(Model model, CheckedModel(problem));
+  LpWork work(options);
   auto over_budget = [&]() -> absl::Status {
-    HEADROOM_ASSIGN_OR_RETURN(ReachableBudget r, Reachable(problem, model, options));
-    return OverBudget(problem, model, r, "the rematerialization search");
+    HEADROOM_ASSIGN_OR_RETURN(ReachableBudget r, Reachable(problem, model, options, work));
+    return OverBudget(problem, model, r, "the rematerialization search", work);
   };
   if (problem.budget < model.floor) return over_budget();
   if (ProfileMemory(*problem.step, problem.profile).peak_bytes <= problem.budget) {
@@ -575,8 +628,13 @@ absl::StatusOr<RematPlan> PlanRemat(const PlanProblem& problem, const RematOptio
     plan.detail = "the store-all step fits";
     return plan;
   }
-  HEADROOM_ASSIGN_OR_RETURN(LpOutcome lp, remat::SolveBoundLp(model, problem.budget, options.lp_time_limit_s));
+  HEADROOM_ASSIGN_OR_RETURN(LpOutcome lp, work.Solve(model, problem.budget));
   if (lp.status == LpOutcome::Status::kInfeasible) return over_budget();
+  // How the bound came out, for the detail.
+  auto bound_detail = [&](double bound) {
+    return lp.status == LpOutcome::Status::kOptimal ? absl::StrFormat("LP bound %.6g", bound)
+                                                    : absl::StrCat("no LP bound: ", work.WhyStopped());
+  };
 
   // The model agrees with EvaluateSchedule except around views (Note [Remat
   // model]); where the measured peak overshoots, search again under a
@@ -608,8 +666,8 @@ absl::StatusOr<RematPlan> PlanRemat(const PlanProblem& problem, const RematOptio
     plan.lower_bound_solved = lp.status == LpOutcome::Status::kOptimal;
     plan.lower_bound = plan.lower_bound_solved ? std::min(lp.objective, plan.evaluation.extra_cost) : 0;
     plan.seconds = SecondsSince(start);
-    plan.detail = absl::StrFormat("%d replays %s; LP bound %.6g", plan.evaluation.recomputed_ops, how,
-                                  plan.lower_bound);
+    plan.detail = absl::StrFormat("%d replays %s; %s", plan.evaluation.recomputed_ops, how,
+                                  bound_detail(plan.lower_bound));
     return plan;
   }
   // The search found nothing within budget; a start may still fit.
@@ -624,7 +682,7 @@ absl::StatusOr<RematPlan> PlanRemat(const PlanProblem& problem, const RematOptio
   if (!best) return over_budget();
   best->lower_bound_solved = lp.status == LpOutcome::Status::kOptimal;
   best->lower_bound = best->lower_bound_solved ? std::min(lp.objective, best->evaluation.extra_cost) : 0;
-  absl::StrAppend(&best->detail, absl::StrFormat("; LP bound %.6g", best->lower_bound));
+  absl::StrAppend(&best->detail, "; ", bound_detail(best->lower_bound));
   best->seconds = SecondsSince(start);
   return *std::move(best);
 }
@@ -632,12 +690,13 @@ absl::StatusOr<RematPlan> PlanRemat(const PlanProblem& problem, const RematOptio
 absl::StatusOr<RematPlan> SolveRematMilp(const PlanProblem& problem, const RematOptions& options) {
   const absl::Time start = absl::Now();
   HEADROOM_ASSIGN_OR_RETURN(Model model, CheckedModel(problem));
+  LpWork work(options);
   auto over_budget = [&]() -> absl::Status {
-    HEADROOM_ASSIGN_OR_RETURN(ReachableBudget r, Reachable(problem, model, options));
-    return OverBudget(problem, model, r, "Checkmate's MILP");
+    HEADROOM_ASSIGN_OR_RETURN(ReachableBudget r, Reachable(problem, model, options, work));
+    return OverBudget(problem, model, r, "Checkmate's MILP", work);
   };
   if (problem.budget < model.floor) return over_budget();
-  HEADROOM_ASSIGN_OR_RETURN(LpOutcome lp, remat::SolveBoundLp(model, problem.budget, options.lp_time_limit_s));
+  HEADROOM_ASSIGN_OR_RETURN(LpOutcome lp, work.Solve(model, problem.budget));
   if (lp.status == LpOutcome::Status::kInfeasible) return over_budget();
   // The solver's tolerance can let a solution overshoot the budget by a
   // hair, and views can part the MILP's memory from ProfileMemory's (Note

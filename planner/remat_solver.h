@@ -54,11 +54,29 @@
 
 namespace headroom {
 
+// Note [Remat work limits]
+// The bound LP has O(ops^2) columns: 139,422 on ResNet-50's 632-op step,
+// whose LP CLP solves in about 17,000 iterations (3-4 s of CPU), and
+// 393,308 on GPT-2's 1,019-op step, where presolve alone takes seconds and
+// the solve 84,270 iterations (30 s of CPU). So that every strategy answers
+// in seconds (issue [13]), the LPs run under work limits, not only clocks:
+// an LP with more than lp_max_columns columns is not solved, and all the LPs
+// of one call (the bound, the one at the op floor, the bisection of
+// SmallestReachableBudget) share lp_iterations simplex iterations. Both
+// count work, not time, so a plan is the same on every machine; the time
+// limit stays as a backstop. Where the LP was not solved the search starts
+// from the other seeds (store-all, replay-all, the starts), the plan has no
+// LP bound (the optimal strategy then states the knapsack bound, Note
+// [Replay knapsack bound]), and RematPlan::detail says which limit ended it.
 struct RematOptions {
   // Wall-clock limit of SolveRematMilp; CBC returns its best schedule so far.
   double milp_time_limit_s = 120;
-  // Wall-clock limit of each LP solve.
+  // Wall-clock limit of each LP solve, a backstop behind the work limits.
   double lp_time_limit_s = 60;
+  // Note [Remat work limits]: simplex iterations for all the LPs of one
+  // call together, and the most columns an LP may have to be solved.
+  int64_t lp_iterations = 20000;
+  int64_t lp_max_columns = 200000;
   // PlanRemat's local search effort, in schedules simulated (one with more
   // than twice as many steps as ops counts as several), and the kicks of
   // its iterated local search. Both fix the work, so results repeat.
@@ -75,7 +93,8 @@ struct RematPlan {
   Schedule schedule;
   PlanEvaluation evaluation;  // EvaluateSchedule(problem, schedule); peak_bytes <= budget
   // No schedule in program order that meets the budget replays less than
-  // this (Note [Remat LP bound]); 0 when the LP did not finish in time.
+  // this (Note [Remat LP bound]); 0 when the LP did not finish within its
+  // limits (Note [Remat work limits]).
   double lower_bound = 0;
   bool lower_bound_solved = false;  // the LP reached its optimum
   // SolveRematMilp only: CBC proved the schedule optimal among Checkmate's
