@@ -105,7 +105,8 @@ absl::StatusOr<Schedule> PlanHybrid(const PlanProblem& problem);
 // The smallest peak PlanOffload (or PlanHybrid, when `hybrid`) reaches,
 // whatever problem.budget says, found by bisecting the budget: what an error
 // for a budget no strategy meets names. Not a bound: the greedy may stop
-// above the least peak any offload plan could reach.
+// above the least peak any offload plan could reach, and the bisection
+// stops at a work limit (Note [Smallest offload peak work] in the .cc).
 absl::StatusOr<uint64_t> SmallestOffloadPeak(const PlanProblem& problem, bool hybrid);
 
 }  // namespace headroom
