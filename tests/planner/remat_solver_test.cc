@@ -342,6 +342,37 @@ TEST(RematSolver, BudgetBelowTheFloorNamesTheSmallestBudget) {
   EXPECT_LE(plan->evaluation.peak_bytes, reach->reached);
 }
 
+// Note [Remat work limits]: an LP over its column limit is not solved, one
+// out of iterations stops; the plan still fits, has no LP bound, and says
+// which limit ended the LP. The limits are work, so the plan repeats.
+TEST(RematSolver, SaysWhichWorkLimitStoppedTheLp) {
+  const Dag d = TrainingDag(4, 10);
+  absl::StatusOr<remat::Model> model = remat::BuildModel(ProblemFor(d, 1));
+  ASSERT_TRUE(model.ok());
+  const uint64_t store_all = StoreAllPeak(d.graph);
+  const PlanProblem problem = ProblemFor(d, model->floor + (store_all - model->floor) / 2);
+  absl::StatusOr<RematPlan> solved = PlanRemat(problem);
+  ASSERT_TRUE(solved.ok()) << solved.status();
+  EXPECT_TRUE(solved->lower_bound_solved);
+  EXPECT_THAT(solved->detail, HasSubstr("LP bound"));
+
+  absl::StatusOr<RematPlan> too_large = PlanRemat(problem, {.lp_max_columns = 1});
+  ASSERT_TRUE(too_large.ok()) << too_large.status();
+  EXPECT_LE(too_large->evaluation.peak_bytes, problem.budget);
+  EXPECT_FALSE(too_large->lower_bound_solved);
+  EXPECT_EQ(too_large->lower_bound, 0);
+  EXPECT_THAT(too_large->detail, HasSubstr("no LP bound: the LP's"));
+  EXPECT_THAT(too_large->detail, HasSubstr("columns are over the 1 it solves in seconds"));
+
+  absl::StatusOr<RematPlan> stopped = PlanRemat(problem, {.lp_iterations = 1});
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_FALSE(stopped->lower_bound_solved);
+  EXPECT_THAT(stopped->detail, HasSubstr("no LP bound: the LP stopped at its work limit of 1 simplex iterations"));
+  absl::StatusOr<RematPlan> again = PlanRemat(problem, {.lp_iterations = 1});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->schedule.entries, stopped->schedule.entries);
+}
+
 TEST(RematSolver, StoreAllFitsWithNothingReplayed) {
   const Dag d = TrainingDag(5, 8);
   absl::StatusOr<RematPlan> r = PlanRemat(ProblemFor(d, StoreAllPeak(d.graph)));
