@@ -31,6 +31,16 @@ TEST(PlanCli, Gpt2FitsEightyPercentOfItsPeak) {
   EXPECT_THAT(r.out, HasSubstr("replays"));
 }
 
+// Note [Remat work limits]: GPT-2's bound LP is over the column limit, so
+// the optimal strategy plans without it and says so, with the knapsack bound.
+TEST(PlanCli, OptimalSaysWhenItsLpIsTooLarge) {
+  auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--strategy", "optimal"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(": fits"));
+  EXPECT_THAT(r.out, HasSubstr("no LP bound: the LP's"));
+  EXPECT_THAT(r.out, HasSubstr("columns are over the 200000 it solves in seconds; knapsack bound"));
+}
+
 TEST(PlanCli, CompareListsEveryStrategyInJson) {
   auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "90%", "--compare", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
