@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/checked_math.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "estimators/memory_estimate.h"
 #include "estimators/optimizer_state.h"
@@ -438,8 +439,8 @@ absl::StatusOr<Graph> PipelineStageForward(const Graph& forward, int stage, int 
   if (stage < stages - 1) {
     if (sent.empty()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "--pp: stage %d of '%s' sends nothing to the next stage; its layers do not form a pipeline", stage,
-          forward.name()));
+          "--pp: stage %d of %s sends nothing to the next stage; its layers do not form a pipeline", stage,
+          QuoteForError(forward.name())));
     }
     Op send{.kind = "sum", .name = "pipeline.send", .phase = Phase::kLoss};
     for (TensorId t : sent) send.inputs.push_back(mapped[static_cast<size_t>(t)]);

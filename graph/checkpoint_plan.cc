@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 
 namespace headroom {
 
@@ -20,7 +21,8 @@ absl::Status CheckpointPlan::Validate(const Graph& forward) const {
   if (segment_of_op.empty()) return absl::OkStatus();
   if (segment_of_op.size() != forward.num_ops()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "checkpoint plan covers %d ops, graph '%s' has %d", segment_of_op.size(), forward.name(), forward.num_ops()));
+        "checkpoint plan covers %d ops, graph %s has %d", segment_of_op.size(), QuoteForError(forward.name()),
+        forward.num_ops()));
   }
   int32_t next = 0;  // the segment a new run must open
   int32_t previous = kNone;
@@ -32,15 +34,15 @@ absl::Status CheckpointPlan::Validate(const Graph& forward) const {
     }
     if (op.phase != Phase::kForward) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "checkpoint plan puts op '%s' (phase %s) in segment %d; only forward ops are replayed", op.name,
-          PhaseName(op.phase), s));
+          "checkpoint plan puts op %s (phase %s) in segment %d; only forward ops are replayed",
+          QuoteForError(op.name), PhaseName(op.phase), s));
     }
     if (s == previous) continue;
     if (s != next) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "checkpoint plan: op '%s' opens segment %d where segment %d was expected (segments are numbered in "
+          "checkpoint plan: op %s opens segment %d where segment %d was expected (segments are numbered in "
           "program order and each is one contiguous run of ops)",
-          op.name, s, next));
+          QuoteForError(op.name), s, next));
     }
     ++next;
     previous = s;

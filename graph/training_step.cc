@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "graph/autograd.h"
 
@@ -137,15 +138,15 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions&
   HEADROOM_RETURN_IF_ERROR(options.checkpoint.Validate(forward));
   if (!options.training && !options.checkpoint.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "graph '%s': a checkpoint plan applies to training; inference keeps nothing for backward",
-        forward.name()));
+        "graph %s: a checkpoint plan applies to training; inference keeps nothing for backward",
+        QuoteForError(forward.name())));
   }
   OpId last_loss = kNone;
   for (const Op& op : forward.ops()) {
     if (!IsForwardPhase(op.phase)) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "graph '%s': op '%s' is already in phase %s; BuildTrainingStep expects a forward graph",
-          forward.name(), op.name, PhaseName(op.phase)));
+          "graph %s: op %s is already in phase %s; BuildTrainingStep expects a forward graph",
+          QuoteForError(forward.name()), QuoteForError(op.name), PhaseName(op.phase)));
     }
     if (op.phase == Phase::kLoss && !IsHoldOp(op)) last_loss = op.id;
   }
@@ -160,8 +161,8 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions&
   }
   if (last_loss == kNone) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "graph '%s' has no loss op (phase loss); a training step needs one (build with training on)",
-        forward.name()));
+        "graph %s has no loss op (phase loss); a training step needs one (build with training on)",
+        QuoteForError(forward.name())));
   }
 
   const std::vector<bool> requires_grad = RequiresGrad(forward);
@@ -211,8 +212,8 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const StepOptions&
   const Op& loss_op = forward.op(last_loss);
   if (loss_op.outputs.empty() || !requires_grad[static_cast<size_t>(loss_op.outputs[0])]) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "graph '%s': loss op '%s' has no output that depends on a trainable parameter",
-        forward.name(), loss_op.name));
+        "graph %s: loss op %s has no output that depends on a trainable parameter",
+        QuoteForError(forward.name()), QuoteForError(loss_op.name)));
   }
   pass.gradient[static_cast<size_t>(loss_op.outputs[0])] = internal::kSeedGradient;
 

@@ -193,7 +193,7 @@ absl::StatusOr<GpuCatalog> GpuCatalog::Parse(std::string_view json_text, std::st
     keys.insert(keys.end(), gpu.aliases.begin(), gpu.aliases.end());
     for (const std::string& key : keys) {
       const std::string normalized = NormalizeGpuName(key);
-      if (normalized.empty()) return (root / "gpus" / i).Error(absl::StrCat("alias '", key, "' is empty"));
+      if (normalized.empty()) return (root / "gpus" / i).Error(absl::StrCat("alias ", QuoteForError(key), " is empty"));
       auto [it, inserted] = catalog.index_.emplace(normalized, catalog.gpus_.size());
       if (!inserted && it->second != catalog.gpus_.size()) {
         return (root / "gpus" / i).Error(absl::StrCat("name or alias ", QuoteForError(key), " is already used by ",

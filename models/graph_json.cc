@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/json_fields.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -131,8 +132,8 @@ absl::StatusOr<Op> ReadOp(const json& o, const JsonPath& path, size_t index, siz
   HEADROOM_RETURN_IF_ERROR(ReadOptional(o, "measured_cost", path, AsNumber, op.measured_cost));
   if (!(op.measured_cost >= 0) || !(op.measured_cost <= kMaxMeasuredCost)) {
     return (path / "measured_cost")
-        .Error(absl::StrFormat("%g (op '%s') is not a cost: it must be between 0 and %g", op.measured_cost, op.name,
-                               kMaxMeasuredCost));
+        .Error(absl::StrFormat("%g (op %s) is not a cost: it must be between 0 and %g", op.measured_cost,
+                               QuoteForError(op.name), kMaxMeasuredCost));
   }
   HEADROOM_RETURN_IF_ERROR(ReadOptional(o, "attention_core", path, AsBool, op.attention_core));
   if (op.forward_of != kNone && static_cast<size_t>(op.forward_of) >= num_ops) {

@@ -71,8 +71,8 @@ absl::StatusOr<Graph> ImportNodeLink(std::string_view json_text, std::string_vie
     HEADROOM_ASSIGN_OR_RETURN(node.cost_ram, RequireUint(n, "cost_ram", np));
     if (!(node.cost_cpu >= 0) || !(node.cost_cpu <= kMaxMeasuredCost)) {
       return (np / "cost_cpu")
-          .Error(absl::StrFormat("%g (node '%s') is not a cost: it must be between 0 and %g",
-                                 node.cost_cpu, node.name, kMaxMeasuredCost));
+          .Error(absl::StrFormat("%g (node %s) is not a cost: it must be between 0 and %g",
+                                 node.cost_cpu, QuoteForError(node.name), kMaxMeasuredCost));
     }
     // Note [Size bounds] in graph/graph.h: each node's output is one tensor.
     if (node.cost_ram > kMaxTensorBytes) {

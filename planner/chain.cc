@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/checked_math.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "graph/training_step.h"
@@ -151,36 +152,38 @@ absl::StatusOr<Chain> ExtractLayerChain(const Graph& forward_or_step, std::span<
   HEADROOM_RETURN_IF_ERROR(graph.Validate());
   if (op_cost.size() != graph.num_ops()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "op_cost has %d entries, graph '%s' has %d ops", op_cost.size(), graph.name(), graph.num_ops()));
+        "op_cost has %d entries, graph %s has %d ops", op_cost.size(), QuoteForError(graph.name()),
+        graph.num_ops()));
   }
   int num_layers = 0;
   int last_layer = -1;
   bool has_backward = false;
   for (const Op& op : graph.ops()) {
     if (!ValidCost(op_cost[static_cast<size_t>(op.id)])) {
-      return absl::InvalidArgumentError(absl::StrFormat("op_cost of op '%s' is %g, not a finite non-negative cost",
-                                                        op.name, op_cost[static_cast<size_t>(op.id)]));
+      return absl::InvalidArgumentError(absl::StrFormat("op_cost of op %s is %g, not a finite non-negative cost",
+                                                        QuoteForError(op.name), op_cost[static_cast<size_t>(op.id)]));
     }
     has_backward = has_backward || op.phase == Phase::kBackward;
     if (op.recompute) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "graph '%s': op '%s' is a replay; ExtractLayerChain expects a step with nothing checkpointed",
-          graph.name(), op.name));
+          "graph %s: op %s is a replay; ExtractLayerChain expects a step with nothing checkpointed",
+          QuoteForError(graph.name()), QuoteForError(op.name)));
     }
     if (op.layer < 0 || op.phase != Phase::kForward) continue;
     // A stage is one contiguous stretch of the forward (PlanForMode's
     // segments assume the same), so layers must come in program order.
     if (op.layer < last_layer) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "graph '%s': op '%s' of layer %d runs after layer %d; a chain needs layers in program order",
-          graph.name(), op.name, op.layer, last_layer));
+          "graph %s: op %s of layer %d runs after layer %d; a chain needs layers in program order",
+          QuoteForError(graph.name()), QuoteForError(op.name), op.layer, last_layer));
     }
     last_layer = op.layer;
     num_layers = std::max(num_layers, op.layer + 1);
   }
   if (num_layers == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "graph '%s' has no layers (no forward op with layer >= 0): there is no chain to plan", graph.name()));
+        "graph %s has no layers (no forward op with layer >= 0): there is no chain to plan",
+        QuoteForError(graph.name())));
   }
 
   Chain chain;
@@ -196,8 +199,8 @@ absl::StatusOr<Chain> ExtractLayerChain(const Graph& forward_or_step, std::span<
   for (int layer = 0; layer < num_layers; ++layer) {
     if (!has_op[static_cast<size_t>(layer)]) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "graph '%s': layer %d has no forward op; a chain's stages are layers 0..%d", graph.name(), layer,
-          num_layers - 1));
+          "graph %s: layer %d has no forward op; a chain's stages are layers 0..%d", QuoteForError(graph.name()),
+          layer, num_layers - 1));
     }
   }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 
@@ -206,8 +207,8 @@ absl::StatusOr<Schedule> ChenGreedySchedule(const PlanProblem& problem, const Fo
   }
   if (best == nullptr) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "chen-greedy: no threshold fits '%s' in a budget of %s; its smallest peak is %s", problem.step->name(),
-        FormatBytes(problem.budget), FormatBytes(LowestPeak(plans))));
+        "chen-greedy: no threshold fits %s in a budget of %s; its smallest peak is %s",
+        QuoteForError(problem.step->name()), FormatBytes(problem.budget), FormatBytes(LowestPeak(plans))));
   }
   return best->schedule;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "graph/liveness.h"
 #include "planner/checkpoint_mode_plan.h"
@@ -841,8 +842,8 @@ absl::StatusOr<Schedule> Finish(const StepFacts& f, const Schedule& schedule, st
   HEADROOM_ASSIGN_OR_RETURN(PlanEvaluation e, EvaluateSchedule(problem, pruned));
   if (e.peak_bytes > problem.budget) {
     return absl::InternalError(absl::StrFormat(
-        "%s planned step '%s' within %d bytes, but EvaluateSchedule finds a peak of %d bytes at entry %d", planner,
-        problem.step->name(), problem.budget, e.peak_bytes, e.peak_entry));
+        "%s planned step %s within %d bytes, but EvaluateSchedule finds a peak of %d bytes at entry %d", planner,
+        QuoteForError(problem.step->name()), problem.budget, e.peak_bytes, e.peak_entry));
   }
   // Note [Planner simulation]: a disagreement means the plan was chosen on
   // wrong figures.
@@ -852,10 +853,10 @@ absl::StatusOr<Schedule> Finish(const StepFacts& f, const Schedule& schedule, st
   const bool same_cost = std::abs(r.step_cost - e.step_cost) <= 1e-9 * std::max(1.0, std::abs(e.step_cost));
   if (r.peak != e.peak_bytes || r.host_peak != e.host_peak_bytes || !same_cost) {
     return absl::InternalError(absl::StrFormat(
-        "%s: the planner's simulation of step '%s' (peak %d bytes, host %d bytes, cost %g) disagrees with "
+        "%s: the planner's simulation of step %s (peak %d bytes, host %d bytes, cost %g) disagrees with "
         "EvaluateSchedule (peak %d bytes, host %d bytes, cost %g)",
-        planner, problem.step->name(), r.peak, r.host_peak, r.step_cost, e.peak_bytes, e.host_peak_bytes,
-        e.step_cost));
+        planner, QuoteForError(problem.step->name()), r.peak, r.host_peak, r.step_cost, e.peak_bytes,
+        e.host_peak_bytes, e.step_cost));
   }
   return pruned;
 }
@@ -870,8 +871,9 @@ uint64_t StoreAllPeak(const StepFacts& f) {
 absl::Status Unreachable(const StepFacts& f, std::string_view what, uint64_t peak, OpId at) {
   const Graph& step = *f.step;
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "%s cannot fit step '%s' in the budget of %d bytes: the smallest peak reached is %d bytes, at op '%s'", what,
-      step.name(), f.problem->budget, peak, at == kNone ? std::string("(none)") : step.op(at).name));
+      "%s cannot fit step %s in the budget of %d bytes: the smallest peak reached is %d bytes, at op %s", what,
+      QuoteForError(step.name()), f.problem->budget, peak,
+      at == kNone ? std::string("(none)") : QuoteForError(step.op(at).name)));
 }
 
 }  // namespace
@@ -883,9 +885,9 @@ absl::StatusOr<Schedule> PlanOffload(const PlanProblem& problem) {
   if (store_all <= problem.budget) return StoreAllSchedule(*problem.step);
   if (problem.copy_bytes_per_cost <= 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "step '%s' peaks at %d bytes, over the budget of %d bytes, and the plan problem's copy_bytes_per_cost is 0, "
+        "step %s peaks at %d bytes, over the budget of %d bytes, and the plan problem's copy_bytes_per_cost is 0, "
         "so nothing can be offloaded",
-        problem.step->name(), store_all, problem.budget));
+        QuoteForError(problem.step->name()), store_all, problem.budget));
   }
   Greedy greedy(f, /*offload=*/true, /*recompute=*/false);
   if (!greedy.Run()) return Unreachable(f, "offload", greedy.smallest_peak(), greedy.smallest_peak_op());

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "graph/liveness.h"
 
@@ -82,28 +83,30 @@ absl::Status ValidateProblem(const PlanProblem& problem) {
   if (problem.step == nullptr) return absl::InvalidArgumentError("plan problem: no step graph");
   const Graph& step = *problem.step;
   if (problem.op_cost.size() != step.num_ops()) {
-    return absl::InvalidArgumentError(absl::StrFormat("plan problem for '%s': %d op costs for %d ops",
-                                                      step.name(), problem.op_cost.size(), step.num_ops()));
+    return absl::InvalidArgumentError(absl::StrFormat("plan problem for %s: %d op costs for %d ops",
+                                                      QuoteForError(step.name()), problem.op_cost.size(),
+                                                      step.num_ops()));
   }
   for (const Op& op : step.ops()) {
     const double c = problem.op_cost[static_cast<size_t>(op.id)];
     if (!std::isfinite(c) || c < 0) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("plan problem for '%s': op '%s' costs %g; costs must be finite and >= 0", step.name(),
-                          op.name, c));
+          absl::StrFormat("plan problem for %s: op %s costs %g; costs must be finite and >= 0",
+                          QuoteForError(step.name()), QuoteForError(op.name), c));
     }
   }
   if (problem.in_flight < 1 || problem.in_flight > kMaxInFlight) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "plan problem for '%s': %d micro-batches in flight; expected 1 to %d", step.name(), problem.in_flight,
-        kMaxInFlight));
+        "plan problem for %s: %d micro-batches in flight; expected 1 to %d", QuoteForError(step.name()),
+        problem.in_flight, kMaxInFlight));
   }
   if (problem.budget == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("plan problem for '%s': the budget is 0 bytes", step.name()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("plan problem for %s: the budget is 0 bytes", QuoteForError(step.name())));
   }
   if (!std::isfinite(problem.copy_bytes_per_cost) || problem.copy_bytes_per_cost < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "plan problem for '%s': copy speed %g bytes per cost unit must be finite and >= 0", step.name(),
+        "plan problem for %s: copy speed %g bytes per cost unit must be finite and >= 0", QuoteForError(step.name()),
         problem.copy_bytes_per_cost));
   }
   return absl::OkStatus();
@@ -144,7 +147,8 @@ absl::StatusOr<PlanEvaluation> EvaluateSchedule(const PlanProblem& problem, cons
   const size_t copies = schedule.CountOf(ScheduleAction::kOffload) + schedule.CountOf(ScheduleAction::kPrefetch);
   if (copies > 0 && problem.copy_bytes_per_cost <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "schedule of '%s' copies tensors to host memory, but the problem has no host-link speed", step.name()));
+        "schedule of %s copies tensors to host memory, but the problem has no host-link speed",
+        QuoteForError(step.name())));
   }
   HEADROOM_ASSIGN_OR_RETURN(Graph scheduled, MaterializeSchedule(step, schedule));
   MemoryProfile profile = ProfileMemory(scheduled, problem.profile);
@@ -182,7 +186,8 @@ absl::Status ValidateSchedule(const PlanProblem& problem, const Schedule& schedu
   const Graph& step = *problem.step;
   auto fail = [&](size_t i, const std::string& why) {
     const ScheduleEntry& e = schedule.entries[i];
-    return absl::FailedPreconditionError(absl::StrFormat("schedule of '%s', entry %d (%s %d): %s", step.name(), i,
+    return absl::FailedPreconditionError(absl::StrFormat("schedule of %s, entry %d (%s %d): %s",
+                                                         QuoteForError(step.name()), i,
                                                          ScheduleActionName(e.action), e.target, why));
   };
   std::array<bool, 8> counted{};
@@ -237,7 +242,7 @@ absl::Status ValidateSchedule(const PlanProblem& problem, const Schedule& schedu
         // A view's record is its base copy at the time the view was made.
         const int64_t c = latest[static_cast<size_t>(in)];
         if (c < 0) {
-          return fail(i, absl::StrFormat("reads '%s', which is not resident", step.tensor(in).name));
+          return fail(i, absl::StrFormat("reads %s, which is not resident", QuoteForError(step.tensor(in).name)));
         }
         copies[static_cast<size_t>(c)].last = std::max(copies[static_cast<size_t>(c)].last, at);
       }
@@ -275,8 +280,8 @@ absl::Status ValidateSchedule(const PlanProblem& problem, const Schedule& schedu
   }
   if (next != static_cast<OpId>(step.num_ops())) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "schedule of '%s' never computes op %d ('%s'), so its gradients are missing", step.name(), next,
-        step.op(next).name));
+        "schedule of %s never computes op %d (%s), so its gradients are missing", QuoteForError(step.name()), next,
+        QuoteForError(step.op(next).name)));
   }
   // Note [Pipeline in-flight]: copies that compute entries of forward-side
   // ops make, live at the last such entry.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/json_fields.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -80,7 +81,7 @@ absl::StatusOr<PlanFile> ParsePlanDocument(const nlohmann::json& doc, std::strin
   if (!doc.is_object()) return root.Error(absl::StrFormat("expected an object, got %s", JsonTypeName(doc)));
   HEADROOM_ASSIGN_OR_RETURN(std::string format, RequireString(doc, "format", root));
   if (format != kFormat) {
-    return (root / "format").Error(absl::StrFormat("expected \"%s\", got \"%s\"", kFormat, format));
+    return (root / "format").Error(absl::StrFormat("expected \"%s\", got %s", kFormat, QuoteForError(format)));
   }
   HEADROOM_ASSIGN_OR_RETURN(int64_t version, RequireInt(doc, "version", root));
   if (version < 1 || version > kPlanFileVersion) {
@@ -128,7 +129,8 @@ absl::Status CheckPlanMatchesStep(const PlanFile& file, const Graph& step, std::
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: the plan is for a step of %d ops and %d tensors (fingerprint %s), but --model and the job flags "
         "give one of %d ops and %d tensors (%s); plan again or pass the flags it was planned with",
-        origin, file.step_ops, file.step_tensors, file.fingerprint, step.num_ops(), step.num_tensors(), fingerprint));
+        origin, file.step_ops, file.step_tensors, EscapeForError(file.fingerprint), step.num_ops(),
+        step.num_tensors(), fingerprint));
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/name_table.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "planner/chain.h"
@@ -119,8 +120,8 @@ absl::StatusOr<std::pair<Schedule, std::string>> PlanChainDp(const PlanProblem& 
     dp_budget -= excess;
   }
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "chain-dp: the plans the DP made for step '%s' measure over the budget of %s (last: %s)", step.name(),
-      FormatBytes(problem.budget), FormatBytes(measured)));
+      "chain-dp: the plans the DP made for step %s measure over the budget of %s (last: %s)",
+      QuoteForError(step.name()), FormatBytes(problem.budget), FormatBytes(measured)));
 }
 
 struct Planned {
@@ -174,9 +175,9 @@ absl::StatusOr<Planned> PlanOptimal(const PlanProblem& problem) {
   }
   if (!best) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "optimal: step '%s' has %d ops, more than the %d the rematerialization search takes, and none of "
+        "optimal: step %s has %d ops, more than the %d the rematerialization search takes, and none of "
         "chen-greedy, chain-dp and sqrt-n fits its budget of %s",
-        problem.step->name(), problem.step->num_ops(), kMaxRematOps, FormatBytes(problem.budget)));
+        QuoteForError(problem.step->name()), problem.step->num_ops(), kMaxRematOps, FormatBytes(problem.budget)));
   }
   std::optional<double> bound;
   if (knapsack.ok()) bound = std::min(knapsack->extra_cost, best->second.extra_cost);
@@ -319,13 +320,14 @@ absl::StatusOr<PlanResult> ReplanUntilItFits(const PlanProblem& problem, Strateg
   }
   if (!pipelined) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s: what selective checkpointing runs of its plans for '%s' peaks over the budget of %s (its last plan: %s)",
-        StrategyName(strategy), problem.step->name(), FormatBytes(problem.budget), FormatBytes(measured)));
+        "%s: what selective checkpointing runs of its plans for %s peaks over the budget of %s (its last plan: %s)",
+        StrategyName(strategy), QuoteForError(problem.step->name()), FormatBytes(problem.budget),
+        FormatBytes(measured)));
   }
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "%s: with %d micro-batches in flight, its plans for one micro-batch of '%s' still peak over the budget of "
+      "%s: with %d micro-batches in flight, its plans for one micro-batch of %s still peak over the budget of "
       "%s (last: %s)",
-      StrategyName(strategy), problem.in_flight, problem.step->name(), FormatBytes(problem.budget),
+      StrategyName(strategy), problem.in_flight, QuoteForError(problem.step->name()), FormatBytes(problem.budget),
       FormatBytes(measured)));
 }
 
@@ -437,8 +439,9 @@ absl::StatusOr<PlanResult> RunAutomaticStrategy(const PlanProblem& problem) {
     }
   }
   if (best == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrFormat("no strategy's plan for '%s' fits the budget of %s",
-                                                        problem.step->name(), FormatBytes(problem.budget)));
+    return absl::ResourceExhaustedError(absl::StrFormat("no strategy's plan for %s fits the budget of %s",
+                                                        QuoteForError(problem.step->name()),
+                                                        FormatBytes(problem.budget)));
   }
   PlanResult chosen = **std::move(best);
   chosen.detail = absl::StrFormat("the fastest of %d strategies whose plans fit%s: %s", fitting,

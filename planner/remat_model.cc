@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "graph/liveness.h"
 
@@ -84,8 +85,8 @@ absl::StatusOr<Model> BuildModel(const PlanProblem& problem) {
         if (p == kNone) continue;
         if (p >= op.id) {
           return absl::InvalidArgumentError(absl::StrFormat(
-              "op %d ('%s') reads tensor '%s' made by op %d, not an earlier one: the step is not in program order",
-              op.id, op.name, g.tensor(t).name, p));
+              "op %d (%s) reads tensor %s made by op %d, not an earlier one: the step is not in program order",
+              op.id, QuoteForError(op.name), QuoteForError(g.tensor(t).name), p));
         }
         InsertSorted(m.deps[i], p);
       }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "graph/liveness.h"
 #include "planner/remat_lp.h"
@@ -32,8 +33,8 @@ absl::StatusOr<Model> CheckedModel(const PlanProblem& problem) {
   HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
   if (problem.step->num_ops() > kMaxRematOps) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "plan problem for '%s': %d ops, more than the %d the rematerialization solvers take",
-        problem.step->name(), problem.step->num_ops(), kMaxRematOps));
+        "plan problem for %s: %d ops, more than the %d the rematerialization solvers take",
+        QuoteForError(problem.step->name()), problem.step->num_ops(), kMaxRematOps));
   }
   return remat::BuildModel(problem);
 }
@@ -514,24 +515,24 @@ absl::Status OverBudget(const PlanProblem& problem, const Model& model, const Re
   }
   std::string floor_reason =
       r.floor == model.floor && !model.floor_at.empty()
-          ? absl::StrFormat("op '%s' needs that much: its inputs and outputs, and what no replay can restore "
+          ? absl::StrFormat("op %s needs that much: its inputs and outputs, and what no replay can restore "
                             "live across it",
-                            step.op(static_cast<OpId>(floor_op)).name)
+                            QuoteForError(step.op(static_cast<OpId>(floor_op)).name))
           : "the LP relaxation is infeasible below it";
   if (const std::string why = work.WhyStopped(); !why.empty()) {
     absl::StrAppend(&floor_reason, "; ", why, ", so it may prove no higher floor");
   }
   if (problem.budget < r.floor) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "plan problem for '%s': no schedule in program order fits the budget of %d bytes: none peaks below %d "
+        "plan problem for %s: no schedule in program order fits the budget of %d bytes: none peaks below %d "
         "bytes%s (%s); the smallest budget reachable is %d bytes%s",
-        step.name(), problem.budget, r.floor, Percent(r.floor, store_all), floor_reason, r.reached,
+        QuoteForError(step.name()), problem.budget, r.floor, Percent(r.floor, store_all), floor_reason, r.reached,
         Percent(r.reached, store_all)));
   }
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "plan problem for '%s': %s found no schedule within the budget of %d bytes; the smallest budget reached "
+      "plan problem for %s: %s found no schedule within the budget of %d bytes; the smallest budget reached "
       "is %d bytes%s, and no schedule in program order peaks below %d bytes%s",
-      step.name(), what, problem.budget, r.reached, Percent(r.reached, store_all), r.floor,
+      QuoteForError(step.name()), what, problem.budget, r.reached, Percent(r.reached, store_all), r.floor,
       Percent(r.floor, store_all)));
 }
 
@@ -713,9 +714,9 @@ absl::StatusOr<RematPlan> SolveRematMilp(const PlanProblem& problem, const Remat
     if (!milp.has_solution) {
       if (milp.proven_infeasible) return over_budget();
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "plan problem for '%s': Checkmate's MILP found no schedule within the budget of %d bytes in %.0f s "
+          "plan problem for %s: Checkmate's MILP found no schedule within the budget of %d bytes in %.0f s "
           "(%d columns, %d rows); raise the time limit or use the fast strategy",
-          problem.step->name(), problem.budget, SecondsSince(start), milp.columns, milp.rows));
+          QuoteForError(problem.step->name()), problem.budget, SecondsSince(start), milp.columns, milp.rows));
     }
     if (attempt == 0) first_bound = milp.best_bound;
     plan.schedule = remat::ToSchedule(remat::PruneSteps(model, milp.steps));
@@ -724,9 +725,9 @@ absl::StatusOr<RematPlan> SolveRematMilp(const PlanProblem& problem, const Remat
     const uint64_t over = plan.evaluation.peak_bytes - problem.budget;
     if (attempt == 3 || over >= target) {
       return absl::InternalError(absl::StrFormat(
-          "plan problem for '%s': the MILP's schedule peaks at %d bytes, over the budget of %d bytes, after %d "
+          "plan problem for %s: the MILP's schedule peaks at %d bytes, over the budget of %d bytes, after %d "
           "attempts (the step's views are where the MILP's memory model and ProfileMemory part)",
-          problem.step->name(), plan.evaluation.peak_bytes, problem.budget, attempt + 1));
+          QuoteForError(problem.step->name()), plan.evaluation.peak_bytes, problem.budget, attempt + 1));
     }
     target -= over;
   }

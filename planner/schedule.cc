@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/name_table.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -65,8 +66,8 @@ class Materializer {
   absl::StatusOr<Graph> Finish() && {
     if (next_compute_ != static_cast<OpId>(step_.num_ops())) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "schedule of '%s' ends before computing op %d ('%s'); every op must be computed once",
-          step_.name(), next_compute_, step_.op(next_compute_).name));
+          "schedule of %s ends before computing op %d (%s); every op must be computed once",
+          QuoteForError(step_.name()), next_compute_, QuoteForError(step_.op(next_compute_).name)));
     }
     return std::move(out_);
   }
@@ -75,31 +76,31 @@ class Materializer {
   absl::Status AddOp(size_t index, const ScheduleEntry& entry) {
     const bool replay = entry.action == ScheduleAction::kRecompute;
     if (entry.target < 0 || static_cast<size_t>(entry.target) >= step_.num_ops()) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s: no op %d in '%s'", EntryName(index, entry),
-                                                        entry.target, step_.name()));
+      return absl::InvalidArgumentError(absl::StrFormat("%s: no op %d in %s", EntryName(index, entry),
+                                                        entry.target, QuoteForError(step_.name())));
     }
     const Op& source = step_.op(entry.target);
     if (!replay && entry.target != next_compute_) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: computes op '%s' out of program order (expected op %d next)", EntryName(index, entry),
-          source.name, next_compute_));
+          "%s: computes op %s out of program order (expected op %d next)", EntryName(index, entry),
+          QuoteForError(source.name), next_compute_));
     }
     if (replay && !IsRecomputable(source)) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: op '%s' is in phase %s; only forward ops can be replayed", EntryName(index, entry), source.name,
-          PhaseName(source.phase)));
+          "%s: op %s is in phase %s; only forward ops can be replayed", EntryName(index, entry),
+          QuoteForError(source.name), PhaseName(source.phase)));
     }
     if (replay && !computed_[static_cast<size_t>(entry.target)]) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: replays op '%s' before it was computed", EntryName(index, entry), source.name));
+          "%s: replays op %s before it was computed", EntryName(index, entry), QuoteForError(source.name)));
     }
     Op op = source;
     op.id = kNone;
     for (TensorId& in : op.inputs) {
       if (!produced_[static_cast<size_t>(in)]) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: op '%s' reads '%s' before it is produced", EntryName(index, entry), source.name,
-            step_.tensor(in).name));
+            "%s: op %s reads %s before it is produced", EntryName(index, entry), QuoteForError(source.name),
+            QuoteForError(step_.tensor(in).name)));
       }
       in = latest_[static_cast<size_t>(in)];
     }
@@ -131,7 +132,7 @@ class Materializer {
     const Tensor& t = step_.tensor(entry.target);
     if (!produced_[static_cast<size_t>(t.id)] || on_host_[static_cast<size_t>(t.id)]) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: '%s' is %s", EntryName(index, entry), t.name,
+          "%s: %s is %s", EntryName(index, entry), QuoteForError(t.name),
           on_host_[static_cast<size_t>(t.id)] ? "already in host memory" : "not produced yet"));
     }
     on_host_[static_cast<size_t>(t.id)] = true;
@@ -149,7 +150,8 @@ class Materializer {
     const Tensor& t = step_.tensor(entry.target);
     if (!on_host_[static_cast<size_t>(t.id)]) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s: '%s' was not offloaded, so it cannot be prefetched", EntryName(index, entry), t.name));
+          absl::StrFormat("%s: %s was not offloaded, so it cannot be prefetched", EntryName(index, entry),
+                          QuoteForError(t.name)));
     }
     on_host_[static_cast<size_t>(t.id)] = false;
     const int k = ++prefetches_[static_cast<size_t>(t.id)];
@@ -172,13 +174,13 @@ class Materializer {
 
   absl::Status CheckCopiedTensor(size_t index, const ScheduleEntry& entry) const {
     if (entry.target < 0 || static_cast<size_t>(entry.target) >= step_.num_tensors()) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s: no tensor %d in '%s'", EntryName(index, entry),
-                                                        entry.target, step_.name()));
+      return absl::InvalidArgumentError(absl::StrFormat("%s: no tensor %d in %s", EntryName(index, entry),
+                                                        entry.target, QuoteForError(step_.name())));
     }
     const Tensor& t = step_.tensor(entry.target);
     if (t.view_of != kNone || step_.producer(t.id) == kNone) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: '%s' is %s; only tensors that ops produce are copied", EntryName(index, entry), t.name,
+          "%s: %s is %s; only tensors that ops produce are copied", EntryName(index, entry), QuoteForError(t.name),
           t.view_of != kNone ? "a view" : "not produced by an op"));
     }
     return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -381,7 +382,8 @@ absl::StatusOr<SelectiveCheckpoint> RealizeFullCheckpoints(const Graph& step,
     for (OpId o = r.first; o <= r.last; ++o) {
       if (!IsRecomputable(step.op(o))) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "checkpoint region of ops %d-%d: op '%s' is not a forward op", r.first, r.last, step.op(o).name));
+            "checkpoint region of ops %d-%d: op %s is not a forward op", r.first, r.last,
+            QuoteForError(step.op(o).name)));
       }
       wanted[static_cast<size_t>(o)] = true;
     }

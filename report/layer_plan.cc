@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/name_table.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace headroom {
@@ -155,7 +156,7 @@ absl::StatusOr<StackPlan> ClassifyStack(const Graph& step, const Schedule& sched
   }
   if (by_layer.empty()) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("graph '%s' has no layers (no forward op has a layer index)", step.name()));
+        absl::StrFormat("graph %s has no layers (no forward op has a layer index)", QuoteForError(step.name())));
   }
   const int first_layer = by_layer.begin()->first;
   auto layer_made = [&step](TensorId storage) {

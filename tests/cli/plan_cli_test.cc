@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "common/quote.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/cli/run_command.h"
@@ -261,6 +262,34 @@ TEST(PlanCli, NodeLinkCostsAreScaledOrRefused) {
     EXPECT_EQ(r.exit_code, 2) << cost;
     EXPECT_THAT(r.err, HasSubstr(graph + ": nodes[2].cost_cpu: " + message));
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+// A node-link graph's name and node names are the file's: errors quote them
+// (escaped to one line, no terminal escapes, cut), as every strategy
+// reports them. Each of these printed a 100 KB line with the escape in it.
+TEST(PlanCli, NamesFromGraphFilesAreQuotedInErrors) {
+  const std::string evil = "\x1b[31mred\nheadroom: ok" + std::string(100000, 'x');
+  nlohmann::json graph = {{"directed", true}, {"multigraph", false}, {"graph", {{"name", evil + "graph"}}}};
+  graph["nodes"] = nlohmann::json::array();
+  const char* names[] = {"conv", "relu", "relu_grad", "conv_grad"};
+  for (int i = 0; i < 4; ++i) {
+    graph["nodes"].push_back(
+        {{"id", i}, {"name", evil + names[i]}, {"backward", i >= 2}, {"cost_cpu", 1 + i}, {"cost_ram", 100}});
+  }
+  graph["links"] = nlohmann::json::array();
+  for (auto [source, target] : {std::pair{0, 1}, {1, 2}, {0, 3}, {2, 3}}) {
+    graph["links"].push_back({{"source", source}, {"target", target}});
+  }
+  const std::string file = WriteTempFile("evil_names.nx.json", graph.dump());
+  for (const char* strategy : {"auto", "optimal", "chen-greedy", "offload", "hybrid", "chain-dp"}) {
+    auto r = RunHeadroom({"plan", "--model", file, "--budget", "1", "--strategy", strategy});
+    EXPECT_NE(r.exit_code, 0) << strategy;
+    EXPECT_THAT(r.err, HasSubstr(R"('\x1b[31mred\nheadroom: ok)")) << strategy << ": " << r.err.substr(0, 300);
+    EXPECT_THAT(r.err, HasSubstr("...' (1000")) << strategy;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << strategy;
+    EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << strategy;
+    EXPECT_LT(r.err.size(), 2000u) << strategy;
   }
 }
 

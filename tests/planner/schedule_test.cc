@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/quote.h"
 #include "gmock/gmock.h"
 #include "graph/liveness.h"
 #include "graph/training_step.h"
@@ -15,6 +16,7 @@
 #include "models/model_source.h"
 #include "planner/checkpoint_mode_plan.h"
 #include "planner/plan.h"
+#include "planner/planner.h"
 
 namespace headroom {
 namespace {
@@ -199,6 +201,60 @@ TEST(Schedule, BadSchedulesNameTheEntry) {
   Schedule unknown = StoreAllSchedule(step);
   unknown.entries.push_back({ScheduleAction::kOffload, 1 << 30});
   EXPECT_THAT(error(unknown), HasSubstr("no tensor"));
+}
+
+// Names come from input files (a node-link graph's name and node names, a
+// graph JSON's ops and tensors), so errors quote them: escaped to one line,
+// no terminal escapes, and cut, not a 100 KB line (common/quote.h).
+TEST(Schedule, NamesFromInputAreQuotedInErrors) {
+  const std::string evil = "\x1b[31mred\nheadroom: ok" + std::string(100000, 'x');
+  const std::string shown = R"('\x1b[31mred\nheadroom: ok)";
+  Graph forward(evil);
+  TensorId x = forward.AddTensor({.name = evil + "x", .shape = {4, 8}, .role = TensorRole::kInput});
+  for (int l = 0; l < 3; ++l) {
+    TensorId w = forward.AddTensor({.name = evil + "w", .shape = {8, 8}, .role = TensorRole::kParameter, .layer = l});
+    TensorId h = forward.AddTensor({.name = evil + "h", .shape = {4, 8}, .layer = l});
+    TensorId a = forward.AddTensor({.name = evil + "a", .shape = {4, 8}, .layer = l});
+    forward.AddOp({.kind = "linear", .name = evil + "fc", .inputs = {x, w}, .outputs = {h}, .saved = {x}, .layer = l});
+    forward.AddOp({.kind = "gelu", .name = evil + "act", .inputs = {h}, .outputs = {a}, .saved = {h}, .layer = l});
+    x = a;
+  }
+  TensorId loss = forward.AddTensor({.name = evil + "loss", .shape = {}});
+  forward.AddOp({.kind = "sum", .name = evil + "loss", .inputs = {x}, .outputs = {loss}, .phase = Phase::kLoss});
+  const absl::StatusOr<Graph> built = BuildTrainingStep(forward, {});
+  ASSERT_TRUE(built.ok()) << built.status().message().substr(0, 200);
+  const Graph& step = *built;
+
+  auto expect_quoted = [&](const absl::Status& status, std::string_view what) {
+    const std::string message(status.message());
+    EXPECT_FALSE(status.ok()) << what;
+    EXPECT_THAT(message, HasSubstr(shown)) << what;
+    EXPECT_THAT(message, HasSubstr("...' (1000")) << what;  // cut, with the name's size
+    EXPECT_EQ(message.find('\n'), std::string::npos) << what;
+    EXPECT_EQ(message.find('\x1b'), std::string::npos) << what;
+    EXPECT_LT(message.size(), 1000u) << what << ": " << message.substr(0, 200);
+  };
+  Schedule missing = StoreAllSchedule(step);
+  missing.entries.pop_back();
+  expect_quoted(MaterializeSchedule(step, missing).status(), "MaterializeSchedule");
+  expect_quoted(ValidateSchedule(ProblemFor(step), missing), "ValidateSchedule");
+  Schedule swapped = StoreAllSchedule(step);
+  std::swap(swapped.entries[1], swapped.entries[2]);
+  expect_quoted(MaterializeSchedule(step, swapped).status(), "out of program order");
+  Schedule stray_prefetch = StoreAllSchedule(step);
+  stray_prefetch.entries.push_back({ScheduleAction::kPrefetch, step.op(0).outputs[0]});
+  expect_quoted(MaterializeSchedule(step, stray_prefetch).status(), "stray prefetch");
+
+  PlanProblem negative = ProblemFor(step);
+  negative.op_cost[0] = -1;
+  expect_quoted(ValidateProblem(negative), "ValidateProblem");
+  PlanProblem tiny = ProblemFor(step, 1);
+  expect_quoted(RunStrategy(tiny, Strategy::kOptimal).status(), "optimal");
+  expect_quoted(RunStrategy(tiny, Strategy::kChenGreedy).status(), "chen-greedy");
+  expect_quoted(RunStrategy(tiny, Strategy::kOffload).status(), "offload without a host link");
+  tiny.copy_bytes_per_cost = 64;
+  expect_quoted(RunStrategy(tiny, Strategy::kOffload).status(), "offload");
+  expect_quoted(RunAutomaticStrategy(tiny).status(), "auto");
 }
 
 TEST(Schedule, ActionNames) {
