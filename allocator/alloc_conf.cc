@@ -24,7 +24,7 @@ std::string_view Trim(std::string_view s) {
 
 absl::Status Bad(std::string_view key, std::string_view value, std::string_view expected) {
   return absl::InvalidArgumentError(
-      absl::StrFormat("%s:%s: expected %s", key, value, expected));
+      absl::StrFormat("%s:%s: expected %s", EscapeForError(key), EscapeForError(value), expected));
 }
 
 absl::StatusOr<uint64_t> ParseUint(std::string_view key, std::string_view value) {
@@ -165,15 +165,15 @@ absl::Status ApplyKey(std::string_view key, std::string_view value, AllocatorOpt
     options.layout_plan_file = std::string(value);
   } else if (key == "release_lock_on_cudamalloc" || key.starts_with("pinned_")) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "key '%s' tunes a part of PyTorch's allocator that Headroom does not have "
-        "(remove it)", key));
+        "key %s tunes a part of PyTorch's allocator that Headroom does not have "
+        "(remove it)", QuoteForError(key)));
   } else {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
+        "unknown key %s (known: max_split_size_mb, roundup_power2_divisions, "
         "garbage_collection_threshold, expandable_segments, backend, memory_fraction, hard_limit_mb, "
         "cross_stream_reuse, history_entries, expandable_page_mb, move_free_pages, move_threshold, "
         "move_threshold_max, unified_pool, reuse_layout_mb, align_growth, stitch_pages, layout_plan)",
-        key));
+        QuoteForError(key)));
   }
   return absl::OkStatus();
 }
@@ -203,7 +203,7 @@ absl::StatusOr<AllocatorOptions> ParseAllocConf(std::string_view conf) {
     }
     if (depth != 0) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("unbalanced brackets in '%s'", conf.substr(start, end - start)));
+          absl::StrFormat("unbalanced brackets in %s", QuoteForError(conf.substr(start, end - start))));
     }
     std::string_view item = Trim(conf.substr(start, end - start));
     start = end + 1;
@@ -214,12 +214,12 @@ absl::StatusOr<AllocatorOptions> ParseAllocConf(std::string_view conf) {
     const size_t colon = item.find(':');
     if (colon == std::string_view::npos) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("'%s' is not key:value", item));
+          absl::StrFormat("%s is not key:value", QuoteForError(item)));
     }
     std::string_view key = Trim(item.substr(0, colon));
     std::string_view value = Trim(item.substr(colon + 1));
     if (!seen.insert(std::string(key)).second) {
-      return absl::InvalidArgumentError(absl::StrFormat("key '%s' given twice", key));
+      return absl::InvalidArgumentError(absl::StrFormat("key %s given twice", QuoteForError(key)));
     }
     HEADROOM_RETURN_IF_ERROR(ApplyKey(key, value, options));
   }

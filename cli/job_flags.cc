@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "allocator/alloc_conf.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 
@@ -339,7 +340,7 @@ absl::StatusOr<double> ParseBudgetShareFlag(const std::string& text) {
   if (!text.ends_with('%') || !absl::SimpleAtod(text.substr(0, text.size() - 1), &percent) || !(percent > 0) ||
       percent > 1000) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("--budget: '%s' is not a percentage of the store-all peak in (0, 1000]", text));
+        absl::StrFormat("--budget: %s is not a percentage of the store-all peak in (0, 1000]", QuoteForError(text)));
   }
   return percent / 100;
 }

@@ -20,6 +20,7 @@
 #include "cli/job_flags.h"
 #include "cli/output_files.h"
 #include "common/json_fields.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "estimators/plan_input.h"
@@ -59,7 +60,7 @@ absl::StatusOr<PlanRunner> ParseRunnerFlag(const std::string& runner) {
   if (runner == "headroom") return PlanRunner::kAnySchedule;
   if (runner == "torch-ops") return PlanRunner::kTorchSelectiveCheckpoint;
   return absl::InvalidArgumentError(
-      absl::StrFormat("--runner: unknown runner '%s' (headroom or torch-ops)", runner));
+      absl::StrFormat("--runner: unknown runner %s (headroom or torch-ops)", QuoteForError(runner)));
 }
 
 // The budget for planned tensors (Note [Plan budget] in estimators/plan_input.h) and how it was set.

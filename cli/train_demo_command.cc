@@ -18,6 +18,7 @@
 #include "cli/job_flags.h"
 #include "cli/output_files.h"
 #include "common/json_fields.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "executor/train_demo.h"
 #include "models/graph_json.h"
@@ -62,7 +63,8 @@ absl::StatusOr<DemoModel> BuildModel(const TrainDemoFlags& f) {
     return BuildDemoMlp({.batch = f.batch.value_or(d.batch), .hidden = f.hidden.value_or(d.hidden),
                          .layers = f.layers.value_or(d.layers)});
   }
-  return absl::InvalidArgumentError(absl::StrFormat("--model '%s': the demo trains 'gpt' or 'mlp'", f.model));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--model %s: the demo trains 'gpt' or 'mlp'", QuoteForError(f.model)));
 }
 
 absl::Status RunTrainDemoCommand(const TrainDemoFlags& f, std::ostream& out) {

@@ -20,6 +20,7 @@
 #include "cli/command.h"
 #include "cli/job_flags.h"
 #include "common/json_fields.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "report/validation_fixture.h"
 #include "report/validation_report.h"
@@ -72,14 +73,16 @@ absl::StatusOr<JobSpec> JobFromEstimateArgs(const std::vector<std::string>& args
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    return absl::InvalidArgumentError(e.what());
+    // CLI11's messages echo the value as the fixture wrote it ("Could not convert: --seq = ...").
+    return absl::InvalidArgumentError(EscapeForError(e.what()));
   }
   const std::vector<std::string> extras = app.remaining();
   if (!extras.empty()) {
     const std::string& first = extras.front();
     return absl::InvalidArgumentError(
-        first.starts_with("-") ? absl::StrFormat("%s: unknown flag (not a `headroom estimate` setup flag)", first)
-                               : absl::StrFormat("'%s': a value no flag takes", first));
+        first.starts_with("-")
+            ? absl::StrFormat("%s: unknown flag (not a `headroom estimate` setup flag)", EscapeForError(first))
+            : absl::StrFormat("%s: a value no flag takes", QuoteForError(first)));
   }
   return ToJob(flags);
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 
 namespace headroom {
 namespace {
@@ -65,7 +66,7 @@ absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
   const std::string unit = absl::AsciiStrToLower(std::string(Trim(trimmed.substr(number_end))));
   if (number.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", input, "' is not a byte size (expected e.g. 4096, 512MiB, 80GiB)"));
+        absl::StrCat(QuoteForError(input), " is not a byte size (expected e.g. 4096, 512MiB, 80GiB)"));
   }
   uint64_t factor = 0;
   for (const Unit& u : kUnits) {
@@ -73,29 +74,30 @@ absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
   }
   if (factor == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "'", input, "' has an unknown unit '", unit, "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"));
+        QuoteForError(input), " has an unknown unit ", QuoteForError(unit),
+        " (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"));
   }
   if (number.find('.') == std::string_view::npos) {
     uint64_t whole = 0;
     if (!absl::SimpleAtoi(std::string(number), &whole) ||
         whole > std::numeric_limits<uint64_t>::max() / factor) {
-      return absl::InvalidArgumentError(absl::StrCat("'", input, "' is too large for 64-bit bytes"));
+      return absl::InvalidArgumentError(absl::StrCat(QuoteForError(input), " is too large for 64-bit bytes"));
     }
     return whole * factor;
   }
   double value = 0;
   if (!absl::SimpleAtod(std::string(number), &value) || !std::isfinite(value)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", input, "' is not a number of bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(QuoteForError(input), " is not a number of bytes"));
   }
   // A fraction of a larger unit (1.2MiB = 1258291.2 bytes) rounds to the
   // nearest byte: people write sizes that way, and a byte either side does
   // not matter. A fraction of a byte itself ("0.5", "1.5B") means nothing.
   if (factor == 1) {
-    return absl::InvalidArgumentError(absl::StrCat("'", input, "' is not a whole number of bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(QuoteForError(input), " is not a whole number of bytes"));
   }
   const double bytes = std::round(value * static_cast<double>(factor));
   if (bytes >= 18446744073709551616.0) {
-    return absl::InvalidArgumentError(absl::StrCat("'", input, "' is too large for 64-bit bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(QuoteForError(input), " is too large for 64-bit bytes"));
   }
   return static_cast<uint64_t>(bytes);
 }

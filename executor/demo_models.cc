@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "graph/ops.h"
 
@@ -218,7 +219,8 @@ absl::StatusOr<DemoModel> BuildDemoGpt(const DemoGptOptions& o) {
 absl::StatusOr<DemoModel> BuildDemoModel(std::string_view name) {
   if (name == "mlp") return BuildDemoMlp({});
   if (name == "gpt") return BuildDemoGpt({});
-  return absl::NotFoundError(absl::StrFormat("demo model '%s': the executor trains 'mlp' or 'gpt'", name));
+  return absl::NotFoundError(
+      absl::StrFormat("demo model %s: the executor trains 'mlp' or 'gpt'", QuoteForError(name)));
 }
 
 }  // namespace headroom

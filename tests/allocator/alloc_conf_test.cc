@@ -1,5 +1,6 @@
 #include "allocator/alloc_conf.h"
 
+#include "common/quote.h"
 #include "common/units.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -113,6 +114,25 @@ TEST(AllocConf, ErrorsNameKeyAndValue) {
   EXPECT_THAT(Error("reuse_layout_mb:-8"), HasSubstr("non-negative integer"));
   EXPECT_THAT(Error("align_growth:16"), HasSubstr("align_growth:16: expected True or False"));
   EXPECT_THAT(Error("stitch_pages:on"), HasSubstr("stitch_pages:on: expected True or False"));
+}
+
+// Keys and items come from HEADROOM_ALLOC_CONF, --alloc-conf and fixture
+// files: errors quote them escaped and cut (common/quote.h).
+TEST(AllocConf, ErrorsQuoteWhatTheyEcho) {
+  for (const char* conf : {"\x1b[31mkey\n:1", "expandable_segments:True,\x1b[31mkey\n:1",
+                           "max_split_size_mb:\x1b[31m\n", "\x1b[31m\n", "[\x1b[31m\n"}) {
+    const std::string message(ParseAllocConf(conf).status().message());
+    EXPECT_FALSE(message.empty()) << conf;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
+    EXPECT_THAT(message, HasSubstr(R"(\x1b[31m)")) << message;
+  }
+  const std::string long_key = std::string(1 << 20, 'k') + ":1";
+  const std::string message(ParseAllocConf(long_key).status().message());
+  EXPECT_THAT(message, HasSubstr("unknown key '" + std::string(80, 'k') + "...' (1048576 bytes)"));
+  EXPECT_LT(message.size(), 1000u);
+  EXPECT_THAT(ParseAllocConf("max_split_size_mb:1\x07\x1b").status().message(),
+              HasSubstr(R"(max_split_size_mb:1\x07\x1b: expected)"));
 }
 
 TEST(AllocConf, Presets) {

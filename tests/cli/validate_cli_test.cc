@@ -1,6 +1,7 @@
 // `headroom validate`: fixtures' estimate_args read as `headroom estimate`
 // reads its flags, exit codes (0 within tolerance, 1 outside, 2 a fixture
 // that cannot be checked), folders, and the three output forms.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -95,6 +96,13 @@ TEST(ValidateCli, BadFixturesNameTheFileAndTheField) {
       {{"--json"}, "estimate_args: --json: not taken here"},
       {{"--budget=80GiB"}, "estimate_args: --budget: not taken here"},
       {{"--seq", "256", "7"}, "estimate_args: '7': a value no flag takes"},
+      // Values are the file's: quoted or escaped, one line, cut.
+      {{"--seq", "256", "7\x1b[2J\n"}, R"(estimate_args: '7\x1b[2J\n': a value no flag takes)"},
+      {{"--micro-batch", "\x1b[2J\n"}, R"(estimate_args: Could not convert: --micro-batch = \x1b[2J\n)"},
+      {{"--\x1b[2J"}, R"(estimate_args: --\x1b[2J: unknown flag)"},
+      {{"--seq", "256", std::string(1 << 20, '7')},
+       "estimate_args: '" + std::string(80, '7') + "...' (1048576 bytes): a value no flag takes"},
+      {{"--cuda-context", "1\x1b[2J"}, R"(estimate_args: --cuda-context: '1\x1b[2J' has an unknown unit)"},
   };
   int n = 0;
   for (const Case& c : cases) {
@@ -104,6 +112,9 @@ TEST(ValidateCli, BadFixturesNameTheFileAndTheField) {
     auto r = RunHeadroom({"validate", path});
     EXPECT_EQ(r.exit_code, 2) << c.message << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr("headroom validate: " + path + ": " + c.message));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 2) << r.err.substr(0, 300);  // and the summary line
+    EXPECT_EQ(r.err.find('\x1b'), std::string::npos);
+    EXPECT_LT(r.err.size(), 1000u);
   }
 
   nlohmann::json fixture = RealFixture();

@@ -1,5 +1,7 @@
 #include "common/units.h"
 
+#include <string>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -51,6 +53,18 @@ TEST(ParseBytes, RejectsGarbageNamingTheInput) {
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_THAT(parsed.status().message(), HasSubstr(absl::StrCat("'", bad, "'")));
   }
+}
+
+// Sizes come from flags and from fixture files' flags: the text is quoted,
+// escaped and cut in the error (common/quote.h), not echoed as it was.
+TEST(ParseBytes, QuotesWhatItEchoes) {
+  const std::string escape = "12\x1b[2J\nGiB";
+  EXPECT_EQ(ParseBytes(escape).status().message(),
+            R"('12\x1b[2J\nGiB' has an unknown unit '\x1b[2j\ngib' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB))");
+  const std::string long_text = "1" + std::string(1 << 20, 'x');
+  const std::string message(ParseBytes(long_text).status().message());
+  EXPECT_THAT(message, HasSubstr("...' (1048577 bytes) has an unknown unit"));
+  EXPECT_LT(message.size(), 400u);
 }
 
 }  // namespace
