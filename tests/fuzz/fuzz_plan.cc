@@ -10,6 +10,7 @@
 //    with EvaluateSchedule, or any other broken invariant, is a bug);
 //  - every error is one line of bounded size without a terminal escape
 //    (names from the file are quoted: common/quote.h);
+//  - the automatic choice fails or falls short only where every strategy does;
 //  - a plan's evaluation is EvaluateSchedule's of its schedule, `fits` says
 //    whether its peak is within the budget, ValidateSchedule accepts it, and
 //    its plan file loads back to the same schedule.
@@ -205,10 +206,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       report.strategies = {flags.strategy};
       report.results.push_back(RunStrategy(problem, flags.strategy));
       break;
-    case Flags::Run::kAuto:
+    case Flags::Run::kAuto: {
       report.results.push_back(RunAutomaticStrategy(problem));
       report.strategies = {report.results[0].ok() ? report.results[0]->strategy : Strategy::kHybrid};
+      const absl::StatusOr<PlanResult>& chosen = report.results[0];
+      if (!chosen.ok() || !chosen->fits) {
+        // "No plan fits" is never said while any strategy's plan fits.
+        for (const absl::StatusOr<PlanResult>& r : CompareStrategies(problem)) Check(!r.ok() || !r->fits);
+      }
       break;
+    }
     case Flags::Run::kCompare:
       report.strategies = AllStrategies();
       report.results = CompareStrategies(problem);
