@@ -281,8 +281,9 @@ const std::vector<AllocConfPreset>& AllocConfPresets() {
       {"max-split-512", "max_split_size_mb:512"},
       {"power2-4", "roundup_power2_divisions:4"},
       {"gc-0.8", "garbage_collection_threshold:0.8"},
-      // Headroom's own policy (Notes [One pool], [Moving free pages], [Reusing a step's layout], [Page-aligned
-      // growth] and [Stitched blocks] in caching_allocator.h).
+      // Headroom's own policy (Notes [One pool] and [Reusing a step's layout] in caching_allocator.h, [Moving free
+      // pages] and [Page-aligned growth] in sources/expandable_segments.h, [Stitched blocks] in
+      // sources/stitched_ranges.h).
       {"headroom",
        "expandable_segments:True,expandable_page_mb:2,unified_pool:True,cross_stream_reuse:True,move_free_pages:True,"
        "move_threshold:1.03,move_threshold_max:1.05,reuse_layout_mb:8,align_growth:True,stitch_pages:True"},

@@ -37,7 +37,7 @@ struct AllocatorOptions {
   // memory, the oldest unused cached segments are released before the device
   // is asked for more. 0: off.
   double garbage_collection_threshold = 0.0;
-  // Note [Expandable segments] in caching_allocator.h.
+  // Note [Expandable segments] in sources/expandable_segments.h.
   bool expandable_segments = false;
   // An expandable segment grows by whole pages of this size (rounded up to
   // the device's map granularity): PyTorch's 2 MiB for the small pool and
@@ -54,7 +54,8 @@ struct AllocatorOptions {
   // pages from cached blocks of any expandable segment (another pool's or
   // stream's, or a hole of its own) and maps them where they are needed,
   // before it creates new physical memory (Note [Moving free pages] in
-  // caching_allocator.h). Off in PyTorch's policy; Headroom's own turns it on.
+  // sources/expandable_segments.h). Off in PyTorch's policy; Headroom's own
+  // turns it on.
   bool move_free_pages = false;
   // With move_free_pages: growth creates new pages while reserved memory
   // stays within this multiple of the peak allocated bytes (and the memory
@@ -80,18 +81,18 @@ struct AllocatorOptions {
   // Expandable segments only: a request of a page or more (the device's map
   // granularity) that grows a segment starts at a page boundary rather than
   // in the free tail of a partly used page, where that maps no more pages
-  // (Note [Page-aligned growth] in caching_allocator.h). Off in PyTorch's
-  // policy.
+  // (Note [Page-aligned growth] in sources/expandable_segments.h). Off in
+  // PyTorch's policy.
   bool align_growth = false;
   // Expandable segments only: a request that would run out of memory only
   // because the free bytes lie in pieces of pages that hold live blocks is
   // served from pieces that end and start at page boundaries (and new pages
   // between them), mapped once more, side by side, at a new address (Note
-  // [Stitched blocks] in caching_allocator.h). Off in PyTorch's policy.
+  // [Stitched blocks] in sources/stitched_ranges.h). Off in PyTorch's policy.
   bool stitch_pages = false;
   // Where each allocation goes, planned from a recorded run of the same job:
   // followed while the job matches it, the policy above serving the rest
-  // (Note [Following a layout plan] in caching_allocator.h). `layout_plan`
+  // (Note [Following a layout plan] in sources/planned_range.h). `layout_plan`
   // if set; else the file `layout_plan_file` names (HEADROOM_ALLOC_CONF's
   // layout_plan key), read by CachingAllocator::Create. Neither: no plan.
   std::shared_ptr<const LayoutPlan> layout_plan;

@@ -1,8 +1,8 @@
-// The caching policy: allocate, free, stream-ordered reuse, statistics.
-// Segment growth and the out-of-memory path are in
-// caching_allocator_segments.cc, expandable segments in
-// caching_allocator_expandable.cc, the invariant checks in
-// caching_allocator_validate.cc.
+// The caching policy: allocate, free, stream-ordered reuse. The stream
+// shards and their budgets are in caching_allocator_shards.cc, statistics
+// and snapshots in caching_allocator_stats.cc, growth, release and the
+// out-of-memory path in caching_allocator_release.cc, the invariant checks in
+// caching_allocator_validate.cc, and the memory sources in sources/.
 #include "allocator/caching_allocator.h"
 
 #include <algorithm>
@@ -18,98 +18,7 @@
 
 namespace headroom {
 
-absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(DeviceBackend* backend,
-                                                                          AllocatorOptions options) {
-  if (backend == nullptr) return absl::InvalidArgumentError("caching allocator: no device backend");
-  if (!(options.memory_fraction > 0.0 && options.memory_fraction <= 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("caching allocator: memory_fraction %g is not in (0, 1]", options.memory_fraction));
-  }
-  if (!(options.garbage_collection_threshold >= 0.0 && options.garbage_collection_threshold < 1.0)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "caching allocator: garbage_collection_threshold %g is not in [0, 1)", options.garbage_collection_threshold));
-  }
-  if (options.max_split_size != kUnlimitedSplitSize && options.max_split_size <= kLargeBuffer) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "caching allocator: max_split_size %s must be larger than %s", FormatBytes(options.max_split_size),
-        FormatBytes(kLargeBuffer)));
-  }
-  std::vector<uint32_t> all_divisions = options.rounding.divisions_by_mib_interval;
-  all_divisions.push_back(options.rounding.power2_divisions);
-  for (uint32_t divisions : all_divisions) {
-    if (divisions > 1 && !std::has_single_bit(divisions)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("caching allocator: power2 divisions %d is not a power of two", divisions));
-    }
-  }
-  if (options.expandable_small_page_bytes == 0 || options.expandable_large_page_bytes == 0) {
-    return absl::InvalidArgumentError("caching allocator: expandable segment pages must not be empty");
-  }
-  const DeviceProperties& props = backend->properties();
-  // The options that act on expandable segments, and what each does there.
-  for (const auto& [set, name, what] :
-       {std::tuple{options.move_free_pages, "move_free_pages", "moves pages of expandable segments"},
-        std::tuple{options.unified_pool, "unified_pool", "serves small requests from the large pool's expandable "
-                                                         "segment"},
-        std::tuple{options.align_growth, "align_growth", "aligns the growth of expandable segments"},
-        std::tuple{options.stitch_pages, "stitch_pages", "maps pages of expandable segments again"}}) {
-    if (set && !options.expandable_segments) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("caching allocator: %s %s; set expandable_segments too", name, what));
-    }
-  }
-  if (options.move_threshold != 1.0 && !options.move_free_pages) {
-    return absl::InvalidArgumentError("caching allocator: move_threshold bounds move_free_pages; set it too");
-  }
-  if (options.move_threshold_max != 1.0 && !options.move_free_pages) {
-    return absl::InvalidArgumentError("caching allocator: move_threshold_max bounds move_free_pages; set it too");
-  }
-  if (options.move_threshold_max != 1.0 && !(options.move_threshold_max >= options.move_threshold)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "caching allocator: move_threshold_max %g is below move_threshold %g (the room only widens)",
-        options.move_threshold_max, options.move_threshold));
-  }
-  if (!(options.move_threshold >= 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("caching allocator: move_threshold %g is below 1 (reserved bytes never go below allocated "
-                        "ones)", options.move_threshold));
-  }
-  static_assert(kReuseLayoutAbove >= BlockPool::kBinnedMax, "a remembered range is searched among unbinned blocks");
-  if (options.reuse_layout_min_bytes != 0 && options.reuse_layout_min_bytes <= kReuseLayoutAbove) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "caching allocator: reuse_layout_min_bytes %s must be 0 or above %s",
-        FormatBytes(options.reuse_layout_min_bytes), FormatBytes(kReuseLayoutAbove)));
-  }
-  if (options.layout_plan == nullptr && !options.layout_plan_file.empty()) {
-    absl::StatusOr<LayoutPlan> plan = ReadLayoutPlanFile(options.layout_plan_file);
-    if (!plan.ok()) {
-      return absl::Status(plan.status().code(),
-                          absl::StrCat("caching allocator: layout_plan: ", plan.status().message()));
-    }
-    options.layout_plan = std::make_shared<const LayoutPlan>(*std::move(plan));
-  }
-  if (options.layout_plan != nullptr) {
-    HEADROOM_RETURN_IF_ERROR(CheckLayoutPlan(*options.layout_plan, "caching allocator: layout_plan"));
-    if (!props.supports_virtual_memory) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "caching allocator: a layout plan maps pages with the virtual memory API, which device '%s' lacks",
-          props.name));
-    }
-  }
-  if (options.expandable_segments && !props.supports_virtual_memory) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "caching allocator: expandable_segments needs the virtual memory API, which device '%s' lacks", props.name));
-  }
-  if (props.total_bytes == 0 || props.map_granularity == 0 || props.map_granularity % kMinBlockSize != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("caching allocator: device '%s' reports no memory or a bad granularity", props.name));
-  }
-  return std::unique_ptr<CachingAllocator>(new CachingAllocator(backend, options));
-}
-
 namespace {
-
-std::atomic<uint64_t> next_allocator_id{1};
 
 // HintedShard: the allocator and shard of this thread's last call.
 struct ShardHint {
@@ -131,57 +40,7 @@ uint64_t GrowableSize(const internal::Block* block) {
 
 }  // namespace
 
-CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions options)
-    : backend_(backend),
-      options_(options),
-      granularity_(backend->properties().map_granularity),
-      total_bytes_(backend->properties().total_bytes),
-      id_(next_allocator_id.fetch_add(1)),
-      memory_fraction_(options.memory_fraction),
-      following_plan_(options.layout_plan != nullptr),
-      history_(options.history_entries) {}
-
-CachingAllocator::~CachingAllocator() {
-  internal::MutexLock lock(&mu_);
-  for (StreamShard* shard : shard_list_) {
-    shard->small_pool.Clear();  // the pools link blocks deleted below
-    shard->large_pool.Clear();
-  }
-  // Teardown: best effort, errors have nowhere to go. Second mappings first, so that their pages can be released.
-  UnmapAllStitched();
-  for (const PendingFree& pending : pending_frees_) free_events_.push_back(pending.event);
-  for (EventHandle event : free_events_) (void)backend_->DestroyEvent(event);
-  for (const UnreleasedPage& page : unreleased_pages_) (void)backend_->ReleasePhysical(page.handle);
-  // An expandable segment's or the planned range's pages, then its reservation.
-  auto release_mapped = [this](const Segment& segment) {
-    for (size_t i = 0; i < segment.pages.size(); ++i) {
-      if (segment.pages[i].value == 0) continue;
-      (void)backend_->Unmap(segment.address + i * granularity_, granularity_);
-      (void)backend_->ReleasePhysical(segment.pages[i]);
-    }
-    (void)backend_->ReleaseAddressRange(segment.address, segment.size);
-  };
-  for (auto& [address, segment] : segments_) {
-    if (segment->expandable) {
-      release_mapped(*segment);
-    } else {
-      (void)backend_->Free(segment->address);
-    }
-    for (Block* b = segment->first; b != nullptr;) {
-      Block* next = b->next;
-      delete b;
-      b = next;
-    }
-    delete segment;
-  }
-  if (const Segment* range = planned_.segment.get()) {  // Note [Following a layout plan]
-    release_mapped(*range);
-    for (auto& [address, block] : planned_.live) delete block;
-  }
-  for (StreamShard* shard : shard_list_) delete shard;
-}
-
-// --- Stream shards -------------------------------------------------------------
+// --- Stream shards: the fast path's side (the rest in caching_allocator_shards.cc) ----
 
 CachingAllocator::ExclusiveLock::ExclusiveLock(const CachingAllocator* allocator) : allocator_(allocator) {
   allocator->mu_.Lock();
@@ -197,59 +56,12 @@ CachingAllocator::ExclusiveLock::~ExclusiveLock() {
   allocator_->mu_.Unlock();
 }
 
-CachingAllocator::StreamShard& CachingAllocator::NewShard(StreamHandle stream) const {
-  // Only the exclusive lock gets here: the fast path starts from a shard that exists.
-  auto* shard = new StreamShard();
-  shard->mu.Lock();  // held like every other shard's, until the exclusive lock ends
-  shards_[ShardIndex(stream)].store(shard, std::memory_order_release);
-  shard_list_.push_back(shard);
-  return *shard;
-}
-
 CachingAllocator::StreamShard* CachingAllocator::HintedShard() const {
   return shard_hint.allocator == id_ ? shards_[shard_hint.shard].load(std::memory_order_acquire) : nullptr;
 }
 
 void CachingAllocator::SetHint(StreamHandle stream) const {
   shard_hint = {.allocator = id_, .shard = ShardIndex(stream)};
-}
-
-std::vector<StreamHandle> CachingAllocator::CachedStreams(PoolKind kind) const {
-  std::vector<StreamHandle> streams;
-  for (const StreamShard* shard : Shards()) {
-    for (StreamHandle stream : shard->Pool(kind).Streams()) streams.push_back(stream);
-  }
-  std::sort(streams.begin(), streams.end());
-  return streams;
-}
-
-void CachingAllocator::ForEachCached(PoolKind kind, absl::FunctionRef<void(Block*)> fn) const {
-  for (StreamHandle stream : CachedStreams(kind)) PoolOf(kind, stream).ForEachOfStream(stream, fn);
-}
-
-uint64_t CachingAllocator::LargestCachedSize() const {
-  uint64_t largest = 0;
-  for (const StreamShard* shard : Shards()) {
-    largest = std::max({largest, shard->small_pool.LargestSize(), shard->large_pool.LargestSize()});
-  }
-  return planned_.segment == nullptr ? largest : std::max(largest, LargestFreePlannedRun());
-}
-
-CachingAllocator::Block* CachingAllocator::FindAllocated(DeviceAddress address) const {
-  for (const StreamShard* shard : Shards()) {
-    if (Block* block = shard->pointers.Find(address)) return block;
-  }
-  return nullptr;
-}
-
-void CachingAllocator::AddShardStats() const {
-  for (StreamShard* shard : Shards()) stats_.AddShard(shard->stats);
-}
-
-void CachingAllocator::SetShardBudgets() const {
-  if (StatsDirect()) return;
-  const auto budget = stats_.Budget(Shards().size());
-  for (StreamShard* shard : Shards()) shard->stats.SetBudget(budget);
 }
 
 bool CachingAllocator::AllocationWithinBudget(const StreamShard& shard, const Block* block, uint64_t size,
@@ -309,17 +121,6 @@ void CachingAllocator::AfterFastPath(const char* operation) const {
   } else {
     (void)operation;
   }
-}
-
-uint64_t CachingAllocator::AllowedBytes() const {
-  internal::MutexLock lock(&mu_);  // memory_fraction_ changes only with mu_ held
-  return AllowedBytesLocked();
-}
-
-uint64_t CachingAllocator::AllowedBytesLocked() const {
-  uint64_t allowed = static_cast<uint64_t>(std::floor(static_cast<double>(total_bytes_) * memory_fraction_));
-  if (options_.hard_limit_bytes != 0) allowed = std::min(allowed, options_.hard_limit_bytes);
-  return allowed;
 }
 
 // --- Blocks ------------------------------------------------------------------
@@ -410,7 +211,9 @@ absl::StatusOr<DeviceAddress> CachingAllocator::Allocate(uint64_t size, StreamHa
   InvariantCheckOnExit check(this, "Allocate");  // Note [Expensive checks]
   Block* block = nullptr;
   if (following_plan_.load(std::memory_order_relaxed)) {
-    HEADROOM_ASSIGN_OR_RETURN(block, AllocatePlanned(size, stream));
+    HEADROOM_ASSIGN_OR_RETURN(block, planned_.Allocate(size, stream));
+    // The request departs from the plan, which ends it.
+    if (block == nullptr) following_plan_.store(false, std::memory_order_relaxed);
   }
   if (block == nullptr) {
     HEADROOM_ASSIGN_OR_RETURN(block, AllocateBlock(size, rounded, stream));
@@ -565,7 +368,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateBlockSlow(Poo
   if (grown.ok() || !absl::IsResourceExhausted(grown.status())) return grown;
   if (options_.stitch_pages) {  // Note [Stitched blocks]
     // A last resort: where it fails, even by a device error, the request is out of memory as without it.
-    absl::StatusOr<Block*> stitched = AllocateStitched(kind, rounded, stream);
+    absl::StatusOr<Block*> stitched = stitched_.Allocate(kind, rounded, stream);
     if (stitched.ok() && *stitched != nullptr) return *stitched;
   }
   return OutOfMemory(size, rounded, stream, grown.status());
@@ -671,7 +474,7 @@ CachingAllocator::Block* CachingAllocator::CacheFreeBlock(Block* block) {
 
 void CachingAllocator::CompleteFree(Block* block) {
   // Note [Stitched blocks]: its second mapping goes first; if the device refuses, it stays out of use.
-  if (block->segment->stitched && !UnmapStitched(block)) {
+  if (block->segment->stitched && !stitched_.Unmap(block)) {
     block->quarantined = true;
     return;
   }
@@ -679,9 +482,9 @@ void CachingAllocator::CompleteFree(Block* block) {
   CountStat(block, BlockStat::kActiveBytes, -static_cast<int64_t>(block->size));
   Record(TraceAction::kFreeCompleted, block->address, block->size, block->stream);
   if (block->segment->stitched) {
-    DropStitched(block);
+    stitched_.Drop(block);
   } else if (block->segment->planned) {
-    ReleasePlanned(block);
+    planned_.Release(block);
   } else {
     CacheFreeBlock(block);
   }
@@ -821,31 +624,28 @@ void CachingAllocator::AddStreamUse(Block* block, StreamHandle stream) {
 }
 
 std::string CachingAllocator::DescribeBadFree(DeviceAddress address) {
-  if (stitched_.contains(address)) {
+  if (stitched_.Contains(address)) {
     return absl::StrFormat("double free of 0x%x: the stitched block was already freed (and still waits for its "
                            "streams)", address);
   }
-  if (const Segment* range = planned_.segment.get();
-      range != nullptr && address >= range->address && address < range->address + range->size) {
+  if (planned_.Contains(address)) {
     return absl::StrFormat("free of 0x%x in the layout plan's range, where no planned block starts (a double free?)",
                            address);
   }
-  auto it = segments_.upper_bound(address);
-  if (it != segments_.begin()) {
-    const Segment* segment = std::prev(it)->second;
-    if (address < segment->address + segment->size) {
-      for (const Block* b = segment->first; b != nullptr; b = b->next) {
-        if (address < b->address || address >= b->address + b->size) continue;
-        if (b->address != address) {
-          return absl::StrFormat(
-              "free of 0x%x, which points inside the block [0x%x, +%d): pass the address Allocate returned", address,
-              b->address, b->size);
-        }
-        return absl::StrFormat("double free of 0x%x: the block was already freed%s", address,
-                               b->pending_events > 0 ? " (and still waits for other streams)"
-                               : b->quarantined      ? " (and is quarantined: its first free failed)"
-                                                     : "");
+  const Segment* segment = classic_.Containing(address);
+  if (segment == nullptr) segment = expandable_.Containing(address);
+  if (segment != nullptr) {
+    for (const Block* b = segment->first; b != nullptr; b = b->next) {
+      if (address < b->address || address >= b->address + b->size) continue;
+      if (b->address != address) {
+        return absl::StrFormat(
+            "free of 0x%x, which points inside the block [0x%x, +%d): pass the address Allocate returned", address,
+            b->address, b->size);
       }
+      return absl::StrFormat("double free of 0x%x: the block was already freed%s", address,
+                             b->pending_events > 0 ? " (and still waits for other streams)"
+                             : b->quarantined      ? " (and is quarantined: its first free failed)"
+                                                   : "");
     }
   }
   return absl::StrFormat("free of 0x%x, which this allocator did not allocate (foreign pointer)", address);
@@ -878,132 +678,6 @@ absl::StatusOr<BlockInfo> CachingAllocator::Lookup(DeviceAddress address) const 
     }
   }
   return absl::NotFoundError(absl::StrFormat("0x%x is not an allocated block", address));
-}
-
-// --- Statistics ------------------------------------------------------------------
-
-void CachingAllocator::UpdatePeakTracking() {
-  if (stats_.allocated_bytes.current() >= stats_.allocated_bytes.peak()) {
-    stats_.reserved_bytes_at_peak_allocated = stats_.reserved_bytes.current();
-    allocated_high_water_ = std::max(allocated_high_water_, stats_.allocated_bytes.current());
-  }
-}
-
-void CachingAllocator::ResetPeakStats() {
-  ExclusiveLock lock(this);
-  InvariantCheckOnExit check(this, "ResetPeakStats");  // Note [Expensive checks]
-  stats_.ResetPeaks();
-}
-
-void CachingAllocator::ResetAccumulatedStats() {
-  ExclusiveLock lock(this);
-  InvariantCheckOnExit check(this, "ResetAccumulatedStats");  // Note [Expensive checks]
-  stats_.ResetAccumulated();
-}
-
-MemoryStats CachingAllocator::GetStats() const {
-  ExclusiveLock lock(this);
-  MemoryStats stats = stats_.ToMemoryStats();
-  stats.max_split_size = ReportedMaxSplitSize();
-  const uint64_t largest = LargestCachedSize();
-  stats.largest_free_block_bytes = largest;
-  stats.total_free_bytes =
-      static_cast<uint64_t>(stats.reserved_bytes[kAllPools].current - stats.active_bytes[kAllPools].current);
-  stats.external_fragmentation =
-      stats.total_free_bytes == 0 ? 0.0
-                                  : 1.0 - static_cast<double>(largest) / static_cast<double>(stats.total_free_bytes);
-  const int64_t peak = stats.allocated_bytes[kAllPools].peak;
-  stats.reserved_to_allocated_at_peak =
-      peak == 0 ? 0.0 : static_cast<double>(stats.reserved_bytes_at_peak_allocated) / static_cast<double>(peak);
-  return stats;
-}
-
-int64_t CachingAllocator::PeakReservedBytes() const {
-  internal::MutexLock lock(&mu_);  // reserved bytes change under the exclusive lock only
-  return stats_.reserved_bytes.peak();
-}
-
-void CachingAllocator::SetHistoryCapacity(size_t entries) {
-  ExclusiveLock lock(this);
-  InvariantCheckOnExit check(this, "SetHistoryCapacity");  // Note [Expensive checks]
-  internal::SpinLockHolder history_lock(&history_mu_);
-  history_.SetCapacity(entries);
-}
-
-absl::Status CachingAllocator::SetMemoryFraction(double fraction) {
-  if (!(fraction > 0.0 && fraction <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrFormat("memory fraction %g is not in (0, 1]", fraction));
-  }
-  ExclusiveLock lock(this);
-  InvariantCheckOnExit check(this, "SetMemoryFraction");  // Note [Expensive checks]
-  memory_fraction_ = fraction;
-  return absl::OkStatus();
-}
-
-AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
-  ExclusiveLock lock(this);
-  AllocatorSnapshot snapshot;
-  snapshot.device = backend_->properties().ordinal;
-  auto add = [&snapshot](const Segment& segment) {
-    SegmentSnapshot current;
-    auto flush = [&] {
-      if (!current.blocks.empty()) snapshot.segments.push_back(std::move(current));
-      current = SegmentSnapshot();
-    };
-    for (const Block* b = segment.first; b != nullptr; b = b->next) {
-      if (!b->mapped) {  // expandable: one snapshot segment per mapped run
-        flush();
-        continue;
-      }
-      if (current.blocks.empty()) {
-        current.address = b->address;
-        current.stream = segment.stream;
-        current.small_pool = segment.pool == PoolKind::kSmall;
-        current.expandable = segment.expandable || segment.stitched;
-        current.stitched = segment.stitched;
-      }
-      BlockSnapshot block{.address = b->address, .size = b->size, .requested_size = b->requested_size};
-      if (b->stitched_part) {
-        block.state = BlockState::kStitchedPart;
-      } else if (b->allocated) {
-        block.state = BlockState::kActiveAllocated;
-        current.allocated_size += b->size;
-        current.active_size += b->size;
-        current.requested_size += b->requested_size;
-      } else if (b->is_active()) {
-        block.state = BlockState::kActivePendingFree;
-        current.active_size += b->size;
-      }
-      current.total_size += b->size;
-      current.blocks.push_back(block);
-    }
-    flush();
-  };
-  for (const auto& [address, segment] : segments_) add(*segment);
-  // Note [Stitched blocks]: each in a segment of its own, in address order.
-  std::vector<const Segment*> stitched;
-  for (const auto& [address, block] : stitched_) stitched.push_back(block.segment.get());
-  std::sort(stitched.begin(), stitched.end(),
-            [](const Segment* a, const Segment* b) { return a->address < b->address; });
-  for (const Segment* segment : stitched) add(*segment);
-  AddPlannedSnapshot(snapshot);
-  snapshot.trace = history_.Entries();
-  snapshot.settings = {{"max_split_size", ReportedMaxSplitSize()},
-                       {"expandable_segments", options_.expandable_segments},
-                       {"garbage_collection_threshold", options_.garbage_collection_threshold},
-                       {"roundup_power2_divisions", options_.rounding.divisions_by_mib_interval.empty()
-                                                        ? nlohmann::json(options_.rounding.power2_divisions)
-                                                        : nlohmann::json(options_.rounding.divisions_by_mib_interval)},
-                       {"memory_fraction", memory_fraction_},
-                       {"cross_stream_reuse", options_.cross_stream_reuse},
-                       {"move_free_pages", options_.move_free_pages},
-                       {"move_threshold", options_.move_threshold},
-                       {"move_threshold_max", options_.move_threshold_max},
-                       {"unified_pool", options_.unified_pool},
-                       {"reuse_layout_min_bytes", options_.reuse_layout_min_bytes},
-                       {"align_growth", options_.align_growth},
-                       {"stitch_pages", options_.stitch_pages}};
-  return snapshot;
 }
 
 }  // namespace headroom

@@ -19,6 +19,16 @@
 // HEADROOM_EXPENSIVE_CHECKS run it inside every operation (Note [Expensive
 // checks]).
 //
+// Where memory comes from when no cached block serves a request is a memory
+// source, each a type of its own with its state, its validator and its Notes
+// (allocator/sources/): classic segments (one Malloc each), expandable
+// segments (Note [Expandable segments]), stitched ranges (Note [Stitched
+// blocks]) and the planned range of a layout plan (Note [Following a layout
+// plan]). The allocator composes them: it keeps the caching policy, the
+// free-block pools, the statistics, the stream shards, the memory limit and
+// the history, and the sources reach these through one interface,
+// internal::SourceHost (sources/memory_source.h), which it implements.
+//
 // Note [Expensive checks]
 // With the CMake option HEADROOM_EXPENSIVE_CHECKS (a compile definition of
 // the allocator library), every public operation that can change the
@@ -68,59 +78,6 @@
 // Such pages are kept, still counted in reserved_bytes (device memory this
 // allocator holds), and released again at the next EmptyCache or
 // out-of-memory flush and at destruction.
-//
-// Note [Expandable segments]
-// Instead of one Malloc per segment, each (stream, pool) gets one virtual
-// address reservation larger than the device (1 1/8 of it as in PyTorch;
-// twice it when pages move, which leaves holes), and physical pages of the map
-// granularity are created and mapped at its end as it grows. A request that
-// fits no cached block maps just enough pages behind the last free block, so
-// consecutive growing requests stay contiguous and the reserved-to-allocated
-// overhead is bounded by one page per (stream, pool) instead of by the
-// segment-size rounding and splitting rules. EmptyCache and the OOM path
-// unmap and release the pages wholly inside free blocks (after synchronizing
-// the owning stream: kernels queued there may still touch them); the holes
-// they leave are refilled, lowest address first, before the end grows.
-//
-// Note [Moving free pages]
-// With AllocatorOptions::move_free_pages, free physical pages go where they
-// are needed instead of waiting for an out-of-memory flush: before an
-// expandable segment creates pages to grow, it unmaps whole free pages of
-// cached blocks of any expandable segment (the small pool's for the large
-// one, another stream's, or a hole of its own), the largest free run first,
-// and maps those handles instead, so the allocator's reserved memory follows
-// what all pools need at once rather than the sum of each pool's own high
-// water mark. A moved page costs an unmap and a map and no device memory;
-// like any unmap, it first synchronizes the stream that last used the block.
-// Its reserved bytes move from one pool's statistic to the other's.
-// Moving is lazy and bounded by AllocatorOptions::move_threshold: growth
-// creates pages while reserved memory stays within that multiple of the
-// most bytes ever allocated at once (ResetPeakStats does not lower it) and
-// within the memory limit, and moves only the pages
-// that would go past it. Moving every time (threshold 1) needs the least
-// memory, but on real training loops it moves pages back and forth every
-// step, a pool taking what another gives back later; a few percent of room
-// lets the pages settle where each step uses them.
-//   A fixed room is not always enough. Best fit places a step's blocks a
-// little differently each time, and a move itself shifts the layout: on a
-// recorded LSTM run, every step's last large block needed three pages past
-// the end, moved from a free run below, which pushed the next step's blocks
-// three pages higher; the segment crept upward by 6 MiB a step, leaving a
-// hole behind at each move. So each page moved widens the room by a page,
-// up to AllocatorOptions::move_threshold_max: a loop that keeps moving gets
-// the room its drift needs and then stops moving, and one that never moved
-// keeps the tighter room (bench/RESULTS.md, real PyTorch runs).
-//   The free blocks a request joins are not moved: the one below the range
-// it maps, and the one above if the request spans the range into it. A free
-// block above the range that the request does not need gives all its pages
-// but its lowest, which keeps it apart from the range. Where the lowest
-// range that fits lies between two free blocks the request joins, their
-// pages cannot cover the growth, so growth goes to the lowest range whose
-// growth free pages can cover, and creates pages past the room only where
-// none can. On a recorded GPU LSTM run, whose 128 MiB block came back
-// between two free 66 MiB blocks, the first rule took reserved memory from
-// 1.132x the live peak to 1.048x over six steps, but over 42 steps it still
-// reached 1.126x; with the second it stays at 1.048x (bench/RESULTS.md).
 //
 // Note [One pool]
 // With AllocatorOptions::unified_pool, small requests are served from the
@@ -183,96 +140,6 @@
 // two steps (bench/RESULTS.md). The walk takes each block it passes out of
 // the pool to find the next, and passes at most 16.
 //
-// Note [Page-aligned growth]
-// Growth maps pages past the free block at the end of the mapped range and
-// hands out that block and the new pages as one, so a large block starts in
-// the free tail of a page that small blocks below it still use. Once those
-// are freed, the page's free part stays mapped beside the large block for as
-// long as it lives, too small for anything large: on a recorded GPU LSTM
-// whose cuDNN buffers of 64 to 128 MiB each started mid-page, such pieces
-// held 15 MiB at the live peak, and the smallest device that ran it was
-// 1.025x the peak. With AllocatorOptions::align_growth, a request of a page
-// or more starts at the free block's first page boundary instead, whenever
-// that maps no more pages (always for a request of whole pages), and the
-// tail of the shared page stays cached for small blocks. On the recorded
-// runs (bench/RESULTS.md) it took the GPU LSTM's smallest device to 1.019x,
-// and a recorded T5 stopped mapping a page after its second step; applied
-// only from 8 to 32 MiB up, it gained the LSTM a little more but left T5
-// mapping or other runs worse (sizes tried in RESULTS). Aligning also where
-// it maps a page more met the 1.02x goal on the CPU ResNet-50 only when
-// applied from 6 or 8 MiB, cost two other runs memory and left more random
-// loops moving pages: not done.
-//
-// Note [Stitched blocks]
-// At the live peak of a training step the free memory that is left often
-// lies in pieces of pages that also hold live blocks: on the recorded
-// ResNet-50 run (bench/traces), on a device 2 MiB smaller than the smallest
-// it ran on, a 2.25 MiB gradient found 6.3 MiB free, none of it in one piece
-// of more than 1.5 MiB, and one page left on the device. Expandable segments
-// can map a physical page at a second address. With
-// AllocatorOptions::stitch_pages, a request that still fails after the
-// out-of-memory flush (Note [Out of memory]) takes a free piece that ends at
-// a page boundary (a tail), new pages, and a free piece that starts at one
-// (a head), all of its stream's segment, and maps their pages once more,
-// side by side, in an address range of their own:
-//
-//   segment's pages   | live  tail | ... | head  live | ... | new |
-//   stitched range    |       tail | new | head       |   (the caller's block: tail, new, head)
-//
-// The pieces are carved out as allocated blocks of their segment (flagged
-// Block::stitched_part, uncounted) so that nothing else gets them and their
-// pages stay mapped; the caller's block lives in a segment of its own
-// (Segment::stitched, outside the segment map) and is what the statistics
-// count. A tail or head alone is taken where it saves as many pages. Its
-// free waits, by an event, for its own stream as well as for the streams
-// that used it (the second mapping is unmapped before its pieces are
-// reused), then unmaps the range and caches the pieces. Only free bytes
-// next to a page boundary can be stitched: pieces between two live blocks
-// of one page cannot (on the recorded Llama and T5 runs most are of that
-// kind). Stitching happens only where the request would fail, so on a
-// device with room nothing changes; it costs a map of each page of the
-// range at the allocation and an unmap at the free. Snapshots show the
-// caller's block as a segment of its own (allocator/snapshot.h). On the
-// recorded runs it took the smallest device that runs the CPU ResNet-50 from
-// 1.026x its live peak to 1.020x and T5's from 1.030x to 1.026x, with one
-// block stitched in the whole run (bench/RESULTS.md).
-//
-// Note [Following a layout plan]
-// A training loop of static shapes allocates the same sequence, with the
-// same lifetimes, every step after its first few and in every run of the
-// job (bench/RESULTS.md), so where each block should go can be worked out
-// offline from a recorded run, with every lifetime known
-// (LayoutRepeatingSteps in layout/trace_layout.h), and followed at run
-// time (Sekiyama et al., "Profile-guided memory optimization for deep
-// neural networks", arXiv:1804.10001, 2018, did this for Chainer). With
-// AllocatorOptions::layout_plan, the allocator counts the requests of at
-// least one byte, and request n goes at the plan's offset for n
-// (layout_plan.h) in an address range of the plan's own, reserved at the first
-// request, whose pages are mapped when a live planned block first touches
-// them; no best fit, split or coalescing. The plan is a hint checked at
-// every request: the request must be on the stream of the first one, its
-// size rounded to 512 bytes must be the planned size, and the planned range
-// must hold no live or pending planned block (a block freed later than in
-// the recorded run). The first request that fails a check, or finds no
-// address range for the plan (or one past twice the device), ends the plan for good ("departs",
-// PlanDeparture() says why): it and every later
-// request go to the policy of the other options, and the planned blocks
-// still live are freed as usual. So a job that differs from its recording
-// (an MoE whose expert batches follow the data, a new batch size) costs a
-// few planned blocks, never a wrong one.
-//   Pages: a page no live planned block touches stays mapped for the next
-// step, which touches it again, so a steady loop maps nothing after its
-// first steps and the range holds the plan's extent at most (move_threshold's
-// room does not apply: moving pages within a known extent would only map
-// them back and forth each step). Where the
-// device refuses a new page, one such unused page of the range is unmapped
-// (after synchronizing the plan's stream) and mapped where it is needed,
-// and failing that the out-of-memory flush (which also releases them)
-// runs; so the smallest device the plan runs on is the most pages its live
-// blocks touch at once. Requests take the exclusive lock while the plan is
-// followed, as does the free of a planned block: a planned loop trades the
-// fast path of Note [Stream shards] for memory.
-//
 // Note [Stream shards]
 // PyTorch's allocator serializes every call on one lock per device, so two
 // threads allocating on two streams take turns, and each call also writes
@@ -299,15 +166,6 @@
 // lock (critical sections of a hundred nanoseconds); the fast path never
 // takes another lock while it holds one (but the history's, last), so the
 // two levels cannot deadlock.
-
-// Note [Expandable page table]
-// The reservation is larger than the device, but its page table
-// (Segment::pages) holds only the pages up to the highest one mapped: it
-// grows as pages are mapped and shrinks when the tail is unmapped. Sizing it
-// from the capacity up front cost 8 bytes per page of the whole device: on a
-// simulated 4 PiB device that was 16 GiB of host memory before the first
-// allocation. Host memory now follows the device memory actually mapped, and
-// every loop over pages is bounded by the table, never by the reservation.
 #ifndef HEADROOM_ALLOCATOR_CACHING_ALLOCATOR_H_
 #define HEADROOM_ALLOCATOR_CACHING_ALLOCATOR_H_
 
@@ -315,7 +173,6 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -323,8 +180,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/btree_map.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -339,6 +194,11 @@
 #include "allocator/pool_stats.h"
 #include "allocator/snapshot.h"
 #include "allocator/shard_stats.h"
+#include "allocator/sources/classic_segments.h"
+#include "allocator/sources/expandable_segments.h"
+#include "allocator/sources/memory_source.h"
+#include "allocator/sources/planned_range.h"
+#include "allocator/sources/stitched_ranges.h"
 #include "allocator/stream_shard.h"
 
 namespace headroom {
@@ -351,7 +211,8 @@ struct BlockInfo {
   StreamHandle stream;
 };
 
-class CachingAllocator {
+// Final, so that its own calls of the SourceHost methods are direct calls.
+class CachingAllocator final : private internal::SourceHost {
  public:
   // Requests above this are rejected as InvalidArgument before rounding.
   static constexpr uint64_t kMaxRequest = uint64_t{1} << 62;
@@ -412,6 +273,8 @@ class CachingAllocator {
   using BlockStat = internal::BlockStat;
 
   CachingAllocator(DeviceBackend* backend, AllocatorOptions options);
+  // What each memory source is built with: this allocator as its SourceHost.
+  internal::SourceContext MakeSourceContext();
 
   // --- Stream shards (Note [Stream shards]) ---
   static constexpr size_t kShardCount = 64;
@@ -493,22 +356,24 @@ class CachingAllocator {
   bool AllocationWithinBudget(const StreamShard& shard, const Block* block, uint64_t size, uint64_t rounded) const;
   bool FreeWithinBudget(const StreamShard& shard, const Block* block) const;
   uint64_t AllowedBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every classic and expandable segment, by address (snapshots, teardown, validation).
+  std::vector<Segment*> SegmentsByAddress() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // max_split_size as PyTorch reports it: 0 when unlimited.
   uint64_t ReportedMaxSplitSize() const {
     return options_.max_split_size == kUnlimitedSplitSize ? 0 : options_.max_split_size;
   }
-  static StatIndex StatOf(PoolKind kind) {
-    return kind == PoolKind::kSmall ? kSmallPoolStat : kLargePoolStat;
-  }
+  static StatIndex StatOf(PoolKind kind) { return internal::StatOf(kind); }
+
 
   // --- Blocks (caching_allocator.cc) ---
   // A Block from the spares of the shard of `like`'s stream.
-  Block* NewBlock(const Block* like);
-  Block* NewBlock(StreamHandle stream);
+  Block* NewBlock(const Block* like) override;
+  Block* NewBlock(StreamHandle stream) override;
   static Block* TakeSpare(StreamShard& shard);
-  void DeleteBlock(Block* block);
-  void PoolInsert(Block* block);
-  void PoolErase(Block* block);
+  void DeleteBlock(Block* block) override;
+  StreamShard* ShardFor(StreamHandle stream) override { return &ShardOf(stream); }
+  void PoolInsert(Block* block) override;
+  void PoolErase(Block* block) override;
   void CountCached(Block* block);
   void UncountInactiveSplit(Block* block);
   PoolKind PoolFor(uint64_t rounded) const {
@@ -523,7 +388,7 @@ class CachingAllocator {
   Block* BestFit(BlockPool& pool, StreamHandle stream, uint64_t rounded);
   // Splits off what `block` does not need and marks it allocated for `size`.
   // A stitched block (Note [Stitched blocks]) is exactly `rounded`: not split.
-  void HandOut(Block* block, uint64_t size, uint64_t rounded);
+  void HandOut(Block* block, uint64_t size, uint64_t rounded) override;
   absl::StatusOr<Block*> AllocateBlock(uint64_t size, uint64_t rounded, StreamHandle stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> AllocateBlockSlow(PoolKind kind, uint64_t size, uint64_t rounded, StreamHandle stream)
@@ -536,16 +401,13 @@ class CachingAllocator {
   bool ReusesLayout(uint64_t rounded) const {
     return options_.reuse_layout_min_bytes != 0 && rounded >= options_.reuse_layout_min_bytes;
   }
-  // Note [Page-aligned growth]: whether growth for `rounded` bytes may start
-  // at a page boundary of the free block it joins.
-  bool AlignsGrowth(uint64_t rounded) const { return options_.align_growth && rounded >= granularity_; }
   // The cached block of `stream` that holds [address, address + size),
   // carved out and removed from its pool; nullptr if there is none.
   Block* TakeCachedRange(PoolKind kind, StreamHandle stream, DeviceAddress address, uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The part of free `block` (out of its pool) from `address` on, which it
   // holds; what lies below is cached as a block of its own.
-  Block* CarveAt(Block* block, DeviceAddress address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Block* CarveAt(Block* block, DeviceAddress address) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Block*> TakeOtherStreamBlock(PoolKind kind, StreamHandle stream, uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Cross-stream reuse]: completes the free of the smallest pending
@@ -559,10 +421,8 @@ class CachingAllocator {
   // block (own stream, other stream, after an OOM flush) asks it.
   bool OversizeRulesAccept(const Block* fit, uint64_t size) const;
   bool ShouldSplit(const Block* block, uint64_t size) const;
-  // Caches the remainder of `block` beyond `size` as a block of its own.
-  void Split(Block* block, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Merges a block that became free with free neighbours and caches it.
-  Block* CacheFreeBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Split(Block* block, uint64_t size) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Block* CacheFreeBlock(Block* block) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A block no stream uses any more becomes inactive and is cached.
   void CompleteFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FreeAllocatedBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -572,145 +432,42 @@ class CachingAllocator {
   absl::Status WaitForPendingFrees() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<EventHandle> TakeEvent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeBadFree(DeviceAddress address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Record(TraceAction action, DeviceAddress address, uint64_t size, StreamHandle stream)
+  void Record(TraceAction action, DeviceAddress address, uint64_t size, StreamHandle stream) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // --- Segments and the OOM path (caching_allocator_segments.cc) ---
-  // The device refusing (or a limit) is reported as kResourceExhausted.
+  // --- Getting memory and giving it back (caching_allocator_release.cc) ---
+  // A new segment (classic) or pages (expandable) for a request no cached
+  // block serves; the device refusing (or a limit) is kResourceExhausted.
   absl::StatusOr<Block*> GrowPool(PoolKind kind, StreamHandle stream, uint64_t rounded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Block*> MallocSegment(PoolKind kind, StreamHandle stream, uint64_t rounded)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Registers a new segment over [address, address + size) whose one block
-  // spans it, and counts it in the segment stats.
-  Segment* AddSegment(DeviceAddress address, uint64_t size, PoolKind kind, StreamHandle stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ReleaseSegment(Segment* segment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases cached whole segments (and free expandable pages) until at least
   // `bytes` were released; false if it could not.
   absl::StatusOr<bool> ReleaseAvailableCache(PoolKind kind, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ReleaseAllCache() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReleaseAllCache() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status GarbageCollect() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status OutOfMemory(uint64_t size, uint64_t rounded, StreamHandle stream, const absl::Status& cause)
+  absl::Status OutOfMemory(uint64_t size, uint64_t rounded, StreamHandle stream, const absl::Status& cause) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // --- Stitched blocks (caching_allocator_stitched.cc, Note [Stitched blocks]) ---
-  // A block of `rounded` bytes stitched from free pieces of `stream`'s
-  // segment and new pages; nullptr where the pieces save no page or the
-  // device is out of memory, an error where it fails otherwise (either way
-  // the pieces are free again).
-  absl::StatusOr<Block*> AllocateStitched(PoolKind kind, uint64_t rounded, StreamHandle stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // When the free of a stitched block completes: unmaps its range (false,
-  // with nothing changed, if the device refuses), then caches its pieces and
-  // drops the block.
-  bool UnmapStitched(const Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropStitched(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes pieces carved for a stitched block free and cached again.
-  void CacheStitchedParts(const std::vector<Block*>& parts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps every stitched range (teardown, before the pages are released).
-  void UnmapAllStitched() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdatePeakTracking() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // --- Expandable segments (caching_allocator_expandable.cc) ---
-  absl::StatusOr<Segment*> ExpandableSegmentFor(PoolKind kind, StreamHandle stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Block*> GrowExpandable(PoolKind kind, StreamHandle stream, uint64_t rounded)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The first `bytes` of unmapped block `hole`, just mapped by MapPages, as
-  // a mapped block of `stream` (neither cached nor merged); the rest of the
-  // hole stays unmapped.
-  Block* TakeMappedRange(Segment* segment, Block* hole, uint64_t bytes, StreamHandle stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The bytes a segment grows by for a small or a large request: the
-  // option's page, in whole device pages.
-  uint64_t PageBytes(bool small) const;
-  // Maps `count` pages at `first_page`, the start of unmapped block `hole`,
-  // for a request that `needs_next` free block above the hole too.
-  absl::Status MapPages(Segment* segment, uint64_t first_page, uint64_t count, const Block* hole, bool needs_next)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps the pages wholly inside the free block, first synchronizing its
-  // stream unless `synchronized`; returns the bytes released.
-  // At most `max_pages` pages, the block's last; with `kept`, the pages are
-  // not released but handed over, uncounted (Note [Moving free pages]).
-  absl::StatusOr<uint64_t> UnmapFreePages(Block* block, bool synchronized,
-                                          uint64_t max_pages = std::numeric_limits<uint64_t>::max(),
-                                          std::vector<PhysicalHandle>* kept = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // How many of `count` pages about to be mapped must be moved rather than
-  // created: those past move_threshold or the memory limit (Note [Moving
-  // free pages]); 0 without move_free_pages.
-  uint64_t PagesToMove(uint64_t count) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whole free pages of `block` that a growth into `hole` may move (Note
-  // [Moving free pages]): none of the free blocks the request joins.
-  uint64_t MovablePages(const Block* block, const Block* hole, bool needs_next) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // How many of the pages a growth of `count` pages into `hole` must move
-  // the free pages elsewhere cannot cover (created past the room instead).
-  uint64_t MoveShortfall(const Block* hole, bool needs_next, uint64_t count) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps up to `count` whole free pages of cached blocks for mapping into
-  // `hole` (Note [Moving free pages]), for a request that `needs_next` free
-  // block above it too; stops at the first unmap the device refuses, which
-  // leaves that block as it was.
-  void TakeFreePages(const Block* hole, bool needs_next, uint64_t count, std::vector<PhysicalHandle>& taken)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<uint64_t> TrimExpandable(Segment* segment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases an unmapped physical page counted in reserved_bytes; one the
   // device refuses is kept for a retry (Note [Unreleased pages]).
-  absl::Status ReleasePage(PhysicalHandle handle, PoolKind pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReleasePage(PhysicalHandle handle, PoolKind pool) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RetryUnreleasedPages() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // --- Following a layout plan (caching_allocator_planned.cc, Note [Following a layout plan]) ---
-  // The planned block for the next request, or nullptr where the request
-  // departs from the plan (which ends it); an error where the device has no
-  // memory for its pages.
-  absl::StatusOr<Block*> AllocatePlanned(uint64_t size, StreamHandle stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the plan for `reason`; returns nullptr for AllocatePlanned.
-  Block* Depart(std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reserves the plan's range of `bytes` (its extent in whole pages) for `stream`'s requests.
-  absl::Status ReservePlannedRange(StreamHandle stream, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Maps page `page` of the planned range for a request of pages [first,
-  // last]: a new page, else an unused one of the range (outside those) moved
-  // there; ResourceExhausted when neither is to be had.
-  absl::Status MapPlannedPage(uint64_t page, uint64_t first, uint64_t last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A new physical page counted in reserved bytes, within the memory limit.
-  absl::StatusOr<PhysicalHandle> CreatePlannedPage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps the mapped page `page`, which no live planned block touches,
-  // first synchronizing the plan's stream unless `synchronized`; returns its
-  // handle, still counted in reserved bytes.
-  absl::StatusOr<PhysicalHandle> UnmapPlannedPage(uint64_t page, bool synchronized = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // When the free of a planned block completes: its range is no longer used.
-  void ReleasePlanned(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps and releases the planned range's pages that no live block touches.
-  absl::Status ReleaseUnusedPlannedPages() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The first and last page of the planned range that [address, address + size) touches.
-  std::pair<uint64_t, uint64_t> PlannedPages(DeviceAddress address, uint64_t size) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddPlannedSnapshot(AllocatorSnapshot& snapshot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The largest run of mapped bytes of the planned range no live block uses.
-  uint64_t LargestFreePlannedRun() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t ReservationLimit() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return AllowedBytesLocked(); }
+  int64_t AllocatedHighWater() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return allocated_high_water_; }
 
   // --- Validation (caching_allocator_validate.cc), one validator per structure ---
-  struct Recount;  // statistics recomputed from the blocks
+  using Recount = internal::Recount;  // statistics recomputed from the blocks
   absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The blocks tile the segment, with consistent links, states, pools and
   // coalescing; adds them to `recount`.
   absl::Status ValidateSegmentTiling(const Segment& segment, Recount& recount) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The page table against the mapped and unmapped blocks and mapped_bytes.
-  absl::Status ValidateExpandablePages(const Segment& segment) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Each shard's pools' bins, bitmap and trees, and that they hold the free
   // blocks of the shard's streams.
   absl::Status ValidatePools(size_t free_blocks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Each shard's table entry names an allocated block of its streams at its
   // address; one entry per allocated block.
   absl::Status ValidatePointerTables(int64_t allocated_blocks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ValidateStitched(Recount& recount) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The planned range's live blocks, page users and mapped pages.
-  absl::Status ValidatePlanned(Recount& recount) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds an allocated or active block to the recount.
-  static void CountActive(const Block& block, size_t pool_stat, Recount& recount);
   absl::Status ValidateStatistics(const Recount& recount) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Expensive checks]: aborts on a broken invariant; a no-op in other builds.
   void CheckInvariantsAfter(const char* operation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -751,31 +508,9 @@ class CachingAllocator {
   // Misses per pool, so that ages of cached blocks can be compared (garbage
   // collection frees the oldest first); read by the fast path.
   std::array<uint64_t, 2> lookups_{};
-  absl::btree_map<DeviceAddress, Segment*> segments_ ABSL_GUARDED_BY(mu_);
   internal::LayoutMemory layout_memory_ ABSL_GUARDED_BY(mu_);  // Note [Reusing a step's layout]
-  // Note [Stitched blocks]: each live stitched block, by its address, with
-  // its address range and the pieces it maps.
-  struct StitchedBlock {
-    DeviceAddress range = 0;
-    uint64_t range_bytes = 0;
-    std::unique_ptr<Segment> segment;  // holds the block
-    std::vector<Block*> parts;
-  };
-  absl::flat_hash_map<DeviceAddress, StitchedBlock> stitched_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::pair<StreamHandle, PoolKind>, Segment*> expandable_ ABSL_GUARDED_BY(mu_);
-  // Note [Following a layout plan]
-  struct PlannedRange {
-    // Reserved at the first planned request, for the plan's extent; pages as
-    // in an expandable segment (its table up to the highest page mapped),
-    // the stream the plan's. Not in segments_.
-    std::unique_ptr<Segment> segment;
-    std::vector<uint32_t> users;                  // live planned blocks touching each page, up to the highest touched
-    absl::btree_map<DeviceAddress, Block*> live;  // allocated or pending planned blocks
-    uint64_t requests = 0;                        // requests the plan served
-    std::string departure;                        // empty while the plan is followed
-  };
-  PlannedRange planned_ ABSL_GUARDED_BY(mu_);
-  // Whether requests go to the plan; read by the fast path, which they skip.
+  // Whether requests go to the plan (Note [Following a layout plan]); read
+  // by the fast path, which they skip. Cleared when the plan departs.
   std::atomic<bool> following_plan_{false};
   struct PendingFree {
     EventHandle event;
@@ -795,11 +530,16 @@ class CachingAllocator {
   // alone: a loop that resets the peak every step must not make pages move
   // (move_threshold's bound, Note [Moving free pages]).
   mutable int64_t allocated_high_water_ ABSL_GUARDED_BY(mu_) = 0;
-  // Bytes of free pages moved so far; each widens the room (move_threshold_max).
-  uint64_t moved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Fast paths on different shards record at once.
   mutable internal::SpinLock history_mu_;
   HistoryRing history_ ABSL_GUARDED_BY(history_mu_);
+
+  // The memory sources (allocator/sources/), built over the members above;
+  // each call into one holds the exclusive lock.
+  internal::ClassicSegments classic_ ABSL_GUARDED_BY(mu_);
+  internal::ExpandableSegments expandable_ ABSL_GUARDED_BY(mu_);
+  internal::StitchedRanges stitched_ ABSL_GUARDED_BY(mu_);  // pieces of expandable_'s segments
+  internal::PlannedRange planned_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace headroom

@@ -1,9 +1,11 @@
 // The allocator's invariant checks (block.h lists the invariants), one
 // validator per structure:
-//  - ValidateSegmentTiling: each segment's blocks tile it, with consistent
-//    links, pools, states and coalescing; it also recounts the statistics;
-//  - ValidateExpandablePages: an expandable segment's page table against its
-//    blocks (Note [Expandable page table]);
+//  - each memory source's Validate (sources/): its own structure (segments
+//    filed where they belong, page tables, stitched and planned blocks),
+//    adding its blocks to the recount where the tiling below does not;
+//  - ValidateSegmentTiling: each classic or expandable segment's blocks tile
+//    it, with consistent links, pools, states and coalescing; it also
+//    recounts the statistics;
 //  - ValidatePools: each shard's BlockPools' bins, bitmap and trees
 //    (BlockPool::Validate), and the pools against the free blocks;
 //  - ValidatePointerTables: the shards' address tables against the allocated
@@ -21,18 +23,6 @@
 
 namespace headroom {
 
-// A macro, not a lambda, so that the format string stays a checked constant.
-#define HEADROOM_INVARIANT_ERROR(...) absl::InternalError(absl::StrFormat(__VA_ARGS__))
-
-// What the statistics should say, recomputed from the blocks.
-struct CachingAllocator::Recount {
-  StatArray allocation{}, allocated_bytes{}, requested{}, active{}, active_bytes{}, reserved{}, segments{},
-      inactive_split{}, inactive_split_bytes{};
-  size_t free_blocks = 0;
-  size_t pending_events = 0;  // summed over blocks
-  size_t stitched_parts = 0;  // blocks flagged Block::stitched_part
-};
-
 absl::Status CachingAllocator::Validate() const {
   ExclusiveLock lock(this);
   return ValidateLocked();
@@ -45,15 +35,17 @@ absl::Status CachingAllocator::ValidateLocked() const {
       recount.reserved[i].current += static_cast<int64_t>(granularity_);
     }
   }
-  for (const auto& [address, segment] : segments_) {
-    if (segment->address != address) {
-      return HEADROOM_INVARIANT_ERROR("segment 0x%x filed under 0x%x", segment->address, address);
-    }
-    HEADROOM_RETURN_IF_ERROR(ValidateSegmentTiling(*segment, recount));
-    if (segment->expandable) HEADROOM_RETURN_IF_ERROR(ValidateExpandablePages(*segment));
+  // Each source's own structure, then the blocks of the segments they file.
+  HEADROOM_RETURN_IF_ERROR(classic_.Validate());
+  HEADROOM_RETURN_IF_ERROR(expandable_.Validate());
+  for (const Segment* segment : SegmentsByAddress()) HEADROOM_RETURN_IF_ERROR(ValidateSegmentTiling(*segment, recount));
+  HEADROOM_RETURN_IF_ERROR(stitched_.Validate(recount));
+  // Note [Following a layout plan]: requests go to the plan until it departs.
+  if (following_plan_.load() != (options_.layout_plan != nullptr && planned_.departure().empty())) {
+    return HEADROOM_INVARIANT_ERROR("layout plan: followed is %d, departure '%s'", following_plan_.load(),
+                                    planned_.departure());
   }
-  HEADROOM_RETURN_IF_ERROR(ValidateStitched(recount));
-  HEADROOM_RETURN_IF_ERROR(ValidatePlanned(recount));
+  HEADROOM_RETURN_IF_ERROR(planned_.Validate(recount));
   HEADROOM_RETURN_IF_ERROR(ValidatePools(recount.free_blocks));
   if (recount.pending_events != pending_frees_.size()) {
     return HEADROOM_INVARIANT_ERROR("%d pending events recorded on blocks, %d in the queue", recount.pending_events,
@@ -63,119 +55,9 @@ absl::Status CachingAllocator::ValidateLocked() const {
   return ValidateStatistics(recount);
 }
 
-void CachingAllocator::CountActive(const Block& b, size_t pool_stat, Recount& recount) {
-  if (b.allocated) {
-    for (size_t i : {size_t{kAllPools}, pool_stat}) {
-      recount.allocation[i].current += 1;
-      recount.allocated_bytes[i].current += static_cast<int64_t>(b.size);
-      recount.requested[i].current += static_cast<int64_t>(b.requested_size);
-    }
-  }
-  if (b.is_active()) {
-    for (size_t i : {size_t{kAllPools}, pool_stat}) {
-      recount.active[i].current += 1;
-      recount.active_bytes[i].current += static_cast<int64_t>(b.size);
-    }
-  }
-  recount.pending_events += static_cast<size_t>(b.pending_events);
-}
-
-// Note [Stitched blocks]: each stitched block is counted, its pieces are
-// allocated in their segment, sum to its size and lie where its range maps.
-absl::Status CachingAllocator::ValidateStitched(Recount& recount) const {
-  size_t parts = 0;
-  for (const auto& [address, stitched] : stitched_) {
-    const Block* block = stitched.segment->first;
-    if (block == nullptr || block->address != address || block->segment != stitched.segment.get() ||
-        block->prev != nullptr || block->next != nullptr || !stitched.segment->stitched) {
-      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: not the one block of its segment", address);
-    }
-    if (!block->is_active()) {
-      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: neither allocated nor pending", address);
-    }
-    uint64_t bytes = 0;
-    for (const Block* part : stitched.parts) {
-      if (!part->stitched_part || part->segment->stitched) {
-        return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: piece 0x%x is not marked as one", address, part->address);
-      }
-      bytes += part->size;
-    }
-    if (bytes != block->size) {
-      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: pieces of %d bytes for a block of %d", address, bytes,
-                                      block->size);
-    }
-    if (address < stitched.range || address + block->size > stitched.range + stitched.range_bytes) {
-      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: outside its mapped range", address);
-    }
-    parts += stitched.parts.size();
-    CountActive(*block, StatOf(block->pool), recount);
-  }
-  if (parts != recount.stitched_parts) {
-    return HEADROOM_INVARIANT_ERROR("%d stitched pieces in segments, %d held by stitched blocks",
-                                    recount.stitched_parts, parts);
-  }
-  return absl::OkStatus();
-}
-
-// Note [Following a layout plan]: the live planned blocks lie apart in the
-// plan's range, in mapped pages, which they use as `users` says.
-absl::Status CachingAllocator::ValidatePlanned(Recount& recount) const {
-  if (following_plan_.load() != (options_.layout_plan != nullptr && planned_.departure.empty())) {
-    return HEADROOM_INVARIANT_ERROR("layout plan: followed is %d, departure '%s'", following_plan_.load(),
-                                    planned_.departure);
-  }
-  const Segment* range = planned_.segment.get();
-  if (range == nullptr) {
-    if (!planned_.live.empty()) return HEADROOM_INVARIANT_ERROR("layout plan: live blocks but no range");
-    return absl::OkStatus();
-  }
-  for (size_t i : {size_t{kAllPools}, size_t{kLargePoolStat}}) {
-    recount.segments[i].current += 1;
-    recount.reserved[i].current += static_cast<int64_t>(range->mapped_bytes);
-  }
-  // Note [Expandable page table]: a mapped page was touched, so the page table ends within the users'.
-  if (!range->planned || range->pages.size() > planned_.users.size() ||
-      planned_.users.size() > range->size / granularity_) {
-    return HEADROOM_INVARIANT_ERROR("layout plan: range 0x%x of %d bytes, %d pages, %d page users", range->address,
-                                    range->size, range->pages.size(), planned_.users.size());
-  }
-  std::vector<uint32_t> users(planned_.users.size(), 0);
-  DeviceAddress end = range->address;
-  for (const auto& [address, b] : planned_.live) {
-    if (b->address != address || b->segment != range || b->prev != nullptr || b->next != nullptr ||
-        b->pool != PoolKind::kLarge || b->stream != range->stream) {
-      return HEADROOM_INVARIANT_ERROR("planned block 0x%x: not a block of the plan's range filed under its address",
-                                      address);
-    }
-    if (!b->is_active()) return HEADROOM_INVARIANT_ERROR("planned block 0x%x: neither allocated nor pending", address);
-    if (address < end || b->size == 0 || b->size > range->address + range->size - address) {
-      return HEADROOM_INVARIANT_ERROR("planned block 0x%x: overlaps the one below it or leaves the range", address);
-    }
-    end = address + b->size;
-    const auto [first, last] = PlannedPages(b->address, b->size);
-    for (uint64_t page = first; page <= last; ++page) {
-      if (range->PageAt(page).value == 0) {
-        return HEADROOM_INVARIANT_ERROR("planned block 0x%x: page %d is not mapped", address, page);
-      }
-      ++users[page];
-    }
-    CountActive(*b, kLargePoolStat, recount);
-  }
-  if (users != planned_.users) return HEADROOM_INVARIANT_ERROR("layout plan: page users differ from the live blocks");
-  uint64_t mapped = 0;
-  for (PhysicalHandle page : range->pages) mapped += page.value != 0 ? 1 : 0;
-  if (mapped * granularity_ != range->mapped_bytes) {
-    return HEADROOM_INVARIANT_ERROR("layout plan: %d pages mapped but mapped_bytes %d", mapped, range->mapped_bytes);
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CachingAllocator::ValidateSegmentTiling(const Segment& segment, Recount& recount) const {
   const size_t pool_stat = StatOf(segment.pool);
-  for (size_t i : {size_t{kAllPools}, pool_stat}) {
-    recount.segments[i].current += 1;
-    recount.reserved[i].current += static_cast<int64_t>(segment.expandable ? segment.mapped_bytes : segment.size);
-  }
+  recount.CountSegment(pool_stat, segment.expandable ? segment.mapped_bytes : segment.size);
   uint64_t expected = segment.address;
   const Block* prev = nullptr;
   size_t unmapped_blocks = 0;
@@ -227,12 +109,12 @@ absl::Status CachingAllocator::ValidateSegmentTiling(const Segment& segment, Rec
     }
     if (b->stitched_part) {
       ++recount.stitched_parts;
-      // Counted as the stitched block that holds it (ValidateStitched).
+      // Counted as the stitched block that holds it (StitchedRanges::Validate).
       if (!b->allocated || b->stream_uses.size() > 0 || b->pending_events > 0) {
         return HEADROOM_INVARIANT_ERROR("block 0x%x: a stitched piece that is not simply allocated", b->address);
       }
     } else {
-      CountActive(*b, pool_stat, recount);
+      recount.CountActive(*b, pool_stat);
     }
     expected += b->size;
     prev = b;
@@ -243,42 +125,6 @@ absl::Status CachingAllocator::ValidateSegmentTiling(const Segment& segment, Rec
   }
   if (segment.expandable && unmapped_blocks != segment.unmapped.size()) {
     return HEADROOM_INVARIANT_ERROR("segment 0x%x: unmapped set holds stale blocks", segment.address);
-  }
-  return absl::OkStatus();
-}
-
-// Note [Expandable page table]: pages beyond the table are unmapped, so every
-// loop here stops at the table's end, however large the reservation.
-absl::Status CachingAllocator::ValidateExpandablePages(const Segment& segment) const {
-  const uint64_t table_pages = segment.pages.size();
-  if (table_pages > 0 && segment.pages.back().value == 0) {
-    return HEADROOM_INVARIANT_ERROR("segment 0x%x: page table ends in an unmapped page", segment.address);
-  }
-  if (table_pages * granularity_ > segment.size) {
-    return HEADROOM_INVARIANT_ERROR("segment 0x%x: page table of %d pages exceeds the reservation", segment.address,
-                                    table_pages);
-  }
-  for (const Block* b = segment.first; b != nullptr; b = b->next) {
-    const uint64_t first = (b->address - segment.address) / granularity_;
-    const uint64_t last = (b->address + b->size - 1 - segment.address) / granularity_;
-    if (b->mapped && last >= table_pages) {
-      return HEADROOM_INVARIANT_ERROR("mapped block 0x%x extends past the page table", b->address);
-    }
-    for (uint64_t p = first; p <= last && p < table_pages; ++p) {
-      const bool page_mapped = segment.pages[p].value != 0;
-      if (b->mapped && !page_mapped) {
-        return HEADROOM_INVARIANT_ERROR("mapped block 0x%x lies on an unmapped page", b->address);
-      }
-      if (!b->mapped && page_mapped) {
-        return HEADROOM_INVARIANT_ERROR("unmapped block 0x%x lies on a mapped page", b->address);
-      }
-    }
-  }
-  uint64_t mapped_pages = 0;
-  for (PhysicalHandle page : segment.pages) mapped_pages += page.value != 0 ? 1 : 0;
-  if (mapped_pages * granularity_ != segment.mapped_bytes) {
-    return HEADROOM_INVARIANT_ERROR("segment 0x%x: %d pages mapped but mapped_bytes %d", segment.address, mapped_pages,
-                                    segment.mapped_bytes);
   }
   return absl::OkStatus();
 }
@@ -361,8 +207,6 @@ absl::Status CachingAllocator::ValidateStatistics(const Recount& recount) const 
   }
   return absl::OkStatus();
 }
-
-#undef HEADROOM_INVARIANT_ERROR
 
 // Note [Expensive checks]
 void CachingAllocator::CheckInvariantsAfter(const char* operation) const {

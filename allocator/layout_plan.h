@@ -1,7 +1,7 @@
 // A layout plan: where each allocation of a job goes, worked out offline
 // from a recorded run of the same job (LayoutRepeatingSteps in
 // layout/trace_layout.h, `headroom replay --write-plan`) and followed by the
-// caching allocator (Note [Following a layout plan] in caching_allocator.h).
+// caching allocator (Note [Following a layout plan] in sources/planned_range.h).
 //
 //   HEADROOM_ASSIGN_OR_RETURN(LayoutPlan plan, ReadLayoutPlanFile("t5.plan.json"));
 //   const PlannedBlock* block = plan.At(n);  // where the job's allocation n goes

@@ -8,7 +8,7 @@
 //
 // Expandable segments appear as one segment per run of mapped pages (PyTorch
 // shows them the same way), flagged "is_expandable". A stitched block (Note
-// [Stitched blocks] in caching_allocator.h) is a segment of its own, flagged
+// [Stitched blocks] in sources/stitched_ranges.h) is a segment of its own, flagged
 // "is_stitched", mapped ("segment_map") before its alloc and unmapped
 // ("segment_unmap") after its free completes, as memory_viz expects of any
 // block. Its pieces stay blocks of their segments in a state of their own,

@@ -6,7 +6,7 @@
 // --smallest, on how small a device it runs, beside a layout planned with
 // every lifetime known: layout/trace_layout.h); with --write-plan, writes
 // the layout plan of the trace's repeating steps for the allocator to
-// follow (Note [Following a layout plan] in allocator/caching_allocator.h).
+// follow (Note [Following a layout plan] in allocator/sources/planned_range.h).
 // This file holds the flags, their checks and the dispatch; the report is
 // report/replay_report.h.
 #include <chrono>

@@ -75,7 +75,7 @@ absl::StatusOr<TraceLayout> LayoutTrace(const AllocationTrace& trace, uint64_t p
 // blocks[n] while n is below the step's first allocation f, and at
 // blocks[f + (n - f) % (blocks.size() - f)] after (the step allocates at
 // least one block): ToLayoutPlan makes the caching allocator's plan of it
-// (Note [Following a layout plan] in allocator/caching_allocator.h).
+// (Note [Following a layout plan] in allocator/sources/planned_range.h).
 struct RepeatingStepsLayout {
   TraceLayout layout;                // of the trace up to the repeating step's end
   size_t repeating_step = 0;         // 1-based; step 1 holds what came before its end too
@@ -107,7 +107,7 @@ LayoutPlan ToLayoutPlan(const RepeatingStepsLayout& steps);
 // stream other than the first one's: an allocator follows a plan on its first
 // request's stream only, so a plan of such a trace would be left at the first
 // request on another (Note [Following a layout plan] in
-// allocator/caching_allocator.h).
+// allocator/sources/planned_range.h).
 absl::Status CheckPlanFollowsOneStream(const AllocationTrace& trace);
 
 }  // namespace headroom

@@ -92,7 +92,7 @@ std::string_view BackendCallName(BackendCall call);
 // device; one past the end is refused (kResourceExhausted), never wrapped.
 inline constexpr uint64_t kMaxSimulatedCapacity = uint64_t{1} << 56;
 // The largest address reservation: an expandable segment reserves more
-// address space than the device has memory (caching_allocator_expandable.cc).
+// address space than the device has memory (sources/expandable_segments.cc).
 inline constexpr uint64_t kMaxSimulatedReservation = 4 * kMaxSimulatedCapacity;
 
 struct SimulatedBackendOptions {

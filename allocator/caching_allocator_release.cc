@@ -1,7 +1,9 @@
-// Getting memory from the device and giving it back: segment growth,
-// release of cached segments, garbage collection and the out-of-memory path
-// (Note [Out of memory] in caching_allocator.h).
+// Getting memory from the memory sources and giving it back: growth,
+// release of cached segments and pages, garbage collection and the
+// out-of-memory path (Note [Out of memory] in caching_allocator.h), and the
+// pages the device would not release (Note [Unreleased pages]).
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "allocator/caching_allocator.h"
@@ -12,90 +14,14 @@ namespace headroom {
 
 absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowPool(PoolKind kind, StreamHandle stream,
                                                                     uint64_t rounded) {
-  if (options_.expandable_segments) return GrowExpandable(kind, stream, rounded);
-  return MallocSegment(kind, stream, rounded);
+  if (options_.expandable_segments) return expandable_.Grow(kind, stream, rounded);
+  return classic_.Allocate(kind, stream, rounded);
 }
-
-absl::StatusOr<CachingAllocator::Block*> CachingAllocator::MallocSegment(PoolKind kind, StreamHandle stream,
-                                                                         uint64_t rounded) {
-  const uint64_t size = SegmentSizeFor(rounded);
-  const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
-  const uint64_t allowed = AllowedBytesLocked();
-  if (size > allowed || reserved > allowed - size) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("a %s segment would exceed the limit of %s", FormatBytes(size), FormatBytes(allowed)));
-  }
-  HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->Malloc(size));
-  ++stats_.num_device_alloc;
-  Segment* segment = AddSegment(address, size, kind, stream);
-  stats_.reserved_bytes.Increase(StatOf(kind), static_cast<int64_t>(size));
-  if (size >= options_.max_split_size) stats_.oversize_segments.Increase(1);
-  Record(TraceAction::kSegmentAlloc, address, size, stream);
-  return segment->first;
-}
-
-CachingAllocator::Segment* CachingAllocator::AddSegment(DeviceAddress address, uint64_t size, PoolKind kind,
-                                                        StreamHandle stream) {
-  auto* segment = new Segment();
-  segment->address = address;
-  segment->size = size;
-  segment->stream = stream;
-  segment->pool = kind;
-  segment->shard = &ShardOf(stream);
-  Block* block = NewBlock(stream);
-  block->address = address;
-  block->size = size;
-  block->stream = stream;
-  block->pool = kind;
-  block->segment = segment;
-  segment->first = block;
-  segments_[address] = segment;
-  stats_.segment.Increase(StatOf(kind), 1);
-  return segment;
-}
-
-// The segment's blocks are all free: usually one coalesced block, several
-// when cross-stream reuse left neighbours of different streams. Free()
-// synchronizes the device (as cudaFree does), so their streams need no wait.
-absl::Status CachingAllocator::ReleaseSegment(Segment* segment) {
-  for (Block* b = segment->first; b != nullptr; b = b->next) PoolErase(b);
-  if (absl::Status status = backend_->Free(segment->address); !status.ok()) {
-    for (Block* b = segment->first; b != nullptr; b = b->next) PoolInsert(b);
-    return status;
-  }
-  ++stats_.num_device_free;
-  stats_.segment.Decrease(StatOf(segment->pool), 1);
-  stats_.reserved_bytes.Decrease(StatOf(segment->pool), static_cast<int64_t>(segment->size));
-  if (segment->size >= options_.max_split_size) stats_.oversize_segments.Decrease(1);
-  Record(TraceAction::kSegmentFree, segment->address, segment->size, segment->stream);
-  segments_.erase(segment->address);
-  for (Block* b = segment->first; b != nullptr;) {
-    Block* next = b->next;
-    DeleteBlock(b);
-    b = next;
-  }
-  delete segment;
-  return absl::OkStatus();
-}
-
-namespace {
-
-// True for the first block of a plain segment whose blocks are all cached, so
-// that each releasable segment is found once while scanning a pool.
-bool IsWholeCachedSegment(const internal::Block* block) {
-  if (block->segment->expandable || block->prev != nullptr) return false;
-  for (const internal::Block* b = block; b != nullptr; b = b->next) {
-    if (!b->is_free()) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 absl::StatusOr<bool> CachingAllocator::ReleaseAvailableCache(PoolKind kind, uint64_t bytes) {
   std::vector<Block*> whole;
   ForEachCached(kind, [&](Block* block) {
-    if (IsWholeCachedSegment(block)) whole.push_back(block);
+    if (internal::ClassicSegments::IsWholeCachedSegment(block)) whole.push_back(block);
   });
   std::sort(whole.begin(), whole.end(),
             [](const Block* a, const Block* b) { return a->segment->size < b->segment->size; });
@@ -103,21 +29,17 @@ absl::StatusOr<bool> CachingAllocator::ReleaseAvailableCache(PoolKind kind, uint
   auto enough = std::lower_bound(whole.begin(), whole.end(), bytes,
                                  [](const Block* b, uint64_t n) { return b->segment->size < n; });
   if (enough != whole.end()) {
-    HEADROOM_RETURN_IF_ERROR(ReleaseSegment((*enough)->segment));
+    HEADROOM_RETURN_IF_ERROR(classic_.Release((*enough)->segment));
     return true;
   }
   uint64_t released = 0;
   for (auto it = whole.rbegin(); it != whole.rend() && released < bytes; ++it) {
     released += (*it)->segment->size;
-    HEADROOM_RETURN_IF_ERROR(ReleaseSegment((*it)->segment));
+    HEADROOM_RETURN_IF_ERROR(classic_.Release((*it)->segment));
   }
   if (released < bytes) {
-    for (auto& [key, segment] : expandable_) {
-      if (key.second != kind) continue;
-      HEADROOM_ASSIGN_OR_RETURN(uint64_t unmapped, TrimExpandable(segment));
-      released += unmapped;
-      if (released >= bytes) break;
-    }
+    HEADROOM_ASSIGN_OR_RETURN(uint64_t unmapped, expandable_.Trim(kind, bytes - released));
+    released += unmapped;
   }
   return released >= bytes;
 }
@@ -128,15 +50,34 @@ absl::Status CachingAllocator::ReleaseAllCache() {
   for (PoolKind kind : {PoolKind::kSmall, PoolKind::kLarge}) {
     std::vector<Block*> whole;
     ForEachCached(kind, [&](Block* block) {
-      if (IsWholeCachedSegment(block)) whole.push_back(block);
+      if (internal::ClassicSegments::IsWholeCachedSegment(block)) whole.push_back(block);
     });
-    for (Block* block : whole) HEADROOM_RETURN_IF_ERROR(ReleaseSegment(block->segment));
+    for (Block* block : whole) HEADROOM_RETURN_IF_ERROR(classic_.Release(block->segment));
   }
-  for (auto& [key, segment] : expandable_) {
-    HEADROOM_ASSIGN_OR_RETURN(uint64_t unmapped, TrimExpandable(segment));
-    (void)unmapped;
+  HEADROOM_RETURN_IF_ERROR(expandable_.TrimAll());
+  return planned_.ReleaseUnusedPages();  // Note [Following a layout plan]
+}
+
+absl::Status CachingAllocator::ReleasePage(PhysicalHandle handle, PoolKind pool) {
+  absl::Status status = backend_->ReleasePhysical(handle);
+  if (!status.ok()) {
+    unreleased_pages_.push_back({handle, pool});
+    return status;
   }
-  return ReleaseUnusedPlannedPages();  // Note [Following a layout plan]
+  ++stats_.num_device_free;
+  stats_.reserved_bytes.Decrease(StatOf(pool), static_cast<int64_t>(granularity_));
+  return absl::OkStatus();
+}
+
+absl::Status CachingAllocator::RetryUnreleasedPages() {
+  std::vector<UnreleasedPage> pages;
+  pages.swap(unreleased_pages_);
+  absl::Status first_error;
+  for (const UnreleasedPage& page : pages) {
+    absl::Status status = ReleasePage(page.handle, page.pool);
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  return first_error;
 }
 
 absl::Status CachingAllocator::EmptyCache() {
@@ -144,27 +85,9 @@ absl::Status CachingAllocator::EmptyCache() {
   InvariantCheckOnExit check(this, "EmptyCache");  // Note [Expensive checks]
   HEADROOM_RETURN_IF_ERROR(ReleaseAllCache());
   // Reservations with nothing mapped go back too.
-  std::vector<std::pair<StreamHandle, PoolKind>> empty;
-  for (auto& [key, segment] : expandable_) {
-    if (segment->mapped_bytes == 0) empty.push_back(key);
-  }
-  for (const auto& key : empty) {
-    Segment* segment = expandable_[key];
-    HEADROOM_RETURN_IF_ERROR(backend_->ReleaseAddressRange(segment->address, segment->size));
-    stats_.segment.Decrease(StatOf(segment->pool), 1);
-    segments_.erase(segment->address);
-    expandable_.erase(key);
-    DeleteBlock(segment->first);
-    delete segment;
-  }
+  HEADROOM_RETURN_IF_ERROR(expandable_.ReleaseEmptyReservations());
   // Note [Following a layout plan]: a departed plan's range too, once nothing lives in it.
-  if (const Segment* range = planned_.segment.get(); range != nullptr && !following_plan_.load() &&
-                                                      planned_.live.empty() && range->mapped_bytes == 0) {
-    HEADROOM_RETURN_IF_ERROR(backend_->ReleaseAddressRange(range->address, range->size));
-    stats_.segment.Decrease(StatOf(PoolKind::kLarge), 1);
-    planned_.segment.reset();
-    planned_.users.clear();
-  }
+  if (!following_plan_.load()) HEADROOM_RETURN_IF_ERROR(planned_.ReleaseIdleRange());
   return absl::OkStatus();
 }
 
@@ -180,7 +103,7 @@ absl::Status CachingAllocator::GarbageCollect() {
   if (reserved() <= target) return absl::OkStatus();
   std::vector<Block*> candidates;
   ForEachCached(PoolKind::kLarge, [&](Block* block) {
-    if (IsWholeCachedSegment(block) || block->segment->expandable) candidates.push_back(block);
+    if (internal::ClassicSegments::IsWholeCachedSegment(block) || block->segment->expandable) candidates.push_back(block);
   });
   std::sort(candidates.begin(), candidates.end(), [](const Block* a, const Block* b) {
     return a->cached_at < b->cached_at || (a->cached_at == b->cached_at && a->address < b->address);
@@ -188,10 +111,10 @@ absl::Status CachingAllocator::GarbageCollect() {
   for (Block* block : candidates) {
     if (reserved() <= target) break;
     if (block->segment->expandable) {
-      HEADROOM_ASSIGN_OR_RETURN(uint64_t unmapped, UnmapFreePages(block, /*synchronized=*/false));
+      HEADROOM_ASSIGN_OR_RETURN(uint64_t unmapped, expandable_.UnmapFreePages(block, /*synchronized=*/false));
       (void)unmapped;
     } else {
-      HEADROOM_RETURN_IF_ERROR(ReleaseSegment(block->segment));
+      HEADROOM_RETURN_IF_ERROR(classic_.Release(block->segment));
     }
   }
   return absl::OkStatus();

@@ -1,22 +1,24 @@
-// Stitched blocks: a request that fails only because the free bytes lie in
+// Stitched ranges: a request that fails only because the free bytes lie in
 // pieces of pages, served by mapping pieces and new pages side by side at a
-// new address. See Note [Stitched blocks] in caching_allocator.h.
+// new address (Note [Stitched blocks] in stitched_ranges.h).
+#include "allocator/sources/stitched_ranges.h"
+
 #include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
 
-#include "allocator/caching_allocator.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
 
-namespace headroom {
+namespace headroom::internal {
+
 namespace {
 
 // A free range [start, end) of `block` that ends (a tail) or starts (a head)
 // at a page boundary.
 struct Piece {
-  internal::Block* block = nullptr;
+  Block* block = nullptr;
   DeviceAddress start = 0;
   DeviceAddress end = 0;
   uint64_t size() const { return end - start; }
@@ -24,10 +26,10 @@ struct Piece {
 
 // The largest tail (or head) of a free block of `stream` in `segment`, other
 // than `except`.
-Piece LargestPiece(const internal::Segment& segment, StreamHandle stream, uint64_t page, bool tail,
-                   const internal::Block* except) {
+Piece LargestPiece(const Segment& segment, StreamHandle stream, uint64_t page, bool tail,
+                   const Block* except) {
   Piece best;
-  for (internal::Block* b = segment.first; b != nullptr; b = b->next) {
+  for (Block* b = segment.first; b != nullptr; b = b->next) {
     if (!b->is_free() || b->stream != stream || b == except) continue;
     const uint64_t offset = b->address - segment.address;
     const uint64_t end = offset + b->size;
@@ -50,11 +52,10 @@ Piece LargestPiece(const internal::Segment& segment, StreamHandle stream, uint64
 
 }  // namespace
 
-absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateStitched(PoolKind kind, uint64_t rounded,
+absl::StatusOr<Block*> StitchedRanges::Allocate(PoolKind kind, uint64_t rounded,
                                                                             StreamHandle stream) {
-  auto found = expandable_.find({stream, kind});
-  if (found == expandable_.end()) return nullptr;
-  Segment* segment = found->second;
+  Segment* segment = expandable_->Find(stream, kind);
+  if (segment == nullptr) return nullptr;
   const uint64_t page = granularity_;
 
   // The largest tail and head of two different blocks (a block that holds
@@ -98,18 +99,18 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateStitched(Pool
     for (Block* part : {tail_part, added, head_part}) {
       if (part != nullptr) taken.push_back(part);
     }
-    CacheStitchedParts(taken);
+    CacheParts(taken);
   };
   if (tail.block != nullptr) {
     tail_part = tail.block;
-    PoolErase(tail_part);
-    if (tail.end < tail_part->address + tail_part->size) Split(tail_part, tail.size());
+    host_->PoolErase(tail_part);
+    if (tail.end < tail_part->address + tail_part->size) host_->Split(tail_part, tail.size());
     take(tail_part);
   }
   if (head.block != nullptr) {
-    PoolErase(head.block);
-    head_part = CarveAt(head.block, head.start);
-    if (head_part->size > head_bytes) Split(head_part, head_bytes);
+    host_->PoolErase(head.block);
+    head_part = host_->CarveAt(head.block, head.start);
+    if (head_part->size > head_bytes) host_->Split(head_part, head_bytes);
     take(head_part);
   }
   if (new_pages > 0) {
@@ -117,15 +118,15 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateStitched(Pool
     Block* hole = segment->unmapped.empty() ? nullptr : *std::prev(segment->unmapped.end());
     absl::Status status = hole == nullptr || hole->size < new_pages * page
                               ? absl::ResourceExhaustedError("no unmapped range for the new pages")
-                              : MapPages(segment, (hole->address - segment->address) / page, new_pages, hole,
+                              : expandable_->MapPages(segment, (hole->address - segment->address) / page, new_pages, hole,
                                          /*needs_next=*/false);
     if (!status.ok()) {
       give_back();
       if (absl::IsResourceExhausted(status)) return nullptr;
       return status;
     }
-    added = TakeMappedRange(segment, hole, new_pages * page, stream);
-    if (added->size > added_bytes) Split(added, added_bytes);  // the rest of the last page stays cached
+    added = expandable_->TakeMappedRange(segment, hole, new_pages * page, stream);
+    if (added->size > added_bytes) host_->Split(added, added_bytes);  // the rest of the last page stays cached
     take(added);
   }
   std::vector<Block*> parts;
@@ -163,7 +164,7 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateStitched(Pool
 
   // The caller's block: it starts where the first part starts in its page.
   auto view = std::make_unique<Segment>();
-  Block* block = NewBlock(stream);
+  Block* block = host_->NewBlock(stream);
   block->address = *range + (parts.front()->address - segment->address) % page;
   block->size = rounded;
   block->stream = stream;
@@ -179,12 +180,12 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocateStitched(Pool
   stitched_[block->address] = {.range = *range, .range_bytes = range_bytes, .segment = std::move(view),
                                .parts = std::move(parts)};
   // For snapshots, the caller's block is a segment mapped before its alloc (memory_viz draws blocks in segments).
-  Record(TraceAction::kSegmentMap, block->address, block->size, stream);
+  host_->Record(TraceAction::kSegmentMap, block->address, block->size, stream);
   return block;
 }
 
-bool CachingAllocator::UnmapStitched(const Block* block) {
-  const StitchedBlock& stitched = stitched_.at(block->address);
+bool StitchedRanges::Unmap(const Block* block) {
+  const Stitched& stitched = stitched_.at(block->address);
   // Its streams are done with it (its free waited for them): the second mapping can go.
   if (!backend_->Unmap(stitched.range, stitched.range_bytes).ok()) return false;
   (void)backend_->ReleaseAddressRange(stitched.range, stitched.range_bytes);  // address space only
@@ -192,24 +193,24 @@ bool CachingAllocator::UnmapStitched(const Block* block) {
   return true;
 }
 
-void CachingAllocator::CacheStitchedParts(const std::vector<Block*>& parts) {
+void StitchedRanges::CacheParts(const std::vector<Block*>& parts) {
   for (Block* part : parts) {
     part->stitched_part = false;
     part->allocated = false;
     part->requested_size = 0;
-    CacheFreeBlock(part);
+    host_->CacheFreeBlock(part);
   }
 }
 
-void CachingAllocator::DropStitched(Block* block) {
-  Record(TraceAction::kSegmentUnmap, block->address, block->size, block->stream);
+void StitchedRanges::Drop(Block* block) {
+  host_->Record(TraceAction::kSegmentUnmap, block->address, block->size, block->stream);
   auto it = stitched_.find(block->address);
-  CacheStitchedParts(it->second.parts);
-  DeleteBlock(block);
+  CacheParts(it->second.parts);
+  host_->DeleteBlock(block);
   stitched_.erase(it);
 }
 
-void CachingAllocator::UnmapAllStitched() {
+void StitchedRanges::UnmapAll() {
   for (auto& [address, stitched] : stitched_) {
     (void)backend_->Unmap(stitched.range, stitched.range_bytes);
     (void)backend_->ReleaseAddressRange(stitched.range, stitched.range_bytes);
@@ -218,4 +219,51 @@ void CachingAllocator::UnmapAllStitched() {
   stitched_.clear();
 }
 
-}  // namespace headroom
+bool StitchedRanges::Contains(DeviceAddress address) const { return stitched_.contains(address); }
+
+void StitchedRanges::ForEachSegment(absl::FunctionRef<void(const Segment&)> fn) const {
+  std::vector<const Segment*> by_address;
+  for (const auto& [address, block] : stitched_) by_address.push_back(block.segment.get());
+  std::sort(by_address.begin(), by_address.end(),
+            [](const Segment* a, const Segment* b) { return a->address < b->address; });
+  for (const Segment* segment : by_address) fn(*segment);
+}
+
+// Each stitched block is counted, its pieces are allocated in their segment,
+// sum to its size and lie where its range maps.
+absl::Status StitchedRanges::Validate(Recount& recount) const {
+  size_t parts = 0;
+  for (const auto& [address, stitched] : stitched_) {
+    const Block* block = stitched.segment->first;
+    if (block == nullptr || block->address != address || block->segment != stitched.segment.get() ||
+        block->prev != nullptr || block->next != nullptr || !stitched.segment->stitched) {
+      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: not the one block of its segment", address);
+    }
+    if (!block->is_active()) {
+      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: neither allocated nor pending", address);
+    }
+    uint64_t bytes = 0;
+    for (const Block* part : stitched.parts) {
+      if (!part->stitched_part || part->segment->stitched) {
+        return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: piece 0x%x is not marked as one", address, part->address);
+      }
+      bytes += part->size;
+    }
+    if (bytes != block->size) {
+      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: pieces of %d bytes for a block of %d", address, bytes,
+                                      block->size);
+    }
+    if (address < stitched.range || address + block->size > stitched.range + stitched.range_bytes) {
+      return HEADROOM_INVARIANT_ERROR("stitched block 0x%x: outside its mapped range", address);
+    }
+    parts += stitched.parts.size();
+    recount.CountActive(*block, StatOf(block->pool));
+  }
+  if (parts != recount.stitched_parts) {
+    return HEADROOM_INVARIANT_ERROR("%d stitched pieces in segments, %d held by stitched blocks",
+                                    recount.stitched_parts, parts);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace headroom::internal

@@ -1,20 +1,24 @@
 // Expandable segments: one address reservation per (stream, pool) whose
-// pages are mapped as it grows and unmapped when trimmed. See
-// Note [Expandable segments] in caching_allocator.h.
+// pages are mapped as it grows and unmapped when trimmed (Note [Expandable
+// segments] in expandable_segments.h).
+#include "allocator/sources/expandable_segments.h"
+
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_format.h"
-#include "allocator/caching_allocator.h"
+#include "allocator/size_rounding.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 
-namespace headroom {
+namespace headroom::internal {
 
-absl::StatusOr<CachingAllocator::Segment*> CachingAllocator::ExpandableSegmentFor(PoolKind kind,
+
+absl::StatusOr<Segment*> ExpandableSegments::SegmentFor(PoolKind kind,
                                                                                  StreamHandle stream) {
-  if (auto it = expandable_.find({stream, kind}); it != expandable_.end()) return it->second;
+  if (auto it = segments_.find({stream, kind}); it != segments_.end()) return it->second;
   // Larger than the device: the reservation costs address space only, and
   // pages unmapped below the end leave holes that growth past them must
   // skip. PyTorch reserves 1 1/8 of the device's memory in whole pages of the
@@ -26,21 +30,21 @@ absl::StatusOr<CachingAllocator::Segment*> CachingAllocator::ExpandableSegmentFo
   const uint64_t wanted = SaturatingAdd(total_bytes_, options_.move_free_pages ? total_bytes_ : total_bytes_ / 8);
   const uint64_t size = RoundUp(wanted, PageBytes(kind == PoolKind::kSmall));
   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->ReserveAddressRange(size));
-  Segment* segment = AddSegment(address, size, kind, stream);
+  Segment* segment = NewSegment(*host_, stats_, address, size, kind, stream);
   // Nothing is mapped yet: the whole reservation is one unmapped block.
   segment->expandable = true;  // no page table yet (Note [Expandable page table])
   segment->first->mapped = false;
   segment->unmapped.insert(segment->first);
-  expandable_[{stream, kind}] = segment;
+  segments_[{stream, kind}] = segment;
   return segment;
 }
 
-uint64_t CachingAllocator::PageBytes(bool small) const {
+uint64_t ExpandableSegments::PageBytes(bool small) const {
   const uint64_t option = small ? options_.expandable_small_page_bytes : options_.expandable_large_page_bytes;
   return RoundUp(std::max(option, granularity_), granularity_);
 }
 
-absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, uint64_t count, const Block* hole,
+absl::Status ExpandableSegments::MapPages(Segment* segment, uint64_t first_page, uint64_t count, const Block* hole,
                                        bool needs_next) {
   const DeviceAddress start = segment->address + first_page * granularity_;
   // Note [Moving free pages]: pages cached elsewhere first, counted here from now on.
@@ -55,9 +59,9 @@ absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, u
   // Only the pages created anew count against memory_fraction and hard_limit.
   const uint64_t new_bytes = (count - moved.size()) * granularity_;
   const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
-  const uint64_t allowed = AllowedBytesLocked();
+  const uint64_t allowed = host_->ReservationLimit();
   if (new_bytes > 0 && (new_bytes > allowed || reserved > allowed - new_bytes)) {
-    for (PhysicalHandle handle : moved) (void)ReleasePage(handle, segment->pool);
+    for (PhysicalHandle handle : moved) (void)host_->ReleasePage(handle, segment->pool);
     return absl::ResourceExhaustedError(absl::StrFormat("mapping %s more would exceed the limit of %s",
                                                         FormatBytes(new_bytes), FormatBytes(allowed)));
   }
@@ -80,7 +84,7 @@ absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, u
     }
     status = backend_->Map(start + i * granularity_, granularity_, handle);
     if (!status.ok()) {
-      (void)ReleasePage(handle, segment->pool);
+      (void)host_->ReleasePage(handle, segment->pool);
       break;
     }
     mapped.push_back(handle);
@@ -90,25 +94,25 @@ absl::Status CachingAllocator::MapPages(Segment* segment, uint64_t first_page, u
     // Undo this call's pages so the segment is as before (moved pages go back to the device).
     for (size_t i = 0; i < mapped.size(); ++i) {
       (void)backend_->Unmap(start + i * granularity_, granularity_);
-      (void)ReleasePage(mapped[i], segment->pool);
+      (void)host_->ReleasePage(mapped[i], segment->pool);
     }
-    for (size_t i = mapped.size() + 1; i < moved.size(); ++i) (void)ReleasePage(moved[i], segment->pool);
+    for (size_t i = mapped.size() + 1; i < moved.size(); ++i) (void)host_->ReleasePage(moved[i], segment->pool);
     return status;
   }
   if (segment->pages.size() < first_page + count) segment->pages.resize(first_page + count);
   for (uint64_t i = 0; i < count; ++i) segment->pages[first_page + i] = mapped[i];
   segment->mapped_bytes += count * granularity_;
   stats_.num_pages_mapped += static_cast<int64_t>(count);
-  Record(TraceAction::kSegmentMap, start, count * granularity_, segment->stream);
+  host_->Record(TraceAction::kSegmentMap, start, count * granularity_, segment->stream);
   return absl::OkStatus();
 }
 
-uint64_t CachingAllocator::PagesToMove(uint64_t count) const {
+uint64_t ExpandableSegments::PagesToMove(uint64_t count) const {
   if (!options_.move_free_pages) return 0;
   const uint64_t wanted = count * granularity_;
   const auto allocated = static_cast<uint64_t>(stats_.allocated_bytes.current());
-  const uint64_t peak = std::max(static_cast<uint64_t>(allocated_high_water_), allocated + wanted);
-  const uint64_t allowed = AllowedBytesLocked();
+  const uint64_t peak = std::max(static_cast<uint64_t>(host_->AllocatedHighWater()), allocated + wanted);
+  const uint64_t allowed = host_->ReservationLimit();
   // The room below the threshold, widened by every page moved so far up to move_threshold_max.
   const double least = static_cast<double>(peak) * options_.move_threshold;
   const double most = static_cast<double>(peak) * std::max(options_.move_threshold, options_.move_threshold_max);
@@ -120,7 +124,7 @@ uint64_t CachingAllocator::PagesToMove(uint64_t count) const {
   return std::min(count, (excess + granularity_ - 1) / granularity_);
 }
 
-uint64_t CachingAllocator::MovablePages(const Block* block, const Block* hole, bool needs_next) const {
+uint64_t ExpandableSegments::MovablePages(const Block* block, const Block* hole, bool needs_next) const {
   if (!block->is_free() || !block->mapped) return 0;
   // The request takes the free block below the hole, and the one above it when `needs_next`, so those stay as
   // they are. Otherwise the free block above can give all its pages but its lowest: unmapping that one too would
@@ -135,10 +139,10 @@ uint64_t CachingAllocator::MovablePages(const Block* block, const Block* hole, b
   return above_hole && base + first == block->address ? pages - 1 : pages;
 }
 
-uint64_t CachingAllocator::MoveShortfall(const Block* hole, bool needs_next, uint64_t count) const {
+uint64_t ExpandableSegments::MoveShortfall(const Block* hole, bool needs_next, uint64_t count) const {
   const uint64_t to_move = PagesToMove(count);
   uint64_t movable = 0;
-  for (const auto& [key, segment] : expandable_) {
+  for (const auto& [key, segment] : segments_) {
     for (const Block* b = segment->first; b != nullptr && movable < to_move; b = b->next) {
       movable += MovablePages(b, hole, needs_next);
     }
@@ -146,13 +150,13 @@ uint64_t CachingAllocator::MoveShortfall(const Block* hole, bool needs_next, uin
   return to_move > movable ? to_move - movable : 0;
 }
 
-void CachingAllocator::TakeFreePages(const Block* hole, bool needs_next, uint64_t count,
+void ExpandableSegments::TakeFreePages(const Block* hole, bool needs_next, uint64_t count,
                                      std::vector<PhysicalHandle>& taken) {
   while (taken.size() < count) {
     // The cached block with the most whole pages it can give, of any expandable segment.
     Block* best = nullptr;
     uint64_t best_pages = 0;
-    for (const auto& [key, segment] : expandable_) {
+    for (const auto& [key, segment] : segments_) {
       for (Block* b = segment->first; b != nullptr; b = b->next) {
         if (const uint64_t pages = MovablePages(b, hole, needs_next); pages > best_pages) {
           best = b;
@@ -170,9 +174,9 @@ void CachingAllocator::TakeFreePages(const Block* hole, bool needs_next, uint64_
   }
 }
 
-absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKind kind, StreamHandle stream,
+absl::StatusOr<Block*> ExpandableSegments::Grow(PoolKind kind, StreamHandle stream,
                                                                           uint64_t rounded) {
-  HEADROOM_ASSIGN_OR_RETURN(Segment * segment, ExpandableSegmentFor(kind, stream));
+  HEADROOM_ASSIGN_OR_RETURN(Segment * segment, SegmentFor(kind, stream));
   // Holes left by trimming come first in address order, then the tail: the
   // lowest unmapped range that, with the free block before it (and, if it is
   // mapped whole, the one after it), holds the request.
@@ -230,18 +234,18 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::GrowExpandable(PoolKi
                                     map_bytes / granularity_, chosen, needs_next));
   Block* mapped = TakeMappedRange(segment, chosen, map_bytes, stream);
   const DeviceAddress start = mapped->address - joined;
-  Block* block = CacheFreeBlock(mapped);
-  PoolErase(block);
+  Block* block = host_->CacheFreeBlock(mapped);
+  host_->PoolErase(block);
   // The part of the shared page below `start` stays cached (if the free block below was joined after all).
-  return CarveAt(block, std::max(start, block->address));
+  return host_->CarveAt(block, std::max(start, block->address));
 }
 
-CachingAllocator::Block* CachingAllocator::TakeMappedRange(Segment* segment, Block* hole, uint64_t bytes,
+Block* ExpandableSegments::TakeMappedRange(Segment* segment, Block* hole, uint64_t bytes,
                                                           StreamHandle stream) {
   segment->unmapped.erase(hole);
   Block* mapped = hole;
   if (bytes < hole->size) {
-    mapped = NewBlock(stream);
+    mapped = host_->NewBlock(stream);
     mapped->address = hole->address;
     mapped->size = bytes;
     mapped->pool = hole->pool;
@@ -263,7 +267,7 @@ CachingAllocator::Block* CachingAllocator::TakeMappedRange(Segment* segment, Blo
   return mapped;
 }
 
-absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool synchronized, uint64_t max_pages,
+absl::StatusOr<uint64_t> ExpandableSegments::UnmapFreePages(Block* block, bool synchronized, uint64_t max_pages,
                                                           std::vector<PhysicalHandle>* kept) {
   Segment* segment = block->segment;
   DeviceAddress start = segment->address + RoundUp(block->address - segment->address, granularity_);
@@ -286,7 +290,7 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
       kept->push_back(segment->pages[p]);
       stats_.reserved_bytes.Decrease(StatOf(segment->pool), static_cast<int64_t>(granularity_));
     } else {
-      absl::Status status = ReleasePage(segment->pages[p], segment->pool);
+      absl::Status status = host_->ReleasePage(segment->pages[p], segment->pool);
       if (!status.ok() && release_error.ok()) release_error = status;
     }
     segment->pages[p] = PhysicalHandle{};
@@ -295,13 +299,13 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
   while (!segment->pages.empty() && segment->pages.back().value == 0) segment->pages.pop_back();
   segment->mapped_bytes -= end - start;
   stats_.num_pages_unmapped += static_cast<int64_t>(pages);
-  Record(TraceAction::kSegmentUnmap, start, end - start, segment->stream);
+  host_->Record(TraceAction::kSegmentUnmap, start, end - start, segment->stream);
 
   // [head: still mapped, free][middle: unmapped][tail: still mapped, free]
-  PoolErase(block);
+  host_->PoolErase(block);
   auto carve = [&](DeviceAddress address, uint64_t size, Block* prev,
-                   Block* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Block* piece = NewBlock(block);
+                   Block* next) {
+    Block* piece = host_->NewBlock(block);
     piece->address = address;
     piece->size = size;
     piece->stream = block->stream;
@@ -319,13 +323,13 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
       segment->first = head;
     }
     block->prev = head;
-    PoolInsert(head);
+    host_->PoolInsert(head);
   }
   if (end < block->address + block->size) {
     Block* tail = carve(end, block->address + block->size - end, block, block->next);
     if (tail->next != nullptr) tail->next->prev = tail;
     block->next = tail;
-    PoolInsert(tail);
+    host_->PoolInsert(tail);
   }
   block->address = start;
   block->size = end - start;
@@ -334,40 +338,18 @@ absl::StatusOr<uint64_t> CachingAllocator::UnmapFreePages(Block* block, bool syn
   // Merge with unmapped neighbours so that holes stay maximal.
   if (Block* prev = block->prev; prev != nullptr && !prev->mapped) {
     segment->unmapped.erase(prev);
-    DeleteBlock(internal::AbsorbPrev(block));
+    host_->DeleteBlock(AbsorbPrev(block));
   }
   if (Block* next = block->next; next != nullptr && !next->mapped) {
     segment->unmapped.erase(next);
-    DeleteBlock(internal::AbsorbNext(block));
+    host_->DeleteBlock(AbsorbNext(block));
   }
   segment->unmapped.insert(block);
   if (!release_error.ok()) return release_error;
   return end - start;
 }
 
-absl::Status CachingAllocator::ReleasePage(PhysicalHandle handle, PoolKind pool) {
-  absl::Status status = backend_->ReleasePhysical(handle);
-  if (!status.ok()) {
-    unreleased_pages_.push_back({handle, pool});
-    return status;
-  }
-  ++stats_.num_device_free;
-  stats_.reserved_bytes.Decrease(StatOf(pool), static_cast<int64_t>(granularity_));
-  return absl::OkStatus();
-}
-
-absl::Status CachingAllocator::RetryUnreleasedPages() {
-  std::vector<UnreleasedPage> pages;
-  pages.swap(unreleased_pages_);
-  absl::Status first_error;
-  for (const UnreleasedPage& page : pages) {
-    absl::Status status = ReleasePage(page.handle, page.pool);
-    if (!status.ok() && first_error.ok()) first_error = status;
-  }
-  return first_error;
-}
-
-absl::StatusOr<uint64_t> CachingAllocator::TrimExpandable(Segment* segment) {
+absl::StatusOr<uint64_t> ExpandableSegments::Trim(Segment* segment) {
   std::vector<Block*> free_blocks;
   std::vector<StreamHandle> streams = {segment->stream};
   for (Block* b = segment->first; b != nullptr; b = b->next) {
@@ -384,9 +366,9 @@ absl::StatusOr<uint64_t> CachingAllocator::TrimExpandable(Segment* segment) {
     // neighbours of different streams can be unmapped too.
     for (Block* b = segment->first; b != nullptr;) {
       if (b->is_free() && b->stream != segment->stream) {
-        PoolErase(b);
+        host_->PoolErase(b);
         b->stream = segment->stream;
-        b = CacheFreeBlock(b);
+        b = host_->CacheFreeBlock(b);
       }
       b = b->next;
     }
@@ -403,4 +385,113 @@ absl::StatusOr<uint64_t> CachingAllocator::TrimExpandable(Segment* segment) {
   return released;
 }
 
-}  // namespace headroom
+absl::StatusOr<uint64_t> ExpandableSegments::Trim(PoolKind kind, uint64_t bytes) {
+  uint64_t released = 0;
+  for (auto& [key, segment] : segments_) {
+    if (key.second != kind) continue;
+    HEADROOM_ASSIGN_OR_RETURN(uint64_t unmapped, Trim(segment));
+    released += unmapped;
+    if (released >= bytes) break;
+  }
+  return released;
+}
+
+absl::Status ExpandableSegments::TrimAll() {
+  for (auto& [key, segment] : segments_) {
+    HEADROOM_ASSIGN_OR_RETURN(uint64_t unmapped, Trim(segment));
+    (void)unmapped;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpandableSegments::ReleaseEmptyReservations() {
+  std::vector<std::pair<StreamHandle, PoolKind>> empty;
+  for (auto& [key, segment] : segments_) {
+    if (segment->mapped_bytes == 0) empty.push_back(key);
+  }
+  for (const auto& key : empty) {
+    Segment* segment = segments_[key];
+    HEADROOM_RETURN_IF_ERROR(backend_->ReleaseAddressRange(segment->address, segment->size));
+    stats_.segment.Decrease(StatOf(segment->pool), 1);
+    segments_.erase(key);
+    host_->DeleteBlock(segment->first);
+    delete segment;
+  }
+  return absl::OkStatus();
+}
+
+Segment* ExpandableSegments::Find(StreamHandle stream, PoolKind kind) const {
+  auto it = segments_.find({stream, kind});
+  return it == segments_.end() ? nullptr : it->second;
+}
+
+const Segment* ExpandableSegments::Containing(DeviceAddress address) const {
+  for (const auto& [key, segment] : segments_) {
+    if (address >= segment->address && address < segment->address + segment->size) return segment;
+  }
+  return nullptr;
+}
+
+void ExpandableSegments::ForEachSegment(absl::FunctionRef<void(Segment*)> fn) const {
+  std::vector<Segment*> by_address;
+  by_address.reserve(segments_.size());
+  for (const auto& [key, segment] : segments_) by_address.push_back(segment);
+  std::sort(by_address.begin(), by_address.end(),
+            [](const Segment* a, const Segment* b) { return a->address < b->address; });
+  for (Segment* segment : by_address) fn(segment);
+}
+
+absl::Status ExpandableSegments::Validate() const {
+  for (const auto& [key, segment] : segments_) {
+    if (!segment->expandable || segment->stream != key.first || segment->pool != key.second) {
+      return HEADROOM_INVARIANT_ERROR("segment 0x%x: filed as the expandable segment of stream %d, pool %d",
+                                      segment->address, key.first.value, static_cast<int>(key.second));
+    }
+    HEADROOM_RETURN_IF_ERROR(ValidatePages(*segment));
+  }
+  return absl::OkStatus();
+}
+
+// Note [Expandable page table]: pages beyond the table are unmapped, so every
+// loop here stops at the table's end, however large the reservation.
+absl::Status ExpandableSegments::ValidatePages(const Segment& segment) const {
+  const uint64_t table_pages = segment.pages.size();
+  if (table_pages > 0 && segment.pages.back().value == 0) {
+    return HEADROOM_INVARIANT_ERROR("segment 0x%x: page table ends in an unmapped page", segment.address);
+  }
+  if (table_pages * granularity_ > segment.size) {
+    return HEADROOM_INVARIANT_ERROR("segment 0x%x: page table of %d pages exceeds the reservation", segment.address,
+                                    table_pages);
+  }
+  for (const Block* b = segment.first; b != nullptr; b = b->next) {
+    const uint64_t first = (b->address - segment.address) / granularity_;
+    const uint64_t last = (b->address + b->size - 1 - segment.address) / granularity_;
+    if (b->mapped && last >= table_pages) {
+      return HEADROOM_INVARIANT_ERROR("mapped block 0x%x extends past the page table", b->address);
+    }
+    for (uint64_t p = first; p <= last && p < table_pages; ++p) {
+      const bool page_mapped = segment.pages[p].value != 0;
+      if (b->mapped && !page_mapped) {
+        return HEADROOM_INVARIANT_ERROR("mapped block 0x%x lies on an unmapped page", b->address);
+      }
+      if (!b->mapped && page_mapped) {
+        return HEADROOM_INVARIANT_ERROR("unmapped block 0x%x lies on a mapped page", b->address);
+      }
+    }
+  }
+  uint64_t mapped_pages = 0;
+  for (PhysicalHandle page : segment.pages) mapped_pages += page.value != 0 ? 1 : 0;
+  if (mapped_pages * granularity_ != segment.mapped_bytes) {
+    return HEADROOM_INVARIANT_ERROR("segment 0x%x: %d pages mapped but mapped_bytes %d", segment.address, mapped_pages,
+                                    segment.mapped_bytes);
+  }
+  return absl::OkStatus();
+}
+
+void ExpandableSegments::Teardown(Segment* segment) {
+  ReleaseMappedPages(*backend_, *segment, granularity_);
+  segments_.erase({segment->stream, segment->pool});
+  DeleteSegment(segment);
+}
+
+}  // namespace headroom::internal

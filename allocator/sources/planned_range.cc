@@ -1,38 +1,34 @@
 // Following a layout plan: requests placed where a plan made from a recorded
-// run put them, in an address range of the plan's own. See Note [Following a
-// layout plan] in caching_allocator.h.
+// run put them, in an address range of the plan's own (Note [Following a
+// layout plan] in planned_range.h).
+#include "allocator/sources/planned_range.h"
+
 #include <algorithm>
 #include <iterator>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "allocator/caching_allocator.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 
-namespace headroom {
+namespace headroom::internal {
 
-std::string CachingAllocator::PlanDeparture() const {
-  ExclusiveLock lock(this);
-  return planned_.departure;
-}
 
-CachingAllocator::Block* CachingAllocator::Depart(std::string reason) {
-  following_plan_.store(false, std::memory_order_relaxed);
-  planned_.departure = std::move(reason);
+Block* PlannedRange::Depart(std::string reason) {
+  departure_ = std::move(reason);
   return nullptr;
 }
 
-absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocatePlanned(uint64_t size, StreamHandle stream) {
+absl::StatusOr<Block*> PlannedRange::Allocate(uint64_t size, StreamHandle stream) {
   const LayoutPlan& plan = *options_.layout_plan;
-  const uint64_t n = planned_.requests;
+  const uint64_t n = requests_;
   const PlannedBlock* planned = plan.At(n);
   if (planned == nullptr) {
     return Depart(absl::StrFormat("request %d: the plan ends after %d requests", n, plan.blocks.size()));
   }
-  if (planned_.segment == nullptr) {
+  if (segment_ == nullptr) {
     // Without its range the plan cannot be followed; the policy still can serve the job. A range past twice the
     // device (what an expandable segment that moves pages reserves) is no plan for it, and would size the page
     // tables from an absurd offset.
@@ -41,12 +37,12 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocatePlanned(uint6
       return Depart(absl::StrFormat("request %d: the plan's address range of %s is more than twice the device's %s",
                                     n, FormatBytes(range_bytes), FormatBytes(total_bytes_)));
     }
-    if (absl::Status reserved = ReservePlannedRange(stream, range_bytes); !reserved.ok()) {
+    if (absl::Status reserved = ReserveRange(stream, range_bytes); !reserved.ok()) {
       return Depart(absl::StrFormat("request %d: the plan's address range of %s could not be reserved: %s", n,
                                     FormatBytes(range_bytes), reserved.message()));
     }
   }
-  Segment* range = planned_.segment.get();
+  Segment* range = segment_.get();
   if (stream != range->stream) {
     return Depart(absl::StrFormat("request %d is on stream %d; the plan's requests are on stream %d", n,
                                   stream.value, range->stream.value));
@@ -56,11 +52,11 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocatePlanned(uint6
   }
   const DeviceAddress address = range->address + planned->offset;
   const DeviceAddress end = address + planned->size;
-  auto after = planned_.live.lower_bound(address);
+  auto after = live_.lower_bound(address);
   const Block* in_use = nullptr;
-  if (after != planned_.live.end() && after->first < end) {
+  if (after != live_.end() && after->first < end) {
     in_use = after->second;
-  } else if (after != planned_.live.begin()) {
+  } else if (after != live_.begin()) {
     const Block* before = std::prev(after)->second;
     if (before->address + before->size > address) in_use = before;
   }
@@ -72,41 +68,41 @@ absl::StatusOr<CachingAllocator::Block*> CachingAllocator::AllocatePlanned(uint6
         in_use->allocated ? "not yet freed" : "waiting for other streams"));
   }
 
-  const auto [first, last] = PlannedPages(address, planned->size);
+  const auto [first, last] = PagesOf(address, planned->size);
   // Note [Expandable page table]: the tables grow with the pages the plan touches, not with its range.
-  if (planned_.users.size() <= last) planned_.users.resize(last + 1, 0);
+  if (users_.size() <= last) users_.resize(last + 1, 0);
   absl::Status mapped;
   // A new page or one moved in the range first; then the out-of-memory flush (Note [Out of memory]), which also
   // releases the range's unused pages, those just mapped for this request among them: so all are checked again.
   for (int attempt = 0; attempt < 2; ++attempt) {
     mapped = absl::OkStatus();
     for (uint64_t page = first; page <= last && mapped.ok(); ++page) {
-      if (range->PageAt(page).value == 0) mapped = MapPlannedPage(page, first, last);
+      if (range->PageAt(page).value == 0) mapped = MapPage(page, first, last);
     }
     if (mapped.ok() || !absl::IsResourceExhausted(mapped) || attempt == 1) break;
     ++stats_.num_alloc_retries;
-    HEADROOM_RETURN_IF_ERROR(ReleaseAllCache());
+    HEADROOM_RETURN_IF_ERROR(host_->ReleaseAllCache());
   }
   if (!mapped.ok()) {
     if (!absl::IsResourceExhausted(mapped)) return mapped;
-    return OutOfMemory(size, planned->size, stream, mapped);
+    return host_->OutOfMemory(size, planned->size, stream, mapped);
   }
 
-  ++planned_.requests;
-  Block* block = NewBlock(stream);
+  ++requests_;
+  Block* block = host_->NewBlock(stream);
   block->address = address;
   block->size = planned->size;
   block->stream = stream;
   block->pool = PoolKind::kLarge;
   block->segment = range;
-  for (uint64_t page = first; page <= last; ++page) ++planned_.users[page];
-  planned_.live.emplace(address, block);
+  for (uint64_t page = first; page <= last; ++page) ++users_[page];
+  live_.emplace(address, block);
   ++stats_.num_planned_allocs;
-  HandOut(block, size, planned->size);
+  host_->HandOut(block, size, planned->size);
   return block;
 }
 
-absl::Status CachingAllocator::ReservePlannedRange(StreamHandle stream, uint64_t bytes) {
+absl::Status PlannedRange::ReserveRange(StreamHandle stream, uint64_t bytes) {
   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->ReserveAddressRange(bytes));
   auto segment = std::make_unique<Segment>();
   segment->address = address;
@@ -114,27 +110,27 @@ absl::Status CachingAllocator::ReservePlannedRange(StreamHandle stream, uint64_t
   segment->stream = stream;
   segment->pool = PoolKind::kLarge;
   segment->planned = true;
-  segment->shard = &ShardOf(stream);
-  planned_.segment = std::move(segment);
+  segment->shard = host_->ShardFor(stream);
+  segment_ = std::move(segment);
   stats_.segment.Increase(StatOf(PoolKind::kLarge), 1);
   return absl::OkStatus();
 }
 
-std::pair<uint64_t, uint64_t> CachingAllocator::PlannedPages(DeviceAddress address, uint64_t size) const {
-  const uint64_t offset = address - planned_.segment->address;
+std::pair<uint64_t, uint64_t> PlannedRange::PagesOf(DeviceAddress address, uint64_t size) const {
+  const uint64_t offset = address - segment_->address;
   return {offset / granularity_, (offset + size - 1) / granularity_};
 }
 
-absl::Status CachingAllocator::MapPlannedPage(uint64_t page, uint64_t first, uint64_t last) {
-  Segment* range = planned_.segment.get();
-  absl::StatusOr<PhysicalHandle> handle = CreatePlannedPage();
+absl::Status PlannedRange::MapPage(uint64_t page, uint64_t first, uint64_t last) {
+  Segment* range = segment_.get();
+  absl::StatusOr<PhysicalHandle> handle = CreatePage();
   if (!handle.ok() && absl::IsResourceExhausted(handle.status())) {
     // A page of the range no live block touches, the highest, outside the request's own pages.
-    for (uint64_t unused = planned_.users.size(); unused-- > 0;) {
-      if (planned_.users[unused] != 0 || range->PageAt(unused).value == 0 || (unused >= first && unused <= last)) {
+    for (uint64_t unused = users_.size(); unused-- > 0;) {
+      if (users_[unused] != 0 || range->PageAt(unused).value == 0 || (unused >= first && unused <= last)) {
         continue;
       }
-      handle = UnmapPlannedPage(unused);
+      handle = UnmapPage(unused);
       break;
     }
   }
@@ -146,20 +142,20 @@ absl::Status CachingAllocator::MapPlannedPage(uint64_t page, uint64_t first, uin
     if (!status.ok()) (void)backend_->Unmap(address, granularity_);
   }
   if (!status.ok()) {
-    (void)ReleasePage(*handle, PoolKind::kLarge);
+    (void)host_->ReleasePage(*handle, PoolKind::kLarge);
     return status;
   }
   if (range->pages.size() <= page) range->pages.resize(page + 1);
   range->pages[page] = *handle;
   range->mapped_bytes += granularity_;
   ++stats_.num_pages_mapped;
-  Record(TraceAction::kSegmentMap, address, granularity_, range->stream);
+  host_->Record(TraceAction::kSegmentMap, address, granularity_, range->stream);
   return absl::OkStatus();
 }
 
-absl::StatusOr<PhysicalHandle> CachingAllocator::CreatePlannedPage() {
+absl::StatusOr<PhysicalHandle> PlannedRange::CreatePage() {
   const auto reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
-  const uint64_t allowed = AllowedBytesLocked();
+  const uint64_t allowed = host_->ReservationLimit();
   if (granularity_ > allowed || reserved > allowed - granularity_) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("mapping %s more would exceed the limit of %s", FormatBytes(granularity_),
@@ -171,8 +167,8 @@ absl::StatusOr<PhysicalHandle> CachingAllocator::CreatePlannedPage() {
   return handle;
 }
 
-absl::StatusOr<PhysicalHandle> CachingAllocator::UnmapPlannedPage(uint64_t page, bool synchronized) {
-  Segment* range = planned_.segment.get();
+absl::StatusOr<PhysicalHandle> PlannedRange::UnmapPage(uint64_t page, bool synchronized) {
+  Segment* range = segment_.get();
   // Kernels queued before the frees of the blocks that touched it may still do.
   if (!synchronized) HEADROOM_RETURN_IF_ERROR(backend_->SynchronizeStream(range->stream));
   const DeviceAddress address = range->address + page * granularity_;
@@ -181,34 +177,34 @@ absl::StatusOr<PhysicalHandle> CachingAllocator::UnmapPlannedPage(uint64_t page,
   range->pages[page] = PhysicalHandle{};
   range->mapped_bytes -= granularity_;
   ++stats_.num_pages_unmapped;
-  Record(TraceAction::kSegmentUnmap, address, granularity_, range->stream);
+  host_->Record(TraceAction::kSegmentUnmap, address, granularity_, range->stream);
   return handle;
 }
 
-void CachingAllocator::ReleasePlanned(Block* block) {
-  const auto [first, last] = PlannedPages(block->address, block->size);
-  for (uint64_t page = first; page <= last; ++page) --planned_.users[page];
-  planned_.live.erase(block->address);
-  DeleteBlock(block);
+void PlannedRange::Release(Block* block) {
+  const auto [first, last] = PagesOf(block->address, block->size);
+  for (uint64_t page = first; page <= last; ++page) --users_[page];
+  live_.erase(block->address);
+  host_->DeleteBlock(block);
 }
 
-absl::Status CachingAllocator::ReleaseUnusedPlannedPages() {
-  const Segment* range = planned_.segment.get();
+absl::Status PlannedRange::ReleaseUnusedPages() {
+  const Segment* range = segment_.get();
   if (range == nullptr || range->mapped_bytes == 0) return absl::OkStatus();
   HEADROOM_RETURN_IF_ERROR(backend_->SynchronizeStream(range->stream));
   absl::Status first_error;
-  for (uint64_t page = 0; page < planned_.users.size(); ++page) {
-    if (planned_.users[page] != 0 || range->PageAt(page).value == 0) continue;
-    HEADROOM_ASSIGN_OR_RETURN(PhysicalHandle handle, UnmapPlannedPage(page, /*synchronized=*/true));
-    if (absl::Status status = ReleasePage(handle, PoolKind::kLarge); !status.ok() && first_error.ok()) {
+  for (uint64_t page = 0; page < users_.size(); ++page) {
+    if (users_[page] != 0 || range->PageAt(page).value == 0) continue;
+    HEADROOM_ASSIGN_OR_RETURN(PhysicalHandle handle, UnmapPage(page, /*synchronized=*/true));
+    if (absl::Status status = host_->ReleasePage(handle, PoolKind::kLarge); !status.ok() && first_error.ok()) {
       first_error = status;
     }
   }
   return first_error;
 }
 
-void CachingAllocator::AddPlannedSnapshot(AllocatorSnapshot& snapshot) const {
-  const Segment* range = planned_.segment.get();
+void PlannedRange::AddToSnapshot(AllocatorSnapshot& snapshot) const {
+  const Segment* range = segment_.get();
   if (range == nullptr) return;
   // One snapshot segment per run of mapped pages, as for expandable segments; free gaps as inactive blocks.
   const uint64_t pages = range->pages.size();
@@ -229,7 +225,7 @@ void CachingAllocator::AddPlannedSnapshot(AllocatorSnapshot& snapshot) const {
     auto add_free = [&](DeviceAddress until) {
       if (until > at) segment.blocks.push_back({.address = at, .size = until - at, .state = BlockState::kInactive});
     };
-    for (auto it = planned_.live.lower_bound(segment.address); it != planned_.live.end() && it->first < run_end;
+    for (auto it = live_.lower_bound(segment.address); it != live_.end() && it->first < run_end;
          ++it) {
       const Block* b = it->second;
       add_free(b->address);
@@ -251,9 +247,10 @@ void CachingAllocator::AddPlannedSnapshot(AllocatorSnapshot& snapshot) const {
   }
 }
 
-uint64_t CachingAllocator::LargestFreePlannedRun() const {
+uint64_t PlannedRange::LargestFreeRun() const {
+  if (segment_ == nullptr) return 0;
   AllocatorSnapshot snapshot;
-  AddPlannedSnapshot(snapshot);
+  AddToSnapshot(snapshot);
   uint64_t largest = 0;
   for (const SegmentSnapshot& segment : snapshot.segments) {
     for (const BlockSnapshot& block : segment.blocks) {
@@ -263,4 +260,71 @@ uint64_t CachingAllocator::LargestFreePlannedRun() const {
   return largest;
 }
 
-}  // namespace headroom
+absl::Status PlannedRange::ReleaseIdleRange() {
+  const Segment* range = segment_.get();
+  if (range == nullptr || !live_.empty() || range->mapped_bytes != 0) return absl::OkStatus();
+  HEADROOM_RETURN_IF_ERROR(backend_->ReleaseAddressRange(range->address, range->size));
+  stats_.segment.Decrease(StatOf(PoolKind::kLarge), 1);
+  segment_.reset();
+  users_.clear();
+  return absl::OkStatus();
+}
+
+bool PlannedRange::Contains(DeviceAddress address) const {
+  const Segment* range = segment_.get();
+  return range != nullptr && address >= range->address && address < range->address + range->size;
+}
+
+// The live planned blocks lie apart in the plan's range, in mapped pages,
+// which they use as `users_` says.
+absl::Status PlannedRange::Validate(Recount& recount) const {
+  const Segment* range = segment_.get();
+  if (range == nullptr) {
+    if (!live_.empty()) return HEADROOM_INVARIANT_ERROR("layout plan: live blocks but no range");
+    return absl::OkStatus();
+  }
+  recount.CountSegment(kLargePoolStat, range->mapped_bytes);
+  // Note [Expandable page table]: a mapped page was touched, so the page table ends within the users'.
+  if (!range->planned || range->pages.size() > users_.size() || users_.size() > range->size / granularity_) {
+    return HEADROOM_INVARIANT_ERROR("layout plan: range 0x%x of %d bytes, %d pages, %d page users", range->address,
+                                    range->size, range->pages.size(), users_.size());
+  }
+  std::vector<uint32_t> users(users_.size(), 0);
+  DeviceAddress end = range->address;
+  for (const auto& [address, b] : live_) {
+    if (b->address != address || b->segment != range || b->prev != nullptr || b->next != nullptr ||
+        b->pool != PoolKind::kLarge || b->stream != range->stream) {
+      return HEADROOM_INVARIANT_ERROR("planned block 0x%x: not a block of the plan's range filed under its address",
+                                      address);
+    }
+    if (!b->is_active()) return HEADROOM_INVARIANT_ERROR("planned block 0x%x: neither allocated nor pending", address);
+    if (address < end || b->size == 0 || b->size > range->address + range->size - address) {
+      return HEADROOM_INVARIANT_ERROR("planned block 0x%x: overlaps the one below it or leaves the range", address);
+    }
+    end = address + b->size;
+    const auto [first, last] = PagesOf(b->address, b->size);
+    for (uint64_t page = first; page <= last; ++page) {
+      if (range->PageAt(page).value == 0) {
+        return HEADROOM_INVARIANT_ERROR("planned block 0x%x: page %d is not mapped", address, page);
+      }
+      ++users[page];
+    }
+    recount.CountActive(*b, kLargePoolStat);
+  }
+  if (users != users_) return HEADROOM_INVARIANT_ERROR("layout plan: page users differ from the live blocks");
+  uint64_t mapped = 0;
+  for (PhysicalHandle page : range->pages) mapped += page.value != 0 ? 1 : 0;
+  if (mapped * granularity_ != range->mapped_bytes) {
+    return HEADROOM_INVARIANT_ERROR("layout plan: %d pages mapped but mapped_bytes %d", mapped, range->mapped_bytes);
+  }
+  return absl::OkStatus();
+}
+
+void PlannedRange::Teardown() {
+  if (const Segment* range = segment_.get()) {
+    ReleaseMappedPages(*backend_, *range, granularity_);
+    for (auto& [address, block] : live_) delete block;
+  }
+}
+
+}  // namespace headroom::internal
