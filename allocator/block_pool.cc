@@ -7,6 +7,14 @@
 
 namespace headroom::internal {
 
+BlockPool::StreamBlocks* BlockPool::FindBlocksSlow(uint64_t stream) {
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return nullptr;
+  last_stream_ = stream;
+  last_blocks_ = it->second.get();
+  return last_blocks_;
+}
+
 void BlockPool::Clear() {
   for (auto& [stream, blocks] : streams_) {
     if (blocks->bins != nullptr) {

@@ -34,6 +34,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/container/btree_map.h"
 #include "absl/status/status.h"
 #include "allocator/block.h"
@@ -264,14 +265,13 @@ class BlockPool {
     last_blocks_ = slot.get();
     return *slot;
   }
-  StreamBlocks* FindBlocks(uint64_t stream) {
+  // Inlined everywhere (most calls in a row are for one stream); the map
+  // lookup out of line.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE StreamBlocks* FindBlocks(uint64_t stream) {
     if (last_blocks_ != nullptr && last_stream_ == stream) return last_blocks_;
-    auto it = streams_.find(stream);
-    if (it == streams_.end()) return nullptr;
-    last_stream_ = stream;
-    last_blocks_ = it->second.get();
-    return last_blocks_;
+    return FindBlocksSlow(stream);
   }
+  StreamBlocks* FindBlocksSlow(uint64_t stream);
   const StreamBlocks* FindBlocks(uint64_t stream) const {
     auto it = streams_.find(stream);
     return it == streams_.end() ? nullptr : it->second.get();
