@@ -25,9 +25,11 @@
 // segments (Note [Expandable segments]), stitched ranges (Note [Stitched
 // blocks]) and the planned range of a layout plan (Note [Following a layout
 // plan]). The allocator composes them: it keeps the caching policy, the
-// free-block pools, the statistics, the stream shards, the memory limit and
-// the history, and the sources reach these through one interface,
-// internal::SourceHost (sources/memory_source.h), which it implements.
+// free-block pools, the statistics, the stream shards and the history, and
+// the sources reach these through one interface, internal::SourceHost
+// (sources/memory_source.h), which it implements. The memory limit
+// (memory_fraction, hard_limit_bytes) is a DeviceBackend decorator,
+// LimitingBackend (limiting_backend.h), between the allocator and the device.
 //
 // Note [Expensive checks]
 // With the CMake option HEADROOM_EXPENSIVE_CHECKS (a compile definition of
@@ -190,6 +192,7 @@
 #include "allocator/device_backend.h"
 #include "allocator/history.h"
 #include "allocator/layout_memory.h"
+#include "allocator/limiting_backend.h"
 #include "allocator/memory_stats.h"
 #include "allocator/pool_stats.h"
 #include "allocator/snapshot.h"
@@ -260,9 +263,9 @@ class CachingAllocator final : private internal::SourceHost {
   std::string PlanDeparture() const;
 
   const AllocatorOptions& options() const { return options_; }
-  DeviceBackend& backend() const { return *backend_; }
+  DeviceBackend& backend() const { return *device_; }
   // The reservation limit in force (memory_fraction, hard_limit_bytes).
-  uint64_t AllowedBytes() const;
+  uint64_t AllowedBytes() const { return limits_.AllowedBytes(); }
 
  private:
   using Block = internal::Block;
@@ -355,7 +358,6 @@ class CachingAllocator final : private internal::SourceHost {
   // worked out from the block before the call.
   bool AllocationWithinBudget(const StreamShard& shard, const Block* block, uint64_t size, uint64_t rounded) const;
   bool FreeWithinBudget(const StreamShard& shard, const Block* block) const;
-  uint64_t AllowedBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every classic and expandable segment, by address (snapshots, teardown, validation).
   std::vector<Segment*> SegmentsByAddress() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // max_split_size as PyTorch reports it: 0 when unlimited.
@@ -452,7 +454,6 @@ class CachingAllocator final : private internal::SourceHost {
   // device refuses is kept for a retry (Note [Unreleased pages]).
   absl::Status ReleasePage(PhysicalHandle handle, PoolKind pool) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RetryUnreleasedPages() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t ReservationLimit() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return AllowedBytesLocked(); }
   int64_t AllocatedHighWater() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return allocated_high_water_; }
 
   // --- Validation (caching_allocator_validate.cc), one validator per structure ---
@@ -488,6 +489,11 @@ class CachingAllocator final : private internal::SourceHost {
     const char* operation_;
   };
 
+  DeviceBackend* const device_;  // the caller's
+  // Over device_: refuses memory past memory_fraction and hard_limit_bytes
+  // (Note [Out of memory]: a limit counts as the device refusing).
+  LimitingBackend limits_;
+  // &limits_: the allocator and its sources call the device through it.
   DeviceBackend* const backend_;
   const AllocatorOptions options_;
   const uint64_t granularity_;
@@ -504,7 +510,6 @@ class CachingAllocator final : private internal::SourceHost {
   // StatsDirect(): under the exclusive lock, or with one shard. Changes
   // under the exclusive lock only.
   mutable bool stats_direct_ = true;
-  double memory_fraction_ ABSL_GUARDED_BY(mu_);
   // Misses per pool, so that ages of cached blocks can be compared (garbage
   // collection frees the oldest first); read by the fast path.
   std::array<uint64_t, 2> lookups_{};

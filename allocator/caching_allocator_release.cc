@@ -96,7 +96,7 @@ absl::Status CachingAllocator::EmptyCache() {
 // pool misses, not time, so that a busy and an idle process age alike.
 absl::Status CachingAllocator::GarbageCollect() {
   const auto target = static_cast<uint64_t>(options_.garbage_collection_threshold *
-                                            static_cast<double>(AllowedBytesLocked()));
+                                            static_cast<double>(limits_.AllowedBytes()));
   auto reserved = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return static_cast<uint64_t>(stats_.reserved_bytes.current());
   };
@@ -138,11 +138,11 @@ absl::Status CachingAllocator::OutOfMemory(uint64_t size, uint64_t rounded, Stre
   const auto allocated = static_cast<uint64_t>(stats_.allocated_bytes.current());
   const uint64_t unallocated = reserved - allocated;
   const uint64_t largest = LargestCachedSize();
-  const uint64_t allowed = AllowedBytesLocked();
+  const uint64_t allowed = limits_.AllowedBytes();
   std::string limit;
   if (allowed < total_bytes_) {
     limit = absl::StrFormat(", of which this allocator may reserve %s (memory_fraction %g%s)", FormatBytes(allowed),
-                            memory_fraction_,
+                            limits_.memory_fraction(),
                             options_.hard_limit_bytes != 0
                                 ? absl::StrFormat(", hard limit %s", FormatBytes(options_.hard_limit_bytes))
                                 : std::string());

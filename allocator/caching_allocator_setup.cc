@@ -109,12 +109,13 @@ absl::StatusOr<std::unique_ptr<CachingAllocator>> CachingAllocator::Create(Devic
 }
 
 CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions options)
-    : backend_(backend),
+    : device_(backend),
+      limits_(backend, {.memory_fraction = options.memory_fraction, .hard_limit_bytes = options.hard_limit_bytes}),
+      backend_(&limits_),
       options_(options),
       granularity_(backend->properties().map_granularity),
       total_bytes_(backend->properties().total_bytes),
       id_(next_allocator_id.fetch_add(1)),
-      memory_fraction_(options.memory_fraction),
       following_plan_(options.layout_plan != nullptr),
       history_(options.history_entries),
       classic_(MakeSourceContext()),
@@ -125,6 +126,7 @@ CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions opti
 internal::SourceContext CachingAllocator::MakeSourceContext() {
   return {.host = this,
           .backend = backend_,
+          .limits = &limits_,
           .options = &options_,
           .stats = &stats_,
           .granularity = granularity_,

@@ -1,8 +1,8 @@
 // The stream shards' slow side (Note [Stream shards]): creating a shard,
 // walking every shard under the exclusive lock, sharing out the budgets that
-// keep the statistics exact while shards run apart (Note [Peak budgets]),
-// and the memory limit. The fast path's side (the exclusive lock, the
-// thread's hint, the budget checks) is in caching_allocator.cc, inlined there.
+// keep the statistics exact while shards run apart (Note [Peak budgets]).
+// The fast path's side (the exclusive lock, the thread's hint, the budget
+// checks) is in caching_allocator.cc, inlined there.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -57,15 +57,5 @@ void CachingAllocator::SetShardBudgets() const {
   for (StreamShard* shard : Shards()) shard->stats.SetBudget(budget);
 }
 
-uint64_t CachingAllocator::AllowedBytes() const {
-  internal::MutexLock lock(&mu_);  // memory_fraction_ changes only with mu_ held
-  return AllowedBytesLocked();
-}
-
-uint64_t CachingAllocator::AllowedBytesLocked() const {
-  uint64_t allowed = static_cast<uint64_t>(std::floor(static_cast<double>(total_bytes_) * memory_fraction_));
-  if (options_.hard_limit_bytes != 0) allowed = std::min(allowed, options_.hard_limit_bytes);
-  return allowed;
-}
 
 }  // namespace headroom

@@ -64,7 +64,7 @@ absl::Status CachingAllocator::SetMemoryFraction(double fraction) {
   }
   ExclusiveLock lock(this);
   InvariantCheckOnExit check(this, "SetMemoryFraction");  // Note [Expensive checks]
-  memory_fraction_ = fraction;
+  limits_.SetMemoryFraction(fraction);
   return absl::OkStatus();
 }
 
@@ -118,7 +118,7 @@ AllocatorSnapshot CachingAllocator::TakeSnapshot() const {
                        {"roundup_power2_divisions", options_.rounding.divisions_by_mib_interval.empty()
                                                         ? nlohmann::json(options_.rounding.power2_divisions)
                                                         : nlohmann::json(options_.rounding.divisions_by_mib_interval)},
-                       {"memory_fraction", memory_fraction_},
+                       {"memory_fraction", limits_.memory_fraction()},
                        {"cross_stream_reuse", options_.cross_stream_reuse},
                        {"move_free_pages", options_.move_free_pages},
                        {"move_threshold", options_.move_threshold},

@@ -201,6 +201,11 @@ absl::Status CachingAllocator::ValidateStatistics(const Recount& recount) const 
       }
     }
   }
+  // The memory limit counts what the statistics count (LimitingBackend).
+  if (limits_.alive_bytes() != static_cast<uint64_t>(stats_.reserved_bytes.current())) {
+    return HEADROOM_INVARIANT_ERROR("the memory limit counts %d bytes alive, reserved_bytes %d", limits_.alive_bytes(),
+                                    stats_.reserved_bytes.current());
+  }
   if (stats_.allocated_bytes.current() > stats_.active_bytes.current() ||
       stats_.active_bytes.current() > stats_.reserved_bytes.current()) {
     return HEADROOM_INVARIANT_ERROR("allocated <= active <= reserved does not hold");

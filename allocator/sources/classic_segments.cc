@@ -5,18 +5,12 @@
 #include "absl/strings/str_format.h"
 #include "allocator/size_rounding.h"
 #include "common/status_macros.h"
-#include "common/units.h"
 
 namespace headroom::internal {
 
 absl::StatusOr<Block*> ClassicSegments::Allocate(PoolKind kind, StreamHandle stream, uint64_t rounded) {
   const uint64_t size = SegmentSizeFor(rounded);
-  const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
-  const uint64_t allowed = host_->ReservationLimit();
-  if (size > allowed || reserved > allowed - size) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("a %s segment would exceed the limit of %s", FormatBytes(size), FormatBytes(allowed)));
-  }
+  // Past the memory limit the LimitingBackend refuses, as the device would.
   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->Malloc(size));
   ++stats_.num_device_alloc;
   Segment* segment = NewSegment(*host_, stats_, address, size, kind, stream);

@@ -56,14 +56,12 @@ absl::Status ExpandableSegments::MapPages(Segment* segment, uint64_t first_page,
       stats_.reserved_bytes.Increase(StatOf(segment->pool), static_cast<int64_t>(granularity_));
     }
   }
-  // Only the pages created anew count against memory_fraction and hard_limit.
+  // Only the pages created anew count against memory_fraction and hard_limit, checked as one batch so that a
+  // batch past the limit creates no page.
   const uint64_t new_bytes = (count - moved.size()) * granularity_;
-  const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
-  const uint64_t allowed = host_->ReservationLimit();
-  if (new_bytes > 0 && (new_bytes > allowed || reserved > allowed - new_bytes)) {
+  if (absl::Status room = new_bytes > 0 ? limits_->CheckRoom(new_bytes) : absl::OkStatus(); !room.ok()) {
     for (PhysicalHandle handle : moved) (void)host_->ReleasePage(handle, segment->pool);
-    return absl::ResourceExhaustedError(absl::StrFormat("mapping %s more would exceed the limit of %s",
-                                                        FormatBytes(new_bytes), FormatBytes(allowed)));
+    return room;
   }
   std::vector<PhysicalHandle> mapped;
   absl::Status status;
@@ -112,7 +110,7 @@ uint64_t ExpandableSegments::PagesToMove(uint64_t count) const {
   const uint64_t wanted = count * granularity_;
   const auto allocated = static_cast<uint64_t>(stats_.allocated_bytes.current());
   const uint64_t peak = std::max(static_cast<uint64_t>(host_->AllocatedHighWater()), allocated + wanted);
-  const uint64_t allowed = host_->ReservationLimit();
+  const uint64_t allowed = limits_->AllowedBytes();
   // The room below the threshold, widened by every page moved so far up to move_threshold_max.
   const double least = static_cast<double>(peak) * options_.move_threshold;
   const double most = static_cast<double>(peak) * std::max(options_.move_threshold, options_.move_threshold_max);

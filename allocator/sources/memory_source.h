@@ -31,6 +31,7 @@
 #include "allocator/block.h"
 #include "allocator/device_backend.h"
 #include "allocator/history.h"
+#include "allocator/limiting_backend.h"
 #include "allocator/memory_stats.h"
 #include "allocator/pool_stats.h"
 
@@ -41,7 +42,8 @@ struct StreamShard;
 inline StatIndex StatOf(PoolKind kind) { return kind == PoolKind::kSmall ? kSmallPoolStat : kLargePoolStat; }
 
 // What a memory source asks of the allocator that composes it. Every call
-// runs under the allocator's exclusive lock.
+// runs under the allocator's exclusive lock. The memory limit is not here:
+// the backend a source is given refuses memory past it (LimitingBackend).
 class SourceHost {
  public:
   // A Block from the spares of `stream`'s shard, or of the shard of `like`'s stream.
@@ -65,8 +67,6 @@ class SourceHost {
   // rounding) and counts it.
   virtual void HandOut(Block* block, uint64_t size, uint64_t rounded) = 0;
 
-  // The reservation limit in force (memory_fraction, hard_limit_bytes).
-  virtual uint64_t ReservationLimit() const = 0;
   // The most bytes ever allocated at once, which ResetPeakStats leaves alone.
   virtual int64_t AllocatedHighWater() const = 0;
   // Releases an unmapped physical page counted in reserved_bytes; one the
@@ -88,7 +88,9 @@ class SourceHost {
 // What every source is built with: the allocator and what it was given.
 struct SourceContext {
   SourceHost* host;
+  // The allocator's device behind its memory limit: `limits` itself.
   DeviceBackend* backend;
+  const LimitingBackend* limits;
   const AllocatorOptions* options;
   PoolStats* stats;
   uint64_t granularity;  // the device's map granularity, the page of every source
@@ -102,6 +104,7 @@ class MemorySource {
   explicit MemorySource(const SourceContext& context)
       : host_(context.host),
         backend_(context.backend),
+        limits_(context.limits),
         options_(*context.options),
         stats_(*context.stats),
         granularity_(context.granularity),
@@ -110,6 +113,7 @@ class MemorySource {
 
   SourceHost* const host_;
   DeviceBackend* const backend_;
+  const LimitingBackend* const limits_;
   const AllocatorOptions& options_;
   PoolStats& stats_;
   const uint64_t granularity_;

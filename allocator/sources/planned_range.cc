@@ -154,13 +154,7 @@ absl::Status PlannedRange::MapPage(uint64_t page, uint64_t first, uint64_t last)
 }
 
 absl::StatusOr<PhysicalHandle> PlannedRange::CreatePage() {
-  const auto reserved = static_cast<uint64_t>(stats_.reserved_bytes.current());
-  const uint64_t allowed = host_->ReservationLimit();
-  if (granularity_ > allowed || reserved > allowed - granularity_) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("mapping %s more would exceed the limit of %s", FormatBytes(granularity_),
-                        FormatBytes(allowed)));
-  }
+  // Past the memory limit the LimitingBackend refuses, as the device would.
   HEADROOM_ASSIGN_OR_RETURN(PhysicalHandle handle, backend_->CreatePhysical(granularity_));
   stats_.reserved_bytes.Increase(StatOf(PoolKind::kLarge), static_cast<int64_t>(granularity_));
   ++stats_.num_device_alloc;

@@ -105,7 +105,8 @@ class PlannedRange : MemorySource {
   // new page, else an unused one of the range (outside those) moved there;
   // ResourceExhausted when neither is to be had.
   absl::Status MapPage(uint64_t page, uint64_t first, uint64_t last);
-  // A new physical page counted in reserved bytes, within the memory limit.
+  // A new physical page counted in reserved bytes (within the memory limit:
+  // the LimitingBackend refuses one past it).
   absl::StatusOr<PhysicalHandle> CreatePage();
   // Unmaps the mapped page `page`, which no live planned block touches,
   // first synchronizing the plan's stream unless `synchronized`; returns its
