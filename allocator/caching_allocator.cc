@@ -173,6 +173,14 @@ void CachingAllocator::UncountInactiveSplit(Block* block) {
   }
 }
 
+// The history is recorded here, not by a DeviceBackend decorator as the
+// memory limit is (LimitingBackend): most entries (alloc, free_requested,
+// free_completed, oom) are no device call; the segment entries name the
+// stream, which Malloc and Map do not take; an expandable segment's growth is
+// one segment_map of all its pages where the device sees a Map per page; and
+// a stitched block's segment_map and segment_unmap name the caller's block
+// inside the range, not the range the device maps. A decorator's history
+// would differ from PyTorch's, which snapshots and memory_viz follow.
 void CachingAllocator::Record(TraceAction action, DeviceAddress address, uint64_t size, StreamHandle stream) {
   if (!history_.enabled()) return;  // changes under the exclusive lock only
   internal::SpinLockHolder lock(&history_mu_);

@@ -11,9 +11,9 @@
 // Each owns its state, checks its own invariants (a Validate that adds to the
 // Recount below) and keeps the Notes of its policy. What the sources share
 // (the free-block pools and their statistics, the spare Block objects of the
-// stream shards, the memory limit, the history, the pages the device would
-// not release) stays with the allocator, which a source reaches through
-// SourceHost.
+// stream shards, the history, the pages the device would not release) stays
+// with the allocator, which a source reaches through SourceHost; the memory
+// limit is the LimitingBackend a source calls the device through.
 //
 // Locking: a source is a member of CachingAllocator guarded by its mutex
 // (ABSL_GUARDED_BY), so every call into a source holds the exclusive lock
