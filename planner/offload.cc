@@ -642,6 +642,11 @@ class Greedy {
     std::vector<Move> offloads, replays, holds;
     std::vector<uint8_t>& replayed = scratch_replayed_;
     replayed = b.replayed;
+    // Each trial marks one tensor and puts it back, so the decisions are
+    // copied once per call, not once per tensor (a 40k-op chain has 20k
+    // tensors live at its peak: issue [13]).
+    std::vector<Choice>& choice = scratch_choice_;
+    choice = s.decisions.choice;
     auto window_of = [&](TensorId t, OpId deadline) {
       return std::make_pair(std::max(lo, At(f_.last_forward_use, t) + 1), std::min(hi + 1, deadline));
     };
@@ -670,10 +675,9 @@ class Greedy {
       if (recompute_ && IsRecomputable(step.op(step.producer(t)))) {
         // What replaying t's producer (and its chain) would add and free.
         added_.clear();
-        std::vector<Choice>& choice = scratch_choice_;
-        choice = s.decisions.choice;
         At(choice, t) = Choice::kRecompute;
         AddReplay(f_, choice, step.producer(t), replayed, added_);
+        At(choice, t) = Choice::kKeep;
         double cost = 0, freed = 0;
         for (OpId y : added_) {
           cost += At(f_.problem->op_cost, y);
