@@ -12,11 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
 #include "graph/liveness.h"
 #include "planner/checkpoint_mode_plan.h"
+#include "planner/chen.h"
 
 namespace headroom {
 namespace {
@@ -587,6 +589,7 @@ class Greedy {
       Remember(state_);
     }
     if (state_.sim.peak > budget) return false;
+    // Note [Hybrid work]: trimming stops with the work, leaving a plan that fits.
     DropUnneeded();
     Relax();
     OtherPrefetchPlacement();
@@ -595,6 +598,7 @@ class Greedy {
   }
 
   const PlanState& state() const { return state_; }
+  bool out_of_work() const { return OutOfWork(); }
   uint64_t smallest_peak() const { return smallest_peak_; }
   OpId smallest_peak_op() const { return smallest_peak_op_; }
 
@@ -763,6 +767,7 @@ class Greedy {
   // again, where a constraint an earlier peak set is no longer needed.
   void Relax() {
     for (TensorId t : f_.saved) {
+      if (OutOfWork()) return;
       if (At(state_.built.mode, t) != Choice::kOffload) continue;
       if (At(state_.decisions.offload_by, t) == kNever && At(state_.decisions.prefetch_from, t) == 0) continue;
       PlanState trial{state_.decisions, {}, {}};
@@ -776,6 +781,7 @@ class Greedy {
   // Tries the other prefetch placement (Build): unchained prefetches hold
   // less memory, chained ones wait less.
   void OtherPrefetchPlacement() {
+    if (OutOfWork()) return;
     PlanState trial{state_.decisions, {}, {}};
     trial.decisions.chain_prefetches = !trial.decisions.chain_prefetches;
     Evaluate(trial);
@@ -785,7 +791,7 @@ class Greedy {
   // Undoes, latest first, the decisions the plan no longer needs.
   void DropUnneeded() {
     const std::vector<TensorId> order = state_.decisions.order;
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    for (auto it = order.rbegin(); it != order.rend() && !OutOfWork(); ++it) {
       const TensorId t = *it;
       if (At(state_.decisions.choice, t) == Choice::kKeep) continue;
       PlanState trial{state_.decisions, {}, {}};
@@ -812,6 +818,7 @@ class Greedy {
         return dx != dy ? dx < dy : x < y;
       });
       for (TensorId t : waited) {
+        if (OutOfWork()) return;
         const double wait = At(state_.sim.read_wait, t);
         if (wait <= tolerance_) continue;  // an earlier move took care of it
         PlanState trial{state_.decisions, {}, {}};
@@ -918,16 +925,35 @@ constexpr int kSmallestPeakRounds = 10;
 // finish all ten rounds within it.
 constexpr int64_t kSmallestPeakWork = 40'000'000;
 
+// Note [Hybrid work]
+// PlanHybrid's greedies cost one simulation of the whole schedule per trial
+// and a few trials per decision, and a long step needs decisions in
+// proportion to its length: a 40,001-op node-link chain at 50% took 76 s of
+// CPU, a failing plan for Gemma-3-1B's step 3 s (issue [13]). So the
+// greedies of one PlanHybrid call share a work limit, counted as
+// SmallestOffloadPeak's is, in schedule entries simulated (the same on every
+// machine). When it is spent the greedy in hand stops: if its plan already
+// fits, trimming it (dropping decisions it no longer needs, moving copies)
+// stops there; if not, it is not a candidate, and chen-greedy's and sqrt-n's
+// plans join the checkpoint modes as candidates, so that the answer is still
+// the cheapest of those that fit. The plan's detail says the limit was
+// reached. Every preset's plans at 80% and 45% finish within it, and so
+// does a 10,001-op chain at 50% (97M entries); a 40,001-op one does not.
+// The replans of one RunStrategy (Note [Pipeline budgets] in planner.cc)
+// share one such limit.
+
 // Every hybrid candidate (Note [Hybrid planning]) within the budget, and the
 // smallest peak any of them reached.
 struct HybridSearch {
   struct Candidate {
     Schedule schedule;
     SimResult sim;
+    std::string_view name;  // what made it
   };
   std::vector<Candidate> candidates;
   uint64_t smallest = std::numeric_limits<uint64_t>::max();
   OpId smallest_at = kNone;
+  bool out_of_work = false;  // a greedy stopped at the work limit (Note [Hybrid work])
 };
 
 HybridSearch SearchHybrid(const StepFacts& f, int64_t* work = nullptr) {
@@ -945,11 +971,21 @@ HybridSearch SearchHybrid(const StepFacts& f, int64_t* work = nullptr) {
       out.smallest = greedy.smallest_peak();
       out.smallest_at = greedy.smallest_peak_op();
     }
-    if (fits) out.candidates.push_back({greedy.state().built.schedule, greedy.state().sim});
+    if (fits) out.candidates.push_back({greedy.state().built.schedule, greedy.state().sim, "the greedy's"});
+    out.out_of_work = out.out_of_work || greedy.out_of_work();
   }
   // Checkpoint modes over the step's own layers (PlanForMode reads only
   // forward ops, which keep their ids in the step).
   Simulator sim(f);
+  auto add = [&](Schedule schedule, std::string_view name) {
+    HybridSearch::Candidate c{std::move(schedule), {}, name};
+    sim.Run(c.schedule, c.sim);
+    if (c.sim.peak < out.smallest) {
+      out.smallest = c.sim.peak;
+      out.smallest_at = ComputeAtOrAfter(c.schedule, c.sim.peak_entry);
+    }
+    if (c.sim.peak <= problem.budget) out.candidates.push_back(std::move(c));
+  };
   const std::vector<std::pair<CheckpointMode, int>> modes = {
       {CheckpointMode::kFull, 1}, {CheckpointMode::kEveryK, 2}, {CheckpointMode::kSqrtN, 1},
       {CheckpointMode::kSelective, 1}};
@@ -958,13 +994,15 @@ HybridSearch SearchHybrid(const StepFacts& f, int64_t* work = nullptr) {
     if (!plan.ok() || plan->empty()) continue;
     absl::StatusOr<Schedule> segments = SegmentSchedule(step, *plan);
     if (!segments.ok()) continue;  // a step whose layers do not form segments
-    HybridSearch::Candidate c{*std::move(segments), {}};
-    sim.Run(c.schedule, c.sim);
-    if (c.sim.peak < out.smallest) {
-      out.smallest = c.sim.peak;
-      out.smallest_at = ComputeAtOrAfter(c.schedule, c.sim.peak_entry);
-    }
-    if (c.sim.peak <= problem.budget) out.candidates.push_back(std::move(c));
+    add(*std::move(segments), "a checkpoint mode's");
+  }
+  if (out.out_of_work) {
+    // Note [Hybrid work]: plans that need no search, as stand-ins.
+    const ForwardCuts cuts = FindForwardCuts(step);
+    absl::StatusOr<Schedule> chen = ChenGreedySchedule(problem, cuts);
+    if (chen.ok()) add(*std::move(chen), "chen-greedy's");
+    absl::StatusOr<Schedule> sqrt_n = SegmentSchedule(step, SqrtNPlan(step, cuts));
+    if (sqrt_n.ok()) add(*std::move(sqrt_n), "sqrt-n's");
   }
   return out;
 }
@@ -972,12 +1010,24 @@ HybridSearch SearchHybrid(const StepFacts& f, int64_t* work = nullptr) {
 }  // namespace
 
 absl::StatusOr<Schedule> PlanHybrid(const PlanProblem& problem) {
+  HEADROOM_ASSIGN_OR_RETURN(HybridPlan plan, PlanHybridWithNote(problem));
+  return std::move(plan.schedule);
+}
+
+absl::StatusOr<HybridPlan> PlanHybridWithNote(const PlanProblem& problem, int64_t* shared_work) {
   HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
   const StepFacts f = MakeFacts(problem);
-  if (StoreAllPeak(f) <= problem.budget) return StoreAllSchedule(*problem.step);
-  HybridSearch search = SearchHybrid(f);
+  if (StoreAllPeak(f) <= problem.budget) return HybridPlan{.schedule = StoreAllSchedule(*problem.step)};
+  int64_t own_work = kHybridWork;
+  int64_t& work = shared_work != nullptr ? *shared_work : own_work;
+  HybridSearch search = SearchHybrid(f, &work);
+  const std::string limit =
+      absl::StrFormat("its search stopped at its work limit of %d simulated schedule entries%s", kHybridWork,
+                      shared_work != nullptr ? ", shared with its replans" : "");
   if (search.candidates.empty()) {
-    return Unreachable(f, "keeping, recomputing and offloading", search.smallest, search.smallest_at);
+    absl::Status error = Unreachable(f, "keeping, recomputing and offloading", search.smallest, search.smallest_at);
+    if (!search.out_of_work) return error;
+    return absl::Status(error.code(), absl::StrCat(error.message(), " (", limit, ")"));
   }
   const auto best = std::min_element(
       search.candidates.begin(), search.candidates.end(),
@@ -985,7 +1035,10 @@ absl::StatusOr<Schedule> PlanHybrid(const PlanProblem& problem) {
         return x.sim.step_cost != y.sim.step_cost ? x.sim.step_cost < y.sim.step_cost
                                                   : x.sim.host_peak < y.sim.host_peak;
       });
-  return Finish(f, best->schedule, "PlanHybrid");
+  HEADROOM_ASSIGN_OR_RETURN(Schedule schedule, Finish(f, best->schedule, "PlanHybrid"));
+  HybridPlan plan{.schedule = std::move(schedule)};
+  if (search.out_of_work) plan.note = absl::StrFormat("%s: %s plan, the cheapest that fits", limit, best->name);
+  return plan;
 }
 
 absl::StatusOr<uint64_t> SmallestOffloadPeak(const PlanProblem& problem, bool hybrid) {

@@ -80,6 +80,7 @@
 #define HEADROOM_PLANNER_OFFLOAD_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "planner/plan.h"
@@ -101,6 +102,19 @@ absl::StatusOr<Schedule> PlanOffload(const PlanProblem& problem);
 // ResourceExhausted, giving the smallest peak reached, when no candidate
 // fits.
 absl::StatusOr<Schedule> PlanHybrid(const PlanProblem& problem);
+
+// PlanHybrid's plan and, when its search stopped at its work limit (Note
+// [Hybrid work] in the .cc), a note saying so and whose plan it returns.
+struct HybridPlan {
+  Schedule schedule;
+  std::string note;  // empty when the search ran to its end
+};
+// `work`, when given: the simulated schedule entries left to several calls
+// together (the replans of one RunStrategy), else kHybridWork of its own.
+absl::StatusOr<HybridPlan> PlanHybridWithNote(const PlanProblem& problem, int64_t* work = nullptr);
+
+// PlanHybrid's work limit, in schedule entries simulated (Note [Hybrid work]).
+inline constexpr int64_t kHybridWork = 150'000'000;
 
 // The smallest peak PlanOffload (or PlanHybrid, when `hybrid`) reaches,
 // whatever problem.budget says, found by bisecting the budget: what an error

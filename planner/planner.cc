@@ -129,7 +129,16 @@ struct Planned {
   std::string detail;
   std::optional<double> lower_bound;
 };
-absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy);
+
+// Work limits that the plans of one RunStrategy call share when it plans
+// again for lowered budgets (Note [Pipeline budgets]); null: each plan has
+// its own.
+struct SharedWork {
+  int64_t lp_iterations = RematOptions{}.lp_iterations;  // Note [Remat work limits]
+  int64_t hybrid_entries = kHybridWork;                  // Note [Hybrid work] in offload.cc
+};
+
+absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy, SharedWork* work = nullptr);
 
 // The other replay strategies' plans, as starts for the optimal strategy's
 // search (RematOptions::starts), so that it is never costlier than any of
@@ -151,10 +160,12 @@ RematOptions StartsFrom(const PlanProblem& problem) {
 // the LP grow too large for seconds, so it returns the cheapest of those
 // starts that fits, and the knapsack bound, which takes one pass per op, so
 // that the plan still states how far from optimal it can be.
-absl::StatusOr<Planned> PlanOptimal(const PlanProblem& problem) {
+absl::StatusOr<Planned> PlanOptimal(const PlanProblem& problem, SharedWork* work) {
   absl::StatusOr<RematBound> knapsack = ReplayKnapsackBound(problem);
   if (problem.step->num_ops() <= kMaxRematOps) {
-    HEADROOM_ASSIGN_OR_RETURN(RematPlan plan, PlanRemat(problem, StartsFrom(problem)));
+    RematOptions options = StartsFrom(problem);
+    if (work != nullptr) options.shared_lp_iterations_left = &work->lp_iterations;
+    HEADROOM_ASSIGN_OR_RETURN(RematPlan plan, PlanRemat(problem, options));
     std::optional<double> bound;
     if (plan.lower_bound_solved) bound = plan.lower_bound;
     if (knapsack.ok()) {
@@ -187,7 +198,7 @@ absl::StatusOr<Planned> PlanOptimal(const PlanProblem& problem) {
                  bound};
 }
 
-absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy) {
+absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy, SharedWork* work) {
   const Graph& step = *problem.step;
   switch (strategy) {
     case Strategy::kStoreAll:
@@ -210,14 +221,17 @@ absl::StatusOr<Planned> Plan(const PlanProblem& problem, Strategy strategy) {
       return Planned{std::move(planned.first), std::move(planned.second)};
     }
     case Strategy::kOptimal:
-      return PlanOptimal(problem);
+      return PlanOptimal(problem, work);
     case Strategy::kOffload: {
       HEADROOM_ASSIGN_OR_RETURN(Schedule s, PlanOffload(problem));
       return Planned{std::move(s), "saved activations to pinned host memory and back"};
     }
     case Strategy::kHybrid: {
-      HEADROOM_ASSIGN_OR_RETURN(Schedule s, PlanHybrid(problem));
-      return Planned{std::move(s), "keep, replay or offload, per saved tensor"};
+      HEADROOM_ASSIGN_OR_RETURN(HybridPlan plan,
+                                PlanHybridWithNote(problem, work != nullptr ? &work->hybrid_entries : nullptr));
+      std::string detail = "keep, replay or offload, per saved tensor";
+      if (!plan.note.empty()) absl::StrAppend(&detail, "; ", plan.note);
+      return Planned{std::move(plan.schedule), std::move(detail)};
     }
   }
   return absl::InternalError("unknown strategy");
@@ -238,8 +252,9 @@ namespace {
 
 // `strategy` planned on `one` (one micro-batch, perhaps for a lower budget)
 // and evaluated on `problem` as its runner runs it (Note [Plan runners]).
-absl::StatusOr<PlanResult> PlanAndEvaluate(const PlanProblem& problem, const PlanProblem& one, Strategy strategy) {
-  HEADROOM_ASSIGN_OR_RETURN(Planned planned, Plan(one, strategy));
+absl::StatusOr<PlanResult> PlanAndEvaluate(const PlanProblem& problem, const PlanProblem& one, Strategy strategy,
+                                           SharedWork* work = nullptr) {
+  HEADROOM_ASSIGN_OR_RETURN(Planned planned, Plan(one, strategy, work));
   std::vector<CheckpointRegion> regions;
   std::vector<HookedOffload> offloads;
   if (problem.runner == PlanRunner::kTorchSelectiveCheckpoint) {
@@ -277,6 +292,10 @@ bool IgnoresBudget(Strategy strategy) {
 // handled the same way: what it runs may peak above what was planned, so
 // the strategy plans again for a budget lowered by the excess; a bound
 // found for a lowered budget is not one for the problem's, so it is dropped.
+// The plans of one such run share their work limits (SharedWork: the
+// optimal strategy's simplex iterations, Note [Remat work limits], and
+// hybrid's simulated schedule entries, Note [Hybrid work]), so a dozen
+// replans cost about what one plan may; a plan made past them says so.
 constexpr int kReplanAttempts = 12;
 
 // Note [Pipeline budgets]'s replanning for `strategy`: the first plan that
@@ -291,8 +310,11 @@ absl::StatusOr<PlanResult> ReplanUntilItFits(const PlanProblem& problem, Strateg
   // failure bisects instead.
   uint64_t failed = 0;
   uint64_t over = problem.budget;
+  // The plans share their work limits: a dozen plans each under its own
+  // took the optimal strategy 25 s on a pipelined GPT-2 (issue [13]).
+  SharedWork work;
   for (int attempt = 0; attempt < kReplanAttempts; ++attempt) {
-    absl::StatusOr<PlanResult> planned = PlanAndEvaluate(problem, one, strategy);
+    absl::StatusOr<PlanResult> planned = PlanAndEvaluate(problem, one, strategy, &work);
     if (attempt > 0 && planned.status().code() == absl::StatusCode::kResourceExhausted) {
       failed = one.budget;
       if (over - failed <= 1) break;

@@ -48,7 +48,11 @@ std::string Percent(uint64_t bytes, uint64_t of) {
 // iterations they share, and what stopped one that did not finish.
 class LpWork {
  public:
-  explicit LpWork(const RematOptions& options) : options_(options), iterations_left_(options.lp_iterations) {}
+  explicit LpWork(const RematOptions& options)
+      : options_(options),
+        own_iterations_left_(options.lp_iterations),
+        iterations_left_(options.shared_lp_iterations_left != nullptr ? *options.shared_lp_iterations_left
+                                                                       : own_iterations_left_) {}
 
   absl::StatusOr<LpOutcome> Solve(const Model& model, uint64_t budget) {
     if (iterations_left_ <= 0) {
@@ -76,7 +80,8 @@ class LpWork {
                              options_.lp_max_columns);
     }
     if (stopped_by_iterations_) {
-      return absl::StrFormat("the LP stopped at its work limit of %d simplex iterations", options_.lp_iterations);
+      return absl::StrFormat("the LP stopped at its work limit of %d simplex iterations%s", options_.lp_iterations,
+                             options_.shared_lp_iterations_left != nullptr ? ", shared with its replans" : "");
     }
     if (stopped_by_time_) return absl::StrFormat("the LP stopped at its time limit of %g s", options_.lp_time_limit_s);
     return "";
@@ -84,7 +89,8 @@ class LpWork {
 
  private:
   const RematOptions& options_;
-  int64_t iterations_left_;
+  int64_t own_iterations_left_;
+  int64_t& iterations_left_;  // own_iterations_left_ or the shared counter
   int too_large_columns_ = 0;
   bool stopped_by_iterations_ = false;
   bool stopped_by_time_ = false;

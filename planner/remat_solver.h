@@ -77,6 +77,11 @@ struct RematOptions {
   // call together, and the most columns an LP may have to be solved.
   int64_t lp_iterations = 20000;
   int64_t lp_max_columns = 200000;
+  // When set, the iterations left to the LPs of several calls together (the
+  // replans of one RunStrategy, Note [Pipeline budgets] in planner.cc):
+  // they draw from and write back to it, and lp_iterations only names the
+  // limit in the detail.
+  int64_t* shared_lp_iterations_left = nullptr;
   // PlanRemat's local search effort, in schedules simulated (one with more
   // than twice as many steps as ops counts as several), and the kicks of
   // its iterated local search. Both fix the work, so results repeat.

@@ -17,6 +17,7 @@
 #include "models/builders.h"
 #include "models/model_source.h"
 #include "planner/checkpoint_mode_plan.h"
+#include "planner/chen.h"
 #include "planner/plan.h"
 #include "planner/schedule.h"
 
@@ -391,6 +392,42 @@ TEST(PlanHybrid, SaysTheSmallestPeakItReached) {
   ASSERT_EQ(h.status().code(), absl::StatusCode::kResourceExhausted) << h.status();
   EXPECT_THAT(h.status().message(), HasSubstr(absl::StrFormat("budget of %d bytes", problem.budget)));
   EXPECT_GT(SmallestPeakIn(h.status()), problem.budget);
+}
+
+// Note [Hybrid work]: a search that runs out of work says so, and returns
+// the cheapest that fits of the plans that need no search (chen-greedy's
+// among them), never one over budget.
+TEST(PlanHybrid, SaysWhenItsWorkLimitStoppedIt) {
+  const Graph& step = Step();
+  const PlanProblem problem = ProblemFor(step, 0.7, /*copy_ops=*/1000);
+  absl::StatusOr<HybridPlan> full = PlanHybridWithNote(problem);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->note, "");
+  int64_t work = 1;  // spent by the first simulation
+  absl::StatusOr<HybridPlan> limited = PlanHybridWithNote(problem, &work);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  EXPECT_THAT(limited->note, HasSubstr(absl::StrFormat("work limit of %d simulated schedule entries, shared with its "
+                                                       "replans",
+                                                       kHybridWork)));
+  EXPECT_THAT(limited->note, HasSubstr("plan, the cheapest that fits"));
+  ExpectSound(problem, limited->schedule);
+  absl::StatusOr<Schedule> chen = ChenGreedySchedule(problem, FindForwardCuts(step));
+  ASSERT_TRUE(chen.ok()) << chen.status();
+  EXPECT_LE(Evaluate(problem, limited->schedule).step_cost, Evaluate(problem, *chen).step_cost);
+  // Without the limit the search does at least as well.
+  EXPECT_LE(Evaluate(problem, full->schedule).step_cost, Evaluate(problem, limited->schedule).step_cost);
+}
+
+// A budget nothing meets, with the work spent: the error still names the
+// smallest peak reached, and the limit.
+TEST(PlanHybrid, SaysItsWorkLimitWhenNothingFits) {
+  const Graph& step = Step();
+  const PlanProblem problem = ProblemFor(step, 0.2);
+  int64_t work = 1;
+  absl::StatusOr<HybridPlan> h = PlanHybridWithNote(problem, &work);
+  ASSERT_EQ(h.status().code(), absl::StatusCode::kResourceExhausted) << h.status();
+  EXPECT_GT(SmallestPeakIn(h.status()), problem.budget);
+  EXPECT_THAT(h.status().message(), HasSubstr("its search stopped at its work limit"));
 }
 
 }  // namespace
