@@ -107,11 +107,12 @@ absl::StatusOr<std::pair<uint64_t, std::string>> ResolveBudget(const PlanFlags& 
 std::string SmallestReachable(const PlanProblem& problem) {
   uint64_t smallest = std::numeric_limits<uint64_t>::max();
   std::string by;
-  for (Strategy s : AllStrategies()) {
-    absl::StatusOr<uint64_t> peak = SmallestPeak(problem, s);
-    if (peak.ok() && *peak < smallest) {
-      smallest = *peak;
-      by = std::string(StrategyName(s));
+  const std::vector<Strategy> strategies = AllStrategies();
+  const std::vector<absl::StatusOr<uint64_t>> peaks = SmallestPeaks(problem, strategies);
+  for (size_t i = 0; i < strategies.size(); ++i) {
+    if (peaks[i].ok() && *peaks[i] < smallest) {
+      smallest = *peaks[i];
+      by = std::string(StrategyName(strategies[i]));
     }
   }
   return by.empty() ? "no strategy produced a plan"

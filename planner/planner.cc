@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -392,14 +393,31 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
   return result;
 }
 
-absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strategy) {
+namespace {
+
+// SmallestPeak's results on one problem with the runner's and the
+// pipeline's wrapping taken off (runner kAnySchedule, one micro-batch in
+// flight), by strategy: SmallestPeaks shares them.
+using SmallestPeakMemo = std::map<Strategy, absl::StatusOr<uint64_t>>;
+
+absl::StatusOr<uint64_t> SmallestPeakWith(const PlanProblem& problem, Strategy strategy, SmallestPeakMemo* memo);
+
+// SmallestPeakWith on the unwrapped problem, through `memo` when given.
+absl::StatusOr<uint64_t> Memoized(const PlanProblem& problem, Strategy strategy, SmallestPeakMemo* memo) {
+  if (memo == nullptr) return SmallestPeakWith(problem, strategy, nullptr);
+  auto it = memo->find(strategy);
+  if (it == memo->end()) it = memo->emplace(strategy, SmallestPeakWith(problem, strategy, memo)).first;
+  return it->second;
+}
+
+absl::StatusOr<uint64_t> SmallestPeakWith(const PlanProblem& problem, Strategy strategy, SmallestPeakMemo* memo) {
   HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
   if (problem.runner != PlanRunner::kAnySchedule) {
     // What the runner runs of the plan with the least peak it was given.
     PlanProblem ideal = problem;
     ideal.runner = PlanRunner::kAnySchedule;
     ideal.in_flight = 1;
-    HEADROOM_ASSIGN_OR_RETURN(ideal.budget, SmallestPeak(ideal, strategy));
+    HEADROOM_ASSIGN_OR_RETURN(ideal.budget, Memoized(ideal, strategy, memo));
     HEADROOM_ASSIGN_OR_RETURN(const PlanResult least, PlanAndEvaluate(problem, ideal, strategy));
     return least.evaluation.peak_bytes;
   }
@@ -407,7 +425,7 @@ absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strat
     // The pipelined peak of the plan with the least peak for one micro-batch.
     PlanProblem one = problem;
     one.in_flight = 1;
-    HEADROOM_ASSIGN_OR_RETURN(one.budget, SmallestPeak(one, strategy));
+    HEADROOM_ASSIGN_OR_RETURN(one.budget, Memoized(one, strategy, memo));
     HEADROOM_ASSIGN_OR_RETURN(const PlanResult least, PlanAndEvaluate(problem, one, strategy));
     return least.evaluation.peak_bytes;
   }
@@ -427,7 +445,7 @@ absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strat
       // Note [Optimal beyond the solvers]: the least of its starts'.
       uint64_t least = std::numeric_limits<uint64_t>::max();
       for (Strategy start : {Strategy::kChenGreedy, Strategy::kChainDp, Strategy::kSqrtN}) {
-        absl::StatusOr<uint64_t> peak = SmallestPeak(problem, start);
+        absl::StatusOr<uint64_t> peak = Memoized(problem, start, memo);
         if (peak.ok()) least = std::min(least, *peak);
       }
       if (least == std::numeric_limits<uint64_t>::max()) return absl::InternalError("no start plans the step");
@@ -444,12 +462,41 @@ absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strat
   return e.peak_bytes;
 }
 
-absl::StatusOr<PlanResult> RunAutomaticStrategy(const PlanProblem& problem) {
-  if (problem.runner == PlanRunner::kAnySchedule) {
-    absl::StatusOr<PlanResult> hybrid = RunStrategy(problem, Strategy::kHybrid);
-    if (hybrid.ok() && hybrid->fits) return hybrid;
+}  // namespace
+
+absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strategy) {
+  return SmallestPeakWith(problem, strategy, nullptr);
+}
+
+std::vector<absl::StatusOr<uint64_t>> SmallestPeaks(const PlanProblem& problem,
+                                                    const std::vector<Strategy>& strategies) {
+  SmallestPeakMemo memo;
+  std::vector<absl::StatusOr<uint64_t>> peaks;
+  for (Strategy s : strategies) {
+    // The wrapped problem's own figure (runner, pipeline) is not memoized:
+    // only the unwrapped searches beneath it are shared.
+    const bool wrapped = problem.runner != PlanRunner::kAnySchedule || problem.in_flight > 1;
+    peaks.push_back(wrapped ? SmallestPeakWith(problem, s, &memo) : Memoized(problem, s, &memo));
   }
-  std::vector<absl::StatusOr<PlanResult>> all = CompareStrategies(problem);
+  return peaks;
+}
+
+namespace {
+
+// CompareStrategies, with hybrid's result given when it was already run.
+std::vector<absl::StatusOr<PlanResult>> CompareStrategiesWith(const PlanProblem& problem,
+                                                              std::optional<absl::StatusOr<PlanResult>> hybrid);
+
+}  // namespace
+
+absl::StatusOr<PlanResult> RunAutomaticStrategy(const PlanProblem& problem) {
+  std::optional<absl::StatusOr<PlanResult>> hybrid;
+  if (problem.runner == PlanRunner::kAnySchedule) {
+    hybrid = RunStrategy(problem, Strategy::kHybrid);
+    if (hybrid->ok() && (*hybrid)->fits) return *std::move(hybrid);
+  }
+  // Hybrid's run is not repeated (a pipelined one replans up to a dozen times).
+  std::vector<absl::StatusOr<PlanResult>> all = CompareStrategiesWith(problem, std::move(hybrid));
   absl::StatusOr<PlanResult>* best = nullptr;
   size_t fitting = 0;
   for (absl::StatusOr<PlanResult>& r : all) {
@@ -477,8 +524,17 @@ bool IsReplayOnly(Strategy strategy) {
 }
 
 std::vector<absl::StatusOr<PlanResult>> CompareStrategies(const PlanProblem& problem) {
+  return CompareStrategiesWith(problem, std::nullopt);
+}
+
+namespace {
+
+std::vector<absl::StatusOr<PlanResult>> CompareStrategiesWith(const PlanProblem& problem,
+                                                              std::optional<absl::StatusOr<PlanResult>> hybrid) {
   std::vector<absl::StatusOr<PlanResult>> results;
-  for (Strategy s : AllStrategies()) results.push_back(RunStrategy(problem, s));
+  for (Strategy s : AllStrategies()) {
+    results.push_back(s == Strategy::kHybrid && hybrid ? *std::move(hybrid) : RunStrategy(problem, s));
+  }
   // The optimal strategy's LP bound holds for every schedule that only
   // replays in program order, so every such plan that fits states its gap.
   std::optional<double> bound;
@@ -492,5 +548,7 @@ std::vector<absl::StatusOr<PlanResult>> CompareStrategies(const PlanProblem& pro
   }
   return results;
 }
+
+}  // namespace
 
 }  // namespace headroom

@@ -82,6 +82,14 @@ absl::StatusOr<PlanResult> RunStrategy(const PlanProblem& problem, Strategy stra
 // no strategy meets states.
 absl::StatusOr<uint64_t> SmallestPeak(const PlanProblem& problem, Strategy strategy);
 
+// SmallestPeak of every strategy in `strategies`, in that order, each
+// search run once: the optimal strategy beyond its solvers takes the least
+// of its starts' (chen-greedy, chain-dp, sqrt-n) from their own entries
+// rather than searching them again. What the CLI's error for a budget no
+// plan meets computes.
+std::vector<absl::StatusOr<uint64_t>> SmallestPeaks(const PlanProblem& problem,
+                                                    const std::vector<Strategy>& strategies);
+
 // Note [Automatic strategy]
 // What `headroom plan` runs unless told a strategy: hybrid, whose plan is
 // never slower than offload alone, replay alone or per-layer checkpointing,

@@ -157,6 +157,18 @@ TEST(Strategies, BudgetDrivenStrategiesFitAndValidate) {
     results.emplace(s, *std::move(r));
   }
   EXPECT_GT(results.at(Strategy::kOffload).evaluation.offloaded_bytes, 0u);
+  // SmallestPeaks shares the searches and gives each strategy's own figure.
+  const std::vector<Strategy> all = AllStrategies();
+  const std::vector<absl::StatusOr<uint64_t>> peaks = SmallestPeaks(problem, all);
+  ASSERT_EQ(peaks.size(), all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    SCOPED_TRACE(std::string(StrategyName(all[i])));
+    const absl::StatusOr<uint64_t> one = SmallestPeak(problem, all[i]);
+    ASSERT_EQ(peaks[i].ok(), one.ok()) << peaks[i].status() << one.status();
+    if (one.ok()) {
+      EXPECT_EQ(*peaks[i], *one);
+    }
+  }
   // Alike layers: chain-dp checkpoints leading ones (Note [Block-shaped plans]),
   // so every replay is of a layer before the first kept one.
   const PlanResult& chain = results.at(Strategy::kChainDp);
