@@ -938,7 +938,8 @@ constexpr int64_t kSmallestPeakWork = 40'000'000;
 // plans join the checkpoint modes as candidates, so that the answer is still
 // the cheapest of those that fit. The plan's detail says the limit was
 // reached. Every preset's plans at 80% and 45% finish within it, and so
-// does a 10,001-op chain at 50% (97M entries); a 40,001-op one does not.
+// does a 10,001-op chain at 50% (97M entries); a 40,001-op one does not
+// (150M took 7-10 s of CPU there, on a loaded machine, CLI included).
 // The replans of one RunStrategy (Note [Pipeline budgets] in planner.cc)
 // share one such limit.
 

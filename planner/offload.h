@@ -114,7 +114,7 @@ struct HybridPlan {
 absl::StatusOr<HybridPlan> PlanHybridWithNote(const PlanProblem& problem, int64_t* work = nullptr);
 
 // PlanHybrid's work limit, in schedule entries simulated (Note [Hybrid work]).
-inline constexpr int64_t kHybridWork = 150'000'000;
+inline constexpr int64_t kHybridWork = 100'000'000;
 
 // The smallest peak PlanOffload (or PlanHybrid, when `hybrid`) reaches,
 // whatever problem.budget says, found by bisecting the budget: what an error
