@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -46,19 +47,23 @@ uint64_t LimitingBackend::alive_bytes() const {
   return alive_bytes_;
 }
 
+absl::Status LimitingBackend::RoomLocked(uint64_t bytes, Request request) const {
+  if (FitsLocked(bytes)) return absl::OkStatus();
+  const std::string limit = FormatBytes(AllowedBytesLocked());
+  return absl::ResourceExhaustedError(
+      request == Request::kSegment
+          ? absl::StrFormat("a %s segment would exceed the limit of %s", FormatBytes(bytes), limit)
+          : absl::StrFormat("mapping %s more would exceed the limit of %s", FormatBytes(bytes), limit));
+}
+
 absl::Status LimitingBackend::CheckRoom(uint64_t bytes) const {
   internal::MutexLock lock(&mu_);
-  if (FitsLocked(bytes)) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrFormat("mapping %s more would exceed the limit of %s",
-                                                      FormatBytes(bytes), FormatBytes(AllowedBytesLocked())));
+  return RoomLocked(bytes, Request::kMapping);
 }
 
 absl::StatusOr<DeviceAddress> LimitingBackend::Malloc(uint64_t bytes) {
   internal::MutexLock lock(&mu_);
-  if (!FitsLocked(bytes)) {
-    return absl::ResourceExhaustedError(absl::StrFormat("a %s segment would exceed the limit of %s",
-                                                        FormatBytes(bytes), FormatBytes(AllowedBytesLocked())));
-  }
+  HEADROOM_RETURN_IF_ERROR(RoomLocked(bytes, Request::kSegment));
   HEADROOM_ASSIGN_OR_RETURN(DeviceAddress address, backend_->Malloc(bytes));
   malloc_bytes_[address] = bytes;
   alive_bytes_ += bytes;
@@ -77,10 +82,7 @@ absl::Status LimitingBackend::Free(DeviceAddress address) {
 
 absl::StatusOr<PhysicalHandle> LimitingBackend::CreatePhysical(uint64_t bytes) {
   internal::MutexLock lock(&mu_);
-  if (!FitsLocked(bytes)) {
-    return absl::ResourceExhaustedError(absl::StrFormat("mapping %s more would exceed the limit of %s",
-                                                        FormatBytes(bytes), FormatBytes(AllowedBytesLocked())));
-  }
+  HEADROOM_RETURN_IF_ERROR(RoomLocked(bytes, Request::kMapping));
   HEADROOM_ASSIGN_OR_RETURN(PhysicalHandle handle, backend_->CreatePhysical(bytes));
   physical_bytes_[handle] = bytes;
   alive_bytes_ += bytes;

@@ -100,6 +100,9 @@ class LimitingBackend final : public DeviceBackend {
   uint64_t AllowedBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `bytes` more fit within the limit.
   bool FitsLocked(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK, or the error saying that the segment or mapping of `bytes` would exceed the limit.
+  enum class Request { kSegment, kMapping };
+  absl::Status RoomLocked(uint64_t bytes, Request request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   DeviceBackend* const backend_;
   const uint64_t total_bytes_;
