@@ -159,7 +159,7 @@ RematOptions StartsFrom(const PlanProblem& problem) {
 // other replay strategies' plans, with the better of its LP bound and the
 // knapsack bound (Note [Replay knapsack bound]). Beyond that the search and
 // the LP grow too large for seconds, so it returns the cheapest of those
-// starts that fits, and the knapsack bound, which takes one pass per op, so
+// starts that fits, and the knapsack bound, which takes one sweep, so
 // that the plan still states how far from optimal it can be.
 absl::StatusOr<Planned> PlanOptimal(const PlanProblem& problem, SharedWork* work) {
   absl::StatusOr<RematBound> knapsack = ReplayKnapsackBound(problem);

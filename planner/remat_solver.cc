@@ -1,11 +1,12 @@
 #include "planner/remat_solver.h"
 
 #include <algorithm>
-#include <functional>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -561,70 +562,123 @@ absl::StatusOr<RematBound> ReplayKnapsackBound(const PlanProblem& problem) {
   HEADROOM_ASSIGN_OR_RETURN(const Model model, remat::BuildModel(problem));
   const auto n = static_cast<size_t>(model.n);
   const size_t num_values = model.value_producer.size();
-  // Each value's store-all life: its producer to its last reader.
   const std::vector<int32_t>& last_reader = model.value_last_reader;
+  auto producer = [&](size_t v) { return static_cast<size_t>(model.value_producer[v]); };
+  // Bytes store-all holds over budget while each op runs, from each
+  // value's store-all life: its producer to its last reader.
   std::vector<int64_t> live_delta(n + 1, 0);
   for (size_t v = 0; v < num_values; ++v) {
-    const auto p = static_cast<size_t>(model.value_producer[v]);
-    const size_t end = std::max<size_t>(p, static_cast<size_t>(std::max(last_reader[v], 0)));
-    live_delta[p] += static_cast<int64_t>(model.value_bytes[v]);
+    const size_t end = std::max<size_t>(producer(v), static_cast<size_t>(std::max(last_reader[v], 0)));
+    live_delta[producer(v)] += static_cast<int64_t>(model.value_bytes[v]);
     live_delta[end + 1] -= static_cast<int64_t>(model.value_bytes[v]);
   }
-  RematBound out{.solved = true};
-  std::vector<uint64_t> droppable(n, 0);  // by producer, at the op in hand
-  std::vector<int32_t> touched;
-  std::vector<std::pair<double, size_t>> items;  // (cost per byte, producer)
-  // Values of replayable producers by producer, and those made before the
-  // op in hand and still read after it: the only ones a pass may drop. The
-  // pass visits them, not every value (issue [13]: a 40,001-op chain took
-  // 30 s), and takes the cheapest per byte from a heap rather than sorting
-  // them all; the order they are taken in, and so the bound, is the same.
-  std::vector<std::vector<int32_t>> made_by(n);
-  for (size_t v = 0; v < num_values; ++v) {
-    const auto p = static_cast<size_t>(model.value_producer[v]);
-    if (model.recomputable[p]) made_by[p].push_back(static_cast<int32_t>(v));
-  }
-  std::vector<int32_t> held_values;
+  std::vector<uint64_t> need(n, 0);
   int64_t live = 0;
   for (size_t t = 0; t < n; ++t) {
     live += live_delta[t];
-    if (t > 0) {
-      for (int32_t v : made_by[t - 1]) held_values.push_back(v);
-    }
-    std::erase_if(held_values, [&](int32_t v) { return last_reader[static_cast<size_t>(v)] <= static_cast<int32_t>(t); });
     const uint64_t held = model.fixed_bytes + static_cast<uint64_t>(live);
-    if (held <= problem.budget) continue;
-    const uint64_t need = held - problem.budget;
-    // Copies held across t that t does not read, from ops that can replay.
-    touched.clear();
-    uint64_t total = 0;
-    for (int32_t value : held_values) {
-      const auto v = static_cast<size_t>(value);
-      const auto p = static_cast<size_t>(model.value_producer[v]);
-      if (std::binary_search(model.reads[t].begin(), model.reads[t].end(), static_cast<int32_t>(v))) continue;
-      if (droppable[p] == 0) touched.push_back(static_cast<int32_t>(p));
-      droppable[p] += model.value_bytes[v];
-      total += model.value_bytes[v];
-    }
-    items.clear();
-    for (int32_t p : touched) {
-      const auto i = static_cast<size_t>(p);
-      items.push_back({model.cost[i] / static_cast<double>(droppable[i]), i});
-    }
-    std::make_heap(items.begin(), items.end(), std::greater<>());
-    double cost = 0;
-    uint64_t freed = 0;
-    for (auto end = items.end(); end != items.begin() && freed < need; --end) {
-      std::pop_heap(items.begin(), end, std::greater<>());
-      const auto& [per_byte, p] = *(end - 1);
-      const uint64_t take = std::min(droppable[p], need - freed);
-      cost += per_byte * static_cast<double>(take);
-      freed += take;
-    }
-    for (int32_t p : touched) droppable[static_cast<size_t>(p)] = 0;
-    if (total < need) out.feasible = false;
-    out.extra_cost = std::max(out.extra_cost, cost);
+    if (held > problem.budget) need[t] = held - problem.budget;
   }
+  // A value a pass may drop at op t: made by a replayable op before t and
+  // read after t, so held across t from op producer + 1 to its last reader.
+  auto spans = [&](size_t v, size_t t) {
+    return model.recomputable[producer(v)] && producer(v) < t && last_reader[v] > static_cast<int32_t>(t);
+  };
+  std::vector<std::vector<int32_t>> entering(n), leaving(n);
+  for (size_t v = 0; v < num_values; ++v) {
+    if (!spans(v, producer(v) + 1)) continue;
+    entering[producer(v) + 1].push_back(static_cast<int32_t>(v));
+    leaving[static_cast<size_t>(last_reader[v])].push_back(static_cast<int32_t>(v));
+  }
+  // Per producer, the bytes of its values held across the op in hand that
+  // the op does not read: what replaying it frees there. The sweep runs
+  // twice (Note [Replay knapsack bound]): first to list every such state
+  // in the order it arises, then to keep them in cheapest-per-byte order.
+  std::vector<uint64_t> droppable(n, 0);
+  auto sweep = [&](auto&& set_droppable, auto&& knapsack) {
+    std::fill(droppable.begin(), droppable.end(), 0);
+    auto change = [&](size_t v, bool add) {
+      const size_t p = producer(v);
+      const uint64_t bytes = add ? droppable[p] + model.value_bytes[v] : droppable[p] - model.value_bytes[v];
+      set_droppable(p, bytes);
+      droppable[p] = bytes;
+    };
+    for (size_t t = 0; t < n; ++t) {
+      for (int32_t v : leaving[t]) change(static_cast<size_t>(v), false);
+      for (int32_t v : entering[t]) change(static_cast<size_t>(v), true);
+      if (need[t] == 0) continue;
+      // What t reads it holds while it runs: no replay frees it there.
+      for (int32_t v : model.reads[t]) {
+        if (spans(static_cast<size_t>(v), t)) change(static_cast<size_t>(v), false);
+      }
+      knapsack(t);
+      for (int32_t v : model.reads[t]) {
+        if (spans(static_cast<size_t>(v), t)) change(static_cast<size_t>(v), true);
+      }
+    }
+  };
+  struct State {
+    double per_byte;
+    size_t producer;
+    uint64_t bytes;
+  };
+  std::vector<State> states;
+  sweep([&](size_t p, uint64_t bytes) { states.push_back({model.cost[p] / static_cast<double>(bytes), p, bytes}); },
+        [](size_t) {});
+  // Each state's rank, cheapest per byte first; ties in any fixed order.
+  std::vector<uint32_t> by_rank(states.size());
+  std::iota(by_rank.begin(), by_rank.end(), 0);
+  std::ranges::sort(by_rank, [&](uint32_t a, uint32_t b) {
+    return std::tie(states[a].per_byte, states[a].producer, a) < std::tie(states[b].per_byte, states[b].producer, b);
+  });
+  std::vector<uint32_t> rank(states.size());
+  for (uint32_t r = 0; r < by_rank.size(); ++r) rank[by_rank[r]] = r;
+
+  // A Fenwick tree over the ranks, summing the bytes and costs of the
+  // states in force, answers each op's fractional knapsack in log time.
+  std::vector<uint64_t> tree_bytes(states.size() + 1, 0);
+  std::vector<double> tree_cost(states.size() + 1, 0);
+  auto add = [&](uint32_t r, bool insert) {
+    const State& s = states[by_rank[r]];
+    const double cost = model.cost[s.producer];
+    for (size_t i = r + 1; i < tree_bytes.size(); i += i & (~i + 1)) {
+      tree_bytes[i] += insert ? s.bytes : ~s.bytes + 1;  // wraps back exactly on removal
+      tree_cost[i] += insert ? cost : -cost;
+    }
+  };
+  constexpr uint32_t kNoState = std::numeric_limits<uint32_t>::max();
+  std::vector<uint32_t> in_force(n, kNoState);  // per producer, its state's rank
+  uint64_t total = 0;
+  size_t next_state = 0;
+  size_t top = 1;
+  while (top * 2 < tree_bytes.size()) top *= 2;
+  RematBound out{.solved = true};
+  sweep(
+      [&](size_t p, uint64_t bytes) {
+        if (in_force[p] != kNoState) add(in_force[p], false);
+        total -= droppable[p];
+        const uint32_t r = rank[next_state++];
+        in_force[p] = bytes == 0 ? kNoState : r;
+        if (bytes != 0) add(r, true);
+        total += bytes;
+      },
+      [&](size_t t) {
+        if (total < need[t]) out.feasible = false;  // dropping all it can still leaves too much
+        const uint64_t target = std::min(need[t], total);
+        // The longest prefix of whole states short of the target, then part of the next.
+        size_t at = 0;
+        uint64_t bytes = 0;
+        double cost = 0;
+        for (size_t step = top; step > 0; step /= 2) {
+          if (at + step < tree_bytes.size() && bytes + tree_bytes[at + step] < target) {
+            at += step;
+            bytes += tree_bytes[at];
+            cost += tree_cost[at];
+          }
+        }
+        if (bytes < target) cost += states[by_rank[at]].per_byte * static_cast<double>(target - bytes);
+        out.extra_cost = std::max(out.extra_cost, std::max(cost, 0.0));
+      });
   out.seconds = SecondsSince(start);
   return out;
 }

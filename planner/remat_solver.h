@@ -145,8 +145,14 @@ absl::StatusOr<RematBound> RematLowerBound(const PlanProblem& problem, const Rem
 // [Remat LP bound] in remat_lp.cc), so what counts is really live. The
 // largest over ops is the bound; `feasible` is false when at some op even
 // dropping everything droppable leaves too much (a budget below the floor).
-// Weaker than the LP (one op at a time, replays free of memory), it takes
-// one pass over the values per op over budget. RematBound::solved is true.
+// Weaker than the LP (one op at a time, replays free of memory), it is
+// fast on any step: one sweep keeps each producer's droppable bytes as
+// values come and go, and a Fenwick tree over those (producer, bytes)
+// states, ranked cheapest per byte first by a first sweep that lists
+// them, answers each op's knapsack in log time: O((values + reads) log)
+// in all, where a pass over the held values per op was quadratic on long
+// chains (issue [13]: 15.5 s of a 40,001-op chain's `optimal`, now 1.6 s).
+// RematBound::solved is true.
 absl::StatusOr<RematBound> ReplayKnapsackBound(const PlanProblem& problem);
 
 struct ReachableBudget {
