@@ -162,6 +162,12 @@ class Graph {
 
   TensorId AddTensor(Tensor tensor);
   OpId AddOp(Op op);
+  // Room for this many ops and tensors in all, for builders that know.
+  void Reserve(size_t ops, size_t tensors) {
+    ops_.reserve(ops);
+    tensors_.reserve(tensors);
+    producer_.reserve(tensors);
+  }
 
   const std::string& name() const { return name_; }
   const Tensor& tensor(TensorId id) const { return tensors_[static_cast<size_t>(id)]; }

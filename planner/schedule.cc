@@ -28,7 +28,8 @@ std::string EntryName(size_t index, const ScheduleEntry& entry) {
 // tensors keep their ids; replays and prefetches add fresh copies.
 class Materializer {
  public:
-  explicit Materializer(const Graph& step)
+  // `entries`: the schedule's length, one op each.
+  Materializer(const Graph& step, size_t entries)
       : step_(step),
         out_(step.name()),
         latest_(step.num_tensors()),
@@ -38,6 +39,9 @@ class Materializer {
         replays_(step.num_ops(), 0),
         prefetches_(step.num_tensors(), 0),
         views_of_(step.num_tensors()) {
+    // Replays and copies add tensors too; most schedules are mostly computes.
+    out_.Reserve(entries, step.num_tensors() + (entries - std::min(entries, step.num_ops())));
+    copy_of_.reserve(step.num_tensors());
     for (const Tensor& t : step.tensors()) {
       out_.AddTensor(t);
       copy_of_.push_back(t.id);
@@ -286,7 +290,7 @@ absl::StatusOr<Schedule> SegmentSchedule(const Graph& step, const CheckpointPlan
 
 absl::StatusOr<Graph> MaterializeSchedule(const Graph& step, const Schedule& schedule,
                                           std::vector<TensorId>* copy_of) {
-  Materializer materializer(step);
+  Materializer materializer(step, schedule.entries.size());
   for (size_t i = 0; i < schedule.entries.size(); ++i) {
     HEADROOM_RETURN_IF_ERROR(materializer.Add(i, schedule.entries[i]));
   }
