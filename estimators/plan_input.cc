@@ -24,7 +24,7 @@ constexpr std::string_view kReferenceGpu = "H100-80GB";
 
 PlanProblem PlanInput::Problem(uint64_t budget) const {
   return {.step = &step, .op_cost = op_cost, .cost_unit = cost_unit, .profile = profile, .budget = budget,
-          .copy_bytes_per_cost = copy_bytes_per_cost, .in_flight = in_flight, .runner = runner};
+          .copy_bytes_per_cost = copy_bytes_per_cost, .in_flight = in_flight, .runner = runner, .memo = memo};
 }
 
 absl::StatusOr<PlanInput> BuildPlanInput(const LoadedModel& model, const JobSpec& job, const Machine& machine) {

@@ -41,6 +41,7 @@
 #define HEADROOM_ESTIMATORS_PLAN_INPUT_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,6 +56,7 @@
 #include "job/job_spec.h"
 #include "models/model_source.h"
 #include "planner/plan.h"
+#include "planner/plan_memo.h"
 #include "planner/planner.h"
 
 namespace headroom {
@@ -97,6 +99,8 @@ struct PlanInput {
   PipelineSchedule pipeline_schedule = PipelineSchedule::k1F1B;
   int in_flight = 1;
   PlanRunner runner = PlanRunner::kAnySchedule;  // who carries the plan out (Note [Plan runners])
+  // Searches the problems of `step` share (Note [Plan memo]).
+  std::shared_ptr<PlanMemo> memo = std::make_shared<PlanMemo>();
 
   // The problem for `budget` bytes of planned tensors; points into `step`.
   PlanProblem Problem(uint64_t budget) const;

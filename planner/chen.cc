@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/units.h"
+#include "planner/plan_memo.h"
 
 namespace headroom {
 namespace {
@@ -138,15 +140,15 @@ CheckpointPlan SqrtNPlan(const Graph& step, const ForwardCuts& cuts) {
 
 namespace {
 
-struct ThresholdPlan {
-  Schedule schedule;
-  PlanEvaluation evaluation;
-};
-
 // Chen's greedy for a geometric range of thresholds b, from "a segment at
-// every cut" to "one segment", each distinct plan evaluated once.
-absl::StatusOr<std::vector<ThresholdPlan>> GreedyOverThresholds(const PlanProblem& problem, const ForwardCuts& cuts) {
+// every cut" to "one segment", each distinct plan evaluated once, or kept
+// from the last time (Note [Plan memo]).
+using Sweep = std::shared_ptr<const std::vector<ThresholdPlan>>;
+absl::StatusOr<Sweep> GreedyOverThresholds(const PlanProblem& problem, const ForwardCuts& cuts) {
   HEADROOM_RETURN_IF_ERROR(ValidateProblem(problem));
+  if (problem.memo != nullptr) {
+    if (Sweep kept = problem.memo->FindChenSweep(problem, cuts.positions)) return kept;
+  }
   const Graph& step = *problem.step;
   const std::vector<uint64_t> saved = SavedBytes(problem, cuts);
   uint64_t total = 0;
@@ -183,7 +185,9 @@ absl::StatusOr<std::vector<ThresholdPlan>> GreedyOverThresholds(const PlanProble
     HEADROOM_ASSIGN_OR_RETURN(PlanEvaluation e, EvaluateSchedule(problem, s));
     plans.push_back({std::move(s), std::move(e)});
   }
-  return plans;
+  auto sweep = std::make_shared<const std::vector<ThresholdPlan>>(std::move(plans));
+  if (problem.memo != nullptr) problem.memo->KeepChenSweep(problem, cuts.positions, sweep);
+  return sweep;
 }
 
 uint64_t LowestPeak(const std::vector<ThresholdPlan>& plans) {
@@ -195,9 +199,9 @@ uint64_t LowestPeak(const std::vector<ThresholdPlan>& plans) {
 }  // namespace
 
 absl::StatusOr<Schedule> ChenGreedySchedule(const PlanProblem& problem, const ForwardCuts& cuts) {
-  HEADROOM_ASSIGN_OR_RETURN(std::vector<ThresholdPlan> plans, GreedyOverThresholds(problem, cuts));
+  HEADROOM_ASSIGN_OR_RETURN(const Sweep plans, GreedyOverThresholds(problem, cuts));
   const ThresholdPlan* best = nullptr;
-  for (const ThresholdPlan& p : plans) {
+  for (const ThresholdPlan& p : *plans) {
     const PlanEvaluation& e = p.evaluation;
     if (e.peak_bytes > problem.budget) continue;
     if (best == nullptr || e.extra_cost < best->evaluation.extra_cost ||
@@ -208,14 +212,14 @@ absl::StatusOr<Schedule> ChenGreedySchedule(const PlanProblem& problem, const Fo
   if (best == nullptr) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "chen-greedy: no threshold fits %s in a budget of %s; its smallest peak is %s",
-        QuoteForError(problem.step->name()), FormatBytes(problem.budget), FormatBytes(LowestPeak(plans))));
+        QuoteForError(problem.step->name()), FormatBytes(problem.budget), FormatBytes(LowestPeak(*plans))));
   }
   return best->schedule;
 }
 
 absl::StatusOr<uint64_t> ChenGreedyLowestPeak(const PlanProblem& problem, const ForwardCuts& cuts) {
-  HEADROOM_ASSIGN_OR_RETURN(std::vector<ThresholdPlan> plans, GreedyOverThresholds(problem, cuts));
-  return LowestPeak(plans);
+  HEADROOM_ASSIGN_OR_RETURN(const Sweep plans, GreedyOverThresholds(problem, cuts));
+  return LowestPeak(*plans);
 }
 
 }  // namespace headroom

@@ -23,6 +23,7 @@
 #define HEADROOM_PLANNER_PLAN_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,8 @@ namespace headroom {
 // of what runs.
 enum class PlanRunner : uint8_t { kAnySchedule, kTorchSelectiveCheckpoint };
 
+class PlanMemo;  // planner/plan_memo.h
+
 struct PlanProblem {
   const Graph* step = nullptr;  // a complete step (planner/schedule.h), not owned
   // Cost of each op of the step (indexed by OpId), Note [Plan costs].
@@ -61,6 +64,8 @@ struct PlanProblem {
   int in_flight = 1;
   // Who carries the plan out (Note [Plan runners]).
   PlanRunner runner = PlanRunner::kAnySchedule;
+  // Searches kept for the problem's copies (Note [Plan memo]); none: none kept.
+  std::shared_ptr<PlanMemo> memo;
 };
 
 // Note [Pipeline in-flight]

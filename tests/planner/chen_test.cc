@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "models/builders.h"
 #include "models/model_source.h"
+#include "planner/plan_memo.h"
 #include "planner/planner.h"
 #include "planner/remat_solver.h"
 
@@ -292,6 +294,44 @@ TEST(Strategies, PipelinedOptimalIsNeverWorseThanItsStarts) {
     }
   }
   EXPECT_GT(compared, 0);
+}
+
+// Note [Plan memo]: problems sharing a memo get the answers they get
+// without one, however they differ (costs, micro-batches in flight, runner,
+// budget), and the memo keeps one sweep per difference but the budget.
+TEST(Strategies, AMemoChangesNoAnswer) {
+  const Graph step = Gpt2Step(2);
+  const uint64_t store_all = ProfileMemory(step).peak_bytes;
+  PlanProblem base = ProblemFor(step, store_all);
+  PlanProblem recosted = base;
+  for (size_t i = 0; i < recosted.op_cost.size(); ++i) recosted.op_cost[i] = 1e-3 * static_cast<double>(i % 5 + 1);
+  PlanProblem in_flight = base;
+  in_flight.in_flight = 2;
+  PlanProblem selective = base;
+  selective.runner = PlanRunner::kTorchSelectiveCheckpoint;
+  auto memo = std::make_shared<PlanMemo>();
+  for (const PlanProblem* variant : {&base, &recosted, &in_flight, &selective}) {
+    for (int percent : {85, 5}) {
+      PlanProblem without = *variant;
+      without.budget = store_all / 100 * static_cast<uint64_t>(percent);
+      PlanProblem with = without;
+      with.memo = memo;
+      SCOPED_TRACE(testing::Message() << "variant " << variant - &base << ", " << percent << "%");
+      for (Strategy s : {Strategy::kChenGreedy, Strategy::kOptimal}) {
+        const absl::StatusOr<PlanResult> a = RunStrategy(without, s);
+        const absl::StatusOr<PlanResult> b = RunStrategy(with, s);
+        ASSERT_EQ(a.status(), b.status());
+        if (a.ok()) {
+          EXPECT_EQ(a->schedule, b->schedule) << StrategyName(s);
+          EXPECT_EQ(a->evaluation.step_cost, b->evaluation.step_cost);
+        }
+      }
+      EXPECT_EQ(SmallestPeak(without, Strategy::kChenGreedy).value(), SmallestPeak(with, Strategy::kChenGreedy).value());
+    }
+  }
+  // Base, recosted and selective: the pipelined problem plans one micro-batch
+  // (Note [Pipeline budgets]), the base one, and so do smallest peaks.
+  EXPECT_EQ(memo->chen_sweeps_kept(), 3u);
 }
 
 // A graph without layers has no chain: chain-dp says so; the others plan it.
