@@ -93,10 +93,10 @@ BENCHMARK(BM_AllocatorReplayStage_Llama2_70B_Seq8192)->Arg(0)->Arg(1)->Unit(benc
 // searches and, when it does not fit, every candidate fix) in under one second. state.range(0) indexes
 // PresetNames(); the baseline beside it builds that preset's forward graph once.
 JobSpec PresetJob(const LoadedModel& model) {
-  // The CLI's defaults; T5 has no flash attention path (cli/job_flags.cc, ApplyModelDefaults).
-  const bool t5 = model.config && model.config->model_type == "t5";
+  // The CLI's defaults (cli/job_flags.cc, ApplyModelDefaults).
+  const bool flash = !model.config || HasFlashAttentionPath(*model.config);
   return {.micro_batch = 1, .precision = Precision::kBf16Mixed, .optimizer = Optimizer::kAdamW,
-          .attention = t5 ? AttentionImpl::kEager : AttentionImpl::kFlash};
+          .attention = flash ? AttentionImpl::kFlash : AttentionImpl::kEager};
 }
 
 // range(1): on an H100, or on a budget of 100 TiB, where every limit search runs to its cap (1024 samples, the

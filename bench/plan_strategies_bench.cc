@@ -81,6 +81,7 @@
 #include "models/model_source.h"
 #include "nlohmann/json.hpp"
 #include "planner/plan.h"
+#include "planner/plan_memo.h"
 #include "planner/planner.h"
 #include "planner/schedule.h"
 
@@ -121,9 +122,11 @@ absl::StatusOr<std::unique_ptr<Input>> Finish(const LoadedModel& model, const Jo
   return input;
 }
 
-absl::StatusOr<std::unique_ptr<Input>> Preset(const char* preset, const JobSpec& job, std::string setup) {
+absl::StatusOr<std::unique_ptr<Input>> Preset(const char* preset, JobSpec job, std::string setup) {
   absl::StatusOr<LoadedModel> model = LoadModel(preset);
   if (!model.ok()) return model.status();
+  // The CLI's default attention (cli/job_flags.cc, ApplyModelDefaults).
+  if (model->config && !HasFlashAttentionPath(*model->config)) job.attention = AttentionImpl::kEager;
   return Finish(*model, job, std::move(setup));
 }
 
@@ -253,9 +256,11 @@ void BM_Plan(benchmark::State& state, const std::string& name, int percent, Stra
     return;
   }
   const Input& input = **loaded;
-  const PlanProblem problem = input.in.Problem(BudgetAt(input, percent));
+  PlanProblem problem = input.in.Problem(BudgetAt(input, percent));
   absl::StatusOr<PlanResult> result;
   for (auto _ : state) {
+    // As one `headroom plan` runs it: nothing kept from other runs (Note [Plan memo]).
+    problem.memo = std::make_shared<PlanMemo>();
     result = RunStrategy(problem, strategy);
     benchmark::DoNotOptimize(result);
   }

@@ -166,7 +166,7 @@ void AddJobFlags(CLI::App& app, JobFlags& f) {
 }
 
 void ApplyModelDefaults(const JobFlags& flags, const LoadedModel& model, JobSpec& job) {
-  if (flags.attention.empty() && model.config && model.config->model_type == "t5") {
+  if (flags.attention.empty() && model.config && !HasFlashAttentionPath(*model.config)) {
     job.attention = AttentionImpl::kEager;
   }
 }

@@ -191,7 +191,7 @@ std::vector<Fix> Selective(const JobSpec& job) {
 Applicability FlashApplies(const LoadedModel& model, const JobSpec& job) {
   if (job.attention != AttentionImpl::kEager) return DoesNotApply("flash attention is already on");
   if (!HasAttention(model)) return DoesNotApply("the model has no attention");
-  if (model.config->model_type == "t5") return DoesNotApply("T5 has no flash attention path");
+  if (!HasFlashAttentionPath(*model.config)) return DoesNotApply("the model has no flash attention path");
   return Applies();
 }
 std::vector<Fix> Flash(const JobSpec& job) {

@@ -198,7 +198,7 @@ absl::Status Builder::CheckOptions() const {
       return absl::InvalidArgumentError("QLoRA block sizes must be positive");
     }
   }
-  if (c_.model_type == "t5" && o_.attention == AttentionImpl::kFlash) {
+  if (!HasFlashAttentionPath(c_) && o_.attention == AttentionImpl::kFlash) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "attention flash: %s adds a position bias to its attention scores and has no flash attention path; use "
         "eager attention",
@@ -514,6 +514,7 @@ constexpr NameTable<RmsNormImpl, 2> kRmsNormNames("RMSNorm implementation", {{
 
 std::string_view AttentionImplName(AttentionImpl impl) { return kAttentionNames.Name(impl); }
 absl::StatusOr<AttentionImpl> ParseAttentionImpl(std::string_view name) { return kAttentionNames.Parse(name); }
+bool HasFlashAttentionPath(const ModelConfig& config) { return config.model_type != "t5"; }
 
 std::string_view VlmTrainableName(VlmTrainable trainable) { return kVlmTrainableNames.Name(trainable); }
 absl::StatusOr<VlmTrainable> ParseVlmTrainable(std::string_view name) { return kVlmTrainableNames.Parse(name); }

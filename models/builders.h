@@ -74,6 +74,9 @@ enum class AttentionImpl : uint8_t {
 std::string_view AttentionImplName(AttentionImpl impl);  // "eager", "flash"
 // Also accepts "sdpa" for kFlash (PyTorch's scaled_dot_product_attention).
 absl::StatusOr<AttentionImpl> ParseAttentionImpl(std::string_view name);
+// Whether the model's attention can run as one flash kernel: not T5's, which
+// adds a position bias to its scores. Jobs default to flash where it can.
+bool HasFlashAttentionPath(const ModelConfig& config);
 
 // How RMSNorm runs (Note [Eager RMSNorm] in builders.cc).
 enum class RmsNormImpl : uint8_t {
