@@ -332,8 +332,17 @@ absl::Status RunPlan(const PlanFlags& flags, std::ostream& out) {
   bool any_fits = false;
   for (const absl::StatusOr<PlanResult>& r : report.results) any_fits = any_fits || (r.ok() && r->fits);
   if (!any_fits) {
-    return absl::ResourceExhaustedError(absl::StrFormat("no plan fits the budget of %s; %s",
-                                                        FormatBytes(budget.first), SmallestReachable(problem)));
+    // "No plan fits" only where every strategy was run: one plan that does
+    // not look at the budget (store-all, sqrt-n, a loaded one) says what it
+    // peaks at, so that another strategy's smaller peak is no contradiction.
+    std::string what = absl::StrFormat("no plan fits the budget of %s", FormatBytes(budget.first));
+    if (report.results.size() == 1 && report.results[0].ok()) {
+      const PlanResult& one = *report.results[0];
+      what = absl::StrFormat("the %s plan%s peaks at %s, over the budget of %s", StrategyName(one.strategy),
+                             flags.load.empty() ? "" : absl::StrCat(" loaded from ", QuoteForError(flags.load)),
+                             FormatBytes(one.evaluation.peak_bytes), FormatBytes(budget.first));
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(what, "; ", SmallestReachable(problem)));
   }
   return absl::OkStatus();
 }

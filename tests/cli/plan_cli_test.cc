@@ -371,5 +371,19 @@ TEST(PlanCli, ImpossibleBudgetStatesTheSmallestReachable) {
   EXPECT_THAT(r.err, HasSubstr("the smallest peak any strategy reaches is"));
 }
 
+// A plan that does not look at the budget names itself and its peak: "no
+// plan fits 1.33 GiB; the smallest peak any strategy reaches is 870.36 MiB"
+// contradicted itself (issue [13]).
+TEST(PlanCli, APlanBlindToTheBudgetSaysItsOwnPeak) {
+  auto r = RunHeadroom({"plan", "--model", "gpt2", "--budget", "80%", "--strategy", "store-all"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("headroom plan: the store-all plan peaks at 1.66 GiB, over the budget of 1.33 GiB; "
+                               "the smallest peak any strategy reaches is 870.36 MiB (sqrt-n)"));
+  EXPECT_THAT(r.err, Not(HasSubstr("no plan fits")));
+  auto all = RunHeadroom({"plan", "--model", "gpt2", "--budget", "5%", "--compare"});
+  EXPECT_EQ(all.exit_code, 1);
+  EXPECT_THAT(all.err, HasSubstr("headroom plan: no plan fits the budget of 85.14 MiB; the smallest peak any"));
+}
+
 }  // namespace
 }  // namespace headroom
