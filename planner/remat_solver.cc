@@ -623,8 +623,14 @@ absl::StatusOr<RematBound> ReplayKnapsackBound(const PlanProblem& problem) {
     uint64_t bytes;
   };
   std::vector<State> states;
-  sweep([&](size_t p, uint64_t bytes) { states.push_back({model.cost[p] / static_cast<double>(bytes), p, bytes}); },
-        [](size_t) {});
+  // A state of 0 bytes is never in force; its rank only has to be well ordered.
+  sweep(
+      [&](size_t p, uint64_t bytes) {
+        const double per_byte =
+            bytes == 0 ? std::numeric_limits<double>::infinity() : model.cost[p] / static_cast<double>(bytes);
+        states.push_back({per_byte, p, bytes});
+      },
+      [](size_t) {});
   // Each state's rank, cheapest per byte first; ties in any fixed order.
   std::vector<uint32_t> by_rank(states.size());
   std::iota(by_rank.begin(), by_rank.end(), 0);
