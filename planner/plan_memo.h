@@ -3,19 +3,20 @@
 // once: chen-greedy's sweep over thresholds (planner/chen.h) runs for
 // hybrid's stand-ins (Note [Hybrid work]), for chen-greedy itself, for
 // optimal's starts, and for each strategy's smallest peak when nothing fits:
-// five sweeps of up to 26 evaluated schedules, 3.5 s of a 50,001-op chain's
-// failing plan (issue [13]). A PlanProblem may carry a memo that keeps them.
-// Copies of a problem share it (the planner lowers budgets and takes
-// micro-batches out of flight on copies), so an entry is kept with all it
-// was computed from except the step, which the memo's owner keeps fixed
-// (PlanInput::memo: one per step); a problem without a memo recomputes.
+// five sweeps of up to 26 evaluated schedules, about 3 s of a 50,001-op
+// chain's failing plan (issue [13]). A PlanProblem may carry a memo that
+// keeps them. Copies of a problem share it (the planner lowers budgets and
+// takes micro-batches out of flight on copies), so an entry is kept with
+// all it was computed from but the budget; the step itself only by its
+// address and size, as the memo's owner keeps it fixed (PlanInput::memo,
+// one per step). A problem without a memo recomputes.
 #ifndef HEADROOM_PLANNER_PLAN_MEMO_H_
 #define HEADROOM_PLANNER_PLAN_MEMO_H_
 
 #include <cstddef>
 #include <memory>
 #include <mutex>
-#include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/graph.h"
