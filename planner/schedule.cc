@@ -40,7 +40,10 @@ class Materializer {
         prefetches_(step.num_tensors(), 0),
         views_of_(step.num_tensors()) {
     // Replays and copies add tensors too; most schedules are mostly computes.
-    out_.Reserve(entries, step.num_tensors() + (entries - std::min(entries, step.num_ops())));
+    // Capped by the step, so that a schedule read from a file that fails
+    // early reserves no more than a plan of the step would use.
+    const size_t ops = std::min(entries, 2 * step.num_ops());
+    out_.Reserve(ops, step.num_tensors() + (ops - std::min(ops, step.num_ops())));
     copy_of_.reserve(step.num_tensors());
     for (const Tensor& t : step.tensors()) {
       out_.AddTensor(t);
