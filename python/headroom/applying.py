@@ -7,21 +7,20 @@ dispatches, returns the plan's decision for the i-th op of the block in the trac
 the block). What that runs, and what it keeps, is what the planner evaluated (Note [Selective checkpoint
 semantics] in planner/selective_checkpoint.h), so the plan's figures are those of this code.
 
-The op a block dispatches is checked against the traced one at every step: a model whose ops differ from its
-trace (another input shape, another attention implementation, a changed forward) is refused by name, never run
-with a policy meant for other ops. A plan's offloads are carried by saved-tensor hooks around the whole model's
-forward (offloading.py).
+The model's inputs are checked against the plan's shape envelope at every step (envelope.py): smaller ones run,
+within the printed peak; a larger one is refused by input and dimension. The op a block dispatches is checked
+against the traced one at every step: a model whose ops differ from its trace (an input shape that takes another
+code path, another attention implementation, a changed forward) is refused by name, never run with a policy
+meant for other ops. A plan's offloads are carried by saved-tensor hooks around the whole model's forward
+(offloading.py).
 """
 import contextlib
 import functools
 
 import torch
 
+from .envelope import PlanMismatch
 from .trace.recorder import op_kind
-
-
-class PlanMismatch(RuntimeError):
-    """The model ran other ops than the plan was made for; the message names the block and the op."""
 
 
 def _ignored_kinds():
@@ -55,8 +54,9 @@ class Region:
             if i >= len(self.kinds) or self.kinds[i] != kind:
                 expected = self.kinds[i] if i < len(self.kinds) else "nothing (the traced block ends there)"
                 raise PlanMismatch(f"{self.module}: op {i} is aten.{kind}, but the plan was made for {expected}; "
-                                   "the model runs other ops than it was traced with (input shapes, attention "
-                                   "implementation, code): make the plan again with headroom.plan")
+                                   "the model runs other ops than it was traced with (an input shape that takes "
+                                   "another code path, attention implementation, code): make the plan again with "
+                                   "headroom.plan")
             return CheckpointPolicy.MUST_SAVE if self.save[i] else CheckpointPolicy.PREFER_RECOMPUTE
 
         policy.ops_seen = lambda: position[False]
@@ -64,16 +64,20 @@ class Region:
 
 
 class AppliedPlan:
-    """The regions of a plan wrapped around a model's blocks until remove()."""
+    """The regions of a plan wrapped around a model's blocks until remove(); its inputs checked against the
+    plan's shape envelope when one is given."""
 
-    def __init__(self, model, regions, offloads=None):
+    def __init__(self, model, regions, offloads=None, envelope=None):
         _require_selective_checkpointing()
         self._restore = []
+        signature = model.forward  # names the inputs, as the envelope was made (before any wrapper of ours)
         try:
             for region in regions:
                 self._wrap(model, region)
             if offloads:
                 self._hook_saved_tensors(model, offloads)
+            if envelope is not None:
+                self._check_inputs(model, envelope, signature)  # outermost: nothing runs on a refused input
             # A key/value cache the replay would extend twice; Hugging Face turns it off under gradient
             # checkpointing too, and the plan was traced without it.
             self._restore.append(kv_cache_off(model))
@@ -118,6 +122,16 @@ class AppliedPlan:
 
         self._replace_forward(model, forward, original)
 
+    def _check_inputs(self, model, envelope, signature):
+        original = model.forward
+
+        def forward(*args, **kwargs):
+            if torch.is_grad_enabled():  # without gradients the plan does not apply (see _wrap)
+                envelope.check(signature, args, kwargs)
+            return original(*args, **kwargs)
+
+        self._replace_forward(model, forward, original)
+
     def _replace_forward(self, module, forward, original):
         had_own = "forward" in module.__dict__  # an instance attribute someone else set: put it back as it was
         module.forward = forward
@@ -153,8 +167,8 @@ def _require_selective_checkpointing():
 
 
 @contextlib.contextmanager
-def applied(model, regions, offloads=None):
-    plan = AppliedPlan(model, regions, offloads)
+def applied(model, regions, offloads=None, envelope=None):
+    plan = AppliedPlan(model, regions, offloads, envelope)
     try:
         yield model
     finally:

@@ -17,6 +17,7 @@ import torch
 
 from . import _native
 from .applying import AppliedPlan, Region, applied, kv_cache_off
+from .envelope import ShapeEnvelope, grown, map_tensors
 from .offloading import Offloads
 from .trace import trace_model
 from .trace.recorder import block_of
@@ -27,7 +28,7 @@ class PlanError(RuntimeError):
 
 
 def plan(model, example_batch, budget=None, gpu=None, loss_fn=None, strategy=None, optimizer="adamw",
-         loop="hand", emulate_host=False):
+         loop="hand", emulate_host=False, max_shapes=None):
     """Plans `model`'s training step on `example_batch` so that its activations fit.
 
     example_batch: a dict of keyword arguments (a Hugging Face batch), a tuple of positional ones, or one tensor.
@@ -39,6 +40,10 @@ def plan(model, example_batch, budget=None, gpu=None, loss_fn=None, strategy=Non
     loop: "hand" when the training loop keeps the model's output through backward, "trainer" when it does not.
     emulate_host: on a CPU, plan offloads too, to host memory mapped apart from PyTorch's allocator, so that a CPU
     measures what a GPU would hold (the copies save nothing on a CPU). On CUDA offloads go to pinned host memory.
+    max_shapes: the largest inputs the plan must run on, when they are larger than the example batch's (dynamic
+    padding: the longest batch): {input name: shape or tensor}, a shape for a one-input model, or a list of
+    batches. The plan is made for the step at the largest of each dimension (the example's values tiled to it)
+    and runs on any input within that envelope; a larger input raises PlanMismatch (headroom/envelope.py).
     """
     if (budget is None) == (gpu is None):
         raise ValueError("headroom.plan: give budget= (bytes, '2GiB' or '60%') or gpu= (a catalog name)")
@@ -46,6 +51,10 @@ def plan(model, example_batch, budget=None, gpu=None, loss_fn=None, strategy=Non
         raise ValueError(f"headroom.plan: emulate_host is for a model on a CPU; this one is on {_device(model)}, "
                          "whose host memory is apart already")
     args, kwargs = _call_arguments(example_batch)
+    envelope = ShapeEnvelope.of(model.forward, args, kwargs)
+    if max_shapes is not None:
+        envelope = envelope.covering(ShapeEnvelope.parse(model.forward, max_shapes))
+        args, kwargs = _grown_to(model.forward, args, kwargs, envelope)
     with _without_kv_cache(model):
         graph = trace_model(model, args, kwargs, loss=_loss_of(loss_fn), name=type(model).__name__)
     flags = ["--runner", "torch-ops", "--json", "--optimizer", optimizer, "--loop", loop,
@@ -68,7 +77,7 @@ def plan(model, example_batch, budget=None, gpu=None, loss_fn=None, strategy=Non
         with open(out) as f:
             plan_file = json.load(f)
     plan_file.pop("tensors", None)  # every tensor's life, for executors; large, and the schedule says it all
-    return Plan(type(model).__name__, graph, json.loads(result.stdout), plan_file, flags)
+    return Plan(type(model).__name__, graph, json.loads(result.stdout), plan_file, flags, envelope)
 
 
 class Plan:
@@ -79,16 +88,17 @@ class Plan:
     (the same without a plan), states_bytes (weights, resident gradients, optimizer state), overhead (extra step
     time over the step without a plan, a fraction; from a GPU roofline), gap (overhead above the lower bound any
     replay plan needs, when one is known), regions (the checkpointed blocks), offloads (the offloaded tensors'
-    names, by graph tensor id), report (headroom plan's JSON),
-    plan_file (the schedule), graph (the traced step).
+    names, by graph tensor id), envelope (the largest input shapes it runs on; the step was traced at them),
+    report (headroom plan's JSON), plan_file (the schedule), graph (the traced step).
     """
 
-    def __init__(self, name, graph, report, plan_file, flags):
+    def __init__(self, name, graph, report, plan_file, flags, envelope):
         self.name = name
         self.graph = graph  # the traced step (Headroom graph JSON)
         self.report = report
         self.plan_file = plan_file  # the schedule, as `headroom plan --out` writes it (planner/plan_json.h)
         self.flags = flags  # the `headroom plan` flags it was made with
+        self.envelope = envelope
         chosen = report["plans"][0]
         e = chosen["evaluation"]
         self.strategy = chosen["strategy"]
@@ -121,12 +131,12 @@ class Plan:
 
     def applied(self, model):
         """`with plan.applied(model): ...` runs the model under the plan, and restores it after."""
-        return applied(model, self.regions, self._offloads)
+        return applied(model, self.regions, self._offloads, self.envelope)
 
     def apply(self, model):
         """Applies the plan until remove()."""
         self.remove()
-        self._applied = AppliedPlan(model, self.regions, self._offloads)
+        self._applied = AppliedPlan(model, self.regions, self._offloads, self.envelope)
         return self
 
     def remove(self):
@@ -143,6 +153,7 @@ class Plan:
                 f"{_mib(self.budget_bytes)}{'' if self.fits else ' (does NOT fit)'}; without a plan "
                 f"{_mib(self.store_all_bytes)}; weights and optimizer state {_mib(self.states_bytes)}\n"
                 f"  step time {100 * self.overhead:+.1f}% over no plan (GPU roofline){gap}\n"
+                f"  for inputs up to {self.envelope} (smaller ones run within the peak; larger ones are refused)\n"
                 f"  checkpointed blocks: {blocks} ({replayed} ops replayed in backward)"
                 + (f"\n  offloaded by saved-tensor hooks: {len(self.offloads)} tensors, "
                    f"{_mib(self.host_bytes)} of host memory at most" if self.offloads else ""))
@@ -170,6 +181,11 @@ def _call_arguments(batch):
     if isinstance(batch, (tuple, list)):
         return tuple(batch), {}
     return (batch,), {}
+
+
+def _grown_to(forward, args, kwargs, envelope):
+    """The example batch with each tensor tiled to its envelope shape, for tracing the step at the envelope."""
+    return map_tensors(forward, args, kwargs, lambda name, t: grown(t, envelope.shapes[name]))
 
 
 def _loss_of(loss_fn):

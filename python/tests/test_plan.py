@@ -109,6 +109,49 @@ class PlanTest(unittest.TestCase):
         finally:
             model.config._attn_implementation = "sdpa"
 
+    def test_a_plan_runs_within_its_shape_envelope_and_refuses_larger_inputs(self):
+        model, batch = tiny_llama()  # (2, 128) token batches
+        model.config.use_cache = False
+        plan = headroom.plan(model, batch, budget="60%", strategy="chain-dp", optimizer="sgd")
+        self.assertEqual(str(plan.envelope), "input_ids 2x128, labels 2x128")
+        for shape in ((2, 64), (2, 96), (1, 128)):  # dynamic padding: every batch its own length
+            smaller = {k: v[:shape[0], :shape[1]] for k, v in batch.items()}
+            reference = gradients(model, smaller)
+            with plan.applied(model):
+                self.assertEqual(differing(reference, gradients(model, smaller)), {})
+        longer = {k: torch.cat([v, v[:, :32]], dim=1) for k, v in batch.items()}
+        wider = {k: torch.cat([v, v]) for k, v in batch.items()}
+        for inputs, pattern in ((longer, r"^input 'input_ids': dimension 1 is 160, larger than the 128 the plan was "
+                                         r"made for .*max_shapes="),
+                                (wider, r"^input 'input_ids': dimension 0 is 4, larger than the 2")):
+            model.zero_grad(set_to_none=True)
+            with plan.applied(model), self.assertRaisesRegex(headroom.PlanMismatch, pattern) as raised:
+                model(**inputs).loss.backward()
+            self.assertNotIn("\n", str(raised.exception))
+            self.assertTrue(all(p.grad is None for p in model.parameters()))  # refused before anything ran
+        with plan.applied(model), torch.no_grad():
+            model(**longer)  # without gradients the plan does not apply, nor its envelope
+        self.assertTrue(all("forward" not in m.__dict__ for m in model.modules()))
+
+    def test_max_shapes_plan_for_the_longest_batch(self):
+        model, batch = tiny_llama()
+        model.config.use_cache = False
+        small = headroom.plan(model, batch, budget="1GiB", strategy="chain-dp", optimizer="sgd")
+        plan = headroom.plan(model, batch, budget="1GiB", strategy="chain-dp", optimizer="sgd",
+                             max_shapes={"input_ids": (2, 192), "labels": (2, 192)})
+        self.assertEqual(str(plan.envelope), "input_ids 2x192, labels 2x192")
+        self.assertIn("for inputs up to input_ids 2x192, labels 2x192", str(plan))
+        self.assertGreater(plan.store_all_bytes, small.store_all_bytes)  # traced at the envelope
+        shapes = {tuple(t["shape"]) for t in plan.graph["tensors"] if t.get("role") == "input"}
+        self.assertIn((2, 192), shapes)
+        longest = {k: torch.cat([v, v[:, :64]], dim=1) for k, v in batch.items()}
+        reference = gradients(model, longest)
+        with plan.applied(model):
+            self.assertEqual(differing(reference, gradients(model, longest)), {})
+            self.assertEqual(differing(gradients(model, batch), gradients(model, batch)), {})
+        with self.assertRaisesRegex(ValueError, r"max_shapes: 'ids' is not an input of the example batch"):
+            headroom.plan(model, batch, budget="60%", max_shapes={"ids": (2, 192)})
+
     def test_a_plan_names_what_it_runs(self):
         model, batch = tiny_llama()
         plan = headroom.plan(model, batch, budget="60%", optimizer="sgd")
