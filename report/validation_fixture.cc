@@ -141,6 +141,27 @@ absl::StatusOr<const json*> RequireObject(const json& doc, std::string_view key,
 }
 
 
+// The steps an applied plan ran on smaller inputs within its envelope.
+absl::StatusOr<std::vector<MeasuredStep::SmallerInputs>> ParseSmallerInputs(const json& array, const JsonPath& path) {
+  if (!array.is_array()) return path.Error(absl::StrFormat("expected an array, got %s", JsonTypeName(array)));
+  std::vector<MeasuredStep::SmallerInputs> out;
+  for (size_t i = 0; i < array.size(); ++i) {
+    const json& entry = array[i];
+    if (!entry.is_object()) return (path / i).Error(absl::StrFormat("expected an object, got %s", JsonTypeName(entry)));
+    MeasuredStep::SmallerInputs step;
+    HEADROOM_ASSIGN_OR_RETURN(step.inputs, RequireNonEmptyString(entry, "inputs", path / i));
+    HEADROOM_ASSIGN_OR_RETURN(step.peak_allocated_bytes, RequirePositive(entry, "peak_allocated_bytes", path / i));
+    HEADROOM_ASSIGN_OR_RETURN(const json* equal, RequireField(entry, "gradients_bitwise_equal", path / i));
+    if (!equal->is_boolean()) {
+      return (path / i / "gradients_bitwise_equal")
+          .Error(absl::StrFormat("expected true or false, got %s", JsonTypeName(*equal)));
+    }
+    step.gradients_bitwise_equal = equal->get<bool>();
+    out.push_back(std::move(step));
+  }
+  return out;
+}
+
 absl::StatusOr<AppliedPlanRun> ParseRun(const json& run, const JsonPath& path) {
   if (!run.is_object()) return path.Error(absl::StrFormat("expected an object, got %s", JsonTypeName(run)));
   AppliedPlanRun out;
@@ -164,6 +185,10 @@ absl::StatusOr<AppliedPlanRun> ParseRun(const json& run, const JsonPath& path) {
   out.measured.gradients_bitwise_equal = equal->get<bool>();
   HEADROOM_ASSIGN_OR_RETURN(out.measured.host_peak_bytes,
                             OptionalUint(*measured, "host_peak_bytes", path / "measured"));
+  if (Present(*measured, "smaller_inputs")) {
+    HEADROOM_ASSIGN_OR_RETURN(out.measured.smaller_inputs,
+                              ParseSmallerInputs((*measured)["smaller_inputs"], path / "measured" / "smaller_inputs"));
+  }
   return out;
 }
 

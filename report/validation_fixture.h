@@ -79,6 +79,14 @@ struct MeasuredStep {
   // offloads held at once (absent where the harness did not count it).
   std::optional<bool> gradients_bitwise_equal;
   std::optional<uint64_t> host_peak_bytes;
+  // Applied plans only: the same plan run on smaller inputs within its
+  // shape envelope (python/headroom/envelope.py); absent in older fixtures.
+  struct SmallerInputs {
+    std::string inputs;  // "input_ids 4x192, labels 4x192"
+    uint64_t peak_allocated_bytes = 0;
+    bool gradients_bitwise_equal = false;
+  };
+  std::vector<SmallerInputs> smaller_inputs;
 };
 
 // What another memory estimator predicted for the same step.

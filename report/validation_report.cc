@@ -1,5 +1,6 @@
 #include "report/validation_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -38,6 +39,13 @@ std::string PeakAt(const std::string& phase, const std::string& op) {
   return absl::StrFormat("%s: %s", phase, op);
 }
 
+bool AnySmallerInputs(const ValidationRun& run) {
+  for (const FixtureCheck& check : run.checks) {
+    if (!check.measured.smaller_inputs.empty()) return true;
+  }
+  return false;
+}
+
 bool AnyHost(const ValidationRun& run) {
   for (const FixtureCheck& check : run.checks) {
     if (check.host_error) return true;
@@ -70,6 +78,7 @@ struct Table {
 Table BuildTable(const ValidationRun& run) {
   const bool reserved = AnyReserved(run);
   const bool host = AnyHost(run);
+  const bool smaller = AnySmallerInputs(run);
   const std::vector<std::string> tools = PeerTools(run);
   Table table;
   auto column = [&](std::string name, Align align) {
@@ -93,6 +102,7 @@ Table BuildTable(const ValidationRun& run) {
     column("host estimated", Align::kRight);
     column("host error", Align::kRight);
   }
+  if (smaller) column("smaller inputs' peak", Align::kRight);
   for (const std::string& tool : tools) column(tool, Align::kRight);
   column("verdict", Align::kLeft);
 
@@ -122,6 +132,15 @@ Table BuildTable(const ValidationRun& run) {
         row.insert(row.end(), 3, "");
       }
     }
+    if (smaller) {
+      uint64_t largest = 0;
+      for (const MeasuredStep::SmallerInputs& s : check.measured.smaller_inputs) {
+        largest = std::max(largest, s.peak_allocated_bytes);
+      }
+      row.push_back(check.measured.smaller_inputs.empty()
+                        ? ""
+                        : absl::StrFormat("%s (%d)", FormatBytes(largest), check.measured.smaller_inputs.size()));
+    }
     for (const std::string& tool : tools) {
       std::string cell;
       for (const PeerCheck& peer : check.peers) {
@@ -137,6 +156,8 @@ Table BuildTable(const ValidationRun& run) {
       row.push_back("outside " + Percent(run.tolerance.allocated));
     } else if (!check.host_within_tolerance) {
       row.push_back("host outside " + Percent(run.tolerance.allocated));
+    } else if (!check.smaller_inputs_within_peak) {
+      row.emplace_back("smaller inputs past the peak or gradients differ");
     } else {
       row.push_back("reserved outside " + Percent(run.tolerance.reserved));
     }
@@ -291,6 +312,10 @@ absl::StatusOr<std::vector<FixtureCheck>> CheckAppliedPlans(const AppliedPlansFi
       const uint64_t host = measured.host_peak_bytes.value_or(0);
       check.host_error = host > 0 ? RelativeError(e.host_peak_bytes, host) : 1.0;
       check.host_within_tolerance = std::abs(*check.host_error) <= tolerance.allocated;
+    }
+    for (const MeasuredStep::SmallerInputs& smaller : measured.smaller_inputs) {
+      check.smaller_inputs_within_peak &=
+          smaller.peak_allocated_bytes <= e.peak_bytes && smaller.gradients_bitwise_equal;
     }
     return check;
   };

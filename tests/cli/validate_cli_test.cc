@@ -265,6 +265,30 @@ TEST(ValidateCli, AnAppliedPlanThatOffloadsIsCheckedOnHostMemoryToo) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
 }
 
+TEST(ValidateCli, AnAppliedPlanOnSmallerInputsMustStayWithinItsPeak) {
+  nlohmann::json fixture = RealPlansFixture();
+  nlohmann::json& measured = fixture["plans"][FirstRun(fixture)]["measured"];
+  const uint64_t peak = measured["peak_allocated_bytes"].get<uint64_t>();  // within 3% of the plan's
+  measured["smaller_inputs"] = {{{"inputs", "input_ids 4x128"}, {"peak_allocated_bytes", peak / 2},
+                                 {"gradients_bitwise_equal", true}}};
+  auto r = RunHeadroom({"validate", Write("smaller.json", fixture)});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("smaller inputs' peak"));
+  measured["smaller_inputs"].push_back(
+      {{"inputs", "input_ids 2x256"}, {"peak_allocated_bytes", peak * 11 / 10}, {"gradients_bitwise_equal", true}});
+  r = RunHeadroom({"validate", Write("smaller_over.json", fixture)});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("smaller inputs past the peak"));
+  measured["smaller_inputs"][1]["peak_allocated_bytes"] = peak / 3;
+  measured["smaller_inputs"][1]["gradients_bitwise_equal"] = false;
+  r = RunHeadroom({"validate", Write("smaller_grads.json", fixture)});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  measured["smaller_inputs"][1]["gradients_bitwise_equal"] = 1;
+  r = RunHeadroom({"validate", Write("smaller_bad.json", fixture)});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("measured.smaller_inputs[1].gradients_bitwise_equal: expected true or false"));
+}
+
 TEST(ValidateCli, BadAppliedPlansNameTheFieldAndAStepTheyWereNotMadeFor) {
   auto error_of = [](const std::string& name, const nlohmann::json& fixture) {
     auto r = RunHeadroom({"validate", Write(name, fixture)});

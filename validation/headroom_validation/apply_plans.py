@@ -9,7 +9,9 @@ each of `headroom plan`'s strategies asks headroom.plan for a plan, applies it o
 measures the same step again from the same seed: the peak of tensor bytes above what was live before the step
 (validation/alloc_hook.c on a CPU; torch.cuda.max_memory_allocated on CUDA), whether every parameter's gradient
 is bitwise equal to the step's without a plan, and the step's wall time (reported beside the plan's predicted
-overhead, which is a GPU roofline). A strategy with no plan for the budget is recorded with Headroom's reason.
+overhead, which is a GPU roofline). Each plan also runs on smaller inputs within its shape envelope (three
+shorter sequences and a smaller batch; ViT, whose images have one size, three smaller batches): each such step's
+peak must be at or below the plan's printed one, with gradients bitwise equal to the same step's without a plan. A strategy with no plan for the budget is recorded with Headroom's reason.
 On a CPU the plans may offload to host memory kept apart from PyTorch's allocator (headroom.plan's
 emulate_host), so the hook counts what a GPU would hold, and the host bytes the offloads hold at most are
 checked against the plan's too.
@@ -57,10 +59,28 @@ class Spec:
     """A model of the harness: its config and head class, a batch, what `headroom plan` needs to build the same
     step from the config (for --emit), and a description."""
 
-    def __init__(self, config, cls, batch, shape_flags, description):
+    def __init__(self, config, cls, batch, shape_flags, description, sequences=True):
         config.architectures = [cls.__name__]
         self.config, self.cls, self.batch = config, cls, batch
         self.shape_flags, self.description = shape_flags, description
+        self.sequences = sequences  # whether the batch's second dimension is a sequence that may be shorter
+
+    def smaller_batches(self):
+        """Batches within the plan's envelope: three shorter sequences and half the batch; without sequences
+        three smaller batches. Each input its own storage (the harness counts inputs by storage), an input the
+        batch passes twice (input_ids as labels) still passed twice."""
+        def cut(batch_fraction, seq_fraction):
+            memo = {}
+            for k, v in self.batch.items():
+                if id(v) not in memo:
+                    index = [slice(0, max(1, v.shape[0] * batch_fraction // 4))]
+                    if v.dim() > 1 and self.sequences:
+                        index.append(slice(0, max(1, v.shape[1] * seq_fraction // 4)))
+                    memo[id(v)] = v[tuple(index)].clone()
+            return {k: memo[id(v)] for k, v in self.batch.items()}
+        if self.sequences:
+            return [cut(4, 3), cut(4, 2), cut(4, 1), cut(2, 4)]
+        return [cut(3, 4), cut(2, 4), cut(1, 4)]
 
     def build(self, attention=None):
         """The model, with the same weights every time; `attention` an attn_implementation, or the default."""
@@ -116,7 +136,7 @@ def _vit(t):
     batch = {"pixel_values": torch.randn(16, 3, 64, 64, generator=g),
              "labels": torch.randint(0, 10, (16,), generator=g)}
     return Spec(c, t.ViTForImageClassification, batch, ["--micro-batch", "16"],
-                "ViT (4 layers, 64 px images in 8 px patches)")
+                "ViT (4 layers, 64 px images in 8 px patches)", sequences=False)
 
 
 MODELS = {"gpt2": _gpt2, "llama-gqa": _llama, "qwen2": _qwen2, "bert": _bert, "t5": _t5, "vit": _vit}
@@ -219,6 +239,7 @@ def run_model(name, device, budgets, repeats):
     kv_cache_off(model)  # as applied plans run, so both run the same ops
     meter = Meter(device)
     baseline, store_all_peak, reference, store_all_seconds = timed(model, batch, meter, repeats)
+    smaller = [(b, timed(model, b, meter, 1)[2]) for b in spec.smaller_batches()]  # with their gradients
     rows, plans, graph, job_flags = [], [], None, None
     for budget in budgets:
         for strategy in STRATEGIES:
@@ -235,6 +256,11 @@ def run_model(name, device, budgets, repeats):
             _, peak, grads, seconds = timed_applied(plan, model, batch, meter, repeats)
             equal = same_gradients(grads, reference)
             host = plan.host_peak_measured_bytes
+            within = []
+            for inputs, inputs_reference in smaller:
+                _, inputs_peak, inputs_grads, _ = timed_applied(plan, model, inputs, meter, 1)
+                within.append({"inputs": _shapes(inputs), "peak_allocated_bytes": inputs_peak,
+                               "gradients_bitwise_equal": same_gradients(inputs_grads, inputs_reference)})
             entry.update({
                 "chosen_strategy": plan.strategy,
                 "fits": plan.fits,
@@ -243,11 +269,14 @@ def run_model(name, device, budgets, repeats):
                               "host_bytes": plan.host_bytes, "budget_bytes": plan.budget_bytes,
                               "blocks": [r.module for r in plan.regions]},
                 "measured": {"peak_allocated_bytes": peak, "gradients_bitwise_equal": equal,
-                             "host_peak_bytes": host, "seconds": seconds},
+                             "host_peak_bytes": host, "seconds": seconds, "smaller_inputs": within},
             })
             plans.append(entry)
             error = plan.peak_bytes / peak - 1
             note = "" if equal else "GRADIENTS DIFFER"
+            largest = max(w["peak_allocated_bytes"] for w in within)
+            if largest > plan.peak_bytes or not all(w["gradients_bitwise_equal"] for w in within):
+                note += f"{'; ' if note else ''}SMALLER INPUTS: {_smaller_text(within, plan.peak_bytes)}"
             if plan.host_bytes or host:
                 host_error = plan.host_bytes / host - 1 if host else float("inf")
                 note = f"host {plan.host_bytes / 2**20:.2f}/{host / 2**20:.2f} MiB {100 * host_error:+.2f}%"
@@ -396,6 +425,12 @@ def _job_flags(flags):
     return out
 
 
+def _smaller_text(within, printed):
+    return "; ".join(f"{w['inputs']} {w['peak_allocated_bytes'] / 2**20:.2f} MiB"
+                     f"{' over the printed peak' if w['peak_allocated_bytes'] > printed else ''}"
+                     f"{'' if w['gradients_bitwise_equal'] else ' gradients differ'}" for w in within)
+
+
 def _shapes(batch):
     return ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in batch.items())
 
@@ -419,7 +454,8 @@ def print_rows(name, store_all_peak, rows, tolerance):
             print(f"  {budget:>6} {strategy:<14} {'-':>12} {measured / 2**20:>8.2f} MiB {'-':>8} "
                   f"{100 * slower:>+7.1f}%  not modeled; {note}")
             continue
-        miss = abs(error) > tolerance or (note and not note.startswith("host")) or "MISS" in note or "DIFFER" in note
+        miss = (abs(error) > tolerance or (note and not note.startswith("host")) or "MISS" in note or "DIFFER" in note
+                or "SMALLER" in note)
         misses += bool(miss)
         print(f"  {budget:>6} {strategy:<14} {predicted / 2**20:>8.2f} MiB {measured / 2**20:>8.2f} MiB "
               f"{100 * error:>+7.2f}% {100 * slower:>+7.1f}%  {note}{'  MISS' if miss else ''}")
