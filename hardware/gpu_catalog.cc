@@ -118,6 +118,27 @@ absl::StatusOr<GpuSpec> ParseGpu(const json& object, const JsonPath& path) {
   HEADROOM_ASSIGN_OR_RETURN(gpu.cublas_workspace_bytes, RequireUint(object, "cublas_workspace_bytes", path));
   HEADROOM_ASSIGN_OR_RETURN(gpu.source, RequireString(object, "source", path));
   if (gpu.source.empty()) return (path / "source").Error("every entry names its data sheet");
+
+  // Note [Runtime total memory]: optional, but never without its source.
+  const bool has_total = object.contains("cuda_total_memory_bytes");
+  const bool has_total_source = object.contains("cuda_total_memory_source");
+  if (has_total) {
+    uint64_t total = 0;
+    HEADROOM_ASSIGN_OR_RETURN(total, RequireUint(object, "cuda_total_memory_bytes", path));
+    if (total == 0) return (path / "cuda_total_memory_bytes").Error("must be positive");
+    if (total > gpu.memory_bytes) {
+      return (path / "cuda_total_memory_bytes")
+          .Error(absl::StrCat(total, " exceeds memory_bytes (", gpu.memory_bytes, ")"));
+    }
+    gpu.cuda_total_memory_bytes = total;
+    HEADROOM_ASSIGN_OR_RETURN(gpu.cuda_total_memory_source,
+                              RequireString(object, "cuda_total_memory_source", path));
+    if (gpu.cuda_total_memory_source.empty()) {
+      return (path / "cuda_total_memory_source").Error("a runtime total names where it was observed");
+    }
+  } else if (has_total_source) {
+    return (path / "cuda_total_memory_bytes").Error("required with cuda_total_memory_source");
+  }
   return gpu;
 }
 
@@ -133,6 +154,15 @@ std::optional<double> GpuSpec::PeakFlops(MathMode mode) const {
   return it->second;
 }
 
+uint64_t RuntimeTotalFallbackBytes(uint64_t memory_bytes) {
+  const uint64_t reserve = memory_bytes / 16 + (uint64_t{1} << 30);
+  return memory_bytes > reserve ? memory_bytes - reserve : 0;
+}
+
+uint64_t GpuSpec::RuntimeTotalBytes() const {
+  return cuda_total_memory_bytes.value_or(RuntimeTotalFallbackBytes(memory_bytes));
+}
+
 int GpuSpec::compute_capability_major() const {
   int major = 0;
   (void)absl::SimpleAtoi(compute_capability.substr(0, compute_capability.find('.')), &major);
@@ -142,21 +172,26 @@ int GpuSpec::compute_capability_major() const {
 nlohmann::json GpuSpecToJson(const GpuSpec& gpu) {
   json peaks = json::object();
   for (const auto& [mode, flops] : gpu.peak_dense_flops) peaks[std::string(MathModeName(mode))] = flops;
-  return json{{"name", gpu.name},
-              {"aliases", gpu.aliases},
-              {"architecture", gpu.architecture},
-              {"compute_capability", gpu.compute_capability},
-              {"sm_count", gpu.sm_count},
-              {"memory_bytes", gpu.memory_bytes},
-              {"memory_type", gpu.memory_type},
-              {"memory_bandwidth_bytes_per_s", gpu.memory_bandwidth_bytes_per_s},
-              {"peak_dense_flops", peaks},
-              {"host_link",
-               {{"kind", gpu.host_link.kind},
-                {"pcie_generation", gpu.host_link.pcie_generation},
-                {"bandwidth_bytes_per_s", gpu.host_link.bandwidth_bytes_per_s}}},
-              {"cublas_workspace_bytes", gpu.cublas_workspace_bytes},
-              {"source", gpu.source}};
+  json out{{"name", gpu.name},
+           {"aliases", gpu.aliases},
+           {"architecture", gpu.architecture},
+           {"compute_capability", gpu.compute_capability},
+           {"sm_count", gpu.sm_count},
+           {"memory_bytes", gpu.memory_bytes},
+           {"memory_type", gpu.memory_type},
+           {"memory_bandwidth_bytes_per_s", gpu.memory_bandwidth_bytes_per_s},
+           {"peak_dense_flops", peaks},
+           {"host_link",
+            {{"kind", gpu.host_link.kind},
+             {"pcie_generation", gpu.host_link.pcie_generation},
+             {"bandwidth_bytes_per_s", gpu.host_link.bandwidth_bytes_per_s}}},
+           {"cublas_workspace_bytes", gpu.cublas_workspace_bytes},
+           {"source", gpu.source}};
+  if (gpu.cuda_total_memory_bytes) {
+    out["cuda_total_memory_bytes"] = *gpu.cuda_total_memory_bytes;
+    out["cuda_total_memory_source"] = gpu.cuda_total_memory_source;
+  }
+  return out;
 }
 
 std::string NormalizeGpuName(std::string_view name) {

@@ -2,9 +2,10 @@
 //
 // The catalog is a JSON data file (data/gpus.json, embedded into the library
 // at build time) with, per GPU: memory, bandwidth, peak dense FLOP/s by math
-// mode, SM count, compute capability, host link and the cuBLAS workspace that
-// each stream needs. The estimators read memory and workspace; the roofline
-// cost model reads bandwidth and peaks.
+// mode, SM count, compute capability, host link, the cuBLAS workspace that
+// each stream needs, and the total memory the CUDA runtime reports. The
+// estimators read memory and workspace; the roofline cost model reads
+// bandwidth and peaks.
 //
 //   const GpuCatalog& catalog = GpuCatalog::Builtin();
 //   absl::StatusOr<const GpuSpec*> h100 = catalog.Find("H100-80GB");
@@ -13,8 +14,27 @@
 //
 // Names match case-insensitively and ignore punctuation and a leading
 // "NVIDIA", so "h100-sxm", "H100 SXM" and nvidia-smi's "NVIDIA H100 80GB"
-// style names resolve. Invariants kept by Parse(): every field present and
-// positive, names and aliases unique after normalization.
+// style names resolve. Invariants kept by Parse(): every required field
+// present and positive, names and aliases unique after normalization, and
+// a cuda_total_memory_bytes, where given, positive, no larger than
+// memory_bytes and paired with its cuda_total_memory_source.
+//
+// Note [Runtime total memory]
+// memory_bytes is the data sheet's capacity. The CUDA runtime reports less:
+// cudaMemGetInfo's total (= cudaDeviceProp::totalGlobalMem,
+// torch.cuda.get_device_properties(i).total_memory, the "total capacity" of
+// PyTorch's out-of-memory message, vLLM's total_gpu_memory) leaves out what
+// the driver keeps for itself and, on GDDR cards with ECC on, the 1/16 that
+// ECC takes. nvidia-smi's MiB total is a third figure, between the two
+// (RTX 6000 Ada with ECC on: 46068 MiB in nvidia-smi, 44.43 GiB = 45496 MiB
+// in PyTorch, DINGYANB/MTVCrafter#21), so it is not used here. The runtime
+// total also moves by tens of MiB with the driver version, so each catalog
+// figure is one cited observation (cuda_total_memory_source), not a
+// constant of the card. Where no observation was found the field is absent
+// and RuntimeTotalBytes() falls back to memory_bytes less 1/16 less 1 GiB:
+// below every sourced figure in the catalog (the tightest, ECC-on GDDR
+// cards, lose 1/16 plus about 0.5 GiB), so an estimate made with it errs
+// towards reporting too little room, not too much.
 #ifndef HEADROOM_HARDWARE_GPU_CATALOG_H_
 #define HEADROOM_HARDWARE_GPU_CATALOG_H_
 
@@ -63,9 +83,17 @@ struct GpuSpec {
   HostLink host_link;
   uint64_t cublas_workspace_bytes = 0;
   std::string source;  // the data sheet the figures come from
+  // Note [Runtime total memory]: cudaMemGetInfo's total as observed on this
+  // card, and where that observation was published; absent when none was
+  // found (then cuda_total_memory_source is empty too).
+  std::optional<uint64_t> cuda_total_memory_bytes;
+  std::string cuda_total_memory_source;
 
   // Peak dense FLOP/s in `mode`, or nullopt when the GPU has no such unit.
   std::optional<double> PeakFlops(MathMode mode) const;
+  // The total the CUDA runtime reports: cuda_total_memory_bytes where the
+  // catalog has it, else RuntimeTotalFallbackBytes(memory_bytes).
+  uint64_t RuntimeTotalBytes() const;
   int compute_capability_major() const;
 };
 
@@ -89,6 +117,10 @@ class GpuCatalog {
   std::vector<GpuSpec> gpus_;
   std::map<std::string, size_t> index_;  // normalized name or alias -> gpus_ index
 };
+
+// The fallback of Note [Runtime total memory]: memory_bytes less 1/16 less
+// 1 GiB, floored at 0.
+uint64_t RuntimeTotalFallbackBytes(uint64_t memory_bytes);
 
 // The entry in the catalog file's own schema (round-trips through Parse).
 nlohmann::json GpuSpecToJson(const GpuSpec& gpu);

@@ -75,7 +75,7 @@ TEST(Cli, GpusJsonIsTheCatalogSchema) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["schema_version"], 1);
-  EXPECT_EQ(doc["gpus"].size(), 17u);
+  EXPECT_EQ(doc["gpus"].size(), 32u);
   auto one = nlohmann::json::parse(RunHeadroom({"gpus", "h100", "--json"}).out);
   EXPECT_EQ(one["name"], "H100-SXM-80GB");
   EXPECT_EQ(one["memory_bytes"], 85899345920ull);

@@ -1,6 +1,7 @@
 #include "hardware/gpu_catalog.h"
 
 #include <set>
+#include <utility>
 
 #include "common/json_fields.h"
 #include "gmock/gmock.h"
@@ -18,10 +19,77 @@ TEST(GpuCatalog, BuiltinHasEveryRequiredGpu) {
   for (const char* name : {"V100-SXM2-16GB", "V100-SXM2-32GB", "T4", "A10", "A100-PCIE-40GB",
                            "A100-SXM4-40GB", "A100-PCIE-80GB", "A100-SXM4-80GB", "L4", "L40S",
                            "RTX-3090", "RTX-4090", "H100-PCIE-80GB", "H100-SXM-80GB",
-                           "H200-SXM-141GB", "B200", "GH200-96GB"}) {
+                           "H200-SXM-141GB", "B200", "GH200-96GB", "RTX-A5000", "RTX-A6000",
+                           "RTX-6000-Ada", "RTX-PRO-6000-Blackwell", "RTX-4060", "RTX-4060-Ti-16GB",
+                           "RTX-4070", "RTX-4080", "RTX-5090", "RTX-5080", "L20", "H20", "A10G", "A30",
+                           "A40"}) {
     EXPECT_TRUE(catalog.Find(name).ok()) << name;
   }
-  EXPECT_EQ(catalog.gpus().size(), 17u);
+  EXPECT_EQ(catalog.gpus().size(), 32u);
+}
+
+// The names nvidia-smi and torch.cuda.get_device_name() print for each card.
+TEST(GpuCatalog, CardsResolveByTheirNvidiaSmiNames) {
+  const GpuCatalog& catalog = GpuCatalog::Builtin();
+  const std::pair<const char*, const char*> cases[] = {
+      {"NVIDIA RTX A5000", "RTX-A5000"},
+      {"NVIDIA RTX A6000", "RTX-A6000"},
+      {"NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"},
+      {"NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000-Blackwell"},
+      {"NVIDIA GeForce RTX 4060", "RTX-4060"},
+      {"NVIDIA GeForce RTX 4070", "RTX-4070"},
+      {"NVIDIA GeForce RTX 4080", "RTX-4080"},
+      {"NVIDIA GeForce RTX 5090", "RTX-5090"},
+      {"NVIDIA GeForce RTX 5080", "RTX-5080"},
+      {"NVIDIA GeForce RTX 4090", "RTX-4090"},
+      {"NVIDIA GeForce RTX 3090", "RTX-3090"},
+      {"NVIDIA L20", "L20"},
+      {"NVIDIA H20", "H20"},
+      {"NVIDIA A10G", "A10G"},
+      {"NVIDIA A30", "A30"},
+      {"NVIDIA A40", "A40"},
+  };
+  for (const auto& [smi_name, name] : cases) {
+    absl::StatusOr<const GpuSpec*> gpu = catalog.Find(smi_name);
+    ASSERT_TRUE(gpu.ok()) << smi_name << ": " << gpu.status();
+    EXPECT_EQ((*gpu)->name, name) << smi_name;
+  }
+  // nvidia-smi names the 8 GB and 16 GB RTX 4060 Ti alike; the catalog has
+  // only the 16 GB card, so the bare name must not claim 16 GB for both.
+  absl::StatusOr<const GpuSpec*> ti = catalog.Find("NVIDIA GeForce RTX 4060 Ti");
+  ASSERT_FALSE(ti.ok());
+  EXPECT_THAT(ti.status().message(), HasSubstr("did you mean: RTX-4060-Ti-16GB"));
+}
+
+// Note [Runtime total memory] in hardware/gpu_catalog.h.
+TEST(GpuCatalog, RuntimeTotalIsBelowTheMarketingSize) {
+  for (const GpuSpec& gpu : GpuCatalog::Builtin().gpus()) {
+    SCOPED_TRACE(gpu.name);
+    EXPECT_GT(gpu.RuntimeTotalBytes(), 0u);
+    EXPECT_LT(gpu.RuntimeTotalBytes(), gpu.memory_bytes);
+    EXPECT_EQ(gpu.cuda_total_memory_bytes.has_value(), !gpu.cuda_total_memory_source.empty());
+    if (gpu.cuda_total_memory_bytes) {
+      EXPECT_EQ(gpu.RuntimeTotalBytes(), *gpu.cuda_total_memory_bytes);
+      // The fallback stays below every observed figure, so it never promises
+      // more room than a card has.
+      EXPECT_LE(RuntimeTotalFallbackBytes(gpu.memory_bytes), *gpu.cuda_total_memory_bytes);
+    } else {
+      EXPECT_EQ(gpu.RuntimeTotalBytes(), RuntimeTotalFallbackBytes(gpu.memory_bytes));
+    }
+  }
+}
+
+TEST(GpuCatalog, RuntimeTotalSpotChecks) {
+  const GpuCatalog& catalog = GpuCatalog::Builtin();
+  // deviceQuery's exact bytes (bottlerocket-os/bottlerocket#3873).
+  EXPECT_EQ((**catalog.Find("A100-SXM4-40GB")).RuntimeTotalBytes(), 42298834944u);
+  // PyTorch's "79.11 GiB", kept as whole MiB.
+  EXPECT_EQ((**catalog.Find("h100")).RuntimeTotalBytes(), 81009ull << 20);
+  // No observation for the V100 16 GB: 16 GiB less 1/16 less 1 GiB.
+  const GpuSpec& v100 = **catalog.Find("v100");
+  EXPECT_FALSE(v100.cuda_total_memory_bytes.has_value());
+  EXPECT_EQ(v100.RuntimeTotalBytes(), 14ull << 30);
+  EXPECT_EQ(RuntimeTotalFallbackBytes(512ull << 20), 0u);
 }
 
 TEST(GpuCatalog, EveryEntryHasEveryField) {
@@ -31,7 +99,7 @@ TEST(GpuCatalog, EveryEntryHasEveryField) {
     EXPECT_FALSE(gpu.architecture.empty());
     EXPECT_GE(gpu.compute_capability_major(), 7);
     EXPECT_GT(gpu.sm_count, 0);
-    EXPECT_GE(gpu.memory_bytes, 16 * (uint64_t{1} << 30));
+    EXPECT_GE(gpu.memory_bytes, 8 * (uint64_t{1} << 30));  // RTX 4060
     EXPECT_FALSE(gpu.memory_type.empty());
     EXPECT_GT(gpu.memory_bandwidth_bytes_per_s, 2e11);
     EXPECT_TRUE(gpu.PeakFlops(MathMode::kFp32).has_value());
@@ -110,7 +178,13 @@ TEST(GpuCatalog, JsonRoundTrips) {
   for (const GpuSpec& gpu : GpuCatalog::Builtin().gpus()) doc["gpus"].push_back(GpuSpecToJson(gpu));
   absl::StatusOr<GpuCatalog> again = GpuCatalog::Parse(doc.dump(), "roundtrip");
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(GpuSpecToJson(again->gpus()[5]), GpuSpecToJson(GpuCatalog::Builtin().gpus()[5]));
+  ASSERT_EQ(again->gpus().size(), GpuCatalog::Builtin().gpus().size());
+  for (size_t i = 0; i < again->gpus().size(); ++i) {
+    EXPECT_EQ(GpuSpecToJson(again->gpus()[i]), GpuSpecToJson(GpuCatalog::Builtin().gpus()[i]));
+  }
+  // An entry without a runtime total writes none, rather than the fallback.
+  EXPECT_FALSE(GpuSpecToJson(**GpuCatalog::Builtin().Find("v100")).contains("cuda_total_memory_bytes"));
+  EXPECT_EQ(GpuSpecToJson(**GpuCatalog::Builtin().Find("t4"))["cuda_total_memory_bytes"], 15104ull << 20);
 }
 
 // A minimal valid catalog that each malformed case below breaks in one place.
@@ -159,6 +233,35 @@ TEST(GpuCatalog, MalformedEntriesNameTheField) {
   EXPECT_THAT(broken([](auto& d) { d["gpus"] = nlohmann::json::array(); }),
               HasSubstr("gpus: expected a non-empty array"));
   EXPECT_THAT(ParseError(nlohmann::json::array()), HasSubstr("expected an object, got array"));
+}
+
+TEST(GpuCatalog, RuntimeTotalIsCheckedAgainstMemoryBytes) {
+  auto with_total = [](auto mutate) {
+    nlohmann::json doc = MinimalCatalog();
+    doc["gpus"][0]["cuda_total_memory_bytes"] = 1000000000;
+    doc["gpus"][0]["cuda_total_memory_source"] = "test log";
+    mutate(doc);
+    return ParseError(doc);
+  };
+  EXPECT_EQ(with_total([](auto&) {}), "OK");
+  EXPECT_EQ(with_total([](auto& d) { d["gpus"][0]["cuda_total_memory_bytes"] = 1073741824; }), "OK");
+  EXPECT_THAT(with_total([](auto& d) { d["gpus"][0]["cuda_total_memory_bytes"] = 0; }),
+              HasSubstr("test.json: gpus[0].cuda_total_memory_bytes: must be positive"));
+  EXPECT_THAT(with_total([](auto& d) { d["gpus"][0]["cuda_total_memory_bytes"] = 1073741825; }),
+              HasSubstr("test.json: gpus[0].cuda_total_memory_bytes: 1073741825 exceeds memory_bytes (1073741824)"));
+  EXPECT_THAT(with_total([](auto& d) { d["gpus"][0]["cuda_total_memory_bytes"] = "80GiB"; }),
+              HasSubstr("gpus[0].cuda_total_memory_bytes: expected a non-negative integer"));
+  EXPECT_THAT(with_total([](auto& d) { d["gpus"][0].erase("cuda_total_memory_source"); }),
+              HasSubstr("gpus[0].cuda_total_memory_source: required field is missing"));
+  EXPECT_THAT(with_total([](auto& d) { d["gpus"][0]["cuda_total_memory_source"] = ""; }),
+              HasSubstr("gpus[0].cuda_total_memory_source: a runtime total names where it was observed"));
+  EXPECT_THAT(with_total([](auto& d) { d["gpus"][0].erase("cuda_total_memory_bytes"); }),
+              HasSubstr("gpus[0].cuda_total_memory_bytes: required with cuda_total_memory_source"));
+
+  absl::StatusOr<GpuCatalog> catalog = GpuCatalog::Parse(MinimalCatalog().dump(), "test.json");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  // Absent: the fallback, 1 GiB less 1/16 less 1 GiB, floors at 0.
+  EXPECT_EQ(catalog->gpus()[0].RuntimeTotalBytes(), 0u);
 }
 
 }  // namespace
