@@ -111,6 +111,51 @@ absl::StatusOr<ResolvedArchitecture> ArchitectureOf(const json& doc, const JsonP
   return path.Error("field 'architectures' (or 'model_type') is required");
 }
 
+// Note [Serving fields]
+// A serving engine reads a few config.json fields that no builder needs: the
+// keys it takes the model's longest sequence from, the RoPE scaling that
+// stretches it, and how the checkpoint's weights are quantized. They are kept
+// as written (serving/max_model_len.h applies each engine's rules to them); a
+// vision-language model's come from its text_config, as vLLM's
+// hf_text_config and SGLang's read them.
+absl::Status ParseServingFields(const json& doc, const JsonPath& path, ModelConfig& c) {
+  const bool text = doc.contains("text_config") && doc["text_config"].is_object();
+  const json& config = text ? doc["text_config"] : doc;
+  const JsonPath config_path = text ? path / "text_config" : path;
+  for (std::string_view key : {"max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                               "model_max_length", "max_target_positions", "max_sequence_length", "max_seq_length",
+                               "seq_len"}) {
+    if (!Present(config, key)) continue;
+    const json& value = config[std::string(key)];
+    if (!value.is_number_integer() || value.get<int64_t>() <= 0) continue;  // engines skip what is not a length
+    c.length_keys.emplace_back(std::string(key), value.get<int64_t>());
+  }
+  for (std::string_view key : {"rope_scaling", "rope_parameters"}) {
+    if (!Present(config, key) || !config[std::string(key)].is_object()) continue;
+    const json& rope = config[std::string(key)];
+    const JsonPath rope_path = config_path / key;
+    for (std::string_view type_key : {"rope_type", "type"}) {
+      if (Present(rope, type_key) && rope[std::string(type_key)].is_string()) {
+        c.rope_scaling_type = rope[std::string(type_key)].get<std::string>();
+        break;
+      }
+    }
+    HEADROOM_ASSIGN_OR_RETURN(c.rope_scaling_factor, OptionalNumber(rope, "factor", rope_path, 1.0));
+    if (!(c.rope_scaling_factor > 0) || c.rope_scaling_factor > 1e6) {
+      return (rope_path / "factor").Error(absl::StrFormat("must be positive, got %g", c.rope_scaling_factor));
+    }
+    HEADROOM_ASSIGN_OR_RETURN(c.original_max_position_embeddings,
+                              OptionalPositiveInt(rope, "original_max_position_embeddings", rope_path, 0));
+    if (c.rope_scaling_type == "default") c.rope_scaling_type.clear();  // transformers 5 writes the unscaled one
+    break;
+  }
+  if (Present(doc, "quantization_config")) {
+    HEADROOM_ASSIGN_OR_RETURN(c.quantization,
+                              ParseQuantizationConfig(doc["quantization_config"], path / "quantization_config"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace models_internal {
@@ -136,6 +181,7 @@ absl::StatusOr<ModelConfig> ParseConfigDocument(const json& doc, const JsonPath&
     c.torch_dtype = *dtype;
   }
   HEADROOM_RETURN_IF_ERROR(family.parse(doc, path, c));
+  HEADROOM_RETURN_IF_ERROR(ParseServingFields(doc, path, c));
   return c;
 }
 

@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
 #include "graph/ops.h"
+#include "models/quantization_config.h"
 
 namespace headroom {
 
@@ -222,6 +223,17 @@ struct ModelConfig {
   bool conv_bias = true;        // use_conv_bias
   bool residual_in_fp32 = false;  // the residual stream is kept in f32
   bool use_cache = true;        // inference keeps each layer's conv and SSM state (MambaCache)
+
+  // --- what serving engines read from config.json beside the architecture (Note [Serving fields] in
+  // model_config.cc); a vision-language model's come from its text_config ---
+  std::string rope_scaling_type;  // rope_scaling's (or rope_parameters') rope_type/type; empty: no scaling
+  double rope_scaling_factor = 1;  // its factor
+  int64_t original_max_position_embeddings = 0;  // its original_max_position_embeddings; 0: not given
+  // Each key a serving engine derives the longest sequence from (max_position_embeddings, n_positions,
+  // max_seq_len, seq_length, model_max_length, max_target_positions, max_sequence_length, max_seq_length,
+  // seq_len), as present in the config, in that order.
+  std::vector<std::pair<std::string, int64_t>> length_keys;
+  QuantizationConfig quantization;  // quantization_config; method kUnquantized when absent
 
   // --- MLP chains ---
   int64_t mlp_input_size = 0;
