@@ -16,6 +16,7 @@
 #   {graph, allocator} <- replay <- layout
 #   {hardware, models, allocator} <- job <- planner
 #   {planner, job, replay} <- estimators <- {report, executor} <- cli;  layout <- report
+#   estimators <- serving <- report
 #
 # Notably: planner/ needs neither allocator/ nor replay/ (the static layout of
 # a plan or a trace is layout/'s), nor hardware/ or models/ (a job's checkpoint
@@ -34,10 +35,11 @@ set(uses_models graph common)
 set(uses_job hardware models graph allocator common)
 set(uses_planner job graph common)
 set(uses_estimators planner job hardware models graph replay allocator common)
-set(uses_report estimators planner layout job hardware models graph replay allocator common)
+set(uses_serving estimators planner job hardware models graph replay allocator common)
+set(uses_report serving estimators planner layout job hardware models graph replay allocator common)
 set(uses_executor estimators planner job models graph replay allocator common)
-set(uses_cli executor report estimators planner layout job hardware models graph replay allocator common)
-set(folders common graph allocator replay layout hardware models job planner estimators report executor cli)
+set(uses_cli executor report serving estimators planner layout job hardware models graph replay allocator common)
+set(folders common graph allocator replay layout hardware models job planner estimators serving report executor cli)
 
 set(violations "")
 # A library folder left out of the table would go unchecked.
