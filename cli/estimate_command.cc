@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "cli/command.h"
 #include "cli/job_flags.h"
 #include "cli/output_files.h"
+#include "cli/serving_flags.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "estimators/estimate_stages.h"
@@ -28,6 +30,8 @@
 #include "report/emit_config.h"
 #include "replay/graph_trace.h"
 #include "report/estimate_report.h"
+#include "report/serving_report.h"
+#include "serving/serving_estimate.h"
 
 namespace headroom::cli {
 namespace {
@@ -38,6 +42,7 @@ struct EstimateFlags {
   std::string catalog;
   std::string budget;
   JobFlags job;
+  ServingFlags serving;
   bool json = false;
   bool breakdown = false;
   bool no_search = false;
@@ -66,7 +71,50 @@ absl::StatusOr<Machine> ToMachine(const EstimateFlags& flags, std::optional<GpuC
   return machine;
 }
 
+// --engine: what the serving engine holds per GPU and whether it starts (serving/serving_estimate.h).
+absl::Status RunServing(const EstimateFlags& flags, std::ostream& out) {
+  int tp = flags.job.tp, pp = flags.job.pp;
+  if (flags.job.gpus != 1) {
+    // --gpus: the engine's GPUs, tensor-parallel unless --tp/--pp say otherwise.
+    if (tp == 1 && pp == 1 && !flags.serving.tensor_parallel_size && !flags.serving.pipeline_parallel_size) {
+      tp = flags.job.gpus;
+    } else if (flags.job.gpus != flags.serving.tensor_parallel_size.value_or(tp) *
+                                      flags.serving.pipeline_parallel_size.value_or(pp)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--gpus %d: one engine runs on tensor x pipeline parallel GPUs (%d x %d here); for replicas, size one",
+          flags.job.gpus, flags.serving.tensor_parallel_size.value_or(tp),
+          flags.serving.pipeline_parallel_size.value_or(pp)));
+    }
+  }
+  HEADROOM_ASSIGN_OR_RETURN(ServingOptions options, ToServingOptions(flags.serving, tp, pp));
+  std::optional<GpuCatalog> catalog;
+  ServingMachine machine;
+  HEADROOM_ASSIGN_OR_RETURN(machine.gpu, FindGpuFlag(flags.gpu, flags.catalog, catalog));
+  if (!flags.budget.empty()) {
+    HEADROOM_ASSIGN_OR_RETURN(machine.total_bytes, ParseBudgetFlag(flags.budget));
+  }
+  if (machine.gpu == nullptr && !machine.total_bytes) {
+    return absl::InvalidArgumentError(
+        "--gpu or --budget: name a GPU (see 'headroom gpus') or give the GPU's memory as the CUDA runtime reports it");
+  }
+  HEADROOM_ASSIGN_OR_RETURN(LoadedModel model, LoadModel(flags.model));
+  HEADROOM_ASSIGN_OR_RETURN(ServingEstimate e, EstimateServing(model, options, machine));
+  const std::vector<ServingFix> fixes = flags.no_search ? std::vector<ServingFix>{}
+                                                        : ServingFixes(model, options, machine, e);
+  if (flags.json) {
+    out << ServingJson(e, fixes).dump(2) << "\n";
+  } else {
+    out << ServingText(e, fixes, options.wanted_concurrency);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunEstimate(const EstimateFlags& flags, std::ostream& out) {
+  if (!flags.serving.engine.empty()) return RunServing(flags, out);
+  if (AnyServingFlag(flags.serving)) {
+    return absl::InvalidArgumentError(
+        "a serving engine's flag (--max-model-len, --gpu-memory-utilization, ...) needs --engine vllm or sglang");
+  }
   HEADROOM_ASSIGN_OR_RETURN(JobSpec job, ToJob(flags.job));
   HEADROOM_RETURN_IF_ERROR(CheckOutputFiles({{"--trace-out", flags.trace_out}, {"--graph-out", flags.graph_out}},
                                             {{"--model", flags.model}, {"--catalog", flags.catalog}}));
@@ -127,6 +175,7 @@ Subcommand AddEstimateCommand(CLI::App& root) {
   app->add_option("--catalog", f->catalog, "Find --gpu in this catalog file instead of the built-in one");
   app->add_option("--budget", f->budget, "Memory budget per GPU instead of a catalog GPU, e.g. 24GiB");
   AddJobFlags(*app, f->job);
+  AddServingFlags(*app, f->serving);
   app->add_flag("--json", f->json, "Print a JSON object (exact bytes)");
   app->add_flag("--breakdown", f->breakdown, "List the largest tensors live at the peak");
   app->add_flag("--no-search", f->no_search, "Skip the limits search and the fixes");
