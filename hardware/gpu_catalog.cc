@@ -154,13 +154,15 @@ std::optional<double> GpuSpec::PeakFlops(MathMode mode) const {
   return it->second;
 }
 
-uint64_t RuntimeTotalFallbackBytes(uint64_t memory_bytes) {
-  const uint64_t reserve = memory_bytes / 16 + (uint64_t{1} << 30);
-  return memory_bytes > reserve ? memory_bytes - reserve : 0;
+uint64_t RuntimeTotalFallbackBytes(uint64_t memory_bytes, std::string_view memory_type) {
+  // Whole MiB: 98% of HBM, 91.5% of GDDR (Note [Runtime total memory]).
+  const bool hbm = memory_type.substr(0, 3) == "HBM";
+  const uint64_t mib = (memory_bytes >> 20) * (hbm ? 980 : 915) / 1000;
+  return mib << 20;
 }
 
 uint64_t GpuSpec::RuntimeTotalBytes() const {
-  return cuda_total_memory_bytes.value_or(RuntimeTotalFallbackBytes(memory_bytes));
+  return cuda_total_memory_bytes.value_or(RuntimeTotalFallbackBytes(memory_bytes, memory_type));
 }
 
 int GpuSpec::compute_capability_major() const {

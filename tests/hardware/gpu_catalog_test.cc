@@ -72,9 +72,9 @@ TEST(GpuCatalog, RuntimeTotalIsBelowTheMarketingSize) {
       EXPECT_EQ(gpu.RuntimeTotalBytes(), *gpu.cuda_total_memory_bytes);
       // The fallback stays below every observed figure, so it never promises
       // more room than a card has.
-      EXPECT_LE(RuntimeTotalFallbackBytes(gpu.memory_bytes), *gpu.cuda_total_memory_bytes);
+      EXPECT_LE(RuntimeTotalFallbackBytes(gpu.memory_bytes, gpu.memory_type), *gpu.cuda_total_memory_bytes);
     } else {
-      EXPECT_EQ(gpu.RuntimeTotalBytes(), RuntimeTotalFallbackBytes(gpu.memory_bytes));
+      EXPECT_EQ(gpu.RuntimeTotalBytes(), RuntimeTotalFallbackBytes(gpu.memory_bytes, gpu.memory_type));
     }
   }
 }
@@ -83,13 +83,14 @@ TEST(GpuCatalog, RuntimeTotalSpotChecks) {
   const GpuCatalog& catalog = GpuCatalog::Builtin();
   // deviceQuery's exact bytes (bottlerocket-os/bottlerocket#3873).
   EXPECT_EQ((**catalog.Find("A100-SXM4-40GB")).RuntimeTotalBytes(), 42298834944u);
-  // PyTorch's "79.11 GiB", kept as whole MiB.
-  EXPECT_EQ((**catalog.Find("h100")).RuntimeTotalBytes(), 81009ull << 20);
-  // No observation for the V100 16 GB: 16 GiB less 1/16 less 1 GiB.
+  // vLLM's "79.22 GiB", kept as whole MiB.
+  EXPECT_EQ((**catalog.Find("h100")).RuntimeTotalBytes(), 81121ull << 20);
+  // No observation for the V100 16 GB (HBM2): 98% of 16 GiB, in whole MiB.
   const GpuSpec& v100 = **catalog.Find("v100");
   EXPECT_FALSE(v100.cuda_total_memory_bytes.has_value());
-  EXPECT_EQ(v100.RuntimeTotalBytes(), 14ull << 30);
-  EXPECT_EQ(RuntimeTotalFallbackBytes(512ull << 20), 0u);
+  EXPECT_EQ(v100.RuntimeTotalBytes(), 16056ull << 20);
+  // GDDR: 91.5%.
+  EXPECT_EQ(RuntimeTotalFallbackBytes(24ull << 30, "GDDR6"), 22487ull << 20);
 }
 
 TEST(GpuCatalog, EveryEntryHasEveryField) {
