@@ -70,7 +70,6 @@ struct ProfileRunOptions {
   int tensor_parallel = 1;
   int64_t dtype_bytes = 2;
   bool samples = true;       // the last pipeline stage runs the sampler
-  bool first_stage = true;
 };
 
 struct ProfileRun {

@@ -358,8 +358,7 @@ absl::StatusOr<ServingEstimate> EstimateVllm(const LoadedModel& model, const Ser
                                    .max_num_seqs = e.max_num_seqs,
                                    .tensor_parallel = o.tensor_parallel,
                                    .dtype_bytes = e.dtype_bytes,
-                                   .samples = stage == o.pipeline_parallel - 1,
-                                   .first_stage = stage == 0});
+                                   .samples = stage == o.pipeline_parallel - 1});
     const uint64_t growth = kVllmNonTorchGrowthBytes + (o.tensor_parallel > 1 ? kNcclBuffersBytes : 0);
     g.cuda_graph_bytes = static_cast<uint64_t>(e.cuda_graph_sizes) * static_cast<uint64_t>(g.end_layer - g.first_layer) *
                          kCudaGraphBytesPerSizeAndLayer;

@@ -261,8 +261,8 @@ TEST(GpuCatalog, RuntimeTotalIsCheckedAgainstMemoryBytes) {
 
   absl::StatusOr<GpuCatalog> catalog = GpuCatalog::Parse(MinimalCatalog().dump(), "test.json");
   ASSERT_TRUE(catalog.ok()) << catalog.status();
-  // Absent: the fallback, 1 GiB less 1/16 less 1 GiB, floors at 0.
-  EXPECT_EQ(catalog->gpus()[0].RuntimeTotalBytes(), 0u);
+  // Absent: the fallback, 98% of its 1 GiB of HBM in whole MiB.
+  EXPECT_EQ(catalog->gpus()[0].RuntimeTotalBytes(), 1003ull << 20);
 }
 
 }  // namespace
