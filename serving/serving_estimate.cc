@@ -38,7 +38,6 @@ struct DerivedLength {
 };
 
 DerivedLength VllmDerivedLength(const ModelConfig& c) {
-  const ModelConfig& text = c.family == ModelFamily::kVisionLanguage ? c.text_tower() : c;
   DerivedLength out;
   const std::vector<std::pair<std::string, int64_t>>& keys = c.length_keys;
   bool found = false;
@@ -51,9 +50,6 @@ DerivedLength VllmDerivedLength(const ModelConfig& c) {
   }
   for (const auto& [key, value] : keys) {
     if (key == "model_max_length") out = {value, absl::StrFormat("model_max_length %d", value)};
-  }
-  if (!found && text.max_position_embeddings > 0 && keys.empty()) {
-    out = {text.max_position_embeddings, absl::StrFormat("max_position_embeddings %d", text.max_position_embeddings)};
   }
   const std::string& type = c.rope_scaling_type;
   const bool keeps = type.empty() || type == "su" || type == "longrope" || type == "llama3" || type == "yarn" ||
