@@ -139,6 +139,9 @@ std::string ServingText(const ServingEstimate& e, const std::vector<ServingFix>&
   if (e.starts) {
     absl::StrAppendFormat(&out, "verdict: STARTS; the longest request that fits is %d tokens\n",
                           e.max_model_len_that_fits);
+    for (const ServingGpu& g : e.gpus) {
+      if (!g.warning.empty()) absl::StrAppendFormat(&out, "warning: %s\n", g.warning);
+    }
   } else {
     absl::StrAppendFormat(&out, "verdict: DOES NOT START: %s\n", e.error);
   }
@@ -193,7 +196,8 @@ nlohmann::json ServingJson(const ServingEstimate& e, const std::vector<ServingFi
                 {"kv_cache_bytes", g.kv_cache_bytes},
                 {"kv_layers", layers},
                 {"starts", g.error.empty()},
-                {"error", error_or_null(g.error)}};
+                {"error", error_or_null(g.error)},
+                {"warning", error_or_null(g.warning)}};
     if (vllm) {
       gpu["kv_block_bytes"] = g.kv.bytes_per_block;
       gpu["gpu_blocks"] = g.kv.num_blocks;

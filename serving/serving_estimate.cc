@@ -424,6 +424,20 @@ absl::StatusOr<ServingEstimate> EstimateVllm(const LoadedModel& model, const Ser
     } else {
       g.error = g.kv.error;
     }
+    // Before 0.20 the graphs are captured after the cache took its share: they must fit in what the budget
+    // leaves of the GPU (Note [CUDA graph memory]).
+    if (g.error.empty() && !g.cuda_graph_in_budget && g.cuda_graph_bytes > 0) {
+      const int64_t left = static_cast<int64_t>(total) - static_cast<int64_t>(startup) - requested +
+                           (rules.profile == VllmProfile::kDeviceUsed || rules.profile == VllmProfile::kTorchPeakAndNonTorch
+                                ? static_cast<int64_t>(startup)
+                                : 0);
+      if (static_cast<int64_t>(g.cuda_graph_bytes) > left) {
+        g.warning = absl::StrFormat(
+            "the CUDA graphs (about %s) may not fit in the %s the budget leaves of the GPU: capture would run out "
+            "of memory; lower --gpu-memory-utilization or add --enforce-eager",
+            FormatBytes(g.cuda_graph_bytes), FormatBytes(static_cast<uint64_t>(std::max<int64_t>(left, 0))));
+      }
+    }
     gpus.push_back(std::move(g));
   }
   e.gpus = std::move(gpus);

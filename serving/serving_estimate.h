@@ -79,6 +79,9 @@ struct ServingGpu {
   VllmKvCache kv;                 // vLLM
   SglangKvCache sglang;           // SGLang
   std::string error;              // this GPU's start-up error
+  // A risk the engine's own checks do not catch, from Headroom's estimates (e.g. CUDA graphs that may not fit
+  // beside a cache sized without them); empty when none.
+  std::string warning;
 };
 
 struct ServingEstimate {

@@ -57,6 +57,14 @@ TEST(ServingCli, AnEraCountsAsItsReleaseDid) {
   const nlohmann::json eager =
       ServingJson({"--engine", "vllm@0.20.0", "--model", "llama-3-8b", "--gpu", "h100", "--enforce-eager"});
   const nlohmann::json graphs = ServingJson({"--engine", "vllm@0.20.0", "--model", "llama-3-8b", "--gpu", "h100"});
+  // Before 0.20 the graphs must fit beside the cache: at 0.99 of a 24 GB card they do not.
+  const nlohmann::json tight = ServingJson({"--engine", "vllm@0.6.3", "--model", "llama-3-8b", "--gpu", "rtx-4090",
+                                            "--gpu-memory-utilization", "0.99", "--max-model-len", "4096"});
+  EXPECT_EQ(tight["starts"], true);
+  EXPECT_THAT(tight["gpus"][0]["warning"].get<std::string>(), HasSubstr("CUDA graphs"));
+  EXPECT_TRUE(ServingJson({"--engine", "vllm@0.6.3", "--model", "llama-3-8b", "--gpu", "rtx-4090", "--max-model-len",
+                           "4096"})["gpus"][0]["warning"]
+                  .is_null());
   // From 0.20 the graphs come out of the cache.
   EXPECT_EQ(eager["gpus"][0]["kv_cache_bytes"].get<int64_t>() - graphs["gpus"][0]["kv_cache_bytes"].get<int64_t>(),
             graphs["gpus"][0]["cuda_graph_bytes"].get<int64_t>());
