@@ -14,6 +14,13 @@ namespace {
 
 int64_t CeilDivI(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// a x b for counts and sizes (both >= 0), saturating below 2^63 so that absurd inputs compare as huge instead of
+// wrapping (they lose no exactness where a real engine's figures live).
+int64_t Mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(std::min<uint64_t>(SaturatingMul(static_cast<uint64_t>(a), static_cast<uint64_t>(b)),
+                                                 uint64_t{1} << 62));
+}
+
 // One layer's most bytes for one request at `max_model_len` (max_memory_usage_bytes in
 // vllm/v1/kv_cache_interface.py, 0.34).
 uint64_t MaxBytesPerRequest(const KvLayer& l, int64_t max_model_len, int64_t tokens_in_flight, const VllmRules& rules) {
@@ -21,14 +28,14 @@ uint64_t MaxBytesPerRequest(const KvLayer& l, int64_t max_model_len, int64_t tok
   switch (l.kind) {
     case KvLayerKind::kFull:
     case KvLayerKind::kMla:
-      return static_cast<uint64_t>(CeilDivI(max_model_len, l.block_size)) * page;
+      return SaturatingMul(static_cast<uint64_t>(CeilDivI(max_model_len, l.block_size)), page);
     case KvLayerKind::kSlidingWindow: {
       const int64_t tokens = std::min(l.window - 1 + tokens_in_flight, max_model_len);
-      return static_cast<uint64_t>(CeilDivI(tokens, l.block_size) + 1) * page;
+      return SaturatingMul(static_cast<uint64_t>(CeilDivI(tokens, l.block_size) + 1), page);
     }
     case KvLayerKind::kChunkedLocal: {
       const int64_t tokens = std::min(l.window + tokens_in_flight, max_model_len);
-      return static_cast<uint64_t>(CeilDivI(tokens, l.block_size)) * page;
+      return SaturatingMul(static_cast<uint64_t>(CeilDivI(tokens, l.block_size)), page);
     }
     case KvLayerKind::kMamba:
       (void)rules;
@@ -87,8 +94,8 @@ std::string_view KvLayerKindName(KvLayerKind kind) {
 
 uint64_t KvLayer::PageBytes() const {
   if (kind == KvLayerKind::kMamba) return state_bytes;
-  return static_cast<uint64_t>(block_size) * static_cast<uint64_t>(num_kv_heads) *
-         static_cast<uint64_t>(head_size + head_size_v) * static_cast<uint64_t>(dtype_bytes);
+  return SaturatingMul(SaturatingMul(static_cast<uint64_t>(block_size), static_cast<uint64_t>(num_kv_heads)),
+                       SaturatingMul(static_cast<uint64_t>(head_size + head_size_v), static_cast<uint64_t>(dtype_bytes)));
 }
 
 bool KvLayer::SameSpec(const KvLayer& o) const {
@@ -156,7 +163,8 @@ absl::StatusOr<VllmKvCache> SizeVllmKvCache(const std::vector<KvLayer>& input, i
   // Per-request blocks of a group, for a length (Note [vLLM KV blocks]).
   auto blocks_for = [&](const KvGroup& g, int64_t len) -> int64_t {
     const uint64_t page = g.spec.PageBytes();
-    return static_cast<int64_t>((MaxBytesPerRequest(g.spec, len, in_flight, rules) + page - 1) / page);
+    const uint64_t bytes = MaxBytesPerRequest(g.spec, len, in_flight, rules);
+    return static_cast<int64_t>(std::min<uint64_t>(bytes / page + (bytes % page != 0 ? 1 : 0), uint64_t{1} << 50));
   };
   bool all_same = true;
   for (const KvLayer& l : layers) all_same &= l.SameSpec(layers.front());
@@ -230,6 +238,16 @@ absl::StatusOr<VllmKvCache> SizeVllmKvCache(const std::vector<KvLayer>& input, i
       kv.bytes_per_block = group_size * max_page;
     }
   }
+  for (const KvGroup& g : kv.groups) {
+    if (g.spec.PageBytes() == 0 || g.spec.PageBytes() > (uint64_t{1} << 50)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "layer %d's KV page is %d bytes on this GPU; a page holds at least one value and at most 1 PiB",
+          g.layers.front(), g.spec.PageBytes()));
+    }
+  }
+  if (kv.bytes_per_block > (uint64_t{1} << 55)) {
+    return absl::InvalidArgumentError("a KV block of every layer would exceed 2^55 bytes");
+  }
   kv.block_size = kv.groups.front().spec.block_size;
   for (const KvGroup& g : kv.groups) kv.block_size = std::min(kv.block_size, g.spec.block_size);
 
@@ -240,14 +258,14 @@ absl::StatusOr<VllmKvCache> SizeVllmKvCache(const std::vector<KvLayer>& input, i
     return blocks;
   };
   const int64_t block_bytes = static_cast<int64_t>(kv.bytes_per_block);
-  if (o.num_gpu_blocks_override) available = *o.num_gpu_blocks_override * block_bytes;
+  if (o.num_gpu_blocks_override) available = Mul(*o.num_gpu_blocks_override, block_bytes);
   kv.num_blocks = available > 0 ? available / block_bytes : 0;
   kv.blocks_per_request = request_blocks(o.max_model_len);
-  kv.bytes_per_request = static_cast<uint64_t>(kv.blocks_per_request) * kv.bytes_per_block;
+  kv.bytes_per_request = static_cast<uint64_t>(Mul(kv.blocks_per_request, block_bytes));
 
   if (!rules.v1) {
     // V0 (worker.py raise_if_cache_size_invalid): blocks x block_size tokens against max_model_len.
-    kv.tokens = kv.num_blocks * kv.block_size;
+    kv.tokens = Mul(kv.num_blocks, kv.block_size);
     kv.max_concurrency = static_cast<double>(kv.tokens) / static_cast<double>(o.max_model_len);
     kv.max_model_len_that_fits = std::min(kv.tokens, o.max_model_len);
     if (kv.num_blocks <= 0) {
@@ -268,7 +286,7 @@ absl::StatusOr<VllmKvCache> SizeVllmKvCache(const std::vector<KvLayer>& input, i
     int64_t lo = 1, hi = o.max_model_len, best = 0;
     while (lo <= hi) {
       const int64_t mid = lo + (hi - lo) / 2;
-      if (request_blocks(mid) * block_bytes <= check) {
+      if (Mul(request_blocks(mid), block_bytes) <= check) {
         best = mid;
         lo = mid + 1;
       } else {
@@ -278,7 +296,7 @@ absl::StatusOr<VllmKvCache> SizeVllmKvCache(const std::vector<KvLayer>& input, i
     return best;
   };
   kv.max_model_len_that_fits = longest();
-  const int64_t needed = kv.blocks_per_request * block_bytes;
+  const int64_t needed = Mul(kv.blocks_per_request, block_bytes);
   if (check <= 0) {
     kv.error = NoMemoryError(o);
   } else if (needed > check) {
@@ -315,7 +333,7 @@ absl::StatusOr<VllmKvCache> SizeVllmKvCache(const std::vector<KvLayer>& input, i
     kv.max_concurrency = static_cast<double>(kv.num_blocks) / static_cast<double>(kv.blocks_per_request);
     kv.tokens = static_cast<int64_t>(kv.max_concurrency * static_cast<double>(o.max_model_len));
   } else {
-    kv.tokens = kv.num_blocks / static_cast<int64_t>(kv.groups.size()) * kv.block_size;
+    kv.tokens = Mul(kv.num_blocks / static_cast<int64_t>(kv.groups.size()), kv.block_size);
     kv.max_concurrency = static_cast<double>(kv.tokens) / static_cast<double>(o.max_model_len);
   }
   return kv;

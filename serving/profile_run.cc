@@ -14,6 +14,9 @@ int64_t SamplerExtraBytes(const EngineRelease& r, int64_t d) {
   return 12;
 }
 
+// Byte counts of the formulas, formed in double: absurd configs give huge figures rather than wrapped ones.
+uint64_t Bytes(double bytes) { return bytes >= 0x1p62 ? uint64_t{1} << 62 : static_cast<uint64_t>(bytes); }
+
 }  // namespace
 
 ProfileRun VllmProfileRun(const ModelConfig& config, const ProfileRunOptions& o) {
@@ -50,7 +53,8 @@ ProfileRun VllmProfileRun(const ModelConfig& config, const ProfileRunOptions& o)
     attention += h_size;
     mlp += mlp > 0 ? h_size : 0;
   }
-  uint64_t forward = static_cast<uint64_t>(d * t * std::max(attention, mlp));
+  const auto f = [](int64_t x) { return static_cast<double>(x); };
+  uint64_t forward = Bytes(f(d) * f(t) * f(std::max(attention, mlp)));
   if (c.is_moe()) {
     const int64_t expert = c.moe_intermediate_size > 0 ? c.moe_intermediate_size : c.intermediate_size;
     const int64_t n = 2 * expert / tp;
@@ -58,8 +62,8 @@ ProfileRun VllmProfileRun(const ModelConfig& config, const ProfileRunOptions& o)
     int64_t chunk = t;
     if (r.AtLeast(0, 6) && !r.AtLeast(0, 15)) chunk = std::min<int64_t>(t, 32768);
     if (r.AtLeast(0, 15) && !r.AtLeast(0, 18)) chunk = std::min<int64_t>(t, 16384);
-    const uint64_t moe = static_cast<uint64_t>(d * t * 3 * h_size + d * chunk * c.experts_per_token * width +
-                                               t * c.num_experts * (d + 4) + 8 * t * c.experts_per_token);
+    const uint64_t moe = Bytes(f(d) * f(t) * 3 * f(h_size) + f(d) * f(chunk) * f(c.experts_per_token) * f(width) +
+                               f(t) * f(c.num_experts) * f(d + 4) + 8 * f(t) * f(c.experts_per_token));
     forward = std::max(forward, moe);
   }
   run.forward_bytes = forward;
@@ -67,8 +71,8 @@ ProfileRun VllmProfileRun(const ModelConfig& config, const ProfileRunOptions& o)
     const int64_t vocab = c.vocab_size;
     const int64_t padded = (vocab + 63) / 64 * 64;
     const bool holds_output = !(r.AtLeast(0, 8) && !r.AtLeast(0, 9));  // V1 0.8.0 frees it first
-    run.sampler_bytes = static_cast<uint64_t>((holds_output ? d * t * h_size : 0) +
-                                              run.rows * (d * padded + SamplerExtraBytes(r, d) * vocab));
+    run.sampler_bytes = Bytes((holds_output ? f(d) * f(t) * f(h_size) : 0) +
+                              f(run.rows) * (f(d) * f(padded) + f(SamplerExtraBytes(r, d)) * f(vocab)));
   }
   run.peak_bytes = std::max(run.forward_bytes, run.sampler_bytes);
   return run;
