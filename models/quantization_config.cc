@@ -10,11 +10,13 @@
 #include "common/name_table.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
+#include "models/config_parsing.h"
 
 namespace headroom {
 namespace {
 
 using nlohmann::json;
+using namespace models_internal;  // Present, OptionalInt, OptionalBool: config.json's field helpers
 
 constexpr NameTable<QuantMethod, 10> kQuantMethodNames("quantization", {{
     {"none", QuantMethod::kUnquantized},
@@ -29,32 +31,10 @@ constexpr NameTable<QuantMethod, 10> kQuantMethodNames("quantization", {{
     {"compressed_tensors", QuantMethod::kCompressedTensors, kAlias},
 }});
 
-bool Present(const json& object, std::string_view key) {
-  const auto it = object.find(key);
-  return it != object.end() && !it->is_null();
-}
-
-absl::StatusOr<int64_t> IntField(const json& object, std::string_view key, const JsonPath& path, int64_t fallback) {
-  if (!Present(object, key)) return fallback;
-  const json& value = object[std::string(key)];
-  if (!value.is_number_integer()) {
-    return (path / key).Error(absl::StrFormat("expected an integer, got %s", JsonTypeName(value)));
-  }
-  return value.get<int64_t>();
-}
-
-absl::StatusOr<bool> BoolField(const json& object, std::string_view key, const JsonPath& path, bool fallback) {
-  if (!Present(object, key)) return fallback;
-  const json& value = object[std::string(key)];
-  if (!value.is_boolean()) return (path / key).Error(absl::StrFormat("expected true or false, got %s", JsonTypeName(value)));
-  return value.get<bool>();
-}
-
+// An optional string field: "" when it is not Present.
 absl::StatusOr<std::string> StringField(const json& object, std::string_view key, const JsonPath& path) {
   if (!Present(object, key)) return std::string();
-  const json& value = object[std::string(key)];
-  if (!value.is_string()) return (path / key).Error(absl::StrFormat("expected a string, got %s", JsonTypeName(value)));
-  return value.get<std::string>();
+  return RequireString(object, key, path);
 }
 
 absl::Status AppendNames(const json& object, std::string_view key, const JsonPath& path,
@@ -100,7 +80,7 @@ absl::Status ParseCompressedTensors(const json& object, const JsonPath& path, Qu
   }
   const json& weights = (*first)["weights"];
   const JsonPath weights_path = group_path / "weights";
-  HEADROOM_ASSIGN_OR_RETURN(int64_t bits, IntField(weights, "num_bits", weights_path, 8));
+  HEADROOM_ASSIGN_OR_RETURN(int64_t bits, OptionalInt(weights, "num_bits", weights_path, 8));
   q.bits = static_cast<int>(bits);
   HEADROOM_ASSIGN_OR_RETURN(std::string type, StringField(weights, "type", weights_path));
   q.float_weights = type == "float";
@@ -108,7 +88,7 @@ absl::Status ParseCompressedTensors(const json& object, const JsonPath& path, Qu
                                      "compressed-tensors", weights_path / "num_bits"));
   HEADROOM_ASSIGN_OR_RETURN(std::string strategy, StringField(weights, "strategy", weights_path));
   if (strategy == "group") {
-    HEADROOM_ASSIGN_OR_RETURN(q.group_size, IntField(weights, "group_size", weights_path, 128));
+    HEADROOM_ASSIGN_OR_RETURN(q.group_size, OptionalInt(weights, "group_size", weights_path, 128));
     HEADROOM_RETURN_IF_ERROR(CheckGroupSize(q.group_size, weights_path / "group_size"));
   } else if (strategy == "block") {
     if (!Present(weights, "block_structure") || !weights["block_structure"].is_array() ||
@@ -122,7 +102,7 @@ absl::Status ParseCompressedTensors(const json& object, const JsonPath& path, Qu
       q.weight_block.push_back(d.get<int64_t>());
     }
   }
-  HEADROOM_ASSIGN_OR_RETURN(bool symmetric, BoolField(weights, "symmetric", weights_path, true));
+  HEADROOM_ASSIGN_OR_RETURN(bool symmetric, OptionalBool(weights, "symmetric", weights_path, true));
   q.zero_point = !symmetric;
   q.act_order = Present(weights, "actorder") && weights["actorder"] != false;
   return absl::OkStatus();
@@ -180,20 +160,20 @@ absl::StatusOr<QuantizationConfig> ParseQuantizationConfig(const json& object, c
       break;
     case QuantMethod::kAwq:
     case QuantMethod::kGptq: {
-      HEADROOM_ASSIGN_OR_RETURN(int64_t bits, IntField(object, q.method == QuantMethod::kAwq ? "w_bit" : "bits", path,
+      HEADROOM_ASSIGN_OR_RETURN(int64_t bits, OptionalInt(object, q.method == QuantMethod::kAwq ? "w_bit" : "bits", path,
                                                        -1));
       if (bits == -1) {
-        HEADROOM_ASSIGN_OR_RETURN(bits, IntField(object, "bits", path, 4));
+        HEADROOM_ASSIGN_OR_RETURN(bits, OptionalInt(object, "bits", path, 4));
       }
       q.bits = static_cast<int>(bits);
       HEADROOM_RETURN_IF_ERROR(CheckBits(q.bits, q.method == QuantMethod::kAwq ? std::initializer_list<int>{4}
                                                                                 : std::initializer_list<int>{4, 8},
                                          name, path / "bits"));
-      HEADROOM_ASSIGN_OR_RETURN(int64_t q_group, IntField(object, "q_group_size", path, 0));
-      HEADROOM_ASSIGN_OR_RETURN(q.group_size, IntField(object, "group_size", path, q_group != 0 ? q_group : 128));
+      HEADROOM_ASSIGN_OR_RETURN(int64_t q_group, OptionalInt(object, "q_group_size", path, 0));
+      HEADROOM_ASSIGN_OR_RETURN(q.group_size, OptionalInt(object, "group_size", path, q_group != 0 ? q_group : 128));
       HEADROOM_RETURN_IF_ERROR(CheckGroupSize(q.group_size, path / "group_size"));
-      HEADROOM_ASSIGN_OR_RETURN(q.zero_point, BoolField(object, "zero_point", path, true));
-      HEADROOM_ASSIGN_OR_RETURN(q.act_order, BoolField(object, "desc_act", path, false));
+      HEADROOM_ASSIGN_OR_RETURN(q.zero_point, OptionalBool(object, "zero_point", path, true));
+      HEADROOM_ASSIGN_OR_RETURN(q.act_order, OptionalBool(object, "desc_act", path, false));
       break;
     }
     case QuantMethod::kFp8: {
@@ -213,12 +193,12 @@ absl::StatusOr<QuantizationConfig> ParseQuantizationConfig(const json& object, c
       break;
     }
     case QuantMethod::kBitsAndBytes: {
-      HEADROOM_ASSIGN_OR_RETURN(bool four, BoolField(object, "load_in_4bit", path, false));
-      HEADROOM_ASSIGN_OR_RETURN(bool eight, BoolField(object, "load_in_8bit", path, false));
+      HEADROOM_ASSIGN_OR_RETURN(bool four, OptionalBool(object, "load_in_4bit", path, false));
+      HEADROOM_ASSIGN_OR_RETURN(bool eight, OptionalBool(object, "load_in_8bit", path, false));
       if (four == eight) return path.Error("load_in_4bit or load_in_8bit: exactly one must be true");
       q.bits = four ? 4 : 8;
       q.group_size = 64;  // bitsandbytes' blocksize for NF4/FP4 absmax
-      HEADROOM_ASSIGN_OR_RETURN(q.double_quant, BoolField(object, "bnb_4bit_use_double_quant", path, false));
+      HEADROOM_ASSIGN_OR_RETURN(q.double_quant, OptionalBool(object, "bnb_4bit_use_double_quant", path, false));
       HEADROOM_RETURN_IF_ERROR(AppendNames(object, "llm_int8_skip_modules", path, q.unquantized_modules));
       break;
     }
