@@ -58,55 +58,50 @@ absl::StatusOr<ServingOptions> ToServingOptions(const ServingFlags& f, int tp, i
   absl::StatusOr<EngineRelease> engine = ParseEngine(f.engine);
   if (!engine.ok()) return absl::InvalidArgumentError(absl::StrCat("--engine: ", engine.status().message()));
   o.engine = *engine;
-  if (o.engine.engine == Engine::kVllm) {
-    HEADROOM_RETURN_IF_ERROR(Misnamed(f.mem_fraction_static.has_value(), "--mem-fraction-static",
-                                      "--gpu-memory-utilization", "vLLM"));
-    HEADROOM_RETURN_IF_ERROR(Misnamed(f.context_length.has_value(), "--context-length", "--max-model-len", "vLLM"));
-    HEADROOM_RETURN_IF_ERROR(
-        Misnamed(f.max_running_requests.has_value(), "--max-running-requests", "--max-num-seqs", "vLLM"));
-    HEADROOM_RETURN_IF_ERROR(Misnamed(f.chunked_prefill_size.has_value(), "--chunked-prefill-size",
-                                      "--max-num-batched-tokens", "vLLM"));
-    HEADROOM_RETURN_IF_ERROR(Misnamed(f.page_size.has_value(), "--page-size", "--block-size", "vLLM"));
-    HEADROOM_RETURN_IF_ERROR(Misnamed(f.disable_cuda_graph, "--disable-cuda-graph", "--enforce-eager", "vLLM"));
+  const bool vllm = o.engine.engine == Engine::kVllm;
+  // The flags both engines have under their own names: the other engine's name is refused with this one's.
+  struct Renamed {
+    std::string_view vllm, sglang;
+    bool vllm_given, sglang_given;
+  };
+  const Renamed renamed[] = {
+      {"--gpu-memory-utilization", "--mem-fraction-static", f.gpu_memory_utilization.has_value(),
+       f.mem_fraction_static.has_value()},
+      {"--max-model-len", "--context-length", f.max_model_len.has_value(), f.context_length.has_value()},
+      {"--max-num-seqs", "--max-running-requests", f.max_num_seqs.has_value(), f.max_running_requests.has_value()},
+      {"--max-num-batched-tokens", "--chunked-prefill-size", f.max_num_batched_tokens.has_value(),
+       f.chunked_prefill_size.has_value()},
+      {"--block-size", "--page-size", f.block_size.has_value(), f.page_size.has_value()},
+      {"--enforce-eager", "--disable-cuda-graph", f.enforce_eager, f.disable_cuda_graph},
+  };
+  for (const Renamed& r : renamed) {
+    HEADROOM_RETURN_IF_ERROR(vllm ? Misnamed(r.sglang_given, r.sglang, r.vllm, "vLLM")
+                                  : Misnamed(r.vllm_given, r.vllm, r.sglang, "SGLang"));
+  }
+  o.gpu_memory_utilization = vllm ? f.gpu_memory_utilization : f.mem_fraction_static;
+  o.max_model_len = vllm ? f.max_model_len : f.context_length;
+  o.max_num_seqs = vllm ? f.max_num_seqs : f.max_running_requests;
+  o.max_num_batched_tokens = vllm ? f.max_num_batched_tokens : f.chunked_prefill_size;
+  o.block_size = vllm ? f.block_size : f.page_size;
+  o.enforce_eager = vllm ? f.enforce_eager : f.disable_cuda_graph;
+  if (vllm) {
     if (f.enable_chunked_prefill && f.no_enable_chunked_prefill) {
       return absl::InvalidArgumentError("--enable-chunked-prefill and --no-enable-chunked-prefill: give one");
     }
-    o.gpu_memory_utilization = f.gpu_memory_utilization;
-    o.max_model_len = f.max_model_len;
-    o.max_num_seqs = f.max_num_seqs;
-    o.max_num_batched_tokens = f.max_num_batched_tokens;
-    o.block_size = f.block_size;
     o.num_gpu_blocks_override = f.num_gpu_blocks_override;
-    o.enforce_eager = f.enforce_eager;
     if (f.enable_chunked_prefill) o.enable_chunked_prefill = true;
     if (f.no_enable_chunked_prefill) o.enable_chunked_prefill = false;
     if (o.num_gpu_blocks_override && *o.num_gpu_blocks_override < 1) {
       return absl::InvalidArgumentError(absl::StrFormat("--num-gpu-blocks-override: must be at least 1, got %d",
                                                         *o.num_gpu_blocks_override));
     }
-  } else {
-    HEADROOM_RETURN_IF_ERROR(Misnamed(f.gpu_memory_utilization.has_value(), "--gpu-memory-utilization",
-                                      "--mem-fraction-static", "SGLang"));
-    HEADROOM_RETURN_IF_ERROR(Misnamed(f.max_model_len.has_value(), "--max-model-len", "--context-length", "SGLang"));
-    HEADROOM_RETURN_IF_ERROR(Misnamed(f.max_num_seqs.has_value(), "--max-num-seqs", "--max-running-requests", "SGLang"));
-    HEADROOM_RETURN_IF_ERROR(Misnamed(f.max_num_batched_tokens.has_value(), "--max-num-batched-tokens",
-                                      "--chunked-prefill-size", "SGLang"));
-    HEADROOM_RETURN_IF_ERROR(Misnamed(f.block_size.has_value(), "--block-size", "--page-size", "SGLang"));
-    HEADROOM_RETURN_IF_ERROR(Misnamed(f.enforce_eager, "--enforce-eager", "--disable-cuda-graph", "SGLang"));
-    if (f.num_gpu_blocks_override || f.enable_chunked_prefill || f.no_enable_chunked_prefill) {
-      return absl::InvalidArgumentError(
-          "--num-gpu-blocks-override, --enable-chunked-prefill: vLLM's flags; SGLang has no such flag");
-    }
-    o.gpu_memory_utilization = f.mem_fraction_static;
-    o.max_model_len = f.context_length;
-    o.max_num_seqs = f.max_running_requests;
-    o.max_num_batched_tokens = f.chunked_prefill_size;
-    o.block_size = f.page_size;
-    o.enforce_eager = f.disable_cuda_graph;
+  } else if (f.num_gpu_blocks_override || f.enable_chunked_prefill || f.no_enable_chunked_prefill) {
+    return absl::InvalidArgumentError(
+        "--num-gpu-blocks-override, --enable-chunked-prefill: vLLM's flags; SGLang has no such flag");
   }
   if (o.max_num_seqs && *o.max_num_seqs < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: must be at least 1, got %d", o.engine.engine == Engine::kVllm ? "--max-num-seqs" : "--max-running-requests",
+        "%s: must be at least 1, got %d", vllm ? "--max-num-seqs" : "--max-running-requests",
         *o.max_num_seqs));
   }
   o.kv_cache_dtype = f.kv_cache_dtype;
