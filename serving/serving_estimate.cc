@@ -443,16 +443,16 @@ absl::StatusOr<ServingEstimate> EstimateVllm(const LoadedModel& model, const Ser
   e.gpus = std::move(gpus);
   // The engine's figures: the fewest blocks of any stage (every stage gets that many).
   const ServingGpu* fewest = &e.gpus.front();
+  e.max_model_len_that_fits = fewest->kv.max_model_len_that_fits;
   for (const ServingGpu& g : e.gpus) {
     if (g.kv.num_blocks < fewest->kv.num_blocks) fewest = &g;
     if (e.error.empty() && !g.error.empty()) e.error = g.error;
+    e.max_model_len_that_fits = std::min(e.max_model_len_that_fits, g.kv.max_model_len_that_fits);
   }
   e.starts = e.error.empty();
   e.gpu_blocks = fewest->kv.num_blocks;
   e.kv_cache_tokens = fewest->kv.tokens;
   e.max_concurrency = fewest->kv.max_concurrency;
-  e.max_model_len_that_fits = fewest->kv.max_model_len_that_fits;
-  for (const ServingGpu& g : e.gpus) e.max_model_len_that_fits = std::min(e.max_model_len_that_fits, g.kv.max_model_len_that_fits);
   return e;
 }
 
