@@ -526,6 +526,13 @@ absl::StatusOr<ServingEstimate> EstimateSglang(const LoadedModel& model, const S
   e.sglang_context_length = e.max_model_len;
   const SglangDefaults d = SglangDefaultsFor(total, o.tensor_parallel, o.pipeline_parallel, text.is_mla());
   e.utilization = o.gpu_memory_utilization.value_or(d.mem_fraction);
+  if (!o.gpu_memory_utilization && !(e.utilization > 0)) {
+    return FlagError("--mem-fraction-static",
+                     absl::StrFormat("SGLang's default for a GPU of %s comes to %g: its fixed reserve (activations, "
+                                     "CUDA graphs, at least 512 MiB) is larger than the GPU; SGLang cannot start "
+                                     "on it without a --mem-fraction-static of its own",
+                                     FormatBytes(total), d.mem_fraction));
+  }
   if (!(e.utilization > 0) || e.utilization > 1) {
     return FlagError("--mem-fraction-static", absl::StrFormat("must be above 0 and at most 1, got %g", e.utilization));
   }
@@ -618,6 +625,11 @@ absl::StatusOr<ServingEstimate> EstimateServing(const LoadedModel& model, const 
     e.total_sourced = machine.gpu->cuda_total_memory_bytes.has_value();
   } else {
     return FlagError("--gpu or --budget", "name a GPU (see 'headroom gpus') or give the GPU's memory");
+  }
+  // One GPU's memory: the largest today hold a few hundred GiB; beyond 64 TiB the figures would mean nothing.
+  if (gpu.total_bytes > (uint64_t{64} << 40)) {
+    return FlagError("--budget", absl::StrFormat("%s is one GPU's memory for a serving engine; at most 64 TiB",
+                                                 FormatBytes(gpu.total_bytes)));
   }
   e.gpus.push_back(gpu);
   if (o.engine.engine == Engine::kVllm) return EstimateVllm(model, o, machine, std::move(e));

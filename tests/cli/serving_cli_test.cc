@@ -116,6 +116,12 @@ TEST(ServingCli, AbsurdFlagsAreOneLineNamingTheFlag) {
   r = RunHeadroom({"estimate", "--engine", "sglang", "--model", "llama-3-8b", "--gpu", "h100", "--max-model-len", "9"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--max-model-len: a flag of the other engine; SGLang's is --context-length"));
+  r = RunHeadroom({"estimate", "--engine", "sglang", "--model", "llama-3-8b", "--budget", "1GiB"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--mem-fraction-static: SGLang's default for a GPU of 1.00 GiB comes to"));
+  r = RunHeadroom({"estimate", "--engine", "vllm", "--model", "llama-3-8b", "--budget", "1000000TiB"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--budget: 1000000.00 TiB is one GPU's memory for a serving engine; at most 64 TiB"));
   r = RunHeadroom({"estimate", "--engine", "tgi", "--model", "llama-3-8b", "--gpu", "h100"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown engine 'tgi'"));
